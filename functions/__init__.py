@@ -1,0 +1,1 @@
+"""Thin Lambda entry points; everything that decides anything lives in shared/."""

@@ -1,0 +1,32 @@
+"""Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path).
+
+One handler serves every job; each function names its job in ``SLUICE_JOB``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from shared.cron import run_job
+from shared.errors import ConfigurationError
+from shared.events import kind_of
+from shared.jobs import get_job
+from shared.observe import logger
+from shared.services import Services
+
+if not os.environ.get("SLUICE_JOB"):
+    raise ConfigurationError("SLUICE_JOB must name the job this function runs")
+JOB = get_job(os.environ["SLUICE_JOB"])
+JOB.resolve()  # import the drain during init, not on the first tick
+SERVICES = Services.from_env()
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    if kind_of(event) != "schedule":
+        # Anything but an EventBridge scheduled event is refused: the HTTP function serves GET/POST.
+        raise ConfigurationError(f"{JOB.name}: not a scheduled event; refusing to run")
+    outcome = run_job(JOB, SERVICES, "schedule", request_id=context.aws_request_id,
+                      lambda_remaining_ms=context.get_remaining_time_in_millis)
+    return {"statusCode": outcome.status, "outcome": outcome.outcome, "body": outcome.body}

@@ -1,0 +1,1 @@
+"""Sluice: durable background work for serverless Python."""

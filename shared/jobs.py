@@ -1,0 +1,116 @@
+"""The job registry: name -> drain, route, default schedule, admin surface.
+
+A job is one entry in ``JOBS`` plus its function in ``serverless.yml``; the
+drain itself is imported only when the job runs, so a scheduled function loads
+just its own drain. The schedules here are the defaults that serverless.yml
+must carry (a test checks they agree); ``sluice dev`` fires what serverless.yml
+says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from shared.errors import UnknownJob
+
+if TYPE_CHECKING:
+    from shared.services import Services
+
+Trigger = Literal["schedule", "cron_http", "admin", "cli"]
+Surface = Literal["ingestion", "state", "delivery", "queues", "metering", "ledger", "erasure",
+                  "flags"]
+Result = dict[str, Any]
+
+
+class Deadline:
+    """When a drain must stop: the smaller of its budget and Lambda's remaining time less a margin."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.seconds = max(0.0, seconds)
+        self.at = clock() + self.seconds
+
+    @classmethod
+    def for_run(cls, budget_s: float, lambda_remaining_ms: int | None, margin_s: float) -> Deadline:
+        seconds = budget_s
+        if lambda_remaining_ms is not None:
+            seconds = min(seconds, lambda_remaining_ms / 1000 - margin_s)
+        return cls(seconds)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - self._clock())
+
+    def expired(self) -> bool:
+        return self._clock() >= self.at
+
+
+@dataclass
+class JobContext:
+    services: Services
+    deadline: Deadline
+    trigger: Trigger
+    request_id: str
+    started_at: datetime
+    params: Mapping[str, str] = field(default_factory=dict)
+    progress: Callable[[str], None] = lambda message: None
+
+
+Drain = Callable[[JobContext], Result]
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    route: str
+    schedule: str  # AWS EventBridge expression: rate(...) or cron(...)
+    surface: Surface
+    target: str  # "module:function", imported when the job runs
+    failure_keys: tuple[str, ...] = ()
+    budget_s: float = 50.0
+    timeout_s: int = 60
+
+    def resolve(self) -> Drain:
+        module, _, attr = self.target.partition(":")
+        drain: Drain = getattr(importlib.import_module(module), attr)
+        return drain
+
+    def failures(self, result: Result) -> int:
+        """How many failures a result reports, summed over ``failure_keys`` (lists count items)."""
+        total = 0
+        for key in self.failure_keys:
+            value = result.get(key)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int):
+                total += value
+            elif isinstance(value, list):
+                total += len(value)
+        return total
+
+
+JOBS: dict[str, Job] = {
+    job.name: job
+    for job in (
+        Job(
+            name="state-cleanup",
+            route="/api/admin/state/cleanup",
+            schedule="cron(15 3 * * ? *)",
+            surface="state",
+            target="shared.cleanup:run_state_cleanup",
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+    )
+}
+
+
+def get_job(name: str) -> Job:
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise UnknownJob(f"no job named {name!r}; known: {', '.join(sorted(JOBS))}") from None

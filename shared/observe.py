@@ -1,0 +1,96 @@
+"""Reports: structured logs (Powertools Logger), metrics (Powertools Metrics, EMF)
+and, when ``SENTRY_DSN`` is set, Sentry errors and cron check-ins.
+
+Logs and metric blobs go to stderr outside Lambda so that ``sluice run --json``
+keeps stdout for the result alone; Lambda ships both streams to CloudWatch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+SERVICE = "sluice"
+NAMESPACE = "Sluice"
+
+logger = Logger(service=SERVICE, logger_handler=logging.StreamHandler(sys.stderr))
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+
+def _in_lambda() -> bool:
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+
+class Reporter:
+    """Where errors, drain failures, metrics and check-ins go."""
+
+    def __init__(self, *, sentry_dsn: str | None = None, environment: str = "dev") -> None:
+        self.sentry = False
+        if sentry_dsn:
+            import sentry_sdk
+
+            sentry_sdk.init(dsn=sentry_dsn, environment=environment, traces_sample_rate=0.0,
+                            default_integrations=False)
+            self.sentry = True
+
+    def error(self, context: str, exc: BaseException | None = None, **extra: Any) -> None:
+        logger.error(f"[{context}] {exc if exc is not None else extra.get('message', '')}",
+                     extra={"context": context, **extra}, exc_info=exc)
+        self.metric("Errors", 1, context=context)
+        if self.sentry:
+            import sentry_sdk
+
+            with sentry_sdk.new_scope() as scope:
+                scope.set_tag("context", context)
+                for key, value in extra.items():
+                    scope.set_extra(key, value)
+                if exc is not None:
+                    sentry_sdk.capture_exception(exc)
+                else:
+                    sentry_sdk.capture_message(f"[{context}] {extra.get('message', 'error')}",
+                                               level="error")
+
+    def drain_failures(self, job: str, failed: int, result: dict[str, Any]) -> None:
+        """A drain reported failures > 0: durable, so not fatal, but never silent."""
+        logger.error(f"[{job}] drain reported {failed} failure(s)",
+                     extra={"job": job, "failed": failed, "result": result})
+        self.metric("DrainFailures", failed, job=job)
+        if self.sentry:
+            import sentry_sdk
+
+            with sentry_sdk.new_scope() as scope:
+                scope.set_tag("job", job)
+                scope.set_extra("result", result)
+                sentry_sdk.capture_message(f"[{job}] drain reported {failed} failure(s)",
+                                           level="error")
+
+    def metric(self, name: str, value: float, unit: str = "Count", **dimensions: str) -> None:
+        metrics.add_metric(name=name, unit=MetricUnit(unit), value=value)
+        for key, dim in dimensions.items():
+            metrics.add_dimension(name=key, value=dim)
+        self.flush()
+
+    def checkin(self, job: str, status: str, *, check_in_id: str | None = None,
+                duration_s: float | None = None) -> str | None:
+        """A Sentry cron check-in (``in_progress``, then ``ok`` or ``error``)."""
+        if not self.sentry:
+            return None
+        from sentry_sdk.crons import capture_checkin
+
+        result: str | None = capture_checkin(monitor_slug=job, check_in_id=check_in_id,
+                                             status=status, duration=duration_s)
+        return result
+
+    def flush(self) -> None:
+        if not metrics.metric_set:
+            return
+        blob = json.dumps(metrics.serialize_metric_set(), separators=(",", ":"))
+        stream = sys.stdout if _in_lambda() else sys.stderr
+        stream.write(blob + "\n")
+        metrics.clear_metrics()

@@ -1,0 +1,57 @@
+"""The dependencies a job or a route needs, built once per process (module scope in Lambda)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from shared.db import PostgresDatabase, SqliteDatabase, open_database
+from shared.observe import Reporter
+from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from shared.auth import AdminVerifier
+    from shared.state import StateStore
+
+
+class Services:
+    def __init__(self, settings: Settings, db: SqliteDatabase | PostgresDatabase,
+                 reporter: Reporter | None = None, redis: Any = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.reporter = reporter or Reporter(sentry_dsn=settings.sentry_dsn,
+                                             environment=settings.stage)
+        if redis is not None:
+            self.__dict__["redis"] = redis
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Services:
+        return cls(settings, open_database(settings.database_url))
+
+    @classmethod
+    def from_env(cls) -> Services:
+        return cls.from_settings(Settings.from_env())
+
+    @cached_property
+    def state(self) -> StateStore:
+        from shared.state import StateStore
+
+        return StateStore(self.db)
+
+    @cached_property
+    def admin(self) -> AdminVerifier:
+        from shared.auth import AdminVerifier
+
+        return AdminVerifier(self.settings)
+
+    @cached_property
+    def redis(self) -> Any:
+        """The Redis client (redis-py over TCP or upstash-redis over REST), or None if unset."""
+        if not self.settings.redis_configured:
+            return None
+        from shared.redis_client import connect
+
+        return connect(self.settings)
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,42 @@
+-- Job runs, single-flight leases and the admin audit trail.
+
+-- name: acquire_lease
+INSERT INTO job_leases (job, holder, acquired_at, expires_at)
+VALUES (:job, :holder, :now, :expires_at)
+ON CONFLICT (job) DO UPDATE
+SET holder = excluded.holder, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE job_leases.expires_at < excluded.acquired_at
+RETURNING holder
+
+-- name: release_lease
+DELETE FROM job_leases WHERE job = :job AND holder = :holder
+
+-- name: start_run
+INSERT INTO job_runs (id, job, trigger, request_id, started_at, outcome)
+VALUES (:id, :job, :trigger, :request_id, :started_at, :outcome)
+
+-- name: finish_run
+UPDATE job_runs
+SET finished_at = :finished_at, duration_ms = :duration_ms, outcome = :outcome, result = :result
+WHERE id = :id
+
+-- name: record_run
+INSERT INTO job_runs (id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result)
+VALUES (:id, :job, :trigger, :request_id, :started_at, :finished_at, :duration_ms, :outcome, :result)
+
+-- name: last_runs
+SELECT r.job, r.trigger, r.started_at, r.finished_at, r.duration_ms, r.outcome, r.result
+FROM job_runs r
+WHERE r.started_at = (SELECT max(started_at) FROM job_runs WHERE job = r.job)
+
+-- name: recent_runs
+SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result
+FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT :limit
+
+-- name: audit
+INSERT INTO admin_audit (id, actor, action, target, outcome, ip, at, detail)
+VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
+
+-- name: recent_audit
+SELECT id, actor, action, target, outcome, ip, at, detail
+FROM admin_audit ORDER BY at DESC LIMIT :limit
