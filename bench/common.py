@@ -1,0 +1,64 @@
+"""Timing helpers shared by the benchmarks: medians of repeated runs and result rows."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+
+class _RowRequired(TypedDict):
+    name: str
+    sluice: float
+    baseline: float
+    unit: str
+    ratio: float
+
+
+class Row(_RowRequired, total=False):
+    note: str
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds one call of ``fn`` takes (monotonic, high resolution)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_time(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 0,
+                setup: Callable[[], Any] | None = None) -> float:
+    """Median seconds of ``repeat`` calls of ``fn`` (``setup`` runs untimed before each)."""
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    samples = []
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        samples.append(timed(fn))
+    return statistics.median(samples)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def row(name: str, sluice: float, baseline: float, unit: str, higher_is_better: bool,
+        note: str | None = None) -> Row:
+    """A result row; ``ratio`` is how many times better Sluice is than the baseline (>1 = better).
+
+    For a time (lower is better) that is baseline / sluice; for a throughput
+    (higher is better) sluice / baseline.
+    """
+    if higher_is_better:
+        ratio = sluice / baseline if baseline else float("inf")
+    else:
+        ratio = baseline / sluice if sluice else float("inf")
+    result: Row = {"name": name, "sluice": sluice, "baseline": baseline, "unit": unit,
+                   "ratio": ratio}
+    if note:
+        result["note"] = note
+    return result
