@@ -17,7 +17,7 @@ from shared.db import utcnow
 from shared.errors import SluiceError
 from shared.jobs import Deadline, Job, JobContext, Trigger
 from shared.observe import logger
-from shared.runs import RunStore
+from shared.runs import RunStore, lease_holder_id
 from shared.services import Services
 
 ALREADY_RUNNING = {"skipped": "already_running"}
@@ -53,7 +53,7 @@ def run_job(
     request_id = request_id or str(uuid.uuid4())
     reporter = services.reporter
     runs = RunStore(services.db)
-    holder = f"{request_id}:{uuid.uuid4().hex[:8]}"
+    holder = lease_holder_id()
     started = utcnow()
     clock = time.monotonic()
     deadline = Deadline.for_run(

@@ -92,9 +92,9 @@ def load_queries(concept: str) -> Queries:
 @cache
 def _to_pyformat(sql: str) -> str:
     """``:name`` -> ``%(name)s`` outside string literals, ``%`` escaped."""
-    parts = sql.split("'")
+    parts = sql.replace("%", "%%").split("'")
     for i in range(0, len(parts), 2):
-        parts[i] = _PARAM.sub(r"%(\1)s", parts[i].replace("%", "%%"))
+        parts[i] = _PARAM.sub(r"%(\1)s", parts[i])
     return "'".join(parts)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,16 +14,41 @@ from shared.jobs import Trigger
 Q = load_queries("runs")
 
 
+def lease_holder_id() -> str:
+    """``host:pid:nonce``: lets a run on the same host see that a holder's process is gone."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _holder_is_dead(holder: str) -> bool:
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another machine (or Lambda sandbox): only the lease's expiry can tell
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class RunStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
     def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
+        """Take the job's lease if it is free, expired, or held by a dead process on this host."""
         now = utcnow()
+        params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.acquire_lease, {"job": job, "holder": holder, "now": now,
-                                                "expires_at": now + ttl})
-        return row is not None and row["holder"] == holder
+            row = tx.fetchone(Q.acquire_lease, params)
+            if row is not None:
+                return bool(row["holder"] == holder)
+            current = tx.fetchone(Q.lease_holder, {"job": job})
+            if current is None or not _holder_is_dead(current["holder"]):
+                return False
+            return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
 
     def release_lease(self, job: str, holder: str) -> None:
         with self.db.transaction() as tx:

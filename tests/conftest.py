@@ -184,11 +184,11 @@ def services(db_url: str, make_services: Callable[..., Services]) -> Services:
 
 
 def run_cli(args: list[str], env: dict[str, str], *, timeout: float = 120,
-            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run ``sluice`` in a fresh interpreter (so crash points can kill it for real)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "shared.cli", *args], env=full_env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "shared.cli", *args], env=full_env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, input=stdin,
                           check=False)
 

@@ -8,6 +8,13 @@ SET holder = excluded.holder, acquired_at = excluded.acquired_at, expires_at = e
 WHERE job_leases.expires_at < excluded.acquired_at
 RETURNING holder
 
+-- name: lease_holder
+SELECT holder, expires_at FROM job_leases WHERE job = :job
+
+-- name: take_over_lease
+UPDATE job_leases SET holder = :holder, acquired_at = :now, expires_at = :expires_at
+WHERE job = :job AND holder = :previous
+
 -- name: release_lease
 DELETE FROM job_leases WHERE job = :job AND holder = :holder
 
