@@ -34,12 +34,13 @@ DELETE FROM platform_state WHERE key IN (
 )
 
 -- name: delete_expired_batch @postgres
-DELETE FROM platform_state WHERE key IN (
-    SELECT key FROM platform_state
+-- ctid = ANY(ARRAY(...)) is a TID scan: no second index lookup per row.
+DELETE FROM platform_state WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM platform_state
     WHERE expires_at IS NOT NULL AND expires_at < :now
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-)
+))
 
 -- name: delete_stale_hash_batch
 DELETE FROM platform_state_hash WHERE (key, field) IN (
@@ -49,12 +50,12 @@ DELETE FROM platform_state_hash WHERE (key, field) IN (
 )
 
 -- name: delete_stale_hash_batch @postgres
-DELETE FROM platform_state_hash WHERE (key, field) IN (
-    SELECT key, field FROM platform_state_hash
+DELETE FROM platform_state_hash WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM platform_state_hash
     WHERE key LIKE :pattern ESCAPE '\' AND updated_at < :cutoff
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-)
+))
 
 -- name: count_expired
 SELECT count(*) AS n FROM platform_state WHERE expires_at IS NOT NULL AND expires_at < :now
