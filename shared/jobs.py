@@ -105,6 +105,36 @@ JOBS: dict[str, Job] = {
             budget_s=50.0,
             timeout_s=60,
         ),
+        Job(
+            name="erasure-purge",
+            route="/api/admin/erasure/purge",
+            schedule="rate(1 hour)",
+            surface="erasure",
+            target="shared.erasure_purge:run_erasure_purge",
+            failure_keys=("failed",),
+            budget_s=240.0,
+            timeout_s=300,
+        ),
+        Job(
+            name="metering-flush",
+            route="/api/admin/ai/metering/flush",
+            schedule="rate(5 minutes)",
+            surface="metering",
+            target="shared.metering:run_metering_flush",
+            failure_keys=("failed",),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="ledger-redrive",
+            route="/api/admin/ai/ledger/retry/flush",
+            schedule="rate(5 minutes)",
+            surface="ledger",
+            target="shared.ledger_redrive:run_ledger_redrive",
+            failure_keys=("deadLettered", "errors"),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
     )
 }
 
