@@ -2,15 +2,25 @@
 
 Keys are given without the settings' key prefix; the client adds it. Only the
 commands Sluice uses are here, so both transports can be checked by one
-contract suite against the real Redis.
+contract suite against the real Redis. Errors are translated at this boundary:
+an unreachable Redis is a ``TransientStoreError``, a rejected command a
+``PermanentStoreError``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, PermanentStoreError, TransientStoreError
 from shared.settings import Settings
+
+# The AI usage ledger retry lists (public contract; see README "Contracts").
+LEDGER_RETRY_QUEUE = "ai:ledger:retry:queue"
+LEDGER_RETRY_PROCESSING = "ai:ledger:retry:processing"
+LEDGER_RETRY_DLQ = "ai:ledger:retry:dlq"
 
 
 class RedisClient(Protocol):
@@ -35,7 +45,21 @@ class RedisClient(Protocol):
 
     def delete(self, *names: str) -> int: ...
 
-    def eval(self, script: str, keys: list[str], args: list[Any]) -> Any: ...
+    def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a Lua script atomically; ``keys`` are prefixed, ``args`` are sent as strings."""
+        ...
+
+
+@contextmanager
+def _redis_py_errors() -> Iterator[None]:
+    import redis
+
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise TransientStoreError(f"redis: {exc}") from exc
+    except redis.RedisError as exc:
+        raise PermanentStoreError(f"redis: {exc}") from exc
 
 
 class RedisPyClient:
@@ -49,33 +73,132 @@ class RedisPyClient:
         return self.prefix + name
 
     def ping(self) -> bool:
-        return bool(self.client.ping())
+        with _redis_py_errors():
+            return bool(self.client.ping())
 
     def llen(self, name: str) -> int:
-        return int(self.client.llen(self.key(name)))
+        with _redis_py_errors():
+            return int(self.client.llen(self.key(name)))
 
     def lrange(self, name: str, start: int, stop: int) -> list[str]:
-        return list(self.client.lrange(self.key(name), start, stop))
+        with _redis_py_errors():
+            return list(self.client.lrange(self.key(name), start, stop))
 
     def lpush(self, name: str, *values: str) -> int:
-        return int(self.client.lpush(self.key(name), *values))
+        with _redis_py_errors():
+            return int(self.client.lpush(self.key(name), *values))
 
     def rpush(self, name: str, *values: str) -> int:
-        return int(self.client.rpush(self.key(name), *values))
+        with _redis_py_errors():
+            return int(self.client.rpush(self.key(name), *values))
 
     def lrem(self, name: str, count: int, value: str) -> int:
-        return int(self.client.lrem(self.key(name), count, value))
+        with _redis_py_errors():
+            return int(self.client.lrem(self.key(name), count, value))
 
     def lmove(self, source: str, destination: str, src: str = "RIGHT",
               dest: str = "LEFT") -> str | None:
-        value: str | None = self.client.lmove(self.key(source), self.key(destination), src, dest)
-        return value
+        with _redis_py_errors():
+            value: str | None = self.client.lmove(self.key(source), self.key(destination),
+                                                  src, dest)
+            return value
 
     def delete(self, *names: str) -> int:
-        return int(self.client.delete(*(self.key(n) for n in names))) if names else 0
+        if not names:
+            return 0
+        with _redis_py_errors():
+            return int(self.client.delete(*(self.key(n) for n in names)))
 
     def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        return self.client.eval(script, len(keys), *(self.key(k) for k in keys), *args)
+        with _redis_py_errors():
+            return self.client.eval(script, len(keys), *(self.key(k) for k in keys),
+                                    *(str(a) for a in args))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@contextmanager
+def _upstash_errors() -> Iterator[None]:
+    import httpx
+    from upstash_redis.errors import UpstashError
+
+    try:
+        yield
+    except (httpx.TransportError, json.JSONDecodeError) as exc:
+        # No answer, or not Upstash's JSON (a proxy's 502 page): the same call may work later.
+        raise TransientStoreError(f"upstash: {exc}") from exc
+    except UpstashError as exc:
+        raise PermanentStoreError(f"upstash: {exc}") from exc
+
+
+class UpstashClient:
+    """upstash-redis over REST (``UPSTASH_REDIS_REST_URL`` / ``UPSTASH_REDIS_REST_TOKEN``).
+
+    Results travel base64-encoded (``Upstash-Encoding: base64``), so list items that are
+    not valid JSON text survive the trip unchanged.
+    """
+
+    def __init__(self, client: Any, prefix: str = "") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    @classmethod
+    def from_url(cls, url: str, token: str, prefix: str = "", *, retries: int = 1,
+                 retry_interval_s: float = 0.5) -> UpstashClient:
+        from upstash_redis import Redis
+
+        client = Redis(url=url, token=token, rest_encoding="base64", rest_retries=retries,
+                       rest_retry_interval=retry_interval_s, allow_telemetry=False)
+        return cls(client, prefix)
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    def ping(self) -> bool:
+        with _upstash_errors():
+            return self.client.ping() == "PONG"
+
+    def llen(self, name: str) -> int:
+        with _upstash_errors():
+            return int(self.client.llen(self.key(name)))
+
+    def lrange(self, name: str, start: int, stop: int) -> list[str]:
+        with _upstash_errors():
+            return list(self.client.lrange(self.key(name), start, stop))
+
+    def lpush(self, name: str, *values: str) -> int:
+        with _upstash_errors():
+            return int(self.client.lpush(self.key(name), *values))
+
+    def rpush(self, name: str, *values: str) -> int:
+        with _upstash_errors():
+            return int(self.client.rpush(self.key(name), *values))
+
+    def lrem(self, name: str, count: int, value: str) -> int:
+        with _upstash_errors():
+            return int(self.client.lrem(self.key(name), count, value))
+
+    def lmove(self, source: str, destination: str, src: str = "RIGHT",
+              dest: str = "LEFT") -> str | None:
+        with _upstash_errors():
+            value: str | None = self.client.lmove(self.key(source), self.key(destination),
+                                                  src, dest)
+            return value
+
+    def delete(self, *names: str) -> int:
+        if not names:
+            return 0
+        with _upstash_errors():
+            return int(self.client.delete(*(self.key(n) for n in names)))
+
+    def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        with _upstash_errors():
+            return self.client.eval(script, keys=[self.key(k) for k in keys],
+                                    args=[str(a) for a in args])
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def connect(settings: Settings) -> RedisClient:
@@ -85,6 +208,8 @@ def connect(settings: Settings) -> RedisClient:
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True,
                                       socket_connect_timeout=5, socket_timeout=10)
         return RedisPyClient(client, settings.redis_key_prefix)
-    if settings.upstash_redis_rest_url:
-        raise ConfigurationError("UPSTASH_REDIS_REST_URL: the REST client is not wired yet")
+    if settings.upstash_redis_rest_url and settings.upstash_redis_rest_token:
+        return UpstashClient.from_url(settings.upstash_redis_rest_url,
+                                      settings.upstash_redis_rest_token,
+                                      settings.redis_key_prefix)
     raise ConfigurationError("no Redis configured (SLUICE_REDIS_URL or UPSTASH_REDIS_REST_URL)")

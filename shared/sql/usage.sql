@@ -1,0 +1,95 @@
+-- The AI usage ledger and its metering outbox (public contract: see README, "Contracts").
+-- Batches travel as one JSON array parameter (:rows / :ids), so 100 rows cost one statement.
+
+-- name: insert_ledger_rows @postgres
+INSERT INTO ai_usage_ledger
+    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+SELECT r.id, r.tenant_id, r.user_id, r.model, r.input_tokens, r.output_tokens, r.cost_micros,
+       r.occurred_at
+FROM jsonb_to_recordset(:rows) AS r(id text, tenant_id text, user_id text, model text,
+                                     input_tokens integer, output_tokens integer,
+                                     cost_micros bigint, occurred_at timestamptz)
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+
+-- name: insert_ledger_rows @sqlite
+INSERT INTO ai_usage_ledger
+    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.tenant_id'),
+       json_extract(value, '$.user_id'), json_extract(value, '$.model'),
+       json_extract(value, '$.input_tokens'), json_extract(value, '$.output_tokens'),
+       json_extract(value, '$.cost_micros'), json_extract(value, '$.occurred_at')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+
+-- name: insert_outbox_rows @postgres
+INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
+SELECT r.id, r.ledger_id, r.external_customer_id, r.event_name, r.metadata
+FROM jsonb_to_recordset(:rows) AS r(id text, ledger_id text, external_customer_id text,
+                                     event_name text, metadata jsonb)
+ON CONFLICT (id) DO NOTHING
+
+-- name: insert_outbox_rows @sqlite
+INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.ledger_id'),
+       json_extract(value, '$.external_customer_id'), json_extract(value, '$.event_name'),
+       json_extract(value, '$.metadata')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (id) DO NOTHING
+
+-- name: eligible_outbox @postgres
+-- Oldest first; served by ai_usage_metering_outbox_eligible_idx. SKIP LOCKED keeps a
+-- concurrent claimer (there should be none: the job is single-flight) off these rows.
+SELECT o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata, o.attempt_count,
+       o.created_at, l.occurred_at
+FROM ai_usage_metering_outbox o
+LEFT JOIN ai_usage_ledger l ON l.id = o.ledger_id
+WHERE o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts)
+ORDER BY o.created_at, o.id
+LIMIT :limit
+FOR UPDATE OF o SKIP LOCKED
+
+-- name: eligible_outbox @sqlite
+SELECT o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata, o.attempt_count,
+       o.created_at, l.occurred_at
+FROM ai_usage_metering_outbox o
+LEFT JOIN ai_usage_ledger l ON l.id = o.ledger_id
+WHERE o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts)
+ORDER BY o.created_at, o.id
+LIMIT :limit
+
+-- name: count_eligible_outbox
+SELECT count(*) AS n FROM ai_usage_metering_outbox
+WHERE status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts)
+
+-- name: claim_outbox_row
+-- The attempt is counted at the claim, and the row is left 'failed' with an in-flight
+-- note: a process that dies while the row is in flight still uses up one attempt.
+UPDATE ai_usage_metering_outbox
+SET attempt_count = attempt_count + 1, status = 'failed', last_error = :note
+WHERE id = :id
+
+-- name: mark_outbox_processed
+UPDATE ai_usage_metering_outbox
+SET status = 'processed', processed_at = :now, last_error = NULL
+WHERE id = :id
+
+-- name: mark_outbox_failed
+UPDATE ai_usage_metering_outbox
+SET status = 'failed', last_error = :error,
+    attempt_count = CASE WHEN :exhaust THEN :max_attempts ELSE attempt_count END
+WHERE id = :id
+
+-- name: outbox_by_ledger
+SELECT id, ledger_id, external_customer_id, event_name, metadata, status, attempt_count,
+       last_error, created_at, processed_at
+FROM ai_usage_metering_outbox WHERE ledger_id = :ledger_id
+
+-- name: outbox_status_counts
+SELECT status, count(*) AS n FROM ai_usage_metering_outbox GROUP BY status
+
+-- name: ledger_row
+SELECT id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,
+       created_at
+FROM ai_usage_ledger WHERE id = :id
