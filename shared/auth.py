@@ -86,7 +86,7 @@ class AdminVerifier:
             raise Unauthorized("an admin identity is required (Authorization: Bearer or __session)")
         if not self.configured:
             raise Unauthorized("no admin identity provider is configured")
-        options = {"require": ["exp", "sub"]}
+        options: Any = {"require": ["exp", "sub"]}
         try:
             if self._jwks is not None and jwt.get_unverified_header(token).get("alg") != "HS256":
                 key = self._jwks.get_signing_key_from_jwt(token).key

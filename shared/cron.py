@@ -76,7 +76,7 @@ def run_job(
                          progress=progress or (lambda message: None))
         try:
             result = job.resolve()(ctx)
-        except Exception as exc:  # the guard: one place turns any drain crash into a typed 500
+        except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
             runs.finish(run_id, "error", body, started)
@@ -94,7 +94,7 @@ def run_job(
         logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
                     extra={"trigger": trigger, "result": result, "requestId": request_id})
         return RunOutcome(200, result, outcome)
-    except Exception as exc:  # the store itself failed (lease, run record): still typed
+    except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
         reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
         if check_in:
             reporter.checkin(job.name, "error", check_in_id=check_in)

@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -123,7 +123,7 @@ class Tx(Protocol):
 class Database(Protocol):
     dialect: Dialect
 
-    def transaction(self) -> Any: ...  # context manager yielding Tx
+    def transaction(self) -> AbstractContextManager[Tx]: ...
 
     def close(self) -> None: ...
 
@@ -346,7 +346,7 @@ class PostgresDatabase:
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(727274)")
-                conn.execute(script)  # type: ignore[arg-type]
+                conn.execute(script)
         except psycopg.Error as exc:
             raise _translate_postgres(exc) from exc
 

@@ -32,6 +32,7 @@ class Schedule:
             return moment + self.interval
         from croniter import croniter
 
+        assert self.cron is not None
         nxt: datetime = croniter(self.cron, moment).get_next(datetime)
         return nxt
 
@@ -90,7 +91,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
         return loader.construct_mapping(node)  # type: ignore[arg-type]
 
     Loader.add_multi_constructor("!", any_tag)
-    data: dict[str, Any] = yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - SafeLoader subclass
+    data: dict[str, Any] = yaml.load(path.read_text(), Loader=Loader)  # a SafeLoader subclass
     return data
 
 

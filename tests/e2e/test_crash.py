@@ -16,7 +16,7 @@ EXPIRED = DEFAULT_BATCH_SIZE * 2 + 123
 
 def _count(db, where: str) -> int:  # type: ignore[no-untyped-def]
     with db.transaction() as tx:
-        row = tx.fetchone(f"SELECT count(*) AS n FROM platform_state WHERE {where}")  # noqa: S608
+        row = tx.fetchone(f"SELECT count(*) AS n FROM platform_state WHERE {where}")
     return int(row["n"]) if row else -1
 
 

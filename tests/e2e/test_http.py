@@ -35,7 +35,7 @@ def _expired_row(services: Services) -> None:
         [(b"authorization", b"Bearer " + CRON_SECRET[:-1].encode())],
         [(b"authorization", CRON_SECRET.encode())],
         [(b"authorization", b"Basic " + CRON_SECRET.encode())],
-        [(b"authorization", "Bearer ".encode() + "é".encode("latin-1") * 32)],
+        [(b"authorization", b"Bearer " + "é".encode("latin-1") * 32)],
         [(b"authorization", b"Bearer " + CRON_SECRET.encode() + b"\x00")],
     ],
 )

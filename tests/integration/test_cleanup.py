@@ -30,7 +30,7 @@ def _seed(db, now) -> None:  # type: ignore[no-untyped-def]
 
 def _keys(db, table: str) -> set[str]:  # type: ignore[no-untyped-def]
     with db.transaction() as tx:
-        return {r["key"] for r in tx.fetchall(f"SELECT key FROM {table}")}  # noqa: S608 - fixed names
+        return {r["key"] for r in tx.fetchall(f"SELECT key FROM {table}")}
 
 
 def test_cleanup_deletes_exactly_the_expired_and_stale_rows(db) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
 
@@ -49,7 +49,7 @@ class ProviderServer:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> ProviderServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

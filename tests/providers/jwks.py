@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Self
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -41,7 +41,7 @@ class JwksProvider:
         key, kid = (self.rsa, "rsa-1") if alg == "RS256" else (self.ec, "ec-1")
         return jwt.encode(payload, key, algorithm=alg, headers={"kid": kid})
 
-    def __enter__(self) -> JwksProvider:
+    def __enter__(self) -> Self:
         self.server.__enter__()
         return self
 

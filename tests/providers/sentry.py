@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from typing import Any
+from typing import Any, Self
 
 from tests.providers.http import ProviderServer, json_response
 
@@ -41,7 +41,7 @@ class SentryIngest:
     def of_type(self, kind: str) -> list[Any]:
         return [item["payload"] for item in self.items if item["type"] == kind]
 
-    def __enter__(self) -> SentryIngest:
+    def __enter__(self) -> Self:
         self.server.__enter__()
         return self
 
