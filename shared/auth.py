@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import Forbidden, Unauthorized
+from shared.errors import Forbidden, Unauthorized, UpstreamUnavailable
 from shared.jobs import Surface
 from shared.settings import Settings
 
@@ -97,6 +97,8 @@ class AdminVerifier:
                                     audience=self.audience, issuer=self.issuer, leeway=5)
             else:
                 raise Unauthorized("token algorithm not accepted")
+        except jwt.PyJWKClientConnectionError as exc:
+            raise UpstreamUnavailable(f"the admin JWKS endpoint did not answer: {exc}") from exc
         except jwt.PyJWKClientError as exc:
             raise Unauthorized(f"admin token key not found: {exc}") from exc
         except jwt.InvalidTokenError as exc:

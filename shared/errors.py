@@ -58,6 +58,13 @@ class ConstraintViolation(PermanentStoreError):
     status = 409
 
 
+class UpstreamUnavailable(SluiceError):
+    """A service Sluice depends on did not answer; try again later."""
+
+    code = "upstream_unavailable"
+    status = 503
+
+
 class RequestError(SluiceError):
     """The request is invalid."""
 

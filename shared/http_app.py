@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from shared.auth import SESSION_COOKIE, Identity, bearer_token, is_authorized_cron
 from shared.cron import run_job
-from shared.errors import RequestError, SluiceError, Unauthorized
+from shared.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
 from shared.jobs import JOBS, Job, Surface
 from shared.observe import logger
 from shared.runs import RunStore
@@ -106,26 +106,33 @@ def create_app(services: Services) -> FastAPI:
         context = request.scope.get("aws.context")
         request.state.request_id = (getattr(context, "aws_request_id", None)
                                     or request.headers.get("x-request-id") or str(uuid.uuid4()))
-        response = await call_next(request)
+        audited = request.method in AUDITED_METHODS and request.url.path.startswith("/api/admin")
+        try:
+            response = await call_next(request)
+        except Exception:
+            if audited:
+                await _audit(request, "500")
+            raise
         response.headers["x-request-id"] = request.state.request_id
-        if request.method in AUDITED_METHODS and request.url.path.startswith("/api/admin"):
-            # Every admin action is audited, allowed or not.
-            await run_in_threadpool(
-                RunStore(services.db).audit,
-                actor=getattr(request.state, "actor", None) or "anonymous",
-                action=getattr(request.scope.get("route"), "name", None)
-                or f"{request.method} {request.url.path}",
-                target=request.url.path,
-                outcome=str(response.status_code),
-                ip=client_ip(request),
-                detail={"requestId": request.state.request_id,
-                        "query": dict(request.query_params)},
-            )
+        if audited:  # every admin action is audited, allowed or not
+            await _audit(request, str(response.status_code))
         return response
+
+    async def _audit(request: Request, outcome: str) -> None:
+        await run_in_threadpool(
+            RunStore(services.db).audit,
+            actor=getattr(request.state, "actor", None) or "anonymous",
+            action=getattr(request.scope.get("route"), "name", None)
+            or f"{request.method} {request.url.path}",
+            target=request.url.path,
+            outcome=outcome,
+            ip=client_ip(request),
+            detail={"requestId": request.state.request_id, "query": dict(request.query_params)},
+        )
 
     @app.exception_handler(SluiceError)
     async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
-        if not isinstance(exc, RequestError):
+        if not isinstance(exc, RequestError | UpstreamUnavailable):
             services.reporter.error("http", exc, path=request.url.path)
             body = {"error": {"code": "internal_error", "message": exc.message,
                               "cause": exc.code, "requestId": request_id(request)}}

@@ -114,3 +114,15 @@ def test_jwks_rs256_and_es256_from_a_real_endpoint() -> None:
             verifier.authorize(idp.token(["ops"], expires_in=-30), "state")
         with pytest.raises(Unauthorized):  # an HS256 token is refused when only JWKS is configured
             verifier.authorize(admin_token(["ops"]), "state")
+
+
+def test_an_unreachable_jwks_endpoint_is_a_503_not_a_401() -> None:
+    from shared.errors import UpstreamUnavailable
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/.well-known/jwks.json"  # nothing listens there
+    verifier = AdminVerifier(Settings.from_env({"SLUICE_ADMIN_JWKS_URL": url}))
+    with JwksProvider() as idp:
+        token = idp.token(["ops"])
+    with pytest.raises(UpstreamUnavailable):
+        verifier.authorize(token, "state")
