@@ -52,7 +52,7 @@ def _load(db: Database, total: int) -> None:
     with db.transaction() as tx:
         for table in ("ai_usage_metering_outbox", "ai_usage_ledger", "platform_state",
                       "platform_state_hash", "admin_audit", "data_erasure_requests"):
-            tx.execute(f"DELETE FROM {table}")  # noqa: S608 — fixed table names
+            tx.execute(f"DELETE FROM {table}")
         users = [(SUBJECT, sizes)] + [(f"other-{i}", _sizes(OTHERS // 100)) for i in range(100)]
         ledger, outbox, state, hashes, audit = [], [], [], [], []
         for user, size in users:

@@ -8,6 +8,7 @@ itself lives in ``shared.erasure_purge``.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -174,7 +175,7 @@ class ErasureStore:
                            status=request.status.value)
         return request
 
-    def due(self, now: datetime, limit: int = 100) -> list[ErasureRequest]:
+    def due(self, now: datetime, limit: int = 100) -> builtins.list[ErasureRequest]:
         """listDueDataErasureRequests: ``requested`` and past the grace window."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.list_due, {"now": now, "limit": limit})
@@ -185,7 +186,8 @@ class ErasureStore:
             row = tx.fetchone(Q.count_due, {"now": now or utcnow()})
         return int(row["n"]) if row else 0
 
-    def unverified(self, cutoff: datetime, limit: int = 100) -> list[ErasureRequest]:
+    def unverified(self, cutoff: datetime, limit: int = 100,
+                   ) -> builtins.list[ErasureRequest]:
         """Purges committed but never verified (the process died after the commit)."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.list_unverified, {"cutoff": cutoff, "limit": limit})

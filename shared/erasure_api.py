@@ -6,7 +6,7 @@ Every POST here is audited by the app's middleware. The purge job's own route,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
@@ -28,7 +28,7 @@ router = APIRouter(prefix="/api/admin/erasure", tags=["erasure"])
 
 
 @router.post("/requests", name="erasure:create")
-def create_request(request: Request, payload: dict[str, Any] = Body(...),
+def create_request(request: Request, payload: Annotated[dict[str, Any], Body()],
                    identity: Identity = require("erasure")) -> JSONResponse:
     services = services_of(request)
     unknown = set(payload) - {"subjectUserId", "tenantId", "graceDays"}
@@ -44,7 +44,7 @@ def create_request(request: Request, payload: dict[str, Any] = Body(...),
 
 @router.get("/requests", name="erasure:list")
 def list_requests(request: Request, status: str | None = None,
-                  subjectUserId: str | None = None,  # noqa: N803 — the API's spelling
+                  subjectUserId: str | None = None,
                   limit: int = 100, identity: Identity = require("erasure")) -> dict[str, Any]:
     subject = check_subject(subjectUserId) if subjectUserId is not None else None
     rows = ErasureStore(services_of(request).db).list(status=check_status(status),
@@ -65,7 +65,7 @@ def cancel_request(request: Request, request_id: str,
 
 
 @router.post("/requests/{request_id}/confirm", name="erasure:confirm")
-def confirm_request(request: Request, request_id: str, dryRun: str = "",  # noqa: N803
+def confirm_request(request: Request, request_id: str, dryRun: str = "",
                     identity: Identity = require("erasure")) -> dict[str, Any]:
     """Purge now, skipping the rest of the grace window; ``?dryRun=true`` only counts."""
     dry_run = dryRun.lower() in TRUE

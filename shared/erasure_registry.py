@@ -14,7 +14,6 @@ by the same verification.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -154,7 +153,8 @@ def state_key(subject: str, *parts: str) -> str:
 class ExternalStore(Protocol):
     """Personal data outside the SQL store, swept idempotently after the purge commits."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def count(self, redis: RedisClient | None, subject: str) -> dict[str, int]: ...
 

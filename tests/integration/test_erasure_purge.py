@@ -20,7 +20,6 @@ from shared.services import Services
 from tests.conftest import REDIS_URL
 from tests.integration.erasure_data import (
     DECOY_KEYS,
-    SUBJECT_KEYS,
     count,
     redis_entries,
     seed_redis,
