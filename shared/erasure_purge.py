@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from shared.crash import crash_point
 from shared.db import load_queries, utcnow
 from shared.erasure import ErasureRequest, ErasureStatus, ErasureStore, iso
-from shared.erasure_registry import EXTERNAL_STORES, TARGETS, subject_params
+from shared.erasure_registry import EXTERNAL_STORES, present_targets, subject_params
 from shared.errors import Conflict, NotFound, SluiceError
 from shared.jobs import Deadline, JobContext, Result
 
@@ -67,7 +67,7 @@ def count_subject(services: Services, subject: str) -> dict[str, int]:
     params = subject_params(subject, pseudonym="")
     counts: dict[str, int] = {}
     with services.db.transaction() as tx:
-        for target in TARGETS:
+        for target in present_targets(tx):
             row = tx.fetchone(target.count, params)
             counts[target.name] = int(row["n"]) if row else 0
     for store in EXTERNAL_STORES:
@@ -90,7 +90,8 @@ def purge_request(services: Services, request_id: str, *, confirmed_by: str,
             return None
         alias = pseudonym(request_id)
         params = subject_params(request.subject_user_id, alias)
-        tables = {target.name: tx.execute(target.purge, params) for target in TARGETS}
+        tables = {target.name: tx.execute(target.purge, params)
+                  for target in present_targets(tx)}
         crash_point("erasure.in_purge_tx")
         tx.execute(Q.mark_purged, {
             "id": request_id, "now": now,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.db import Database, Query, load_queries
+from shared.db import Database, Query, Tx, load_queries
 
 if TYPE_CHECKING:
     from shared.redis_client import RedisClient
@@ -65,6 +65,10 @@ TARGETS: tuple[Target, ...] = (
            "…:user:<id>"),
     Target("platform_state_hash", "platform_state_hash", ("",), How.DELETE,
            Q.count_state_hash, Q.purge_state_hash, "same key convention as platform_state"),
+    Target("delivery_queue", "delivery_queue", ("subject_user_id", "recipient"), How.DELETE,
+           Q.count_delivery, Q.purge_delivery,
+           "outbound messages for the subject, whatever their status (recipient goes with "
+           "the row)"),
     Target("admin_audit.actor", "admin_audit", ("actor", "ip"), How.PSEUDONYMISE,
            Q.count_audit_actor, Q.purge_audit_actor,
            "the trail is kept; actor becomes erased:<request id> and ip is cleared"),
@@ -86,6 +90,10 @@ EXEMPTIONS: tuple[Exemption, ...] = (
               "counts and ids, never a user reference"),
     Exemption("job_leases", "", "one row per job: the holder is a request id, not a user"),
     Exemption("schema_migrations", "", "migration bookkeeping"),
+    Exemption("queue_completed_keys", "", "idempotency keys of rss.* messages: topics, batch "
+              "ids and feed ids, never a user"),
+    Exemption("queue_dead_letters", "", "in-process dead letters of the rss.* topics, whose "
+              "messages name feeds, not users (the SQS -dlq topics likewise)"),
 )
 
 # Column-name tokens that mark a user reference; "*_by" columns name an actor too.
@@ -112,6 +120,12 @@ def schema_columns(db: Database) -> list[tuple[str, str]]:
     with db.transaction() as tx:
         rows = tx.fetchall(Q.schema_columns)
     return [(row["table"], row["column"]) for row in rows]
+
+
+def present_targets(tx: Tx) -> list[Target]:
+    """The targets whose table exists (a feature's table may not be migrated yet)."""
+    tables = {row["table"] for row in tx.fetchall(Q.schema_tables)}
+    return [t for t in TARGETS if t.table in tables]
 
 
 def unregistered(columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -139,6 +139,14 @@ DELETE FROM platform_state_hash
 WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
    OR instr(key, :s_infix) > 0 OR substr(key, -length(:s_suffix)) = :s_suffix
 
+-- --- Targets: the delivery queue (entries addressed to the subject) -----------
+
+-- name: count_delivery
+SELECT count(*) AS n FROM delivery_queue WHERE subject_user_id = :subject
+
+-- name: purge_delivery
+DELETE FROM delivery_queue WHERE subject_user_id = :subject
+
 -- --- Targets: actor references, pseudonymised -------------------------------
 
 -- name: count_audit_actor
@@ -172,3 +180,10 @@ SELECT m.name AS "table", p.name AS "column"
 FROM sqlite_master m JOIN pragma_table_info(m.name) p
 WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'
 ORDER BY m.name, p.cid
+
+-- name: schema_tables @postgres
+SELECT table_name AS "table" FROM information_schema.tables
+WHERE table_schema = current_schema()
+
+-- name: schema_tables @sqlite
+SELECT name AS "table" FROM sqlite_master WHERE type = 'table'

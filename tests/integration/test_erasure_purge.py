@@ -21,6 +21,7 @@ from tests.conftest import REDIS_URL
 from tests.integration.erasure_data import (
     DECOY_KEYS,
     count,
+    delivery_rows,
     redis_entries,
     seed_redis,
     seed_subject,
@@ -60,7 +61,7 @@ def test_a_due_request_leaves_nothing_of_the_subject_and_spares_everyone_else(
     assert result["id"] == request_id and result["status"] == "purged"
     assert result["tables"] == {
         "ai_usage_metering_outbox": 4, "ai_usage_ledger": 3, "platform_state": 4,
-        "platform_state_hash": 4, "admin_audit.actor": 1,
+        "platform_state_hash": 4, "admin_audit.actor": 1, **delivery_rows(svc.db),
         "data_erasure_requests.requested_by": 0, "data_erasure_requests.confirmed_by": 0,
         "redis:ai:ledger:retry:queue": 2, "redis:ai:ledger:retry:processing": 2,
         "redis:ai:ledger:retry:dlq": 2,
@@ -263,3 +264,15 @@ def test_every_target_counts_and_purges_on_this_backend(svc: Services) -> None:
     counts = count_subject(svc, "nobody")
     assert set(counts) >= {t.name for t in TARGETS}
     assert not any(counts.values())
+
+
+def test_a_target_whose_table_is_not_migrated_yet_is_skipped(svc: Services) -> None:
+    _seed(svc)
+    request_id = _due(svc)
+    with svc.db.transaction() as tx:
+        tx.execute("DROP TABLE ai_usage_metering_outbox")
+    result = purge_due(svc, now=utcnow())
+    assert result["purged"] == 1, result
+    assert "ai_usage_metering_outbox" not in result["results"][0]["tables"]
+    assert result["results"][0]["tables"]["ai_usage_ledger"] == 3
+    assert ErasureStore(svc.db).get(request_id).verified_at is not None
