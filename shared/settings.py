@@ -18,6 +18,7 @@ DEFAULT_DATABASE_URL = "sqlite:///./.sluice/sluice.db"
 MIN_CRON_SECRET_LENGTH = 16
 
 QueueMode = Literal["local", "sqs"]
+SmtpSecurity = Literal["starttls", "ssl", "none"]
 
 
 def _str(env: Mapping[str, str], name: str) -> str | None:
@@ -88,6 +89,21 @@ class Settings:
     queue_prefix: str = "sluice-dev-"
     # erasure
     erasure_grace_days: int = 7
+    # delivery queue (shared/delivery.py, shared/channels.py)
+    delivery_lease_s: int = 120
+    delivery_retention_days: int = 7
+    delivery_send_timeout_s: float = 10.0
+    webhook_signing_secret: str | None = None
+    slack_bot_token: str | None = None
+    slack_api_url: str = "https://slack.com/api"
+    telegram_bot_token: str | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_security: SmtpSecurity = "starttls"
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_from: str | None = None
 
     @property
     def database_backend(self) -> Literal["sqlite", "postgres"]:
@@ -161,4 +177,42 @@ class Settings:
             queue_mode=queue_mode,  # type: ignore[arg-type]
             queue_prefix=_str(env, "SLUICE_QUEUE_PREFIX") or f"sluice-{stage}-",
             erasure_grace_days=_int(env, "SLUICE_ERASURE_GRACE_DAYS", 7, 0, 365),
+            **_delivery(env),
         )
+
+
+def _delivery(env: Mapping[str, str]) -> dict[str, object]:
+    """The delivery queue's settings: an adapter is configured when its credential is set."""
+    secret = _str(env, "SLUICE_WEBHOOK_SIGNING_SECRET")
+    if secret is not None and len(secret) < MIN_CRON_SECRET_LENGTH:
+        raise ConfigurationError(
+            f"SLUICE_WEBHOOK_SIGNING_SECRET must be at least {MIN_CRON_SECRET_LENGTH} characters")
+    security = _str(env, "SLUICE_SMTP_SECURITY") or "starttls"
+    if security not in ("starttls", "ssl", "none"):
+        raise ConfigurationError(
+            f"SLUICE_SMTP_SECURITY must be starttls, ssl or none, got {security!r}")
+    smtp_host = _str(env, "SLUICE_SMTP_HOST")
+    smtp_from = _str(env, "SLUICE_SMTP_FROM")
+    if smtp_host and not smtp_from:
+        raise ConfigurationError("SLUICE_SMTP_FROM must be set when SLUICE_SMTP_HOST is")
+    if bool(_str(env, "SLUICE_SMTP_USERNAME")) != bool(_str(env, "SLUICE_SMTP_PASSWORD")):
+        raise ConfigurationError("SLUICE_SMTP_USERNAME and SLUICE_SMTP_PASSWORD must be set together")
+    return {
+        "delivery_lease_s": _int(env, "SLUICE_DELIVERY_LEASE_SECONDS", 120, 1, 3600),
+        "delivery_retention_days": _int(env, "SLUICE_DELIVERY_RETENTION_DAYS", 7, 1, 365),
+        "delivery_send_timeout_s": _float(env, "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS", 10.0,
+                                          0.1, 60.0),
+        "webhook_signing_secret": secret,
+        "slack_bot_token": _str(env, "SLUICE_SLACK_BOT_TOKEN"),
+        "slack_api_url": (_url(env, "SLUICE_SLACK_API_URL", ("http", "https"))
+                          or "https://slack.com/api").rstrip("/"),
+        "telegram_bot_token": _str(env, "SLUICE_TELEGRAM_BOT_TOKEN"),
+        "telegram_api_url": (_url(env, "SLUICE_TELEGRAM_API_URL", ("http", "https"))
+                             or "https://api.telegram.org").rstrip("/"),
+        "smtp_host": smtp_host,
+        "smtp_port": _int(env, "SLUICE_SMTP_PORT", 587, 1, 65535),
+        "smtp_security": security,
+        "smtp_username": _str(env, "SLUICE_SMTP_USERNAME"),
+        "smtp_password": _str(env, "SLUICE_SMTP_PASSWORD"),
+        "smtp_from": smtp_from,
+    }
