@@ -9,6 +9,7 @@ keeps killing the process still reaches ``MAX_METERING_ATTEMPTS``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -117,10 +118,12 @@ class OutboxStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def claim(self, limit: int) -> list[dict[str, Any]]:
+    def claim(self, limit: int, *, tried: Collection[str] = ()) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` eligible rows, oldest first, leaving out ``tried`` ids."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.eligible_outbox,
-                               {"limit": limit, "max_attempts": MAX_METERING_ATTEMPTS})
+                               {"limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
+                                "tried": tx.json(list(tried))})
             if rows:
                 tx.executemany(Q.claim_outbox_row,
                                [{"id": row["id"], "note": IN_FLIGHT_NOTE} for row in rows])
@@ -139,9 +142,10 @@ class OutboxStore:
                      "max_attempts": MAX_METERING_ATTEMPTS}
                     for row_id, (error, permanent) in failed.items()])
 
-    def eligible_count(self) -> int:
+    def eligible_count(self, *, tried: Collection[str] = ()) -> int:
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.count_eligible_outbox, {"max_attempts": MAX_METERING_ATTEMPTS})
+            row = tx.fetchone(Q.count_eligible_outbox, {"max_attempts": MAX_METERING_ATTEMPTS,
+                                                        "tried": tx.json(list(tried))})
         return int(row["n"]) if row else 0
 
 
@@ -150,13 +154,15 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
     processed = failed = 0
     reason: str | None = None
     transient_in_a_row = 0
+    tried: set[str] = set()
     while processed + failed < limit:
         if deadline.expired():
             reason = "deadline"
             break
-        rows = store.claim(min(events_per_request, limit - processed - failed))
+        rows = store.claim(min(events_per_request, limit - processed - failed), tried=tried)
         if not rows:
             break
+        tried.update(row["id"] for row in rows)
         crash_point("metering.after_claim")
         done, errors, outcome = _send(polar, rows)
         crash_point("metering.after_send")
@@ -177,7 +183,8 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
                 break
         else:
             transient_in_a_row = 0
-    skipped = min(store.eligible_count(), limit - processed - failed) if reason else 0
+    # Rows this run did not reach because it ended early (not those it sent and failed).
+    skipped = min(store.eligible_count(tried=tried), limit - processed - failed) if reason else 0
     return {"processed": processed, "failed": failed, "skipped": skipped, "reason": reason}
 
 

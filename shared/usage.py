@@ -36,6 +36,8 @@ RETRY_LISTS = (RETRY_QUEUE, RETRY_PROCESSING, RETRY_DLQ)
 METERING_EVENT_NAME = "ai_usage"
 OUTBOX_ID_SUFFIX = ":metering"
 MAX_METERING_ATTEMPTS = 5
+INT_MAX = 2**31 - 1  # the ledger's integer columns
+BIGINT_MAX = 2**63 - 1
 
 
 class OutboxStatus(str, Enum):
@@ -76,10 +78,13 @@ class UsageEntry:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise RequestError(f"usage entry {name} must be a string or null")
-        for name in ("input_tokens", "output_tokens", "cost_micros"):
+        for name, most in (("input_tokens", INT_MAX), ("output_tokens", INT_MAX),
+                           ("cost_micros", BIGINT_MAX)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise RequestError(f"usage entry {name} must be a whole number >= 0")
+            if value > most:
+                raise RequestError(f"usage entry {name} is larger than {most}")
         if not isinstance(self.occurred_at, datetime) or self.occurred_at.tzinfo is None:
             raise RequestError("usage entry occurred_at must be a timezone-aware datetime")
 

@@ -39,13 +39,15 @@ FROM json_each(:rows) WHERE true
 ON CONFLICT (id) DO NOTHING
 
 -- name: eligible_outbox @postgres
--- Oldest first; served by ai_usage_metering_outbox_eligible_idx. SKIP LOCKED keeps a
--- concurrent claimer (there should be none: the job is single-flight) off these rows.
+-- Oldest first; served by ai_usage_metering_outbox_eligible_idx. :tried holds the ids this
+-- run already sent (a failed row waits for the next run). SKIP LOCKED keeps a concurrent
+-- claimer (there should be none: the job is single-flight) off these rows.
 SELECT o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata, o.attempt_count,
        o.created_at, l.occurred_at
 FROM ai_usage_metering_outbox o
 LEFT JOIN ai_usage_ledger l ON l.id = o.ledger_id
-WHERE o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts)
+WHERE (o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts))
+  AND o.id NOT IN (SELECT jsonb_array_elements_text(:tried))
 ORDER BY o.created_at, o.id
 LIMIT :limit
 FOR UPDATE OF o SKIP LOCKED
@@ -55,13 +57,20 @@ SELECT o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata, o.at
        o.created_at, l.occurred_at
 FROM ai_usage_metering_outbox o
 LEFT JOIN ai_usage_ledger l ON l.id = o.ledger_id
-WHERE o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts)
+WHERE (o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts))
+  AND o.id NOT IN (SELECT value FROM json_each(:tried))
 ORDER BY o.created_at, o.id
 LIMIT :limit
 
--- name: count_eligible_outbox
+-- name: count_eligible_outbox @postgres
 SELECT count(*) AS n FROM ai_usage_metering_outbox
-WHERE status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts)
+WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))
+  AND id NOT IN (SELECT jsonb_array_elements_text(:tried))
+
+-- name: count_eligible_outbox @sqlite
+SELECT count(*) AS n FROM ai_usage_metering_outbox
+WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))
+  AND id NOT IN (SELECT value FROM json_each(:tried))
 
 -- name: claim_outbox_row
 -- The attempt is counted at the claim, and the row is left 'failed' with an in-flight

@@ -62,6 +62,9 @@ class PolarStandIn:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
+        # Headers and body go out as two writes: without TCP_NODELAY, Nagle and delayed ACKs
+        # add ~40 ms to every keep-alive request and drown the latency being measured.
+        self.http.server.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
 
     @property
     def url(self) -> str:
