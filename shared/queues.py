@@ -335,4 +335,11 @@ def publisher_of(services: Services) -> Publisher:
     publisher = _PUBLISHERS.get(services)
     if publisher is None:
         publisher = _PUBLISHERS[services] = Publisher(services.settings)
+        if publisher.mode == "local":
+            # In process, the consumers register themselves when built (as importing a
+            # consumer function does on Lambda), so a local publish reaches them.
+            from shared.topics import consumers_for
+
+            consumers_for(services, topics=tuple(t for t in TOPICS
+                                                 if REGISTRY.get(t) is None))
     return publisher

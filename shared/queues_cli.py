@@ -63,7 +63,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from shared.queues import publisher_of
-    from shared.topics import consumers_for
 
     text = sys.stdin.read()
     try:
@@ -72,10 +71,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
-    services = _services()
-    if services.settings.queue_mode == "local":
-        consumers_for(services)  # in process: the consumers must be registered to run
-    _print(publisher_of(services).publish(args.topic, fields).to_dict())
+    _print(publisher_of(_services()).publish(args.topic, fields).to_dict())
     return 0
 
 
