@@ -135,6 +135,16 @@ JOBS: dict[str, Job] = {
             budget_s=50.0,
             timeout_s=60,
         ),
+        Job(
+            name="delivery-drain",
+            route="/api/admin/delivery/drain",
+            schedule="rate(1 minute)",
+            surface="delivery",
+            target="shared.delivery_drain:run_delivery_drain",
+            failure_keys=("failed", "skippedMaxRetries"),
+            budget_s=45.0,
+            timeout_s=60,
+        ),
     )
 }
 
