@@ -16,7 +16,7 @@ from typing import Any
 from shared.errors import SluiceError
 
 # Feature command modules, each with register(subparsers).
-COMMAND_MODULES: list[str] = ["shared.erasure_cli", "shared.queues_cli"]
+COMMAND_MODULES: list[str] = ["shared.erasure_cli", "shared.queues_cli", "shared.delivery_cli"]
 
 
 def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> Any:

@@ -24,7 +24,8 @@ from shared.runs import RunStore
 from shared.services import Services
 
 # Feature routers, imported when the app is built.
-ROUTERS: list[str] = ["shared.erasure_api:router", "shared.queues_api:router"]
+ROUTERS: list[str] = ["shared.erasure_api:router", "shared.queues_api:router",
+                     "shared.delivery_api:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
