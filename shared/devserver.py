@@ -12,6 +12,10 @@ from shared.observe import logger
 from shared.schedule import Schedule, job_schedules, parse
 from shared.services import Services
 
+# Jobs fired once when the scheduler starts, before any schedule comes due: the
+# delivery queue sends what a previous process left behind (the seed's drainOnStartup).
+STARTUP_JOBS: tuple[str, ...] = ("delivery-drain",)
+
 
 class Scheduler:
     """Fires each job when its next time comes; runs are single-flight through the job lease."""
@@ -41,6 +45,10 @@ class Scheduler:
         logger.info(f"[dev] {name} -> {outcome.outcome}", extra={"result": outcome.body})
 
     def run(self) -> None:
+        for job in STARTUP_JOBS:
+            logger.info(f"[dev] {job} on start-up")
+            threading.Thread(target=self._fire, args=(job,), daemon=True,
+                             name=f"job-{job}-startup").start()
         for (job, _), due in sorted(self.next_due.items(), key=lambda item: item[1]):
             logger.info(f"[dev] {job} next at {due.isoformat()}")
         while not self.stop.wait(1.0):
