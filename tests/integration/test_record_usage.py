@@ -1,0 +1,105 @@
+"""The producer: one ledger row and its outbox row in one transaction, or the Redis queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from shared.db import Database, PostgresDatabase, open_database
+from shared.errors import PermanentStoreError, TransientStoreError
+from shared.jobs import Deadline
+from shared.ledger_redrive import redrive
+from shared.redis_client import LEDGER_RETRY_QUEUE, RedisClient
+from shared.usage import record_usage
+from tests.conftest import free_port
+from tests.integration.usage_fixtures import (  # noqa: F401 - fixtures
+    T0,
+    entry,
+    redis_client,
+    redis_env,
+    transport,
+    upstash_server,
+)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Database]:
+    database = open_database(db_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def unreachable_pg() -> Iterator[PostgresDatabase]:
+    database = PostgresDatabase(f"postgresql://postgres@127.0.0.1:{free_port()}/none",
+                                timeout=0.5)
+    yield database
+    database.close()
+
+
+def table(db: Database, name: str) -> list[dict[str, object]]:
+    with db.transaction() as tx:
+        return tx.fetchall(f"SELECT * FROM {name} ORDER BY id")  # noqa: S608 - fixed names
+
+
+def test_a_billable_entry_writes_ledger_and_outbox_rows(store: Database) -> None:
+    assert record_usage(entry(1), db=store, redis=None) == "recorded"
+    assert record_usage(entry(1), db=store, redis=None) == "duplicate"
+    [ledger] = table(store, "ai_usage_ledger")
+    [outbox] = table(store, "ai_usage_metering_outbox")
+    assert ledger["id"] == "use-00001" and ledger["occurred_at"] == entry(1).occurred_at
+    assert (outbox["id"], outbox["ledger_id"], outbox["status"], outbox["attempt_count"]) == \
+        ("use-00001:metering", "use-00001", "pending", 0)
+    assert outbox["last_error"] is None and outbox["processed_at"] is None
+
+
+@pytest.mark.parametrize("changes", [
+    {"tenant_id": None, "user_id": None},
+    {"input_tokens": 0, "output_tokens": 0, "cost_micros": 0},
+])
+def test_an_entry_that_is_not_billable_writes_no_outbox_row(store: Database,
+                                                            changes: dict[str, object]) -> None:
+    assert record_usage(entry(2, **changes), db=store, redis=None) == "recorded"
+    assert len(table(store, "ai_usage_ledger")) == 1
+    assert table(store, "ai_usage_metering_outbox") == []
+
+
+def test_the_user_is_billed_when_there_is_no_tenant(store: Database) -> None:
+    record_usage(entry(3, tenant_id=None), db=store, redis=None)
+    [outbox] = table(store, "ai_usage_metering_outbox")
+    assert outbox["external_customer_id"] == "u3"
+
+
+def test_an_unreachable_postgres_parks_the_entry_in_redis(
+        unreachable_pg: PostgresDatabase, redis_client: RedisClient, pg_url: str) -> None:
+    assert record_usage(entry(4), db=unreachable_pg, redis=redis_client, now=T0) == "queued"
+    [raw] = redis_client.lrange(LEDGER_RETRY_QUEUE, 0, -1)
+    item = json.loads(raw)
+    assert item["id"] == "use-00004" and item["attempts"] == 0
+    assert item["enqueuedAt"] == "2026-03-01T12:00:00Z"
+    assert item["lastError"].startswith("store_unavailable: ")
+    assert item["entry"] == {"id": "use-00004", "tenantId": "t1", "userId": "u4",
+                             "model": "gpt-4.1-mini", "inputTokens": 104, "outputTokens": 20,
+                             "costMicros": 1004, "occurredAt": "2026-03-01T12:00:04Z"}
+    # ... and the redrive later writes what the producer would have written.
+    pg = open_database(pg_url)
+    result = redrive(redis_client, pg, now=T0, deadline=Deadline(30))
+    assert result["succeeded"] == 1
+    assert [r["id"] for r in table(pg, "ai_usage_metering_outbox")] == ["use-00004:metering"]
+    pg.close()
+
+
+def test_without_redis_an_unreachable_postgres_raises(unreachable_pg: PostgresDatabase) -> None:
+    with pytest.raises(TransientStoreError):
+        record_usage(entry(5), db=unreachable_pg, redis=None)
+
+
+def test_a_permanent_error_is_not_parked(store: Database, redis_client: RedisClient) -> None:
+    with store.transaction() as tx:
+        tx.execute("DROP TABLE ai_usage_metering_outbox")
+    with pytest.raises(PermanentStoreError):
+        record_usage(entry(6), db=store, redis=redis_client)
+    assert redis_client.llen(LEDGER_RETRY_QUEUE) == 0
+    assert table(store, "ai_usage_ledger") == [], "the ledger row went with its transaction"
