@@ -1,0 +1,67 @@
+"""A local stand-in for Slack's ``chat.postMessage`` (Web API).
+
+As documented: ``POST /api/chat.postMessage`` with ``Authorization: Bearer <bot token>``
+and a JSON body ``{channel, text, …}``. Success is ``200 {"ok": true, "channel", "ts",
+"message"}``; errors are *also* HTTP 200, ``{"ok": false, "error": "<code>"}``
+(``invalid_auth``, ``channel_not_found``, ``is_archived``, ``msg_too_long``, ``no_text``);
+rate limiting is ``429`` with ``Retry-After`` seconds and ``{"ok": false, "error":
+"ratelimited"}``. Tests script extra answers in ``answers``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Self
+
+from tests.providers.http import ProviderServer, json_response
+
+MAX_TEXT = 40_000
+
+
+class SlackStandIn:
+    def __init__(self, token: str = "xoxb-test-token", channels: tuple[str, ...] = ("C0ALERTS",),
+                 archived: tuple[str, ...] = ()) -> None:
+        self.token = token
+        self.channels = set(channels)
+        self.archived = set(archived)
+        self.answers: list[tuple[int, dict[str, Any], dict[str, str]]] = []
+        self.messages: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.http = ProviderServer(self._handle)
+
+    @property
+    def url(self) -> str:
+        return self.http.url + "/api"
+
+    def __enter__(self) -> Self:
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.__exit__(*exc)
+
+    def _handle(self, method: str, path: str, headers: dict[str, str],
+                body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if method != "POST" or path != "/api/chat.postMessage":
+            return json_response(404, {"ok": False, "error": "unknown_method"})
+        if self.answers:
+            status, payload, extra = self.answers.pop(0)
+            return json_response(status, payload, **extra)
+        if headers.get("authorization") != f"Bearer {self.token}":
+            return json_response(200, {"ok": False, "error": "invalid_auth"})
+        data = json.loads(body or b"{}")
+        channel, text = data.get("channel"), data.get("text")
+        if channel in self.archived:
+            return json_response(200, {"ok": False, "error": "is_archived"})
+        if channel not in self.channels:
+            return json_response(200, {"ok": False, "error": "channel_not_found"})
+        if not text and not data.get("blocks"):
+            return json_response(200, {"ok": False, "error": "no_text"})
+        if len(text or "") > MAX_TEXT:
+            return json_response(200, {"ok": False, "error": "msg_too_long"})
+        with self._lock:
+            ts = f"1700000000.{len(self.messages) + 1:06d}"
+            self.messages.append({"channel": channel, "text": text, "ts": ts})
+        return json_response(200, {"ok": True, "channel": channel, "ts": ts,
+                                   "message": {"type": "message", "text": text, "ts": ts}})

@@ -1,0 +1,55 @@
+"""A webhook receiver that checks Sluice's signature and deduplicates on ``Idempotency-Key``.
+
+``received`` keeps every request; ``delivered`` keeps one payload per key (what a
+receiver that dedupes acts on). A bad or stale signature is ``401``. Tests script
+statuses in ``answers`` (e.g. a 503 then a 200).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Self
+
+from shared.channels import IDEMPOTENCY_HEADER, verify_webhook
+from tests.providers.http import ProviderServer, json_response
+
+
+class WebhookReceiver:
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.answers: list[int] = []
+        self.received: list[dict[str, Any]] = []
+        self.delivered: dict[str, dict[str, Any]] = {}
+        self.rejected = 0
+        self._lock = threading.Lock()
+        self.http = ProviderServer(self._handle)
+
+    @property
+    def url(self) -> str:
+        return self.http.url + "/hooks/alerts"
+
+    def __enter__(self) -> Self:
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.__exit__(*exc)
+
+    def _handle(self, method: str, path: str, headers: dict[str, str],
+                body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if method != "POST" or not path.startswith("/hooks/"):
+            return json_response(404, {"error": "not found"})
+        if not verify_webhook(self.secret, headers, body):
+            with self._lock:
+                self.rejected += 1
+            return json_response(401, {"error": "bad signature"})
+        key = headers.get(IDEMPOTENCY_HEADER, "")
+        with self._lock:
+            self.received.append({"key": key, "headers": headers, "body": json.loads(body)})
+            if self.answers:
+                return json_response(self.answers.pop(0), {"error": "scripted"})
+            self.delivered.setdefault(key, json.loads(body))
+            event_id = f"evt_{list(self.delivered).index(key) + 1}"
+        return json_response(200, {"id": event_id, "duplicate": len(
+            [r for r in self.received if r["key"] == key]) > 1})
