@@ -1,1 +1,10 @@
-"""Thin Lambda entry points; everything that decides anything lives in shared/."""
+"""Thin Lambda entry points; everything that decides anything lives in shared/.
+
+Importing any handler first loads the configured secrets (SSM / Secrets Manager) into
+the environment, before a handler module builds its Settings; with none configured
+this costs nothing.
+"""
+
+from shared.secrets import load_secrets
+
+load_secrets()
