@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,14 @@ def dead_letter_summary(message: dict[str, Any], delivery: Delivery, error: Base
             "originalMessage": message}
 
 
+@dataclass
+class _Batch:
+    """One SQS batch: completed keys looked up once, completions written once at the end."""
+
+    done: set[str]  # completed before the batch or during it
+    completed: list[tuple[str, str, str]] = field(default_factory=list)
+
+
 class Consumer:
     def __init__(self, topic: str, handler: Handler, services: Services, *,
                  sqs: Sqs | None = None, registry: Registry | None = REGISTRY,
@@ -104,6 +112,7 @@ class Consumer:
         self._sqs = sqs
         self._processor = BatchProcessor(event_type=EventType.SQS)
         self._context = f"queues:{topic}"
+        self._batch: _Batch | None = None
         if registry is not None:
             registry.register(topic, self)
 
@@ -130,7 +139,7 @@ class Consumer:
             return self._reject(delivery, reason)
 
         key = delivery.idempotency_key or idempotency_key(message)
-        if self.keys.done(key):
+        if self._completed(key, delivery):
             logger.info(f"[{self._context}] already completed; acknowledged",
                         extra={"messageId": delivery.message_id, "idempotencyKey": key})
             return Decision(Outcome.DUPLICATE)
@@ -145,8 +154,21 @@ class Consumer:
                                                   js_iso(self._now())), key)
             reporter.metric("QueueDeadLettered", 1, topic=self.topic)
             return Decision(Outcome.DEAD_LETTERED, reason=str(exc))
-        self.keys.complete(key, self.topic, delivery.message_id)
+        if self._batch is not None:
+            self._batch.done.add(key)
+            self._batch.completed.append((key, self.topic, delivery.message_id))
+        else:
+            self.keys.complete(key, self.topic, delivery.message_id)
         return Decision(Outcome.DONE)
+
+    def _completed(self, key: str, delivery: Delivery) -> bool:
+        batch = self._batch
+        if batch is None:
+            return self.keys.done(key)
+        if key in batch.done:  # completed before this batch, or earlier in it
+            return True
+        # A key carried as an attribute was looked up with the batch; one computed here was not.
+        return delivery.idempotency_key is None and self.keys.done(key)
 
     def _reject(self, delivery: Delivery, reason: str) -> Decision:
         # Acknowledged, never retried, never dead-lettered: retrying a forgery is
@@ -209,10 +231,24 @@ class Consumer:
                                          messageId=record.message_id)
 
     def lambda_handler(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-        """The SQS-triggered Lambda: item failures reported, the rest acknowledged."""
-        result: dict[str, Any] = process_partial_response(
-            event=event, record_handler=self._record, processor=self._processor,
-            context=context)  # type: ignore[assignment]
+        """The SQS-triggered Lambda: item failures reported, the rest acknowledged.
+
+        Completed keys are read in one query before the batch and written in one
+        transaction after it, before the acknowledgement; if that write fails the
+        invocation fails and SQS delivers the batch again (at least once, never lost).
+        """
+        keys = [key for record in event.get("Records") or ()
+                if (key := ((record.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE)
+                            or {}).get("stringValue"))]
+        self._batch = batch = _Batch(self.keys.done_many(keys))
+        try:
+            result: dict[str, Any] = process_partial_response(
+                event=event, record_handler=self._record, processor=self._processor,
+                context=context)  # type: ignore[assignment]
+        finally:
+            self._batch = None
+            if batch.completed:
+                self.keys.complete_many(batch.completed)
         return result
 
     # --- in process (not provisioned) ----------------------------------------

@@ -212,6 +212,23 @@ class CompletedKeys:
             tx.execute(Q.complete_key, {"key": key, "topic": topic, "message_id": message_id,
                                         "now": now, "expires_at": now + self.retention})
 
+    def done_many(self, keys: list[str], *, now: datetime | None = None) -> set[str]:
+        """Which of ``keys`` completed (one query for a whole batch)."""
+        if not keys:
+            return set()
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.keys_completed, {"keys": tx.json(keys), "now": now or utcnow()})
+        return {row["key"] for row in rows}
+
+    def complete_many(self, done: list[tuple[str, str, str]], *,
+                      now: datetime | None = None) -> None:
+        """``(key, topic, message_id)`` triples, in one transaction."""
+        now = now or utcnow()
+        with self.db.transaction() as tx:
+            tx.executemany(Q.complete_key, [
+                {"key": key, "topic": topic, "message_id": message_id, "now": now,
+                 "expires_at": now + self.retention} for key, topic, message_id in done])
+
     def delete_expired(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         with self.db.transaction() as tx:
             return tx.execute(Q.delete_expired_keys, {"now": now or utcnow(), "limit": limit})

@@ -34,3 +34,11 @@ SELECT count(*) AS n FROM queue_dead_letters WHERE topic = :topic
 
 -- name: dead_letter_purge
 DELETE FROM queue_dead_letters WHERE topic = :topic
+
+-- name: keys_completed @sqlite
+SELECT key FROM queue_completed_keys
+WHERE key IN (SELECT value FROM json_each(:keys)) AND expires_at > :now
+
+-- name: keys_completed @postgres
+SELECT key FROM queue_completed_keys
+WHERE key IN (SELECT jsonb_array_elements_text(:keys)) AND expires_at > :now

@@ -217,6 +217,25 @@ def test_a_mixed_batch_reports_exactly_the_failed_items(queue_services: Services
     assert sorted(m["batchId"] for m, _ in handler.calls) == ["bad-1", "bad-2", "good", "good-2"]
 
 
+def test_the_same_message_twice_in_one_batch_runs_once(queue_services: Services,
+                                                       urls: dict[str, str]) -> None:
+    url = urls["rss.ingest"]
+    publish(queue_services, batchId="twice")
+    [sent] = receive(url, visibility=0)
+    sqs_client().send_message(QueueUrl=url, MessageBody=sent["Body"])  # no key attribute
+    sqs_client().send_message(QueueUrl=url, MessageBody=sent["Body"],
+                              MessageAttributes={"idempotencyKey": {
+                                  "DataType": "String",
+                                  "StringValue": sent["MessageAttributes"]["idempotencyKey"][
+                                      "StringValue"]}})
+    messages: list[dict[str, Any]] = []
+    while len(messages) < 3:
+        messages += receive(url)
+    handler = Recorder()
+    polled = deliver(messages, url, consumer(queue_services, handler).lambda_handler)
+    assert len(handler.calls) == 1 and len(polled.deleted_ids) == 3
+
+
 def test_a_message_to_a_reserved_topic_fails_loud_retries_and_dead_letters(
         queue_services: Services, urls: dict[str, str]) -> None:
     url = urls["rss.enrich"]

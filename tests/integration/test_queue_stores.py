@@ -23,6 +23,15 @@ def test_completed_keys_expire_after_the_retention(db: Database) -> None:
     assert keys.delete_expired(now=now) == 1
 
 
+def test_completed_keys_in_bulk(db: Database) -> None:
+    keys = CompletedKeys(db, retention=timedelta(hours=1))
+    now = utcnow()
+    keys.complete_many([("k:1", "rss.ingest", "m1"), ("k'2", "rss.ingest", "m2")], now=now)
+    keys.complete("k:old", "rss.ingest", "m0", now=now - timedelta(hours=2))
+    assert keys.done_many(["k:1", "k'2", "k:3", "k:old"], now=now) == {"k:1", "k'2"}
+    assert keys.done_many([], now=now) == set()
+
+
 def test_local_dead_letters_newest_first(db: Database) -> None:
     letters = LocalDeadLetters(db)
     first = letters.add("rss.ingest", {"failedAt": "1", "originalMessage": {"a": "é"}})
