@@ -28,12 +28,12 @@ from shared.queues import (
     MAX_ATTEMPTS,
     REGISTRY,
     VISIBILITY_TIMEOUT_S,
-    CompletedKeys,
     Delivery,
     LocalDeadLetters,
     Registry,
     Sqs,
     check_topic,
+    completed_keys,
     idempotency_key,
     js_iso,
 )
@@ -103,7 +103,7 @@ class Consumer:
         self.handler = handler
         self.services = services
         self.signer = Signer(services.settings.queue_signing_secrets)
-        self.keys = CompletedKeys(services.db)
+        self.keys = completed_keys(services)
         self.local_dlq = LocalDeadLetters(services.db)
         self.max_attempts = max_attempts
         # In process there is no queue to hold a message back: retries run at once
