@@ -88,7 +88,7 @@ class FlagStore:
             actor: str | None = None) -> None:
         get_flag(key)
         name = _override_key(key, tenant_scope_id) if tenant_scope_id else _global_key(key)
-        self.state.put(name, {"enabled": enabled, "by": actor})
+        self.state.put(name, {"enabled": enabled})  # who: the admin audit trail
 
     def clear_override(self, key: str, tenant_scope_id: str) -> bool:
         get_flag(key)
