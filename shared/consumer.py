@@ -75,7 +75,7 @@ class DeadLetterFailed(SluiceError):
 
 def backoff_s(delivery_count: int) -> int:
     """Seconds before the next delivery after a failure on delivery ``delivery_count``."""
-    return min(VISIBILITY_TIMEOUT_S, 2 ** max(0, delivery_count))
+    return min(VISIBILITY_TIMEOUT_S, int(2 ** max(0, delivery_count)))
 
 
 def dead_letter_summary(message: dict[str, Any], delivery: Delivery, error: BaseException,
@@ -191,7 +191,7 @@ class Consumer:
                 self.sqs.send(self.sqs.dlq_url(self.topic), body, key)
             else:
                 self.local_dlq.add(self.topic, summary)
-        except Exception as exc:  # noqa: BLE001 - any send failure keeps the message unacknowledged
+        except Exception as exc:  # any send failure: not acknowledged
             self.services.reporter.error(self._context, exc, during="dead-letter send",
                                          messageId=summary["originalMessageId"])
             raise DeadLetterFailed(f"{self.topic}-dlq send failed: {exc}") from exc
@@ -213,7 +213,7 @@ class Consumer:
             # Not acknowledged: the send is tried again on the next delivery.
             self._hold_back(record, backoff_s(delivery.delivery_count))
             raise
-        except Exception as exc:  # noqa: BLE001 - a store outage: report, retry on the queue's timeout
+        except Exception as exc:  # a store outage: report, retry on the queue's timeout
             self.services.reporter.error(self._context, exc, during="consume",
                                          messageId=record.message_id)
             raise
@@ -226,7 +226,7 @@ class Consumer:
         try:
             url = self.sqs.url_from_arn(record.event_source_arn)
             self.sqs.change_visibility(url, record.receipt_handle, seconds)
-        except Exception as exc:  # noqa: BLE001 - the queue's own timeout still brings it back
+        except Exception as exc:  # noqa: BLE001 - the queue's timeout still brings it back
             self.services.reporter.error(self._context, exc, during="visibility change",
                                          messageId=record.message_id)
 

@@ -65,7 +65,7 @@ class DeadLetter:
         if not self.failed_at:
             return None
         try:
-            at = datetime.fromisoformat(self.failed_at.replace("Z", "+00:00"))
+            at = datetime.fromisoformat(self.failed_at)
         except ValueError:
             return None
         return round((now - at.astimezone(UTC)).total_seconds(), 3)
@@ -191,7 +191,7 @@ class DeadLetters:
                        for row in self.local.list(name, limit)]
         return sorted(letters, key=lambda d: d.failed_at or "", reverse=True)
 
-    def list(self, name: str, limit: int = 50) -> dict[str, Any]:
+    def list_letters(self, name: str, limit: int = 50) -> dict[str, Any]:
         check_name(name)
         limit = max(1, min(limit, MAX_LIST))
         letters = self._read(name, limit)

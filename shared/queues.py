@@ -133,9 +133,9 @@ class Sqs:
 
     @classmethod
     def connect(cls, settings: Settings) -> Sqs:
-        import boto3
-        from botocore.config import Config
-        from botocore.exceptions import BotoCoreError
+        import boto3  # type: ignore[import-untyped]
+        from botocore.config import Config  # type: ignore[import-untyped]
+        from botocore.exceptions import BotoCoreError  # type: ignore[import-untyped]
 
         try:
             # boto3 reads AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL itself.

@@ -6,7 +6,7 @@ redrive and purge also write their own audit row with what they touched.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 
@@ -17,6 +17,7 @@ from shared.flags import FlagStore
 from shared.http_app import require, services_of
 
 router = APIRouter()
+JsonBody = Annotated[dict[str, Any] | None, Body()]
 
 
 def _ids(body: dict[str, Any]) -> list[str] | None:
@@ -34,7 +35,7 @@ def list_flags(request: Request, identity: Identity = require("flags")) -> dict[
 
 
 @router.put("/api/admin/flags", name="flags:set")
-def set_flag(request: Request, body: dict[str, Any] = Body(...),
+def set_flag(request: Request, body: Annotated[dict[str, Any], Body()],
              identity: Identity = require("flags")) -> dict[str, Any]:
     return {"flag": FlagStore(services_of(request).state).apply(body, actor=identity.subject)}
 
@@ -47,7 +48,7 @@ def dlq_overview(request: Request, identity: Identity = require("queues")) -> di
 @router.get("/api/admin/dlq/{name}", name="dlq:list")
 def dlq_list(request: Request, name: str, limit: int = Query(50, ge=1, le=500),
              identity: Identity = require("queues")) -> dict[str, Any]:
-    return DeadLetters(services_of(request)).list(name, limit)
+    return DeadLetters(services_of(request)).list_letters(name, limit)
 
 
 @router.get("/api/admin/dlq/{name}/{entry_id}", name="dlq:show")
@@ -57,8 +58,9 @@ def dlq_show(request: Request, name: str, entry_id: str,
 
 
 @router.post("/api/admin/dlq/{name}/redrive", name="dlq:redrive")
-def dlq_redrive(request: Request, name: str, body: dict[str, Any] = Body(default_factory=dict),
+def dlq_redrive(request: Request, name: str, body: JsonBody = None,
                 identity: Identity = require("queues")) -> dict[str, Any]:
+    body = body or {}
     limit = body.get("limit", DEFAULT_REDRIVE)
     dry_run = body.get("dryRun", False)
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -70,8 +72,9 @@ def dlq_redrive(request: Request, name: str, body: dict[str, Any] = Body(default
 
 
 @router.post("/api/admin/dlq/{name}/purge", name="dlq:purge")
-def dlq_purge(request: Request, name: str, body: dict[str, Any] = Body(default_factory=dict),
+def dlq_purge(request: Request, name: str, body: JsonBody = None,
               identity: Identity = require("queues")) -> dict[str, Any]:
+    body = body or {}
     ids = _ids(body)
     if ids is None and body.get("all") is not True:
         raise RequestError('give "ids", or "all": true to purge every dead letter')

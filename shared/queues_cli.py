@@ -105,7 +105,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     if args.name is None:
         _print({"queues": dlq.overview()})
         return 0
-    result = dlq.list(args.name, args.limit)
+    result = dlq.list_letters(args.name, args.limit)
     if args.json:
         _print(result)
         return 0

@@ -35,7 +35,7 @@ _PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _SIMPLE_KEYS = re.compile(r"[\x2d-\x7e]*")
 _first = operator.itemgetter(0)
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_escape = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_escape = json.encoder.encode_basestring
 
 
 class SignatureError(RequestError):
@@ -51,7 +51,7 @@ class MissingSecret(ConfigurationError):
 # --- JavaScript's JSON.stringify, in Python -----------------------------------
 
 
-def js_number(value: float | int) -> str:
+def js_number(value: float) -> str:
     """``String(value)`` / ``JSON.stringify(value)`` of a JS number (non-finite -> ``null``)."""
     if isinstance(value, int) and -_MAX_SAFE < value < _MAX_SAFE:
         return str(value)
@@ -89,7 +89,7 @@ def js_number(value: float | int) -> str:
 def _js_str(value: str) -> str:
     """A JSON string literal as JS writes it: well-formed (lone surrogates as ``\\udXXX``)."""
     if _SURROGATE.search(value) is None:
-        return _escape(value)  # type: ignore[no-any-return]
+        return _escape(value)
     # A high+low pair held as two code points is one character to JS.
     value = _PAIR.sub(lambda m: m.group().encode("utf-16", "surrogatepass").decode("utf-16"),
                       value)
@@ -174,7 +174,7 @@ def canonical(message: Mapping[str, Any]) -> bytes:
         pairs.sort(key=lambda kv: _utf16(kv[0] + "," + _js_string(kv[1])))
     else:
         pairs.sort(key=lambda kv: _utf16(kv[0] + ","))
-    if all([type(v) is str for _, v in pairs]) or all([_plain(v) for _, v in pairs]):
+    if all(type(v) is str for _, v in pairs) or all(_plain(v) for _, v in pairs):
         try:
             return _compact(pairs).encode("utf-8")
         except UnicodeEncodeError:

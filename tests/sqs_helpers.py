@@ -110,7 +110,6 @@ def poll(url: str, handler: Any) -> Polled:
 
 def bodies(url: str) -> list[dict[str, Any]]:
     """Every message now visible on ``url`` (they stay, visible again at once)."""
-    client = sqs_client()
     found: dict[str, dict[str, Any]] = {}
     for message in receive(url, visibility=0):
         found[message["MessageId"]] = json.loads(message["Body"])

@@ -88,7 +88,7 @@ def test_a_reserved_topic_function_fails_loud(env: dict[str, str],
     assert module.cluster(event, None) == {"batchItemFailures": []}
     from shared.dlq import DeadLetters
 
-    [item] = DeadLetters(module.SERVICES).list("rss.cluster")["items"]
+    [item] = DeadLetters(module.SERVICES).list_letters("rss.cluster")["items"]
     assert "rss.cluster consumer is not implemented" in item["reason"]
 
 

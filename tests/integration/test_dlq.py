@@ -56,7 +56,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     _poison(services, urls["rss.ingest"], consumer, "poison-2")
 
     dlq = DeadLetters(services, sleep=lambda s: None)
-    listed = dlq.list("rss.ingest")
+    listed = dlq.list_letters("rss.ingest")
     assert listed["depth"] == 2 and len(listed["items"]) == 2
     assert listed["items"][0]["failedAt"] >= listed["items"][1]["failedAt"]  # newest first
     assert all(i["reason"] == "RuntimeError: downstream is down" for i in listed["items"])
@@ -68,7 +68,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     entry_id = shown["id"]
 
     dry = dlq.redrive("rss.ingest", ids=[entry_id], dry_run=True, actor="admin-1")
-    assert dry["count"] == 1 and dlq.list("rss.ingest")["depth"] == 2
+    assert dry["count"] == 1 and dlq.list_letters("rss.ingest")["depth"] == 2
     assert receive(urls["rss.ingest"], visibility=0) == []
 
     # GIVEN the secret was rotated WHEN redriven THEN re-signed with the current one.
@@ -81,7 +81,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     [back] = receive(urls["rss.ingest"], visibility=0)
     body = json.loads(back["Body"])
     assert Signer([NEW_SECRET]).check(body) is None and body["batchId"] == "poison-1"
-    assert dlq.list("rss.ingest")["depth"] == 1
+    assert dlq.list_letters("rss.ingest")["depth"] == 1
 
     # The redriven message runs once, even if it is delivered (or redriven) twice.
     handler.healthy = True
@@ -98,7 +98,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     assert audit[0]["actor"] == "admin-1" and audit[0]["target"] == "dlq:rss.ingest"
 
     assert dlq.purge("rss.ingest", actor="admin-1") == {"queue": "rss.ingest", "purged": 1}
-    assert dlq.list("rss.ingest")["items"] == [] and bodies(urls["rss.ingest-dlq"]) == []
+    assert dlq.list_letters("rss.ingest")["items"] == [] and bodies(urls["rss.ingest-dlq"]) == []
 
 
 @pytest.mark.aws
@@ -116,7 +116,7 @@ def test_redrive_is_capped_and_paced(aws_env: dict[str, str], sqlite_url: str,
         dlq.redrive("rss.ingest", limit=101)
     result = dlq.redrive("rss.ingest", limit=2, actor="admin-1")
     assert result["count"] == 2 and slept == [0.25]
-    assert dlq.list("rss.ingest")["depth"] == 1
+    assert dlq.list_letters("rss.ingest")["depth"] == 1
     assert len(receive(urls["rss.ingest"], visibility=0)) == 2
 
 
@@ -131,11 +131,11 @@ def test_in_process_dlq_and_redrive(sqlite_url: str,
     assert published.mode == "local" and published.dispatched
     assert handler.runs == {"local-1": 5}
     dlq = DeadLetters(services, publisher=publisher, sleep=lambda s: None)
-    [item] = dlq.list("rss.ingest")["items"]
+    [item] = dlq.list_letters("rss.ingest")["items"]
     assert item["reason"] == "RuntimeError: downstream is down"
     handler.healthy = True
     assert dlq.redrive("rss.ingest", actor="admin-1")["count"] == 1
-    assert handler.runs == {"local-1": 6} and dlq.list("rss.ingest")["depth"] == 0
+    assert handler.runs == {"local-1": 6} and dlq.list_letters("rss.ingest")["depth"] == 0
     # a second publish of the same message is skipped: its key completed
     publisher.send_signed(published.message)
     assert handler.runs == {"local-1": 6}
@@ -168,7 +168,7 @@ def test_ledger_dlq_list_show_redrive_purge(sqlite_url: str, redis_prefix: str,
     redis.lpush(LEDGER_RETRY_DLQ, _ledger_item("new", at="2026-11-29T02:00:00Z"))
     redis.lpush(LEDGER_RETRY_DLQ, "garbage{")
     dlq = DeadLetters(services, sleep=lambda s: None)
-    listed = dlq.list("ledger")
+    listed = dlq.list_letters("ledger")
     assert listed["depth"] == 3
     assert [i["id"] for i in listed["items"]][:2] == ["new", "old"]
     garbage_id = listed["items"][2]["id"]
@@ -195,5 +195,5 @@ def test_ledger_dlq_without_redis_says_so(sqlite_url: str,
                                           make_services: Callable[..., Services]) -> None:
     dlq = DeadLetters(make_services(sqlite_url))
     with pytest.raises(RedisNotConfigured):
-        dlq.list("ledger")
+        dlq.list_letters("ledger")
     assert {"queue": "ledger", "depth": None, "error": "redis_not_configured"} in dlq.overview()

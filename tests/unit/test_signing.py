@@ -17,26 +17,26 @@ OLD_SECRET = "older-queue-secret-0123456789abc"
 
 # Message texts as a producer would send them; each is parsed by both sides.
 VECTORS = [
-    '{"topic":"rss.ingest","batchId":"b-1","sourceId":"all-sources","feedUrl":"",'
-    '"publishedAt":"2026-11-29T03:16:00.000Z"}',
+    ('{"topic":"rss.ingest","batchId":"b-1","sourceId":"all-sources","feedUrl":"",'
+     '"publishedAt":"2026-11-29T03:16:00.000Z"}'),
     # non-ASCII, escapes, control characters, a lone surrogate, an astral character
-    '{"topic":"rss.ingest","batchId":"b-\u00e9\u4e2d\ud83d\ude00","sourceId":"caf\u00e9 \\"q\\" \\\\",'
-    '"feedUrl":"https://example.com/\u00fc?a=1&b=<2>","note":"tab\\tnl\\nnul\\u0000del\\u007f'
-    '\\u2028\\u2029\\ud800x\\udfff","publishedAt":"2026-11-29T03:16:00Z"}',
+    ('{"topic":"rss.ingest","batchId":"b-\u00e9\u4e2d\ud83d\ude00","sourceId":"caf\u00e9 \\"q\\" \\\\",'
+     '"feedUrl":"https://example.com/\u00fc?a=1&b=<2>","note":"tab\\tnl\\nnul\\u0000del\\u007f'
+     '\\u2028\\u2029\\ud800x\\udfff","publishedAt":"2026-11-29T03:16:00Z"}'),
     # nested objects keep their order (integer-like keys first, as a JS engine orders them)
-    '{"topic":"rss.ingest","batchId":"b-2","meta":{"z":1,"a":{"y":[1,2,{"k":null}],"b":true},'
-    '"10":"ten","2":"two","-1":"neg","01":"lead"},"sourceId":"s","feedUrl":"f","publishedAt":"p"}',
+    ('{"topic":"rss.ingest","batchId":"b-2","meta":{"z":1,"a":{"y":[1,2,{"k":null}],"b":true},'
+     '"10":"ten","2":"two","-1":"neg","01":"lead"},"sourceId":"s","feedUrl":"f","publishedAt":"p"}'),
     # arrays, integers, fractions, booleans and null
-    '{"topic":"rss.ingest","batchId":"b-3","counts":[0,-0,1,-1,9007199254740993,1e21,1e20,'
-    '123456789012345678901234567890],"fractions":[1.0,1.5,-2.25,0.1,1e-7,0.000001,5e-324,'
-    '1.7976931348623157e308,3.14159265358979,2.5e-8,100.0e-2],"flags":[true,false,null],'
-    '"empty":{},"none":null,"yes":true,"sourceId":"s","feedUrl":"f","publishedAt":"p"}',
+    ('{"topic":"rss.ingest","batchId":"b-3","counts":[0,-0,1,-1,9007199254740993,1e21,1e20,'
+     '123456789012345678901234567890],"fractions":[1.0,1.5,-2.25,0.1,1e-7,0.000001,5e-324,'
+     '1.7976931348623157e308,3.14159265358979,2.5e-8,100.0e-2],"flags":[true,false,null],'
+     '"empty":{},"none":null,"yes":true,"sourceId":"s","feedUrl":"f","publishedAt":"p"}'),
     # keys whose sort order depends on JS's String([k, v]) comparison and on UTF-16 units
-    '{"a":1,"a!":2,"a,b":3,"a,":4,"b":[1,[2,3]],"\ue000":"pua","\ud83d\ude00":"astral",'
-    '"A":0,"_":"u","topic":"rss.ingest","batchId":"b-4"}',
+    ('{"a":1,"a!":2,"a,b":3,"a,":4,"b":[1,[2,3]],"\ue000":"pua","\ud83d\ude00":"astral",'
+     '"A":0,"_":"u","topic":"rss.ingest","batchId":"b-4"}'),
     # a signature already present is excluded from the input
-    '{"topic":"rss.ingest","batchId":"b-5","signature":"00","sourceId":"s","feedUrl":"",'
-    '"publishedAt":"p"}',
+    ('{"topic":"rss.ingest","batchId":"b-5","signature":"00","sourceId":"s","feedUrl":"",'
+     '"publishedAt":"p"}'),
 ]
 
 
