@@ -157,7 +157,7 @@ class UpstashClient:
 
     def ping(self) -> bool:
         with _upstash_errors():
-            return self.client.ping() == "PONG"
+            return bool(self.client.ping() == "PONG")
 
     def llen(self, name: str) -> int:
         with _upstash_errors():

@@ -23,8 +23,14 @@ from shared.db import Database, load_queries, utcnow
 from shared.errors import RequestError, TransientStoreError
 from shared.redis_client import (
     LEDGER_RETRY_DLQ as RETRY_DLQ,
+)
+from shared.redis_client import (
     LEDGER_RETRY_PROCESSING as RETRY_PROCESSING,
+)
+from shared.redis_client import (
     LEDGER_RETRY_QUEUE as RETRY_QUEUE,
+)
+from shared.redis_client import (
     RedisClient,
 )
 
@@ -104,7 +110,7 @@ class UsageEntry:
         if not isinstance(raw_time, str):
             raise RequestError("entry.occurredAt is not a string")
         try:
-            occurred = datetime.fromisoformat(raw_time.replace("Z", "+00:00"))
+            occurred = datetime.fromisoformat(raw_time)
         except ValueError:
             raise RequestError(f"entry.occurredAt is not an ISO timestamp: {raw_time!r}") from None
         if occurred.tzinfo is None:

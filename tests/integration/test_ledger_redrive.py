@@ -29,15 +29,7 @@ from shared.redis_client import (
 from shared.services import Services
 from shared.usage import insert_entries
 from tests.conftest import free_port
-from tests.integration.usage_fixtures import (  # noqa: F401 - fixtures
-    T0,
-    entry,
-    envelope,
-    redis_client,
-    redis_env,
-    transport,
-    upstash_server,
-)
+from tests.integration.usage_data import T0, entry, envelope
 from tests.providers.upstash import UpstashRestServer
 
 pytestmark = [pytest.mark.redis]
@@ -127,10 +119,11 @@ def test_an_entry_already_in_the_ledger_is_not_counted_twice(redis_client: Redis
     ('{"attempts": 0, "entry": {}}', "malformed: no string id"),
     ('{"id": "x1", "entry": "nope"}', "malformed: no entry object"),
     ('{"id": "x2", "entry": {"id": "x2", "model": "m"}}', "malformed: entry.occurredAt is not a string"),
-    ('{"id": "x3", "entry": {"id": "x3", "model": "m", "occurredAt": "2026-01-01T00:00:00Z",'
-     ' "inputTokens": -4}}', "malformed: usage entry input_tokens must be a whole number >= 0"),
-    ('{"id": "x5", "entry": {"id": "x5", "model": "m", "occurredAt": "2026-01-01T00:00:00Z",'
-     ' "outputTokens": 4294967296}}', "malformed: usage entry output_tokens is larger than 2147483647"),
+    (('{"id": "x3", "entry": {"id": "x3", "model": "m", "occurredAt": "2026-01-01T00:00:00Z",'
+      ' "inputTokens": -4}}'), "malformed: usage entry input_tokens must be a whole number >= 0"),
+    (('{"id": "x5", "entry": {"id": "x5", "model": "m", "occurredAt": "2026-01-01T00:00:00Z",'
+      ' "outputTokens": 4294967296}}'),
+     "malformed: usage entry output_tokens is larger than 2147483647"),
     ('{"id": "x4", "entry": {"id": "other", "model": "m", "occurredAt": "2026-01-01T00:00:00Z"}}',
      "malformed: entry.id does not match id"),
 ])

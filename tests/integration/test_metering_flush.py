@@ -15,7 +15,7 @@ from shared.metering import IN_FLIGHT_NOTE, OutboxStore, PolarClient, flush
 from shared.services import Services
 from shared.usage import MAX_METERING_ATTEMPTS, insert_entries
 from tests.conftest import free_port
-from tests.integration.usage_fixtures import T0, entry, polar  # noqa: F401 - fixtures
+from tests.integration.usage_data import T0, entry
 from tests.providers.polar import PolarStandIn
 
 

@@ -14,14 +14,7 @@ from shared.ledger_redrive import redrive
 from shared.redis_client import LEDGER_RETRY_QUEUE, RedisClient
 from shared.usage import record_usage
 from tests.conftest import free_port
-from tests.integration.usage_fixtures import (  # noqa: F401 - fixtures
-    T0,
-    entry,
-    redis_client,
-    redis_env,
-    transport,
-    upstash_server,
-)
+from tests.integration.usage_data import T0, entry
 
 
 @pytest.fixture
@@ -41,7 +34,7 @@ def unreachable_pg() -> Iterator[PostgresDatabase]:
 
 def table(db: Database, name: str) -> list[dict[str, object]]:
     with db.transaction() as tx:
-        return tx.fetchall(f"SELECT * FROM {name} ORDER BY id")  # noqa: S608 - fixed names
+        return tx.fetchall(f"SELECT * FROM {name} ORDER BY id")
 
 
 def test_a_billable_entry_writes_ledger_and_outbox_rows(store: Database) -> None:

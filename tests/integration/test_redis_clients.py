@@ -12,12 +12,6 @@ from shared.errors import ConfigurationError, PermanentStoreError, TransientStor
 from shared.redis_client import RedisClient, RedisPyClient, UpstashClient, connect
 from shared.settings import Settings
 from tests.conftest import free_port
-from tests.integration.usage_fixtures import (  # noqa: F401 - fixtures
-    redis_client,
-    redis_env,
-    transport,
-    upstash_server,
-)
 from tests.providers.upstash import UpstashRestServer
 
 pytestmark = [pytest.mark.redis]

@@ -20,15 +20,7 @@ from shared.services import Services
 from shared.settings import Settings
 from shared.usage import insert_entries
 from tests.conftest import BASE_ENV
-from tests.integration.usage_fixtures import (  # noqa: F401 - fixtures
-    entry,
-    envelope,
-    polar,
-    redis_client,
-    redis_env,
-    transport,
-    upstash_server,
-)
+from tests.integration.usage_data import entry, envelope
 from tests.providers.polar import PolarStandIn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]

@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Self
 
 from tests.providers.http import ProviderServer, json_response
 
@@ -70,7 +70,7 @@ class PolarStandIn:
     def url(self) -> str:
         return self.http.url
 
-    def __enter__(self) -> PolarStandIn:
+    def __enter__(self) -> Self:
         self.http.__enter__()
         return self
 

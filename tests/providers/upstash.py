@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
@@ -61,7 +61,7 @@ class UpstashRestServer:
     def url(self) -> str:
         return self.http.url
 
-    def __enter__(self) -> UpstashRestServer:
+    def __enter__(self) -> Self:
         self.http.__enter__()
         return self
 
