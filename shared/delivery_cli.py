@@ -51,8 +51,11 @@ def _print(args: argparse.Namespace, body: Any) -> None:
         return
     for row in body if isinstance(body, list) else [body]:
         if "recipient" in row:
+            when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
+                    "in_flight": ("lease_until", row["leaseUntil"])}.get(
+                row["status"], ("next", row["nextAttemptAt"]))
             print(f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
-                  f"attempts={row['attempts']}  next={row['nextAttemptAt']}")
+                  f"attempts={row['attempts']}  {when[0]}={when[1]}")
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
