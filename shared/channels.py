@@ -205,11 +205,12 @@ class TelegramAdapter:
             return str(data["result"].get("message_id"))
         status = int(data.get("error_code") or response.status_code)
         description = str(data.get("description") or f"HTTP {response.status_code}")
-        parameters = data.get("parameters") if isinstance(data.get("parameters"), dict) else {}
+        parameters = data.get("parameters")
+        wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
         if status == 401:  # a wrong token is configuration, not this message's fault
             raise TransientDeliveryError(f"telegram {status}: {description}")
         raise refused(f"telegram {status}: {description}", status=status,
-                      retry_after_s=_retry_after(parameters.get("retry_after")))
+                      retry_after_s=_retry_after(wait))
 
 
 # --- Email (SMTP) --------------------------------------------------------------------

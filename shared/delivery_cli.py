@@ -128,7 +128,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload["subject"] = args.subject_line
     services = _services()
     if not args.send:
-        entry, created = _store(services).enqueue(args.channel, args.recipient, payload,
+        entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
                                                   idempotency_key=args.key,
                                                   subject_user_id=args.user)
         _print(args, entry.to_json())

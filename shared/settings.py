@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigurationError
@@ -181,7 +181,7 @@ class Settings:
         )
 
 
-def _delivery(env: Mapping[str, str]) -> dict[str, object]:
+def _delivery(env: Mapping[str, str]) -> dict[str, Any]:
     """The delivery queue's settings: an adapter is configured when its credential is set."""
     secret = _str(env, "SLUICE_WEBHOOK_SIGNING_SECRET")
     if secret is not None and len(secret) < MIN_CRON_SECRET_LENGTH:

@@ -77,8 +77,8 @@ def test_the_drain_delivers_to_every_channel(svc: Services, providers: Providers
     store = DeliveryStore(svc.db)
     hook, _ = store.enqueue("webhook", providers.webhook.url, {"alert": "cpu", "text": "hot"},
                             idempotency_key="alert:cpu:1")
-    slack, _ = store.enqueue("slack", "C0ALERTS", {"text": "slack hello"})
-    tg, _ = store.enqueue("telegram", "1001", {"text": "telegram hello", "silent": True})
+    store.enqueue("slack", "C0ALERTS", {"text": "slack hello"})
+    store.enqueue("telegram", "1001", {"text": "telegram hello", "silent": True})
     mail, _ = store.enqueue("email", "ops@example.com",
                             {"subject": "Alert", "text": "plain", "html": "<b>html</b>"})
 

@@ -72,7 +72,7 @@ def _raise_from(outer: BaseException, inner: BaseException) -> BaseException:
             raise inner
         except BaseException as exc:
             raise outer from exc
-    except BaseException as caught:
+    except BaseException as caught:  # noqa: BLE001 - returning what was raised is the point
         return caught
 
 
@@ -86,7 +86,7 @@ def test_implicit_context_is_walked_unless_suppressed() -> None:
         try:
             raise KeyError("bot was blocked")
         except KeyError:
-            raise RuntimeError("while handling")  # noqa: B904 - the implicit context is the point
+            raise RuntimeError("while handling")  # the implicit context is the point
     except RuntimeError as exc:
         assert classify(exc) == "permanent"
         exc.__suppress_context__ = True
