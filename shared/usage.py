@@ -247,3 +247,24 @@ def record_usage(entry: UsageEntry, *, db: Database, redis: RedisClient | None,
         redis.lpush(RETRY_QUEUE, envelope.to_json())
         return "queued"
     return "recorded" if entry.id in inserted else "duplicate"
+
+
+# --- Figures for the operations surface ---------------------------------------
+
+
+def usage_figures(db: Database, redis: RedisClient | None) -> dict[str, Any]:
+    """Real depths of the metering outbox and of the ledger retry lists (None: no Redis)."""
+    with db.transaction() as tx:
+        row = tx.fetchone(Q.outbox_figures, {"max_attempts": MAX_METERING_ATTEMPTS}) or {}
+    oldest = row.get("oldest_eligible_at")
+    if isinstance(oldest, str):  # SQLite hands back min() of timestamptz as text
+        oldest = datetime.fromisoformat(oldest)
+    outbox = {"pending": int(row.get("pending") or 0),
+              "processed": int(row.get("processed") or 0),
+              "retrying": int(row.get("retrying") or 0),
+              "exhausted": int(row.get("exhausted") or 0),
+              "oldestEligibleAt": iso(oldest) if oldest else None}
+    lists = None if redis is None else {
+        "queue": redis.llen(RETRY_QUEUE), "processing": redis.llen(RETRY_PROCESSING),
+        "dlq": redis.llen(RETRY_DLQ)}
+    return {"meteringOutbox": outbox, "ledgerRetry": lists}

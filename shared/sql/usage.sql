@@ -95,8 +95,18 @@ SELECT id, ledger_id, external_customer_id, event_name, metadata, status, attemp
        last_error, created_at, processed_at
 FROM ai_usage_metering_outbox WHERE ledger_id = :ledger_id
 
--- name: outbox_status_counts
-SELECT status, count(*) AS n FROM ai_usage_metering_outbox GROUP BY status
+-- name: outbox_figures
+-- For the operations page: what waits, what failed for good, and the oldest waiting row.
+SELECT
+    coalesce(sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END), 0) AS pending,
+    coalesce(sum(CASE WHEN status = 'processed' THEN 1 ELSE 0 END), 0) AS processed,
+    coalesce(sum(CASE WHEN status = 'failed' AND attempt_count < :max_attempts
+                      THEN 1 ELSE 0 END), 0) AS retrying,
+    coalesce(sum(CASE WHEN status = 'failed' AND attempt_count >= :max_attempts
+                      THEN 1 ELSE 0 END), 0) AS exhausted,
+    min(CASE WHEN status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts)
+             THEN created_at END) AS oldest_eligible_at
+FROM ai_usage_metering_outbox
 
 -- name: ledger_row
 SELECT id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,

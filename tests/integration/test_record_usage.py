@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 
-from shared.db import Database, PostgresDatabase, open_database
+from shared.db import Database, PostgresDatabase, open_database, utcnow
 from shared.errors import PermanentStoreError, TransientStoreError
 from shared.jobs import Deadline
 from shared.ledger_redrive import redrive
 from shared.redis_client import LEDGER_RETRY_QUEUE, RedisClient
-from shared.usage import record_usage
+from shared.usage import record_usage, usage_figures
 from tests.conftest import free_port
 from tests.integration.usage_data import T0, entry
 
@@ -96,3 +97,29 @@ def test_a_permanent_error_is_not_parked(store: Database, redis_client: RedisCli
         record_usage(entry(6), db=store, redis=redis_client)
     assert redis_client.llen(LEDGER_RETRY_QUEUE) == 0
     assert table(store, "ai_usage_ledger") == [], "the ledger row went with its transaction"
+
+
+def test_figures_for_the_operations_page(store: Database, redis_client: RedisClient) -> None:
+    assert usage_figures(store, None) == {
+        "meteringOutbox": {"pending": 0, "processed": 0, "retrying": 0, "exhausted": 0,
+                           "oldestEligibleAt": None},
+        "ledgerRetry": None}
+    started = utcnow()
+    for i in range(4):
+        record_usage(entry(i), db=store, redis=None)
+    with store.transaction() as tx:
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'processed' "
+                   "WHERE ledger_id = 'use-00000'")
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 2 "
+                   "WHERE ledger_id = 'use-00001'")
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 5 "
+                   "WHERE ledger_id = 'use-00002'")
+    redis_client.lpush(LEDGER_RETRY_QUEUE, "a", "b")
+    figures = usage_figures(store, redis_client)
+    assert figures["ledgerRetry"] == {"queue": 2, "processing": 0, "dlq": 0}
+    outbox = figures["meteringOutbox"]
+    assert (outbox["pending"], outbox["processed"], outbox["retrying"], outbox["exhausted"]) \
+        == (1, 1, 1, 1)
+    oldest = datetime.fromisoformat(outbox["oldestEligibleAt"])
+    assert outbox["oldestEligibleAt"].endswith("Z")
+    assert started - timedelta(seconds=1) <= oldest <= utcnow()
