@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from bench.common import Row, row
-from shared.db import PostgresDatabase, SqliteDatabase, utcnow
+from shared.db import Params, PostgresDatabase, SqliteDatabase, utcnow
 from shared.erasure import ErasureStore
 from shared.erasure_purge import purge_request
 from shared.migrate import migrate
@@ -54,7 +54,11 @@ def _load(db: Database, total: int) -> None:
                       "platform_state_hash", "admin_audit", "data_erasure_requests"):
             tx.execute(f"DELETE FROM {table}")
         users = [(SUBJECT, sizes)] + [(f"other-{i}", _sizes(OTHERS // 100)) for i in range(100)]
-        ledger, outbox, state, hashes, audit = [], [], [], [], []
+        ledger: list[Params] = []
+        outbox: list[Params] = []
+        state: list[Params] = []
+        hashes: list[Params] = []
+        audit: list[Params] = []
         for user, size in users:
             ledger += [{"id": f"{user}-l{i}", "u": user, "now": now} for i in range(size["ledger"])]
             outbox += [{"id": f"{user}-o{i}", "l": f"{user}-l{i}"} for i in range(size["outbox"])]
