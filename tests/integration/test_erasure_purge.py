@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+import shared.erasure as erasure_module
 from shared.cron import run_job
 from shared.db import utcnow
 from shared.erasure import ErasureStatus, ErasureStore
 from shared.erasure_purge import SYSTEM_ACTOR, confirm, count_subject, purge_due
 from shared.erasure_registry import TARGETS, RedisJsonLists
 from shared.errors import Conflict, TransientStoreError
-from shared.jobs import get_job
+from shared.jobs import Deadline, get_job
 from shared.services import Services
 from tests.conftest import REDIS_URL
 from tests.integration.erasure_data import (
@@ -276,3 +277,35 @@ def test_a_target_whose_table_is_not_migrated_yet_is_skipped(svc: Services) -> N
     assert "ai_usage_metering_outbox" not in result["results"][0]["tables"]
     assert result["results"][0]["tables"]["ai_usage_ledger"] == 3
     assert ErasureStore(svc.db).get(request_id).verified_at is not None
+
+
+def test_a_run_out_of_time_defers_what_it_did_not_reach(svc: Services) -> None:
+    _seed(svc)
+    request_id = _due(svc)
+    result = purge_due(svc, now=utcnow(), deadline=Deadline(0))
+    assert (result["due"], result["purged"], result["deferred"]) == (1, 0, 1)
+    assert ErasureStore(svc.db).get(request_id).status is ErasureStatus.REQUESTED
+    assert purge_due(svc, now=utcnow())["purged"] == 1
+
+
+class _BlindFirstLook:
+    """The erasure queries, except that the first look for an open request sees none:
+    another create commits between our check and our insert."""
+
+    def __init__(self) -> None:
+        self.looked = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "open_request_for_subject" and not self.looked:
+            self.looked = True
+            return "SELECT * FROM data_erasure_requests WHERE 1 = 0"
+        return getattr(erasure_module.load_queries("erasure"), name)
+
+
+def test_a_concurrent_create_for_the_same_subject_returns_the_winner(
+        svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    winner, _ = ErasureStore(svc.db).create("u1", requested_by="a", grace_days=1)
+    monkeypatch.setattr(erasure_module, "Q", _BlindFirstLook())
+    loser, created = ErasureStore(svc.db).create("u1", requested_by="b", grace_days=0)
+    assert not created and loser == winner
+    assert len(ErasureStore(svc.db).list(subject="u1")) == 1
