@@ -54,7 +54,7 @@ def load_secrets(env: MutableMapping[str, str] | None = None, *, ssm: Any = None
     if not configured(env):
         return []
     from aws_lambda_powertools.utilities import parameters
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
     ssm_provider = parameters.SSMProvider(boto3_client=ssm) if ssm else parameters.SSMProvider()
     found: dict[str, str] = {}

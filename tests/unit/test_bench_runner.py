@@ -1,0 +1,46 @@
+"""The shared benchmark runner: ratios, the table, and carrying on past a broken module."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from bench.__main__ import main
+from bench.common import median_time, row
+
+
+def test_row_ratio_is_how_many_times_better_sluice_is() -> None:
+    assert row("t", sluice=2.0, baseline=6.0, unit="s", higher_is_better=False)["ratio"] == 3.0
+    assert row("r", sluice=50.0, baseline=10.0, unit="ops/s", higher_is_better=True)["ratio"] == 5.0
+    assert row("n", 1.0, 1.0, "s", False, note="why")["note"] == "why"
+
+
+def test_median_time_runs_setup_untimed() -> None:
+    calls: list[str] = []
+    median_time(lambda: calls.append("run"), repeat=3, warmup=1, setup=lambda: calls.append("setup"))
+    assert calls == ["setup", "run"] * 4
+
+
+def test_runner_prints_rows_and_fails_at_the_end_on_a_broken_module(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    ok = types.ModuleType("bench.fake_ok")
+    ok.run = lambda: [row("fake thing", 1.0, 4.0, "ms", False)]  # type: ignore[attr-defined]
+    broken = types.ModuleType("bench.fake_broken")
+
+    def explode() -> list[dict[str, object]]:
+        raise RuntimeError("boom")
+
+    broken.run = explode  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.fake_ok", ok)
+    monkeypatch.setitem(sys.modules, "bench.fake_broken", broken)
+
+    code = main(["fake_broken", "no_such_bench", "fake_ok"])
+
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "fake thing" in out and "4.00x" in out
+    assert "fake_broken: FAILED" in err and "boom" in err
+    assert "no_such_bench: FAILED" in err
+    assert main(["fake_ok"]) == 0
