@@ -186,6 +186,16 @@ class ErasureStore:
             row = tx.fetchone(Q.count_due, {"now": now or utcnow()})
         return int(row["n"]) if row else 0
 
+    def summary(self, now: datetime | None = None) -> dict[str, Any]:
+        """For the operations surface: due requests and counts by status."""
+        now = now or utcnow()
+        with self.db.transaction() as tx:
+            due = tx.fetchone(Q.count_due, {"now": now})
+            rows = tx.fetchall(Q.count_by_status)
+        by_status = {status.value: 0 for status in ErasureStatus}
+        by_status.update({row["status"]: int(row["n"]) for row in rows})
+        return {"due": int(due["n"]) if due else 0, "byStatus": by_status}
+
     def unverified(self, cutoff: datetime, limit: int = 100,
                    ) -> builtins.list[ErasureRequest]:
         """Purges committed but never verified (the process died after the commit)."""

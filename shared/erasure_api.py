@@ -52,6 +52,12 @@ def list_requests(request: Request, status: str | None = None,
     return {"requests": [row.to_json() for row in rows]}
 
 
+@router.get("/summary", name="erasure:summary")
+def summary(request: Request, identity: Identity = require("erasure")) -> dict[str, Any]:
+    """Due requests and counts by status (for the operations surface)."""
+    return ErasureStore(services_of(request).db).summary()
+
+
 @router.get("/requests/{request_id}", name="erasure:show")
 def show_request(request: Request, request_id: str,
                  identity: Identity = require("erasure")) -> dict[str, Any]:

@@ -39,6 +39,9 @@ LIMIT :limit
 -- name: count_due
 SELECT count(*) AS n FROM data_erasure_requests WHERE status = 'requested' AND grace_until <= :now
 
+-- name: count_by_status
+SELECT status, count(*) AS n FROM data_erasure_requests GROUP BY status
+
 -- name: list_unverified
 SELECT * FROM data_erasure_requests
 WHERE status = 'purged' AND verified_at IS NULL AND purged_at <= :cutoff

@@ -67,6 +67,9 @@ def test_the_lifecycle_over_http(client: TestClient, svc: Services) -> None:
     assert done["verifiedAt"] is not None
     assert not any(count_subject(svc, "u1").values())
 
+    summary = client.get(f"{BASE}/summary", headers=PRIVACY).json()
+    assert summary == {"due": 0, "byStatus": {"requested": 0, "cancelled": 0, "purged": 1,
+                                              "failed": 0}}
     verify = client.get(f"{BASE}/subjects/u1", headers=PRIVACY)
     assert verify.json()["clean"] is True
 
@@ -82,6 +85,7 @@ def test_grace_days_zero_is_due_at_once_and_the_job_dry_run_changes_nothing(
                           headers=PRIVACY).json()
     assert created["graceUntil"] == created["requestedAt"]
 
+    assert client.get(f"{BASE}/summary", headers=PRIVACY).json()["due"] == 1
     dry = client.post(f"{BASE}/purge?dryRun=true", headers=PRIVACY)
     assert dry.status_code == 200
     assert dry.json()["dryRun"] is True and dry.json()["due"] == 1
