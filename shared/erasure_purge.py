@@ -99,11 +99,11 @@ def purge_request(services: Services, request_id: str, *, confirmed_by: str,
             "result": tx.json({"tables": tables}),
         })
     crash_point("erasure.after_commit")
-    return settle(services, request_id, request.subject_user_id, tables, now=now)
+    return settle(services, request_id, request.subject_user_id, tables)
 
 
-def settle(services: Services, request_id: str, subject: str, tables: dict[str, int], *,
-           now: datetime) -> PurgeOutcome:
+def settle(services: Services, request_id: str, subject: str, tables: dict[str, int],
+           ) -> PurgeOutcome:
     """After the commit: sweep the external stores, verify, and mark verified or failed."""
     tables = dict(tables)
     error: str | None = None
@@ -119,13 +119,14 @@ def settle(services: Services, request_id: str, subject: str, tables: dict[str, 
         # settles the request as failed, which pages; it never leaves it looking done.
         error = f"sweep or verification failed after the purge: {exc.code}: {exc.message}"
     result: dict[str, Any] = {"tables": tables, "remaining": remaining}
+    settled = utcnow()
     with services.db.transaction() as tx:
         if error is None:
-            result["verifiedAt"] = iso(now)
-            tx.execute(Q.mark_verified, {"id": request_id, "now": utcnow(),
+            result["verifiedAt"] = iso(settled)
+            tx.execute(Q.mark_verified, {"id": request_id, "now": settled,
                                          "result": tx.json(result)})
         else:
-            tx.execute(Q.mark_failed, {"id": request_id, "now": utcnow(),
+            tx.execute(Q.mark_failed, {"id": request_id, "now": settled,
                                        "result": tx.json(result), "last_error": error})
     return PurgeOutcome(request_id, "failed" if error else "purged", tables, remaining, error)
 
@@ -177,7 +178,7 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
     resumed = 0
     for request in store.unverified(now - UNVERIFIED_AFTER):
         tables = (request.result or {}).get("tables", {})
-        results.append(settle(services, request.id, request.subject_user_id, tables, now=now))
+        results.append(settle(services, request.id, request.subject_user_id, tables))
         resumed += 1
     skipped = deferred = 0
     for index, request in enumerate(due):
