@@ -106,6 +106,25 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_queues(args: argparse.Namespace) -> int:
+    from shared.ops import queue_figures
+
+    data = queue_figures(_services(args, migrate_embedded=True))
+    if args.json:
+        print(json.dumps(data, default=str))
+        return 0
+    for section, figures in data.items():
+        if section in ("generatedAt", "jobs"):
+            continue
+        if isinstance(figures, list):
+            for item in figures:
+                print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
+                      f"dlq={json.dumps(item['dlq'])}")
+        else:
+            print(f"{section:<15} {json.dumps(figures, default=str)}")
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from shared.devserver import serve
 
@@ -136,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", help="list jobs with their schedules and last runs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("queues", help="real figures for every queue, outbox and dead-letter list")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_queues)
 
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)

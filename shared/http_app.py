@@ -25,7 +25,7 @@ from shared.services import Services
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.erasure_api:router", "shared.queues_api:router",
-                     "shared.delivery_api:router"]
+                     "shared.delivery_api:router", "shared.ops_api:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
