@@ -413,6 +413,5 @@ def publisher_of(services: Services) -> Publisher:
             # consumer function does on Lambda), so a local publish reaches them.
             from shared.topics import consumers_for
 
-            consumers_for(services, topics=tuple(t for t in TOPICS
-                                                 if REGISTRY.get(t) is None))
+            consumers_for(services)
     return publisher

@@ -88,8 +88,9 @@ def test_dlq_routes_list_show_redrive_and_purge(
         if not healthy:
             raise RuntimeError("not yet")
 
-    Consumer("rss.ingest", handler, services, registry=registry)
-    publisher_of(services).publish("rss.ingest", {"batchId": "b-http"})
+    publisher = publisher_of(services)  # registers this services' consumers in process
+    Consumer("rss.ingest", handler, services, registry=registry)  # and this one over its own
+    publisher.publish("rss.ingest", {"batchId": "b-http"})
     services.redis.lpush(LEDGER_RETRY_DLQ, json.dumps({
         "id": "led-1", "attempts": 10, "enqueuedAt": "2026-11-29T00:00:00Z", "lastError": "x",
         "entry": {"id": "led-1"}, "reason": "max attempts", "deadLetteredAt": "2026-11-29T00:01:00Z"}))
