@@ -262,3 +262,12 @@ def test_an_unreachable_redis_is_a_typed_error(make_services: Callable[..., Serv
     outcome = run_job(JOBS["ledger-redrive"], services, "cli")
     assert outcome.status == 500
     assert outcome.body["error"]["cause"] == "store_unavailable"
+
+
+def test_an_expired_deadline_still_reclaims_but_claims_nothing(redis_client: RedisClient,
+                                                               store: Database) -> None:
+    enqueue(redis_client, [envelope(i) for i in range(5)])
+    claim(redis_client, 2)
+    result = redrive(redis_client, store, now=T0, deadline=Deadline(0))
+    assert result["drained"] == 0
+    assert redis_client.llen(QUEUE) == 5 and redis_client.llen(PROCESSING) == 0

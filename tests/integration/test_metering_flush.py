@@ -200,3 +200,12 @@ def test_the_job_through_the_cron_contract(make_services: Callable[..., Services
     second = run_job(JOBS["metering-flush"], services, "cli")
     assert second.body == {"processed": 50, "failed": 0, "skipped": 0, "reason": None}
     assert second.outcome == "ok" and polar.requests == 2
+
+
+def test_an_expired_deadline_counts_what_it_did_not_reach(store: Database, polar: PolarStandIn,
+                                                          http: httpx.Client) -> None:
+    seed(store, 7)
+    client = PolarClient(polar.url, polar.token, client=http)
+    result = flush(OutboxStore(store), client, now=T0, deadline=Deadline(0))
+    assert result == {"processed": 0, "failed": 0, "skipped": 7, "reason": "deadline"}
+    assert polar.requests == 0
