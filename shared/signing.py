@@ -34,8 +34,23 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _SIMPLE_KEYS = re.compile(r"[\x2d-\x7e]*")
 _first = operator.itemgetter(0)
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _escape = json.encoder.encode_basestring
+
+
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+# The C encoder behind json.dumps, built once (json.dumps builds it on every call): compact,
+# non-ASCII raw. Used only for values _plain() accepts, where it writes what JS writes.
+_make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+_c_encode = _make(None, _unencodable, _escape, None, ":", ",", False, False, False) if _make else None
+
+
+def _compact(value: Any) -> str:
+    if _c_encode is None:  # pragma: no cover - CPython always has the C encoder
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return "".join(_c_encode(value, 0))
 
 
 class SignatureError(RequestError):
@@ -224,7 +239,7 @@ class Signer:
             return "signature has the wrong length"
         payload = canonical(message)
         for key in self._keys:
-            expected = hmac.new(key, payload, hashlib.sha256).hexdigest().encode("ascii")
+            expected = hmac.digest(key, payload, "sha256").hex().encode("ascii")
             if hmac.compare_digest(given_bytes, expected):
                 return None
         return "signature does not match"
