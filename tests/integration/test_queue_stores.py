@@ -9,6 +9,7 @@ import pytest
 from shared.db import Database, utcnow
 from shared.flags import FlagStore
 from shared.queues import CompletedKeys, LocalDeadLetters, RedisCompletedKeys
+from shared.redis_client import RedisClient
 from shared.state import StateStore
 
 
@@ -63,19 +64,14 @@ def test_flag_overrides_win_over_the_global_value(db: Database) -> None:
 
 
 @pytest.mark.redis
-def test_completed_keys_in_redis(redis_prefix: str) -> None:
-    import redis as redis_py
-
-    from shared.redis_client import RedisPyClient
-    from tests.conftest import REDIS_URL
-
-    raw = redis_py.Redis.from_url(REDIS_URL, decode_responses=True)
-    keys = RedisCompletedKeys(RedisPyClient(raw, redis_prefix), retention=timedelta(hours=1))
+def test_completed_keys_in_redis(redis_client: RedisClient) -> None:
+    """Both transports (redis-py over TCP, upstash-redis over REST)."""
+    keys = RedisCompletedKeys(redis_client, retention=timedelta(hours=1))
     assert not keys.done("rss.ingest:b:x") and keys.done_many([]) == set()
     keys.complete("rss.ingest:b:x", "rss.ingest", "m-1")
     keys.complete_many([("k:1", "rss.ingest", "m1"), ("k'2", "rss.ingest", "m2")])
     assert keys.done("rss.ingest:b:x")
     assert keys.done_many(["k:1", "nope", "k'2"]) == {"k:1", "k'2"}
-    name = f"{redis_prefix}queue:completed:k:1"
-    assert raw.get(name) == "rss.ingest m1" and 3500 < raw.ttl(name) <= 3600
-    raw.close()
+    value, ttl = redis_client.eval("return {redis.call('GET', KEYS[1]), redis.call('TTL', KEYS[1])}",
+                                   ["queue:completed:k:1"], [])
+    assert value == "rss.ingest m1" and 3500 < int(ttl) <= 3600
