@@ -47,6 +47,12 @@ class UnknownTopic(NotFound):
     code = "unknown_topic"
 
 
+class QueueMissing(NotFound):
+    """The SQS queue does not exist (not provisioned for this prefix and stage)."""
+
+    code = "queue_missing"
+
+
 class ReservedTopic(Conflict):
     """This topic is reserved: its consumer is not implemented, so nothing may publish to it."""
 
@@ -149,7 +155,10 @@ class Sqs:
     def url(self, name: str) -> str:
         url = self._urls.get(name)
         if url is None:
-            url = str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+            try:
+                url = str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+            except self.client.exceptions.QueueDoesNotExist:
+                raise QueueMissing(f"SQS queue {name} does not exist", queue=name) from None
             self._urls[name] = url
         return url
 

@@ -83,7 +83,7 @@ def test_publish_refuses_reserved_topics_and_a_missing_secret(
 
 
 def test_forged_tampered_reordered_unsigned_and_malformed_never_reach_the_handler(
-        queue_services: Services, urls: dict[str, str]) -> None:
+        queue_services: Services, urls: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     url = urls["rss.ingest"]
     good = Signer([SECRET]).sign({"topic": "rss.ingest", "batchId": "ok", "sourceId": "s",
                                   "feedUrl": "", "publishedAt": "p"})
@@ -101,8 +101,13 @@ def test_forged_tampered_reordered_unsigned_and_malformed_never_reach_the_handle
     send_raw(url, "[1, 2]")
     ok_id = send_raw(url, json.dumps(reordered))
     handler = Recorder()
+    caplog.set_level("ERROR", logger="sluice")
     polled = poll(url, consumer(queue_services, handler).lambda_handler)
     assert [m["batchId"] for m, _ in handler.calls] == ["ok"]
+    rejections = [r for r in caplog.records if "rejected:" in r.getMessage()]
+    assert len(rejections) == 7
+    assert all(r.levelname == "ERROR" and getattr(r, "deliveryCount", None) == 1
+               and getattr(r, "messageId", None) for r in rejections)
     assert handler.calls[0][1].message_id == ok_id
     assert polled.failed_ids == []  # rejected messages are acknowledged, never retried
     assert bodies(url) == [] and bodies(urls["rss.ingest-dlq"]) == []
@@ -286,6 +291,13 @@ def test_the_queue_url_is_looked_up_once(queue_services: Services,
         publisher.publish("rss.ingest", {"batchId": f"b{n}"})
     assert calls == ["GetQueueUrl"]
     assert len(receive(urls["rss.ingest"], visibility=0)) == 3
+
+
+def test_a_missing_queue_is_named(queue_services: Services) -> None:
+    from shared.queues import QueueMissing
+
+    with pytest.raises(QueueMissing, match=r"SQS queue t\w+-rss-ingest does not exist"):
+        publish(queue_services, batchId="nowhere")
 
 
 def test_aws_endpoint_url_sqs_is_honoured(queue_services: Services, urls: dict[str, str],
