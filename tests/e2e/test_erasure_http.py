@@ -15,7 +15,11 @@ from tests.conftest import CRON_SECRET, REDIS_URL, admin_token
 from tests.integration.erasure_data import seed_redis, seed_subject
 
 BASE = "/api/admin/erasure"
-PRIVACY = {"authorization": f"Bearer {admin_token(['privacy'], subject='dpo-1')}"}
+
+
+def privacy() -> dict[str, str]:
+    """The privacy officer's headers, minted per request (tokens live 5 minutes)."""
+    return {"authorization": f"Bearer {admin_token(['privacy'], subject='dpo-1')}"}
 
 
 @pytest.fixture
@@ -34,7 +38,7 @@ def test_the_lifecycle_over_http(client: TestClient, svc: Services) -> None:
     seed_redis(svc, "u1")
 
     created = client.post(f"{BASE}/requests", json={"subjectUserId": "u1", "tenantId": "t1"},
-                          headers=PRIVACY)
+                          headers=privacy())
     assert created.status_code == 201, created.text
     body = created.json()
     assert body["status"] == "requested" and body["subjectUserId"] == "u1"
@@ -43,23 +47,23 @@ def test_the_lifecycle_over_http(client: TestClient, svc: Services) -> None:
     request_id = body["id"]
 
     again = client.post(f"{BASE}/requests", json={"subjectUserId": "u1", "graceDays": 0},
-                        headers=PRIVACY)
+                        headers=privacy())
     assert again.status_code == 200 and again.json() == body
 
-    assert client.get(f"{BASE}/requests/{request_id}", headers=PRIVACY).json() == body
-    listed = client.get(f"{BASE}/requests", params={"status": "requested"}, headers=PRIVACY)
+    assert client.get(f"{BASE}/requests/{request_id}", headers=privacy()).json() == body
+    listed = client.get(f"{BASE}/requests", params={"status": "requested"}, headers=privacy())
     assert [r["id"] for r in listed.json()["requests"]] == [request_id]
 
     # Not due yet: the hourly job leaves it alone.
     cron = client.get(f"{BASE}/purge", headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert cron.status_code == 200 and cron.json()["due"] == 0
 
-    preview = client.post(f"{BASE}/requests/{request_id}/confirm?dryRun=true", headers=PRIVACY)
+    preview = client.post(f"{BASE}/requests/{request_id}/confirm?dryRun=true", headers=privacy())
     assert preview.status_code == 200
     assert preview.json()["wouldPurge"]["ai_usage_ledger"] == 3
     assert preview.json()["status"] == "requested"
 
-    confirmed = client.post(f"{BASE}/requests/{request_id}/confirm", headers=PRIVACY)
+    confirmed = client.post(f"{BASE}/requests/{request_id}/confirm", headers=privacy())
     assert confirmed.status_code == 200, confirmed.text
     done = confirmed.json()
     assert done["status"] == "purged" and done["confirmedBy"] == "dpo-1"
@@ -67,10 +71,10 @@ def test_the_lifecycle_over_http(client: TestClient, svc: Services) -> None:
     assert done["verifiedAt"] is not None
     assert not any(count_subject(svc, "u1").values())
 
-    summary = client.get(f"{BASE}/summary", headers=PRIVACY).json()
+    summary = client.get(f"{BASE}/summary", headers=privacy()).json()
     assert summary == {"due": 0, "byStatus": {"requested": 0, "cancelled": 0, "purged": 1,
                                               "failed": 0}}
-    verify = client.get(f"{BASE}/subjects/u1", headers=PRIVACY)
+    verify = client.get(f"{BASE}/subjects/u1", headers=privacy())
     assert verify.json()["clean"] is True
 
     audited = {(a["action"], a["outcome"]) for a in RunStore(svc.db).recent_audit()}
@@ -82,19 +86,19 @@ def test_grace_days_zero_is_due_at_once_and_the_job_dry_run_changes_nothing(
         client: TestClient, svc: Services) -> None:
     seed_subject(svc.db, "u2")
     created = client.post(f"{BASE}/requests", json={"subjectUserId": "u2", "graceDays": 0},
-                          headers=PRIVACY).json()
+                          headers=privacy()).json()
     assert created["graceUntil"] == created["requestedAt"]
 
-    assert client.get(f"{BASE}/summary", headers=PRIVACY).json()["due"] == 1
-    dry = client.post(f"{BASE}/purge?dryRun=true", headers=PRIVACY)
+    assert client.get(f"{BASE}/summary", headers=privacy()).json()["due"] == 1
+    dry = client.post(f"{BASE}/purge?dryRun=true", headers=privacy())
     assert dry.status_code == 200
     assert dry.json()["dryRun"] is True and dry.json()["due"] == 1
     assert dry.json()["results"][0]["tables"]["ai_usage_ledger"] == 3
     assert count_subject(svc, "u2")["ai_usage_ledger"] == 3
 
-    run = client.post(f"{BASE}/purge", headers=PRIVACY).json()
+    run = client.post(f"{BASE}/purge", headers=privacy()).json()
     assert (run["due"], run["purged"], run["failed"]) == (1, 1, 0)
-    assert client.post(f"{BASE}/purge", headers=PRIVACY).json()["due"] == 0
+    assert client.post(f"{BASE}/purge", headers=privacy()).json()["due"] == 0
 
 
 @pytest.mark.parametrize("payload,message", [
@@ -111,7 +115,7 @@ def test_grace_days_zero_is_due_at_once_and_the_job_dry_run_changes_nothing(
 ])
 def test_bad_input_is_a_clear_400(client: TestClient, payload: dict[str, object],
                                   message: str) -> None:
-    response = client.post(f"{BASE}/requests", json=payload, headers=PRIVACY)
+    response = client.post(f"{BASE}/requests", json=payload, headers=privacy())
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "bad_request"
     assert message in response.json()["error"]["message"]
@@ -120,21 +124,21 @@ def test_bad_input_is_a_clear_400(client: TestClient, payload: dict[str, object]
 def test_unknown_ids_and_wrong_states_are_typed_4xx(client: TestClient) -> None:
     for method, path in (("get", "/requests/nope"), ("post", "/requests/nope/cancel"),
                          ("post", "/requests/nope/confirm")):
-        response = client.request(method, BASE + path, headers=PRIVACY)
+        response = client.request(method, BASE + path, headers=privacy())
         assert response.status_code == 404, (path, response.text)
         assert response.json()["error"]["code"] == "not_found"
         assert "no erasure request 'nope'" in response.json()["error"]["message"]
 
     request_id = client.post(f"{BASE}/requests", json={"subjectUserId": "u3"},
-                             headers=PRIVACY).json()["id"]
-    cancelled = client.post(f"{BASE}/requests/{request_id}/cancel", headers=PRIVACY)
+                             headers=privacy()).json()["id"]
+    cancelled = client.post(f"{BASE}/requests/{request_id}/cancel", headers=privacy())
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     for action in ("confirm", "cancel"):
-        response = client.post(f"{BASE}/requests/{request_id}/{action}", headers=PRIVACY)
+        response = client.post(f"{BASE}/requests/{request_id}/{action}", headers=privacy())
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "conflict"
         assert "cancelled" in response.json()["error"]["message"]
-    bad_status = client.get(f"{BASE}/requests", params={"status": "done"}, headers=PRIVACY)
+    bad_status = client.get(f"{BASE}/requests", params={"status": "done"}, headers=privacy())
     assert bad_status.status_code == 400 and "status must be one of" in bad_status.text
 
 
