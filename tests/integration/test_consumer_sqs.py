@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shared.consumer import Consumer, backoff_s
-from shared.queues import Delivery, Publisher, Sqs, idempotency_key
+from shared.queues import Delivery, Publisher, Registry, Sqs, idempotency_key
 from shared.services import Services
 from shared.signing import Signer
 from shared.topics import consumers_for, register_catalog_refresh
@@ -307,3 +307,21 @@ def test_aws_endpoint_url_sqs_is_honoured(queue_services: Services, urls: dict[s
                        + urls["rss.ingest"].split("/", 3)[2])
     publish(queue_services, batchId="via-sqs-endpoint")
     assert len(receive(urls["rss.ingest"])) == 1
+
+
+def test_a_client_that_cannot_be_built_raises_instead_of_falling_back(
+        sqlite_url: str, make_services: Callable[..., Services], tmp_path: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.errors import ConfigurationError
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    services = make_services(sqlite_url, SLUICE_QUEUE_MODE="sqs",
+                             SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    ran: list[str] = []
+    registry = Registry()
+    Consumer("rss.ingest", lambda m, d: ran.append(m["batchId"]), services, registry=registry)
+    with pytest.raises(ConfigurationError, match="SLUICE_QUEUE_MODE=sqs but no SQS client"):
+        Publisher(services.settings, registry=registry).publish("rss.ingest", {})
+    assert ran == []
