@@ -12,6 +12,10 @@
 //    outside `custom.packaging.httpFunctions` get neither `custom.packaging.httpOnly`
 //    distributions (FastAPI and its stack) nor the HTTP app's modules, so each
 //    function's package holds only what it imports.
+//
+// serverless-python-requirements is driven from here rather than listed under `plugins:`,
+// so that its own hooks do not inject the wheels a second time, slowly. `osls deploy
+// function -f NAME` goes through the same two steps for that one function.
 'use strict';
 
 const childProcess = require('child_process');
@@ -40,6 +44,8 @@ class SluicePackaging {
     this.hooks = {
       'before:package:createDeploymentArtifacts': () => this.installDependencies(),
       'after:package:createDeploymentArtifacts': () => this.injectDependencies(),
+      'before:deploy:function:packageFunction': () => this.installDependencies(),
+      'after:deploy:function:packageFunction': () => this.injectDependencies(),
     };
   }
 
@@ -78,7 +84,8 @@ class SluicePackaging {
     const installed = path.join(this.serverless.serviceDir, '.serverless', 'requirements');
     if (!fs.existsSync(installed)) this.fail(`no requirements were installed at ${installed}`);
     const httpFunctions = new Set(this.config.httpFunctions || []);
-    const functions = service.getAllFunctions().map((name) => {
+    const names = this.cliOptions.function ? [this.cliOptions.function] : service.getAllFunctions();
+    const functions = names.map((name) => {
       const fn = service.getFunction(name);
       const artifact = fn.package && fn.package.artifact;
       if (!artifact) this.fail(`function ${name} has no artifact; set package.individually: true`);
