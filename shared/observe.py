@@ -17,6 +17,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 SERVICE = "sluice"
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
 NAMESPACE = "Sluice"
 
 logger = Logger(service=SERVICE, logger_handler=logging.StreamHandler(sys.stderr))
@@ -40,8 +41,10 @@ class Reporter:
             self.sentry = True
 
     def error(self, context: str, exc: BaseException | None = None, **extra: Any) -> None:
+        # "message" and the other LogRecord attributes cannot be passed as extra fields.
+        fields = {(f"detail_{k}" if k in _RESERVED else k): v for k, v in extra.items()}
         logger.error(f"[{context}] {exc if exc is not None else extra.get('message', '')}",
-                     extra={"context": context, **extra}, exc_info=exc)
+                     extra={"context": context, **fields}, exc_info=exc)
         self.metric("Errors", 1, context=context)
         if self.sentry:
             import sentry_sdk

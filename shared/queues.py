@@ -35,6 +35,7 @@ VISIBILITY_TIMEOUT_S = 300
 # How long a completed idempotency key is remembered: SQS's default retention
 # (4 days); a redrive from a DLQ completes the key again with a fresh expiry.
 KEY_RETENTION = timedelta(days=4)
+EXPIRED_KEYS_PER_WRITE = 100
 IDEMPOTENCY_ATTRIBUTE = "idempotencyKey"
 _NON_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
@@ -216,10 +217,7 @@ class CompletedKeys:
 
     def complete(self, key: str, topic: str, message_id: str, *,
                  now: datetime | None = None) -> None:
-        now = now or utcnow()
-        with self.db.transaction() as tx:
-            tx.execute(Q.complete_key, {"key": key, "topic": topic, "message_id": message_id,
-                                        "now": now, "expires_at": now + self.retention})
+        self.complete_many([(key, topic, message_id)], now=now)
 
     def done_many(self, keys: list[str], *, now: datetime | None = None) -> set[str]:
         """Which of ``keys`` completed (one query for a whole batch)."""
@@ -231,12 +229,17 @@ class CompletedKeys:
 
     def complete_many(self, done: list[tuple[str, str, str]], *,
                       now: datetime | None = None) -> None:
-        """``(key, topic, message_id)`` triples, in one transaction."""
+        """``(key, topic, message_id)`` triples, in one transaction.
+
+        Each write also retires a bounded number of expired keys, so the table stays
+        bounded by the retention without a job of its own.
+        """
         now = now or utcnow()
         with self.db.transaction() as tx:
             tx.executemany(Q.complete_key, [
                 {"key": key, "topic": topic, "message_id": message_id, "now": now,
                  "expires_at": now + self.retention} for key, topic, message_id in done])
+            tx.execute(Q.delete_expired_keys, {"now": now, "limit": EXPIRED_KEYS_PER_WRITE})
 
     def delete_expired(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         with self.db.transaction() as tx:

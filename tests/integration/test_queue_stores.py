@@ -26,6 +26,17 @@ def test_completed_keys_expire_after_the_retention(db: Database) -> None:
     assert keys.delete_expired(now=now) == 1
 
 
+def test_each_write_retires_expired_keys(db: Database) -> None:
+    keys = CompletedKeys(db, retention=timedelta(hours=1))
+    now = utcnow()
+    keys.complete_many([(f"old:{i}", "rss.ingest", f"m{i}") for i in range(150)],
+                       now=now - timedelta(hours=2))
+    keys.complete("new:1", "rss.ingest", "n1", now=now)
+    assert keys.delete_expired(now=now, limit=1000) == 50, "the write retired 100 of 150"
+    keys.complete("new:2", "rss.ingest", "n2", now=now)
+    assert keys.done_many(["new:1", "new:2"], now=now) == {"new:1", "new:2"}
+
+
 def test_completed_keys_in_bulk(db: Database) -> None:
     keys = CompletedKeys(db, retention=timedelta(hours=1))
     now = utcnow()

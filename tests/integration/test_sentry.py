@@ -43,3 +43,9 @@ def test_check_ins_and_errors_are_sent(sentry: SentryIngest, sqlite_url: str,
                for e in events)
     assert any("drain reported 2 failure(s)" in (e.get("message") or e.get("logentry", {}).get(
         "message", "")) for e in events)
+
+
+def test_error_reports_accept_any_field_name(caplog: Any) -> None:
+    Reporter().error("ctx", None, message="plain words", args="a", name="n", requestId="r")
+    [record] = [r for r in caplog.records if r.getMessage() == "[ctx] plain words"]
+    assert record.detail_args == "a" and record.requestId == "r"  # type: ignore[attr-defined]
