@@ -11,7 +11,9 @@
 //    function, where the plugin's own JSZip injection took half a minute). Functions
 //    outside `custom.packaging.httpFunctions` get neither `custom.packaging.httpOnly`
 //    distributions (FastAPI and its stack) nor the HTTP app's modules, so each
-//    function's package holds only what it imports.
+//    function's package holds only what it imports. With an interpreter of the runtime's
+//    version at hand (`custom.packaging.bytecodePython`, python3.12 on PATH, or pyenv's),
+//    every module ships with its .pyc, which Lambda's read-only filesystem cannot cache.
 //
 // serverless-python-requirements is driven from here rather than listed under `plugins:`,
 // so that its own hooks do not inject the wheels a second time, slowly. `osls deploy
@@ -33,6 +35,35 @@ const norm = (s) => s.toLowerCase().replace(/[-.]+/g, '_');
 
 function distributionName(requirement) {
   return norm(requirement.split(/[\s[<>=!~;]/, 1)[0]);
+}
+
+function versionOf(python) {
+  try {
+    return childProcess.execFileSync(
+      python, ['-c', 'import sys; print("python%d.%d" % sys.version_info[:2])'],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }
+    ).trim();
+  } catch (error) {
+    return null;
+  }
+}
+
+// An interpreter of the Lambda runtime's version, to compile bytecode with: the configured
+// one, else pythonX.Y on PATH, else a pyenv-installed X.Y.
+function runtimePython(runtime, configured) {
+  const version = runtime.replace(/^python/, '');
+  const candidates = [configured, runtime].filter(Boolean);
+  try {
+    const root = childProcess.execFileSync('pyenv', ['root'], {
+      encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+    const installed = fs.readdirSync(path.join(root, 'versions'))
+      .filter((v) => v === version || v.startsWith(`${version}.`)).sort().reverse();
+    candidates.push(...installed.map((v) => path.join(root, 'versions', v, 'bin', runtime)));
+  } catch (error) {
+    // no pyenv: only PATH counts
+  }
+  return candidates.find((python) => versionOf(python) === runtime) || null;
 }
 
 class SluicePackaging {
@@ -91,14 +122,24 @@ class SluicePackaging {
       if (!artifact) this.fail(`function ${name} has no artifact; set package.individually: true`);
       return { name, artifact, http: httpFunctions.has(name) };
     });
+    const runtime = service.provider.runtime;
+    const compiler = runtimePython(runtime, this.config.bytecodePython);
+    if (!compiler) {
+      this.log.warning(
+        `sluice: no ${runtime} interpreter found (set SLUICE_BYTECODE_PYTHON): the packages ` +
+          'ship without bytecode, so every cold start compiles every module it imports'
+      );
+    }
     const spec = {
       installed,
+      runtime,
+      bytecode: Boolean(compiler),
       noDeploy: (service.custom.pythonRequirements || {}).noDeploy || [],
       httpOnly: this.config.httpOnly || [],
       functions,
     };
     const out = childProcess.execFileSync(
-      this.config.python || 'python3', [path.join(__dirname, 'inject_deps.py')],
+      compiler || this.config.python || 'python3', [path.join(__dirname, 'inject_deps.py')],
       { input: JSON.stringify(spec), encoding: 'utf8' }
     );
     out.trim().split('\n').forEach((line) => this.log.info(`sluice: ${line}`));

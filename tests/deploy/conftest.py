@@ -91,8 +91,9 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packaged]:
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         "SLS_TELEMETRY_DISABLED": "1", "SLS_NOTIFICATIONS_MODE": "off",
     })
-    done = subprocess.run(["npx", "--no", "osls", "package", "--stage", STAGE, "--package", str(out)],
-                          cwd=service, env=env, capture_output=True, text=True, timeout=900,
+    command = ["npx", "--no", "osls", "package", "--stage", STAGE, "--package", str(out),
+               "--verbose"]
+    done = subprocess.run(command, cwd=service, env=env, capture_output=True, text=True, timeout=900,
                           check=False)
     log = done.stdout + done.stderr
     if done.returncode != 0:
