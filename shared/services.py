@@ -54,4 +54,7 @@ class Services:
         return connect(self.settings)
 
     def close(self) -> None:
+        redis = self.__dict__.get("redis")  # only if it was ever built
+        if redis is not None and hasattr(redis, "close"):
+            redis.close()
         self.db.close()
