@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.errors import Forbidden, Unauthorized, UpstreamUnavailable
 from shared.jobs import Surface
@@ -42,8 +41,7 @@ def is_authorized_cron(authorization: str | None, secret: str | None) -> bool:
     return hmac.compare_digest(given, expected)
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     subject: str
     roles: frozenset[str]
     claims: Mapping[str, Any]

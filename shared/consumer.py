@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -54,8 +53,7 @@ class Outcome(Enum):
     DEAD_LETTERED = "dead_lettered"
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     outcome: Outcome
     delay_s: int = 0
     reason: str | None = None
@@ -86,12 +84,14 @@ def dead_letter_summary(message: dict[str, Any], delivery: Delivery, error: Base
             "originalMessage": message}
 
 
-@dataclass
 class _Batch:
     """One SQS batch: completed keys looked up once, completions written once at the end."""
 
-    done: set[str]  # completed before the batch or during it
-    completed: list[tuple[str, str, str]] = field(default_factory=list)
+    __slots__ = ("completed", "done")
+
+    def __init__(self, done: set[str]) -> None:
+        self.done = done  # completed before the batch or during it
+        self.completed: list[tuple[str, str, str]] = []
 
 
 class Consumer:

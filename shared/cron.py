@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.db import utcnow
 from shared.errors import SluiceError
@@ -25,8 +24,7 @@ ALREADY_RUNNING = {"skipped": "already_running"}
 LEASE_GRACE = timedelta(seconds=10)
 
 
-@dataclass(frozen=True)
-class RunOutcome:
+class RunOutcome(NamedTuple):
     status: int
     body: dict[str, Any]
     outcome: str  # ok | failures | error | skipped

@@ -18,11 +18,10 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from shared.errors import (
     ConfigurationError,
@@ -43,8 +42,7 @@ _NAME = re.compile(r"^--\s*name:\s*(?P<name>[\w-]+)\s*(?:@(?P<dialect>sqlite|pos
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
-@dataclass(frozen=True)
-class Query:
+class Query(NamedTuple):
     name: str
     text: dict[str, str]  # dialect ("any", "sqlite", "postgres") -> SQL
 

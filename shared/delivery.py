@@ -15,10 +15,9 @@ entries. Admins list, show, redrive and purge failed entries.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.db import Database, Row, load_queries, utcnow
 from shared.errors import Conflict, NotFound, RequestError
@@ -36,14 +35,12 @@ class DeliveryStatus(StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True)
-class RetryDecision:
+class RetryDecision(NamedTuple):
     retry: bool
     delay: timedelta  # zero when not retrying
 
 
-@dataclass(frozen=True)
-class RetrySchedule:
+class RetrySchedule(NamedTuple):
     """Delays between attempts, as data: attempt 1 failed -> wait ``delays_s[0]``, and so on,
     the last delay repeating (the cap); after ``max_attempts`` attempts the entry fails."""
 
@@ -73,8 +70,7 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
-@dataclass(frozen=True)
-class DeliveryEntry:
+class DeliveryEntry(NamedTuple):
     id: str
     channel: str
     recipient: str

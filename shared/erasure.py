@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.db import Database, Row, load_queries, utcnow
 from shared.errors import Conflict, ConstraintViolation, NotFound, RequestError
@@ -36,8 +35,7 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
-@dataclass(frozen=True)
-class ErasureRequest:
+class ErasureRequest(NamedTuple):
     id: str
     subject_user_id: str
     tenant_id: str | None

@@ -16,7 +16,6 @@ time (the seed's reasoning). A crash after the commit leaves the request
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +44,16 @@ def pseudonym(request_id: str) -> str:
     return f"erased:{request_id}"
 
 
-@dataclass
 class PurgeOutcome:
-    id: str
-    status: str  # purged | failed | skipped | would_purge
-    tables: dict[str, int] = field(default_factory=dict)
-    remaining: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
+    __slots__ = ("error", "id", "remaining", "status", "tables")
+
+    def __init__(self, id: str, status: str, tables: dict[str, int] | None = None,
+                 remaining: dict[str, int] | None = None, error: str | None = None) -> None:
+        self.id = id
+        self.status = status  # purged | failed | skipped | would_purge
+        self.tables: dict[str, int] = tables if tables is not None else {}
+        self.remaining: dict[str, int] = remaining if remaining is not None else {}
+        self.error = error
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"id": self.id, "status": self.status, "tables": self.tables}

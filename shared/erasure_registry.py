@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from shared.db import Database, Query, Tx, load_queries
 
@@ -45,8 +45,7 @@ class Target:
     note: str
 
 
-@dataclass(frozen=True)
-class Exemption:
+class Exemption(NamedTuple):
     table: str
     column: str
     reason: str

@@ -7,8 +7,7 @@ read-modify-write a shared value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.errors import NotFound, RequestError
 from shared.state import StateStore
@@ -16,8 +15,7 @@ from shared.state import StateStore
 PREFIX = "platform:flags:"
 
 
-@dataclass(frozen=True)
-class Flag:
+class Flag(NamedTuple):
     key: str
     label: str
     default: bool

@@ -12,9 +12,8 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from shared.errors import UnknownJob
 
@@ -49,22 +48,32 @@ class Deadline:
         return self._clock() >= self.at
 
 
-@dataclass
 class JobContext:
-    services: Services
-    deadline: Deadline
-    trigger: Trigger
-    request_id: str
-    started_at: datetime
-    params: Mapping[str, str] = field(default_factory=dict)
-    progress: Callable[[str], None] = lambda message: None
+    """What a drain gets: its services, its deadline, who triggered it, and a progress hook."""
+
+    __slots__ = ("deadline", "params", "progress", "request_id", "services", "started_at",
+                 "trigger")
+
+    def __init__(self, services: Services, deadline: Deadline, trigger: Trigger, request_id: str,
+                 started_at: datetime, params: Mapping[str, str] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.services = services
+        self.deadline = deadline
+        self.trigger = trigger
+        self.request_id = request_id
+        self.started_at = started_at
+        self.params: Mapping[str, str] = params or {}
+        self.progress: Callable[[str], None] = progress or _no_progress
+
+
+def _no_progress(message: str) -> None:
+    pass
 
 
 Drain = Callable[[JobContext], Result]
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     name: str
     route: str
     schedule: str  # AWS EventBridge expression: rate(...) or cron(...)

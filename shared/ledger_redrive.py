@@ -21,7 +21,6 @@ inserted again as a no-op).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -91,13 +90,15 @@ return {acked, requeued, dead}
 Op = Literal["ack", "requeue", "dlq"]
 
 
-@dataclass
 class Settlement:
     """What to do with each claimed item, decided before anything is written to Redis."""
 
-    steps: list[tuple[Op, str, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    stop: bool = False
+    __slots__ = ("errors", "steps", "stop")
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Op, str, str]] = []
+        self.errors: list[str] = []
+        self.stop = False
 
     def ack(self, raw: str) -> None:
         self.steps.append(("ack", raw, ""))

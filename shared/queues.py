@@ -11,9 +11,8 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 from shared.db import Database, load_queries, utcnow
@@ -95,8 +94,7 @@ def js_iso(moment: datetime) -> str:
         f"{moment.astimezone(UTC).microsecond // 1000:03d}Z"
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(NamedTuple):
     """What the queue says about one delivery of a message."""
 
     message_id: str
@@ -338,8 +336,7 @@ class LocalDeadLetters:
             return tx.execute(Q.dead_letter_purge, {"topic": topic})
 
 
-@dataclass(frozen=True)
-class Published:
+class Published(NamedTuple):
     topic: str
     message_id: str | None
     idempotency_key: str

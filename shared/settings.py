@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigurationError
@@ -64,8 +63,7 @@ def _url(env: Mapping[str, str], name: str, schemes: tuple[str, ...]) -> str | N
     return raw
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     stage: str = "dev"
     cron_secret: str | None = None
     database_url: str = DEFAULT_DATABASE_URL
@@ -84,7 +82,7 @@ class Settings:
     polar_api_url: str = "https://api.polar.sh"
     metering_events_per_request: int = 1
     # push queues
-    queue_signing_secrets: tuple[str, ...] = field(default_factory=tuple)
+    queue_signing_secrets: tuple[str, ...] = ()
     queue_mode: QueueMode = "local"
     queue_prefix: str = "sluice-dev-"
     # erasure

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from shared.db import Database, load_queries, utcnow
 from shared.errors import RequestError, TransientStoreError
@@ -169,8 +169,7 @@ def insert_entries(db: Database, entries: Iterable[UsageEntry]) -> set[str]:
 # --- Redis retry envelopes ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RetryEnvelope:
+class RetryEnvelope(NamedTuple):
     """``{"id", "attempts", "enqueuedAt", "lastError", "entry"}`` in the retry lists."""
 
     id: str
