@@ -7,16 +7,50 @@ Feature modules add subcommands through ``COMMAND_MODULES``: each module has
 from __future__ import annotations
 
 import argparse
+import getpass
 import importlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from shared.errors import SluiceError
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.erasure_cli", "shared.queues_cli", "shared.delivery_cli"]
+
+
+def operator(by: str | None = None) -> str:
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    if by:
+        return by
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in a bare container
+        return "cli:unknown"
+
+
+def command_group(sub: Any, name: str, help: str) -> Callable[[str, Any, str],
+                                                               argparse.ArgumentParser]:
+    """``sluice NAME …``: returns ``add(command, func, help)`` for its subcommands, each with
+    ``--json`` and ``--by`` (the operator named in the audit trail)."""
+    commands = sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command",
+                                                              required=True)
+
+    def add(command: str, func: Any, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = commands.add_parser(command, help=help)
+        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
+        p.set_defaults(func=func)
+        return p
+
+    return add
+
+
+def services(*, migrate_embedded: bool = True) -> Any:
+    """The process's ``Services``; on the embedded SQLite default, pending migrations first."""
+    return _services(argparse.Namespace(), migrate_embedded=migrate_embedded)
 
 
 def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> Any:

@@ -7,19 +7,17 @@ Redrive and purge are written to ``admin_audit`` as the operator (``--by``, else
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 from typing import Any
 
+from shared.cli import command_group, operator, services
 from shared.errors import RequestError
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
 
 def _services() -> Any:
-    from shared.cli import _services as services
-
-    return services(argparse.Namespace(), migrate_embedded=True)
+    return services()
 
 
 def _store(services: Any) -> Any:
@@ -29,12 +27,7 @@ def _store(services: Any) -> Any:
 
 
 def _operator(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no user name in a bare container
-        return "cli:unknown"
+    return operator(args.by)
 
 
 def _audit(services: Any, args: argparse.Namespace, action: str, target: str,
@@ -142,15 +135,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("delivery", help="the delivery queue: list, show, redrive, purge")
-    commands = parser.add_subparsers(dest="delivery_command", required=True)
-
-    def add(name: str, func: Any, help: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = commands.add_parser(name, help=help)
-        p.add_argument("--json", action="store_true", help="print JSON on stdout")
-        p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
-        p.set_defaults(func=func)
-        return p
+    add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
 
     p = add("list", cmd_list, "list entries, newest first")
     p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed"])

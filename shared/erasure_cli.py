@@ -7,27 +7,21 @@ Actions that change something are written to ``admin_audit`` as ``cli:<operator>
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from typing import Any
+
+from shared.cli import command_group, operator, services
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
 
 def _services() -> Any:
-    from shared.cli import _services as services
-
-    return services(argparse.Namespace(), migrate_embedded=True)
+    return services()
 
 
 def _operator(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no user name in a bare container
-        return "cli:unknown"
+    return operator(args.by)
 
 
 def _audit(services: Any, actor: str, action: str, target: str, outcome: str,
@@ -158,15 +152,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("erasure", help="GDPR erasure requests: request, list, confirm, purge")
-    commands = parser.add_subparsers(dest="erasure_command", required=True)
-
-    def add(name: str, func: Any, help: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = commands.add_parser(name, help=help)
-        p.add_argument("--json", action="store_true", help="print JSON on stdout")
-        p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
-        p.set_defaults(func=func)
-        return p
+    add = command_group(sub, "erasure", "GDPR erasure requests: request, list, confirm, purge")
 
     p = add("request", cmd_request, "create an erasure request (or show the open one)")
     p.add_argument("subject", metavar="SUBJECT", help="the user id to erase")

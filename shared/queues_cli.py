@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from typing import Any
 
+from shared.cli import operator, services
 from shared.errors import RequestError
 
 
 def _services() -> Any:
-    from shared.cli import _services as build
-
-    return build(argparse.Namespace(), migrate_embedded=True)
+    return services()
 
 
 def _read_json(what: str) -> Any:
@@ -30,10 +28,7 @@ def _print(value: Any) -> None:
 
 
 def _actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli:unknown"
+    return operator()
 
 
 def _signer() -> Any:

@@ -60,3 +60,24 @@ class ProviderServer:
 
 def json_response(status: int, payload: Any, **headers: str) -> tuple[int, dict[str, str], bytes]:
     return status, {"content-type": "application/json", **headers}, json.dumps(payload).encode()
+
+
+class StandIn:
+    """A provider stand-in answering on a ``ProviderServer`` (``self.http``) at ``url``.
+
+    Subclasses set ``self.http`` and, where the provider lives under a path, ``PATH``.
+    """
+
+    PATH = ""
+    http: ProviderServer
+
+    @property
+    def url(self) -> str:
+        return self.http.url + self.PATH
+
+    def __enter__(self) -> Self:
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.__exit__(*exc)

@@ -15,9 +15,9 @@ import json
 import threading
 import time
 from collections import Counter
-from typing import Any, Self
+from typing import Any
 
-from tests.providers.http import ProviderServer, json_response
+from tests.providers.http import ProviderServer, StandIn, json_response
 
 Answer = tuple[int, dict[str, Any] | str, dict[str, str]]
 
@@ -49,7 +49,7 @@ def _validate(i: int, event: Any, refused_customers: set[str]) -> list[dict[str,
     return errors
 
 
-class PolarStandIn:
+class PolarStandIn(StandIn):
     def __init__(self, token: str = "polar-test-token", *, latency_s: float = 0.0) -> None:
         self.token = token
         self.latency_s = latency_s
@@ -65,17 +65,6 @@ class PolarStandIn:
         # Headers and body go out as two writes: without TCP_NODELAY, Nagle and delayed ACKs
         # add ~40 ms to every keep-alive request and drown the latency being measured.
         self.http.server.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    def __enter__(self) -> Self:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def _handle(self, method: str, path: str, headers: dict[str, str],
                 body: bytes) -> tuple[int, dict[str, str], bytes]:

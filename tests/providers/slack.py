@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Self
+from typing import Any
 
-from tests.providers.http import ProviderServer, json_response
+from tests.providers.http import ProviderServer, StandIn, json_response
 
 MAX_TEXT = 40_000
 
 
-class SlackStandIn:
+class SlackStandIn(StandIn):
+    PATH = "/api"
+
     def __init__(self, token: str = "xoxb-test-token", channels: tuple[str, ...] = ("C0ALERTS",),
                  archived: tuple[str, ...] = ()) -> None:
         self.token = token
@@ -29,17 +31,6 @@ class SlackStandIn:
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
-
-    @property
-    def url(self) -> str:
-        return self.http.url + "/api"
-
-    def __enter__(self) -> Self:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def _handle(self, method: str, path: str, headers: dict[str, str],
                 body: bytes) -> tuple[int, dict[str, str], bytes]:

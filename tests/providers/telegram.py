@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Self
+from typing import Any
 
-from tests.providers.http import ProviderServer, json_response
+from tests.providers.http import ProviderServer, StandIn, json_response
 
 MAX_TEXT = 4096
 
@@ -28,7 +28,7 @@ def error(code: int, description: str, **parameters: Any) -> tuple[int, dict[str
     return json_response(code, body)
 
 
-class TelegramStandIn:
+class TelegramStandIn(StandIn):
     def __init__(self, token: str = "123456:TEST-token", chats: tuple[str, ...] = ("1001",),
                  blocked: tuple[str, ...] = ()) -> None:
         self.token = token
@@ -38,17 +38,6 @@ class TelegramStandIn:
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    def __enter__(self) -> Self:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def _handle(self, method: str, path: str, headers: dict[str, str],
                 body: bytes) -> tuple[int, dict[str, str], bytes]:

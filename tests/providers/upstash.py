@@ -13,12 +13,12 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 
-from tests.providers.http import ProviderServer, json_response
+from tests.providers.http import ProviderServer, StandIn, json_response
 
 
 def _encode(value: Any, b64: bool) -> Any:
@@ -43,7 +43,7 @@ def _arg(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
-class UpstashRestServer:
+class UpstashRestServer(StandIn):
     """``with UpstashRestServer(redis_url, token) as server: server.url``"""
 
     def __init__(self, redis_url: str, token: str = "upstash-test-token") -> None:
@@ -56,17 +56,6 @@ class UpstashRestServer:
         # add ~40 ms to every keep-alive request and drown the latency being measured.
         self.http.server.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
         self.fail_next: list[int] = []  # HTTP statuses to answer (with an HTML body) next
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    def __enter__(self) -> Self:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
         self.pool.disconnect()
 
     def reset_counts(self) -> None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Self
+from typing import Any
 
 from shared.channels import IDEMPOTENCY_HEADER, verify_webhook
-from tests.providers.http import ProviderServer, json_response
+from tests.providers.http import ProviderServer, StandIn, json_response
 
 
-class WebhookReceiver:
+class WebhookReceiver(StandIn):
+    PATH = "/hooks/alerts"
+
     def __init__(self, secret: str) -> None:
         self.secret = secret
         self.answers: list[int] = []
@@ -24,17 +26,6 @@ class WebhookReceiver:
         self.rejected = 0
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
-
-    @property
-    def url(self) -> str:
-        return self.http.url + "/hooks/alerts"
-
-    def __enter__(self) -> Self:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def _handle(self, method: str, path: str, headers: dict[str, str],
                 body: bytes) -> tuple[int, dict[str, str], bytes]:
