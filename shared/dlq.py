@@ -1,11 +1,12 @@
 """Dead letters that are read: list, show, redrive and purge.
 
-Two kinds of DLQ: each topic's ``<topic>-dlq`` (SQS when provisioned, the
-``queue_dead_letters`` table in process) and the Redis AI-ledger DLQ
-(``ai:ledger:retry:dlq``). Redrive puts a topic message back on its topic,
-re-signed with the current secret (its idempotency key is unchanged, so a
-message that meanwhile completed is not run twice), and a ledger entry back on
-the retry queue with its attempts reset. Redrive is capped per call and paced,
+Three kinds of DLQ: each topic's ``<topic>-dlq`` (SQS when provisioned, the
+``queue_dead_letters`` table in process), the Redis AI-ledger DLQ
+(``ai:ledger:retry:dlq``) and the delivery queue's ``failed`` entries
+(``delivery``). Redrive puts a topic message back on its topic, re-signed with the
+current secret (its idempotency key is unchanged, so a message that meanwhile
+completed is not run twice), a ledger entry back on the retry queue with its
+attempts reset, and a failed delivery back to ``pending`` with its attempts reset. Redrive is capped per call and paced,
 supports a dry run, and every redrive and purge is audited.
 """
 
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from shared.services import Services
 
 LEDGER = "ledger"
-NAMES: tuple[str, ...] = (*TOPICS, LEDGER)
+DELIVERY = "delivery"
+NAMES: tuple[str, ...] = (*TOPICS, LEDGER, DELIVERY)
 MAX_LIST = 500
 MAX_REDRIVE = 100  # per call
 DEFAULT_REDRIVE = 10
@@ -122,6 +124,11 @@ def ledger_letter(raw: str) -> DeadLetter:
     return DeadLetter(entry_id, LEDGER, str(reason), body.get("deadLetteredAt"), body, raw)
 
 
+def delivery_letter(entry: Any) -> DeadLetter:
+    body = entry.to_json()
+    return DeadLetter(entry.id, DELIVERY, entry.last_error or "", body.get("failedAt"), body)
+
+
 class DeadLetters:
     def __init__(self, services: Services, *, publisher: Publisher | None = None,
                  sqs: Sqs | None = None, sleep: Callable[[float], None] = time.sleep,
@@ -177,8 +184,19 @@ class DeadLetters:
             if letter.handle:
                 self.sqs.change_visibility(url, letter.handle, 0)
 
+    def _deliveries(self) -> Any:
+        from shared.delivery import DeliveryStore
+
+        return DeliveryStore(self.services.db)
+
     def _read(self, name: str, limit: int) -> list[DeadLetter]:
         """Newest first. SQS letters come back still hidden, with their receipt handles."""
+        if name == DELIVERY:
+            from shared.delivery import DeliveryStatus
+
+            entries = self._deliveries().list(status=DeliveryStatus.FAILED, limit=limit)
+            return sorted((delivery_letter(e) for e in entries),
+                          key=lambda d: d.failed_at or "", reverse=True)
         if name == LEDGER:
             letters = [ledger_letter(raw) for raw in self._redis().lrange(LEDGER_RETRY_DLQ, 0,
                                                                         limit - 1)]
@@ -195,13 +213,15 @@ class DeadLetters:
         check_name(name)
         limit = max(1, min(limit, MAX_LIST))
         letters = self._read(name, limit)
-        if self._on_sqs and name != LEDGER:
+        if self._on_sqs and name in TOPICS:
             self._release(name, letters)
         now = self.clock()
         return {"queue": name, "depth": self.depth(name),
                 "items": [d.to_dict(now) for d in letters]}
 
     def depth(self, name: str) -> int:
+        if name == DELIVERY:
+            return int(self._deliveries().stats()["failed"]["count"])
         if name == LEDGER:
             return int(self._redis().llen(LEDGER_RETRY_DLQ))
         if self._on_sqs:
@@ -226,14 +246,14 @@ class DeadLetters:
             wanted = set(ids)
             chosen = [d for d in letters if d.id in wanted or d.body.get("originalMessageId")
                       in wanted]
-        if self._on_sqs and name != LEDGER:
+        if self._on_sqs and name in TOPICS:
             self._release(name, [d for d in letters if d not in chosen])
         return chosen
 
     def show(self, name: str, entry_id: str) -> dict[str, Any]:
         check_name(name)
         found = self._find(name, [entry_id], MAX_LIST)
-        if self._on_sqs and name != LEDGER:
+        if self._on_sqs and name in TOPICS:
             self._release(name, found)
         if not found:
             raise NotFound(f"no dead letter {entry_id!r} in {name}")
@@ -247,6 +267,9 @@ class DeadLetters:
                                          outcome=outcome, ip=None, detail=detail)
 
     def _redrive_one(self, letter: DeadLetter) -> dict[str, Any]:
+        if letter.queue == DELIVERY:
+            entry = self._deliveries().redrive(letter.id)
+            return {"id": letter.id, "status": entry.status.value}
         if letter.queue == LEDGER:
             body = letter.body
             if "entry" not in body or not isinstance(body.get("id"), str):
@@ -299,7 +322,7 @@ class DeadLetters:
                     result["failed"].append({"id": letter.id, "error": str(exc)[:500]})
                     self.services.reporter.error("dlq.redrive", exc, queue=name, id=letter.id)
         finally:
-            if self._on_sqs and name != LEDGER:
+            if self._on_sqs and name in TOPICS:
                 # Whatever was not redriven (dry run, failures) becomes visible again.
                 done = {r["id"] for r in result["redriven"]} if not dry_run else set()
                 self._release(name, [d for d in chosen if d.id not in done])
@@ -315,7 +338,16 @@ class DeadLetters:
         """Delete the given dead letters, or every one when ``ids`` is None."""
         check_name(name)
         purged = 0
-        if name == LEDGER:
+        if name == DELIVERY:
+            store = self._deliveries()
+            chosen = self._find(name, ids, MAX_LIST) if ids is not None else None
+            if chosen is None:
+                purged = store.purge_all()
+            else:
+                for letter in chosen:
+                    store.purge(letter.id)
+                    purged += 1
+        elif name == LEDGER:
             redis = self._redis()
             # Item by item (LREM of the exact value), so an entry dead-lettered
             # meanwhile is not deleted unseen.

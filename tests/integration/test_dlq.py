@@ -197,3 +197,39 @@ def test_ledger_dlq_without_redis_says_so(sqlite_url: str,
     with pytest.raises(RedisNotConfigured):
         dlq.list_letters("ledger")
     assert {"queue": "ledger", "depth": None, "error": "redis_not_configured"} in dlq.overview()
+
+
+def test_failed_deliveries_are_a_dlq_too(db_url: str,
+                                         make_services: Callable[..., Services]) -> None:
+    from datetime import timedelta
+
+    from shared.delivery import DeliveryStatus, DeliveryStore
+
+    services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    store = DeliveryStore(services.db)
+    for n in range(3):
+        store.enqueue("telegram", f"chat-{n}", {"text": f"alert {n}"})
+    claimed = store.claim(timedelta(minutes=1), limit=3)
+    for entry in claimed[:2]:
+        store.fail(entry, f"Bad Request: chat not found ({entry.recipient})")
+    dead = DeadLetters(services, per_second=0)
+
+    assert {"queue": "delivery", "depth": 2} in dead.overview()
+    listing = dead.list_letters("delivery")
+    assert listing["depth"] == 2
+    assert {item["reason"] for item in listing["items"]} == {
+        "Bad Request: chat not found (chat-0)", "Bad Request: chat not found (chat-1)"}
+    first = listing["items"][0]["id"]
+    assert dead.show("delivery", first)["body"]["status"] == "failed"
+
+    dry = dead.redrive("delivery", ids=[first], dry_run=True, actor="ops-1")
+    assert dry["count"] == 1 and store.get(first).status is DeliveryStatus.FAILED
+    done = dead.redrive("delivery", ids=[first], actor="ops-1")
+    assert done["redriven"] == [{"id": first, "status": "pending"}]
+    assert store.get(first).status is DeliveryStatus.PENDING and store.get(first).attempts == 0
+
+    assert dead.purge("delivery", actor="ops-1") == {"queue": "delivery", "purged": 1}
+    assert dead.depth("delivery") == 0
+    actions = [(a["action"], a["target"], a["actor"]) for a in RunStore(services.db).recent_audit()]
+    assert ("dlq.purge", "dlq:delivery", "ops-1") in actions
+    assert ("dlq.redrive", "dlq:delivery", "ops-1") in actions
