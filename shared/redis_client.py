@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from shared.errors import ConfigurationError, PermanentStoreError, TransientStoreError
@@ -62,43 +62,42 @@ def _redis_py_errors() -> Iterator[None]:
         raise PermanentStoreError(f"redis: {exc}") from exc
 
 
-class RedisPyClient:
-    """redis-py over TCP (``SLUICE_REDIS_URL``)."""
+class _PrefixedClient:
+    """The commands both transports share: keys get the prefix, driver errors a type."""
 
     def __init__(self, client: Any, prefix: str = "") -> None:
         self.client = client
         self.prefix = prefix
 
+    def _errors(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
     def key(self, name: str) -> str:
         return self.prefix + name
 
-    def ping(self) -> bool:
-        with _redis_py_errors():
-            return bool(self.client.ping())
-
     def llen(self, name: str) -> int:
-        with _redis_py_errors():
+        with self._errors():
             return int(self.client.llen(self.key(name)))
 
     def lrange(self, name: str, start: int, stop: int) -> list[str]:
-        with _redis_py_errors():
+        with self._errors():
             return list(self.client.lrange(self.key(name), start, stop))
 
     def lpush(self, name: str, *values: str) -> int:
-        with _redis_py_errors():
+        with self._errors():
             return int(self.client.lpush(self.key(name), *values))
 
     def rpush(self, name: str, *values: str) -> int:
-        with _redis_py_errors():
+        with self._errors():
             return int(self.client.rpush(self.key(name), *values))
 
     def lrem(self, name: str, count: int, value: str) -> int:
-        with _redis_py_errors():
+        with self._errors():
             return int(self.client.lrem(self.key(name), count, value))
 
     def lmove(self, source: str, destination: str, src: str = "RIGHT",
               dest: str = "LEFT") -> str | None:
-        with _redis_py_errors():
+        with self._errors():
             value: str | None = self.client.lmove(self.key(source), self.key(destination),
                                                   src, dest)
             return value
@@ -106,16 +105,27 @@ class RedisPyClient:
     def delete(self, *names: str) -> int:
         if not names:
             return 0
-        with _redis_py_errors():
+        with self._errors():
             return int(self.client.delete(*(self.key(n) for n in names)))
-
-    def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with _redis_py_errors():
-            return self.client.eval(script, len(keys), *(self.key(k) for k in keys),
-                                    *(str(a) for a in args))
 
     def close(self) -> None:
         self.client.close()
+
+
+class RedisPyClient(_PrefixedClient):
+    """redis-py over TCP (``SLUICE_REDIS_URL``)."""
+
+    def _errors(self) -> AbstractContextManager[None]:
+        return _redis_py_errors()
+
+    def ping(self) -> bool:
+        with self._errors():
+            return bool(self.client.ping())
+
+    def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        with self._errors():
+            return self.client.eval(script, len(keys), *(self.key(k) for k in keys),
+                                    *(str(a) for a in args))
 
 
 @contextmanager
@@ -132,16 +142,12 @@ def _upstash_errors() -> Iterator[None]:
         raise PermanentStoreError(f"upstash: {exc}") from exc
 
 
-class UpstashClient:
+class UpstashClient(_PrefixedClient):
     """upstash-redis over REST (``UPSTASH_REDIS_REST_URL`` / ``UPSTASH_REDIS_REST_TOKEN``).
 
     Results travel base64-encoded (``Upstash-Encoding: base64``), so list items that are
     not valid JSON text survive the trip unchanged.
     """
-
-    def __init__(self, client: Any, prefix: str = "") -> None:
-        self.client = client
-        self.prefix = prefix
 
     @classmethod
     def from_url(cls, url: str, token: str, prefix: str = "", *, retries: int = 1,
@@ -152,53 +158,17 @@ class UpstashClient:
                        rest_retry_interval=retry_interval_s, allow_telemetry=False)
         return cls(client, prefix)
 
-    def key(self, name: str) -> str:
-        return self.prefix + name
+    def _errors(self) -> AbstractContextManager[None]:
+        return _upstash_errors()
 
     def ping(self) -> bool:
-        with _upstash_errors():
+        with self._errors():
             return bool(self.client.ping() == "PONG")
 
-    def llen(self, name: str) -> int:
-        with _upstash_errors():
-            return int(self.client.llen(self.key(name)))
-
-    def lrange(self, name: str, start: int, stop: int) -> list[str]:
-        with _upstash_errors():
-            return list(self.client.lrange(self.key(name), start, stop))
-
-    def lpush(self, name: str, *values: str) -> int:
-        with _upstash_errors():
-            return int(self.client.lpush(self.key(name), *values))
-
-    def rpush(self, name: str, *values: str) -> int:
-        with _upstash_errors():
-            return int(self.client.rpush(self.key(name), *values))
-
-    def lrem(self, name: str, count: int, value: str) -> int:
-        with _upstash_errors():
-            return int(self.client.lrem(self.key(name), count, value))
-
-    def lmove(self, source: str, destination: str, src: str = "RIGHT",
-              dest: str = "LEFT") -> str | None:
-        with _upstash_errors():
-            value: str | None = self.client.lmove(self.key(source), self.key(destination),
-                                                  src, dest)
-            return value
-
-    def delete(self, *names: str) -> int:
-        if not names:
-            return 0
-        with _upstash_errors():
-            return int(self.client.delete(*(self.key(n) for n in names)))
-
     def eval(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with _upstash_errors():
+        with self._errors():
             return self.client.eval(script, keys=[self.key(k) for k in keys],
                                     args=[str(a) for a in args])
-
-    def close(self) -> None:
-        self.client.close()
 
 
 def connect(settings: Settings) -> RedisClient:
