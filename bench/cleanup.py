@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import psycopg
 
-from bench.common import Row, row
+from bench.common import Row, row, scratch_database
 from shared.cleanup import DEFAULT_BATCH_SIZE, cleanup_state
-from shared.db import PostgresDatabase, utcnow
+from shared.db import utcnow
 from shared.jobs import Deadline
-from shared.migrate import migrate
 
-ADMIN_URL = os.environ.get("SLUICE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ROWS = int(os.environ.get("SLUICE_BENCH_CLEANUP_ROWS", "1000000"))
 
 LOAD = """
@@ -39,36 +36,27 @@ def _load(conn: psycopg.Connection[object], expired: int) -> None:
 
 
 def run() -> list[Row]:
-    name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
-    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    db = PostgresDatabase(url)
-    try:
-        migrate(db)
-        with psycopg.connect(url, autocommit=True) as conn:
-            _load(conn, ROWS)
-            expired = conn.execute(
-                "SELECT count(*) FROM platform_state WHERE expires_at < now()").fetchone()[0]
+    with scratch_database() as db, psycopg.connect(db.conninfo, autocommit=True) as conn:
+        _load(conn, ROWS)
+        counted = conn.execute(
+            "SELECT count(*) FROM platform_state WHERE expires_at < now()").fetchone()
+        assert counted is not None
+        expired = counted[0]
 
-            batches: list[float] = []
-            started = time.perf_counter()
-            result = cleanup_state(db, now=utcnow(), deadline=Deadline(3600),
-                                   observe=lambda n, seconds: batches.append(seconds))
-            batched_s = time.perf_counter() - started
-            assert result["deleted"] == expired, result
+        batches: list[float] = []
+        started = time.perf_counter()
+        result = cleanup_state(db, now=utcnow(), deadline=Deadline(3600),
+                               observe=lambda n, seconds: batches.append(seconds))
+        batched_s = time.perf_counter() - started
+        assert result["deleted"] == expired, result
 
-            _load(conn, ROWS)
-            started = time.perf_counter()
-            with conn.transaction():
-                single = conn.execute("DELETE FROM platform_state "
-                                      "WHERE expires_at IS NOT NULL AND expires_at < now()")
-            single_s = time.perf_counter() - started
-            assert single.rowcount == expired
-    finally:
-        db.close()
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _load(conn, ROWS)
+        started = time.perf_counter()
+        with conn.transaction():
+            single = conn.execute("DELETE FROM platform_state "
+                                  "WHERE expires_at IS NOT NULL AND expires_at < now()")
+        single_s = time.perf_counter() - started
+        assert single.rowcount == expired
     note = f"{expired:,} expired rows, batches of {DEFAULT_BATCH_SIZE:,} ({len(batches)} batches)"
     return [
         row("cleanup: rows/s, batched vs one DELETE", expired / batched_s, expired / single_s,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypedDict
+
+ADMIN_URL = os.environ.get("SLUICE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 class _RowRequired(TypedDict):
@@ -62,3 +67,24 @@ def row(name: str, sluice: float, baseline: float, unit: str, higher_is_better: 
     if note:
         result["note"] = note
     return result
+
+
+@contextmanager
+def scratch_database() -> Iterator[Any]:
+    """A migrated Postgres database of the benchmark's own, dropped afterwards."""
+    import psycopg
+
+    from shared.db import PostgresDatabase
+    from shared.migrate import migrate
+
+    name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    db = PostgresDatabase(ADMIN_URL.rsplit("/", 1)[0] + "/" + name)
+    try:
+        migrate(db)
+        yield db
+    finally:
+        db.close()
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -16,13 +16,12 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import Row, row
+from bench.common import Row, row, scratch_database
 from shared.db import Params, PostgresDatabase, SqliteDatabase, utcnow
 from shared.erasure import ErasureStore
 from shared.erasure_purge import purge_request
@@ -31,7 +30,6 @@ from shared.observe import Reporter
 from shared.services import Services
 from shared.settings import Settings
 
-ADMIN_URL = os.environ.get("SLUICE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ROWS = int(os.environ.get("SLUICE_BENCH_ERASURE_ROWS", "10000"))
 REPEAT = int(os.environ.get("SLUICE_BENCH_ERASURE_REPEAT", "3"))
 OTHERS = 20_000
@@ -139,18 +137,8 @@ def _measure(db: Database, label: str) -> Row:
 
 def run() -> list[Row]:
     rows: list[Row] = []
-    name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
-    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    pg = PostgresDatabase(url)
-    try:
-        migrate(pg)
+    with scratch_database() as pg:
         rows.append(_measure(pg, "Postgres"))
-    finally:
-        pg.close()
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     with tempfile.TemporaryDirectory() as scratch:
         lite = SqliteDatabase(str(Path(scratch) / "bench.db"))
         migrate(lite)

@@ -11,8 +11,7 @@ import os
 import statistics
 import time
 
-from bench.common import Row, row
-from bench.redrive import scratch_database
+from bench.common import Row, row, scratch_database
 from shared.db import PostgresDatabase, utcnow
 from shared.jobs import Deadline
 from shared.metering import DEFAULT_FLUSH_LIMIT, OutboxStore, PolarClient, flush

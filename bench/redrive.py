@@ -13,16 +13,11 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
-
-from bench.common import Row, row
+from bench.common import Row, row, scratch_database
 from shared.db import PostgresDatabase, utcnow
 from shared.jobs import Deadline
 from shared.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, reclaim, redrive
-from shared.migrate import migrate
 from shared.redis_client import (
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,
@@ -32,25 +27,9 @@ from shared.redis_client import (
 )
 from shared.usage import RetryEnvelope, UsageEntry, insert_entries
 
-ADMIN_URL = os.environ.get("SLUICE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ENTRIES = int(os.environ.get("SLUICE_BENCH_REDRIVE_ENTRIES", "5000"))
 RECLAIM = int(os.environ.get("SLUICE_BENCH_RECLAIM_ENTRIES", "10000"))
-
-
-@contextmanager
-def scratch_database() -> Iterator[PostgresDatabase]:
-    name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    db = PostgresDatabase(ADMIN_URL.rsplit("/", 1)[0] + "/" + name)
-    try:
-        migrate(db)
-        yield db
-    finally:
-        db.close()
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _items(n: int) -> list[str]:
