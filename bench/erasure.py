@@ -22,13 +22,13 @@ from typing import Any
 import psycopg
 
 from bench.common import Row, row, scratch_database
-from shared.db import Params, PostgresDatabase, SqliteDatabase, utcnow
-from shared.erasure import ErasureStore
-from shared.erasure_purge import purge_request
-from shared.migrate import migrate
-from shared.observe import Reporter
-from shared.services import Services
-from shared.settings import Settings
+from shared.core.observe import Reporter
+from shared.core.services import Services
+from shared.core.settings import Settings
+from shared.erasure.purge import purge_request
+from shared.erasure.requests import ErasureStore
+from shared.store.db import Params, PostgresDatabase, SqliteDatabase, utcnow
+from shared.store.migrate import migrate
 
 ROWS = int(os.environ.get("SLUICE_BENCH_ERASURE_ROWS", "10000"))
 REPEAT = int(os.environ.get("SLUICE_BENCH_ERASURE_REPEAT", "3"))

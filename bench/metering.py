@@ -12,10 +12,10 @@ import statistics
 import time
 
 from bench.common import Row, row, scratch_database
-from shared.db import PostgresDatabase, utcnow
-from shared.jobs import Deadline
-from shared.metering import DEFAULT_FLUSH_LIMIT, OutboxStore, PolarClient, flush
-from shared.usage import UsageEntry, insert_entries
+from shared.billing.metering import DEFAULT_FLUSH_LIMIT, OutboxStore, PolarClient, flush
+from shared.billing.usage import UsageEntry, insert_entries
+from shared.jobs.registry import Deadline
+from shared.store.db import PostgresDatabase, utcnow
 
 LATENCY_S = 0.020
 RUNS = int(os.environ.get("SLUICE_BENCH_METERING_RUNS", "3"))

@@ -31,14 +31,14 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from bench.common import median, row
-from shared.consumer import Consumer
-from shared.db import open_database
-from shared.migrate import migrate
-from shared.observe import Reporter
-from shared.queues import IDEMPOTENCY_ATTRIBUTE, Delivery, idempotency_key
-from shared.services import Services
-from shared.settings import Settings
-from shared.signing import Signer
+from shared.core.observe import Reporter
+from shared.core.services import Services
+from shared.core.settings import Settings
+from shared.queues.consumer import Consumer
+from shared.queues.publish import IDEMPOTENCY_ATTRIBUTE, Delivery, idempotency_key
+from shared.queues.signing import Signer
+from shared.store.db import open_database
+from shared.store.migrate import migrate
 
 SECRET = "bench-queue-secret-0123456789abcdef"
 BATCH = 10

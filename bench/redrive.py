@@ -15,17 +15,17 @@ import time
 import uuid
 
 from bench.common import Row, row, scratch_database
-from shared.db import PostgresDatabase, utcnow
-from shared.jobs import Deadline
-from shared.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, reclaim, redrive
-from shared.redis_client import (
+from shared.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, reclaim, redrive
+from shared.billing.usage import RetryEnvelope, UsageEntry, insert_entries
+from shared.jobs.registry import Deadline
+from shared.store.db import PostgresDatabase, utcnow
+from shared.store.redis_clients import (
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,
     RedisClient,
     RedisPyClient,
     UpstashClient,
 )
-from shared.usage import RetryEnvelope, UsageEntry, insert_entries
 
 REDIS_URL = os.environ.get("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ENTRIES = int(os.environ.get("SLUICE_BENCH_REDRIVE_ENTRIES", "5000"))

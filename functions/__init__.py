@@ -5,6 +5,6 @@ the environment, before a handler module builds its Settings; with none configur
 this costs nothing.
 """
 
-from shared.secrets import load_secrets
+from shared.core.secrets import load_secrets
 
 load_secrets()

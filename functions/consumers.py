@@ -6,8 +6,8 @@ This module must stay free of the HTTP stack (FastAPI) so a consumer cold-starts
 
 from __future__ import annotations
 
-from shared.services import Services
-from shared.topics import consumers_for
+from shared.core.services import Services
+from shared.queues.topics import consumers_for
 
 SERVICES = Services.from_env()
 CONSUMERS = consumers_for(SERVICES)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shared.cron import run_job
-from shared.errors import ConfigurationError
-from shared.events import kind_of
-from shared.jobs import get_job
-from shared.observe import logger
-from shared.services import Services
+from shared.core.errors import ConfigurationError
+from shared.core.events import kind_of
+from shared.core.observe import logger
+from shared.core.services import Services
+from shared.jobs.registry import get_job
+from shared.jobs.runner import run_job
 
 if not os.environ.get("SLUICE_JOB"):
     raise ConfigurationError("SLUICE_JOB must name the job this function runs")

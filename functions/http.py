@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from mangum import Mangum
 
-from shared.http_app import create_app
-from shared.services import Services
+from shared.core.services import Services
+from shared.http.app import create_app
 
 app = create_app(Services.from_env())
 handler = Mangum(app, lifespan="off")

@@ -1,5 +1,5 @@
 -- Foundation: the key-value state store, job runs, leases and the admin audit trail.
--- Timestamps are UTC text in one fixed format (see shared/db.py), so they sort.
+-- Timestamps are UTC text in one fixed format (see shared/store/db.py), so they sort.
 
 CREATE TABLE IF NOT EXISTS platform_state (
     key text PRIMARY KEY,

@@ -1,6 +1,6 @@
 -- GDPR erasure: one row per request, from `requested` through a grace window to
 -- `purged` (or `cancelled` / `failed`). The row itself is the record that the
--- erasure happened (see shared/erasure_registry.py for why it is kept).
+-- erasure happened (see shared/erasure/registry.py for why it is kept).
 
 CREATE TABLE IF NOT EXISTS data_erasure_requests (
     id text PRIMARY KEY,

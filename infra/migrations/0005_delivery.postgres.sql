@@ -2,7 +2,7 @@
 -- here as `pending` before it is sent, then settled `acked` or `failed`; a
 -- transient error puts it back to `pending` with a later next_attempt_at. A
 -- sender holds an entry `in_flight` under a lease; a lapsed lease returns it to
--- `pending` (see shared/delivery.py). subject_user_id is the app user the
+-- `pending` (see shared/delivery/store.py). subject_user_id is the app user the
 -- message is for (optional), so an erasure can find their entries.
 
 CREATE TABLE IF NOT EXISTS delivery_queue (

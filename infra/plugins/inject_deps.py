@@ -32,6 +32,11 @@ def _belongs(top: str, name: str) -> bool:
     return top.endswith((".dist-info", ".egg-info")) and _norm(top.split("-", 1)[0]) == _norm(name)
 
 
+def _http_path(filename: str, http_paths: set[str]) -> bool:
+    """A path entry ending in ``/`` names a whole folder (``shared/http/``)."""
+    return any(filename == p or (p.endswith("/") and filename.startswith(p)) for p in http_paths)
+
+
 def _files(root: Path, top: str) -> list[tuple[Path, str]]:
     path = root / top
     if path.is_file():
@@ -90,7 +95,7 @@ def main() -> int:
         artifact = Path(fn["artifact"])
         with zipfile.ZipFile(artifact) as source:
             own = [(info, source.read(info)) for info in source.infolist()
-                   if fn["http"] or info.filename not in http_paths]
+                   if fn["http"] or not _http_path(info.filename, http_paths)]
         own_pyc = [pyc for info, content in own if bytecode and info.filename.endswith(".py")
                    and (pyc := _pyc(info.filename, content)) is not None]
         deps = common + (http if fn["http"] else [])

@@ -1,7 +1,7 @@
 """The packaged CloudFormation template: lint-clean, and wired as the registries say.
 
-Expectations come from the job registry (``shared.jobs.JOBS``) and the topic list
-(``shared.queues.TOPICS``), so adding a job or a topic without its serverless.yml
+Expectations come from the job registry (``shared.jobs.registry.JOBS``) and the topic list
+(``shared.queues.publish.TOPICS``), so adding a job or a topic without its serverless.yml
 function, queue or role fails here.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.jobs import JOBS
-from shared.secrets import SECRET_NAMES
+from shared.core.secrets import SECRET_NAMES
+from shared.jobs.registry import JOBS
 from tests.deploy.conftest import PREFIX, Packaged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -24,7 +24,7 @@ HTTP_STACK = ("fastapi/", "starlette/", "pydantic/", "pydantic_core/", "mangum/"
 
 def topics() -> tuple[str, ...]:
     try:
-        from shared.queues import TOPICS
+        from shared.queues.publish import TOPICS
     except ImportError:  # before the queue subsystem exists: the queues infra/ declares
         from tests.conftest import ROOT
 
@@ -37,7 +37,7 @@ def topics() -> tuple[str, ...]:
 
 def implemented() -> frozenset[str]:
     try:
-        from shared.queues import IMPLEMENTED
+        from shared.queues.publish import IMPLEMENTED
     except ImportError:
         return frozenset()
     return IMPLEMENTED
@@ -182,7 +182,7 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         names = packaged.zip_names(logical_id)
         module, _, _ = fn["Properties"]["Handler"].rpartition(".")
         assert f"{module}.py" in names, f"{logical_id}: handler module missing"
-        assert "shared/settings.py" in names
+        assert "shared/core/settings.py" in names
         # manylinux wheels built for CPython 3.12, and no boto3 (the runtime has it)
         assert any(n.startswith("psycopg_binary/") and "cpython-312-x86_64-linux-gnu" in n
                    for n in names), logical_id
@@ -190,4 +190,4 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         http = module == "functions/http"
         for prefix in HTTP_STACK:
             assert any(n.startswith(prefix) for n in names) == http, f"{logical_id}: {prefix}"
-        assert ("shared/http_app.py" in names) == http, logical_id
+        assert ("shared/http/app.py" in names) == http, logical_id

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.redis_client import RedisClient, RedisPyClient, UpstashClient, connect
-from shared.settings import Settings
+from shared.core.settings import Settings
+from shared.store.redis_clients import RedisClient, RedisPyClient, UpstashClient, connect
 from tests.providers.polar import PolarStandIn
 from tests.providers.upstash import UpstashRestServer
 

@@ -11,7 +11,7 @@ import json
 import threading
 from typing import Any
 
-from shared.channels import IDEMPOTENCY_HEADER, verify_webhook
+from shared.delivery.channels import IDEMPOTENCY_HEADER, verify_webhook
 from tests.providers.http import ProviderServer, StandIn, json_response
 
 

@@ -1,0 +1,245 @@
+"""ledger-redrive: insert the AI usage ledger entries that waited in Redis for Postgres.
+
+Three lists (queue, processing, dlq; see ``shared.store.redis_clients``). Each run:
+
+1. **reclaim**: everything stranded in processing by a crashed run goes back to the
+   queue (ledger inserts are idempotent on the entry id, so a second insert of a
+   reclaimed entry cannot double-count);
+2. **claim** up to ``batch_size`` entries with ``LMOVE`` queue→processing, never a pop,
+   so a crash after the claim leaves every entry recoverable;
+3. **insert** the batch into the ledger (and its outbox rows) in one transaction;
+4. **settle**: remove each entry from processing, and in the same atomic step put a
+   failed one back on the queue (``attempts`` + 1) or, at ``MAX_ATTEMPTS`` or when
+   malformed, on the DLQ.
+
+Steps 1, 2 and 4 are Lua scripts (``EVAL``, which redis-py and Upstash REST both
+speak): a batch of 100 costs a handful of round trips, not 300, while each entry is
+still moved by one atomic command. A crash at any point leaves an entry in the queue,
+in processing, or in the ledger (and possibly still in processing, to be reclaimed and
+inserted again as a no-op).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, insert_entries
+from shared.core.crash import crash_point
+from shared.core.errors import PermanentStoreError, RequestError, TransientStoreError
+from shared.jobs.registry import Deadline, JobContext, Result
+from shared.store.db import Database
+from shared.store.redis_clients import (
+    LEDGER_RETRY_DLQ,
+    LEDGER_RETRY_PROCESSING,
+    LEDGER_RETRY_QUEUE,
+    RedisClient,
+)
+
+DEFAULT_REDRIVE_BATCH_SIZE = 100
+MAX_ATTEMPTS = 10
+RECLAIM_CHUNK = 5_000  # entries moved per EVAL, so one script never holds Redis for long
+MAX_BATCHES_PER_RUN = 1_000
+MAX_ERROR_MESSAGES = 20
+
+# KEYS: processing, queue. ARGV: how many at most. Newest claim first onto the queue's
+# right end, so the oldest ends up rightmost again: the queue order survives a reclaim.
+RECLAIM_SCRIPT = """
+local moved = 0
+local most = tonumber(ARGV[1])
+while moved < most do
+  if not redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') then break end
+  moved = moved + 1
+end
+return moved
+"""
+
+# KEYS: queue, processing. ARGV: how many at most. The oldest entry is the queue's right end.
+CLAIM_SCRIPT = """
+local claimed = {}
+for i = 1, tonumber(ARGV[1]) do
+  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not item then break end
+  claimed[i] = item
+end
+return claimed
+"""
+
+# KEYS: processing, queue, dlq. ARGV: triples (op, claimed item, replacement) with op
+# ack | requeue | dlq. Removal and re-push happen together; an item that is no longer
+# in processing (reclaimed meanwhile) is not pushed again.
+SETTLE_SCRIPT = """
+local acked, requeued, dead = 0, 0, 0
+for i = 1, #ARGV, 3 do
+  local op, item, replacement = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if redis.call('LREM', KEYS[1], 1, item) > 0 then
+    if op == 'requeue' then
+      redis.call('LPUSH', KEYS[2], replacement)
+      requeued = requeued + 1
+    elseif op == 'dlq' then
+      redis.call('LPUSH', KEYS[3], replacement)
+      dead = dead + 1
+    else
+      acked = acked + 1
+    end
+  end
+end
+return {acked, requeued, dead}
+"""
+
+Op = Literal["ack", "requeue", "dlq"]
+
+
+class Settlement:
+    """What to do with each claimed item, decided before anything is written to Redis."""
+
+    __slots__ = ("errors", "steps", "stop")
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Op, str, str]] = []
+        self.errors: list[str] = []
+        self.stop = False
+
+    def ack(self, raw: str) -> None:
+        self.steps.append(("ack", raw, ""))
+
+    def dead(self, raw: str, reason: str, now: datetime) -> None:
+        self.steps.append(("dlq", raw, dead_letter(raw, reason, now)))
+
+    def failed(self, raw: str, envelope: RetryEnvelope, error: str, now: datetime) -> None:
+        attempts = envelope.attempts + 1
+        retried = RetryEnvelope(envelope.id, attempts, envelope.enqueued_at, error, envelope.entry)
+        if attempts >= MAX_ATTEMPTS:
+            self.steps.append(("dlq", raw, dead_letter(retried.to_json(), "max_attempts", now)))
+        else:
+            self.steps.append(("requeue", raw, retried.to_json()))
+
+    def error(self, message: str) -> None:
+        if len(self.errors) < MAX_ERROR_MESSAGES:
+            self.errors.append(message)
+
+
+def reclaim(redis: RedisClient, *, chunk: int = RECLAIM_CHUNK) -> int:
+    """Move everything in processing back to the queue; returns how many moved."""
+    total = 0
+    while True:
+        moved = int(redis.eval(RECLAIM_SCRIPT, [LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE],
+                               [chunk]))
+        total += moved
+        if moved < chunk:
+            return total
+
+
+def claim(redis: RedisClient, count: int) -> list[str]:
+    items = redis.eval(CLAIM_SCRIPT, [LEDGER_RETRY_QUEUE, LEDGER_RETRY_PROCESSING], [count])
+    return [str(item) for item in items or []]
+
+
+def settle(redis: RedisClient, steps: list[tuple[Op, str, str]]) -> tuple[int, int, int]:
+    if not steps:
+        return 0, 0, 0
+    args = [part for step in steps for part in step]
+    acked, requeued, dead = redis.eval(
+        SETTLE_SCRIPT, [LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, LEDGER_RETRY_DLQ], args)
+    return int(acked), int(requeued), int(dead)
+
+
+def _parse(raw: str) -> tuple[RetryEnvelope, UsageEntry]:
+    envelope = RetryEnvelope.parse(raw)
+    entry = UsageEntry.from_contract(envelope.entry, fallback_id=envelope.id)
+    if entry.id != envelope.id:
+        raise RequestError("entry.id does not match id")
+    return envelope, entry
+
+
+def decide(db: Database, claimed: list[str], now: datetime) -> Settlement:
+    """Insert what can be inserted and say what becomes of every claimed item."""
+    plan = Settlement()
+    valid: list[tuple[str, RetryEnvelope, UsageEntry]] = []
+    for raw in claimed:
+        try:
+            envelope, entry = _parse(raw)
+        except RequestError as exc:
+            plan.dead(raw, f"malformed: {exc.message}", now)
+            continue
+        valid.append((raw, envelope, entry))
+    if not valid:
+        return plan
+    try:
+        insert_entries(db, [entry for _, _, entry in valid])
+    except TransientStoreError as exc:
+        # Postgres is away: every entry waits for the next run, which is all we can do.
+        message = f"{exc.code}: {exc.message}"
+        for raw, envelope, _ in valid:
+            plan.failed(raw, envelope, message, now)
+        plan.error(message)
+        plan.stop = True
+        return plan
+    except PermanentStoreError:
+        # One entry poisons the batch: insert them one by one so only it pays.
+        return _one_by_one(db, valid, plan, now)
+    crash_point("redrive.after_insert")
+    for raw, _, _ in valid:
+        plan.ack(raw)
+    return plan
+
+
+def _one_by_one(db: Database, valid: list[tuple[str, RetryEnvelope, UsageEntry]],
+                plan: Settlement, now: datetime) -> Settlement:
+    for raw, envelope, entry in valid:
+        try:
+            insert_entries(db, [entry])
+        except TransientStoreError as exc:
+            plan.failed(raw, envelope, f"{exc.code}: {exc.message}", now)
+            plan.error(f"{exc.code}: {exc.message}")
+            plan.stop = True
+        except PermanentStoreError as exc:
+            plan.failed(raw, envelope, f"{exc.code}: {exc.message}", now)
+            plan.error(f"{entry.id}: {exc.code}: {exc.message}")
+        else:
+            plan.ack(raw)
+    return plan
+
+
+def redrive(redis: RedisClient, db: Database, *, now: datetime, deadline: Deadline,
+            batch_size: int = DEFAULT_REDRIVE_BATCH_SIZE, max_batches: int = 1) -> Result:
+    result: Result = {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
+                      "errors": []}
+    reclaim(redis)
+    crash_point("redrive.after_reclaim")
+    for _ in range(max_batches):
+        if deadline.expired():
+            break
+        claimed = claim(redis, batch_size)
+        if not claimed:
+            break
+        crash_point("redrive.after_claim")
+        result["drained"] += len(claimed)
+        plan = decide(db, claimed, now)
+        crash_point("redrive.before_ack")
+        acked, requeued, dead = settle(redis, plan.steps)
+        result["succeeded"] += acked
+        result["requeued"] += requeued
+        result["deadLettered"] += dead
+        result["errors"].extend(plan.errors)
+        if plan.stop or len(claimed) < batch_size:
+            break
+    return result
+
+
+def _batches(ctx: JobContext) -> int:
+    raw = ctx.params.get("batches")
+    if raw is None:
+        return 1
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BATCHES_PER_RUN:
+        raise RequestError(f"batches must be a whole number from 1 to {MAX_BATCHES_PER_RUN}")
+    return int(raw)
+
+
+def run_ledger_redrive(ctx: JobContext) -> Result:
+    redis: RedisClient | None = ctx.services.redis
+    if redis is None:
+        return {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
+                "errors": ["redis_not_configured"]}
+    return redrive(redis, ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
+                   max_batches=_batches(ctx))

@@ -1,0 +1,160 @@
+"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries.
+
+Redrive and purge are written to ``admin_audit`` as the operator (``--by``, else
+``cli:$USER``), like the API's admin actions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from shared.cli.main import command_group, operator, services
+from shared.core.errors import RequestError
+
+EXIT_OK, EXIT_FAILED = 0, 2
+
+
+def _services() -> Any:
+    return services()
+
+
+def _store(services: Any) -> Any:
+    from shared.delivery.store import DeliveryStore
+
+    return DeliveryStore(services.db)
+
+
+def _operator(args: argparse.Namespace) -> str:
+    return operator(args.by)
+
+
+def _audit(services: Any, args: argparse.Namespace, action: str, target: str,
+           outcome: str) -> None:
+    from shared.jobs.runs import RunStore
+
+    RunStore(services.db).audit(actor=_operator(args), action=action, target=target,
+                                outcome=outcome, ip=None, detail=None)
+
+
+def _print(args: argparse.Namespace, body: Any) -> None:
+    if args.json:
+        print(json.dumps(body, default=str))
+        return
+    for row in body if isinstance(body, list) else [body]:
+        if "recipient" in row:
+            when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
+                    "in_flight": ("lease_until", row["leaseUntil"])}.get(
+                row["status"], ("next", row["nextAttemptAt"]))
+            print(f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
+                  f"attempts={row['attempts']}  {when[0]}={when[1]}")
+            if row.get("lastError"):
+                print(f"  last error: {row['lastError']}")
+        else:
+            print(json.dumps(row, default=str))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from shared.delivery.store import check_status
+
+    rows = _store(_services()).list(status=check_status(args.status), channel=args.channel,
+                                    limit=args.limit)
+    _print(args, [row.to_json() for row in rows])
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    _print(args, _store(_services()).get(args.id).to_json())
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    _print(args, {"statuses": _store(_services()).stats()})
+    return EXIT_OK
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    services = _services()
+    if args.all_failed:
+        count = _store(services).redrive_all(channel=args.channel)
+        _audit(services, args, "delivery:redrive_all", args.channel or "*", f"redriven={count}")
+        _print(args, {"redriven": count})
+    else:
+        entry = _store(services).redrive(_one_id(args))
+        _audit(services, args, "delivery:redrive", entry.id, "redriven")
+        _print(args, entry.to_json())
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    services = _services()
+    if args.all_failed:
+        count = _store(services).purge_all(channel=args.channel)
+        _audit(services, args, "delivery:purge_all", args.channel or "*", f"purged={count}")
+    else:
+        _store(services).purge(_one_id(args))
+        _audit(services, args, "delivery:purge", args.id, "purged")
+        count = 1
+    _print(args, {"purged": count})
+    return EXIT_OK
+
+
+def _one_id(args: argparse.Namespace) -> str:
+    if not args.id:
+        raise RequestError("give an entry ID, or --all-failed")
+    return str(args.id)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    import httpx
+
+    from shared.delivery.drain import Deliverer, Outcome
+
+    if (args.text is None) == (args.payload is None):
+        raise RequestError("give exactly one of --text and --payload")
+    try:
+        payload = json.loads(args.payload) if args.payload is not None else {"text": args.text}
+    except ValueError as exc:
+        raise RequestError(f"--payload is not JSON: {exc}") from None
+    if args.subject_line:
+        payload["subject"] = args.subject_line
+    services = _services()
+    if not args.send:
+        entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
+                                                  idempotency_key=args.key,
+                                                  subject_user_id=args.user)
+        _print(args, entry.to_json())
+        return EXIT_OK
+    with httpx.Client(timeout=services.settings.delivery_send_timeout_s) as client:
+        deliverer = Deliverer.from_services(services, client)
+        entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
+                                           idempotency_key=args.key, subject_user_id=args.user)
+    _print(args, entry.to_json())
+    return EXIT_OK if outcome in (None, Outcome.ACKED, Outcome.RETRY) else EXIT_FAILED
+
+
+def register(sub: Any) -> None:
+    add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
+
+    p = add("list", cmd_list, "list entries, newest first")
+    p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed"])
+    p.add_argument("--channel")
+    p.add_argument("--limit", type=int, default=100)
+    add("show", cmd_show, "show one entry").add_argument("id")
+    add("stats", cmd_stats, "count and oldest entry per status")
+    for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
+                             ("purge", cmd_purge, "delete failed entries")):
+        p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]")
+        p.add_argument("id", nargs="?")
+        p.add_argument("--all-failed", action="store_true")
+        p.add_argument("--channel")
+    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
+    p.add_argument("channel", help="webhook, slack, telegram or email")
+    p.add_argument("recipient", help="URL, Slack channel, Telegram chat id or email address")
+    p.add_argument("--text")
+    p.add_argument("--payload", help="the whole payload as a JSON object")
+    p.add_argument("--subject-line", help="email subject")
+    p.add_argument("--key", help="idempotency key (a second enqueue returns the first)")
+    p.add_argument("--user", help="the app user the message is for (for erasure)")
+    p.add_argument("--send", action="store_true", help="send now (inline path), then settle")

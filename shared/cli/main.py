@@ -1,0 +1,213 @@
+"""The ``sluice`` command line.
+
+Feature modules add subcommands through ``COMMAND_MODULES``: each module has
+``register(subparsers)`` that adds its parsers with ``func=`` set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shared.core.errors import SluiceError
+
+# Feature command modules, each with register(subparsers).
+COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery"]
+
+
+def operator(by: str | None = None) -> str:
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    if by:
+        return by
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in a bare container
+        return "cli:unknown"
+
+
+def command_group(sub: Any, name: str, help: str) -> Callable[[str, Any, str],
+                                                               argparse.ArgumentParser]:
+    """``sluice NAME …``: returns ``add(command, func, help)`` for its subcommands, each with
+    ``--json`` and ``--by`` (the operator named in the audit trail)."""
+    commands = sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command",
+                                                              required=True)
+
+    def add(command: str, func: Any, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = commands.add_parser(command, help=help)
+        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
+        p.set_defaults(func=func)
+        return p
+
+    return add
+
+
+def services(*, migrate_embedded: bool = True) -> Any:
+    """The process's ``Services``; on the embedded SQLite default, pending migrations first."""
+    return _services(argparse.Namespace(), migrate_embedded=migrate_embedded)
+
+
+def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> Any:
+    from shared.core.services import Services
+
+    services = Services.from_env()
+    if migrate_embedded and services.db.dialect == "sqlite":
+        from shared.store.migrate import migrate
+
+        for migration in migrate(services.db):
+            print(f"applied migration {migration.version} {migration.name}", file=sys.stderr)
+    return services
+
+
+def _progress() -> Any:
+    """A one-line progress indicator on a terminal; silent otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    started = time.monotonic()
+
+    def show(message: str) -> None:
+        sys.stderr.write(f"\r\x1b[2K[{time.monotonic() - started:6.1f}s] {message}")
+        sys.stderr.flush()
+
+    return show
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from shared.jobs.registry import get_job
+    from shared.jobs.runner import run_job
+
+    job = get_job(args.job)
+    services = _services(args, migrate_embedded=True)
+    progress = _progress()
+    if progress:
+        progress(f"running {job.name}…")
+    outcome = run_job(job, services, "cli", progress=progress)
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    if args.json:
+        print(json.dumps(outcome.body, default=str))
+    else:
+        print(f"{job.name}: {outcome.outcome}")
+        for key, value in outcome.body.items():
+            print(f"  {key}: {json.dumps(value, default=str)}")
+    return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from shared.store.migrate import migrate, pending
+
+    services = _services(args)
+    if args.dry_run:
+        for migration in pending(services.db):
+            print(f"pending {migration.version} {migration.name}")
+        return 0
+    applied = migrate(services.db)
+    for migration in applied:
+        print(f"applied {migration.version} {migration.name}")
+    print(f"{len(applied)} migration(s) applied on {services.db.dialect}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from shared.jobs.registry import JOBS
+    from shared.jobs.runs import RunStore
+    from shared.jobs.schedule import job_schedules
+
+    services = _services(args, migrate_embedded=True)
+    schedules = job_schedules()
+    last = RunStore(services.db).last_runs()
+    rows = []
+    for job in JOBS.values():
+        run = last.get(job.name)
+        rows.append({
+            "job": job.name, "route": job.route,
+            "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
+            "lastRun": run["started_at"].isoformat() if run else None,
+            "lastOutcome": run["outcome"] if run else None,
+        })
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        print(f"{row['job']:<16} {row['schedule']:<24} last: {row['lastOutcome'] or 'never'}"
+              f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}")
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    from shared.ops.overview import queue_figures
+
+    data = queue_figures(_services(args, migrate_embedded=True))
+    if args.json:
+        print(json.dumps(data, default=str))
+        return 0
+    for section, figures in data.items():
+        if section in ("generatedAt", "jobs"):
+            continue
+        if isinstance(figures, list):
+            for item in figures:
+                print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
+                      f"dlq={json.dumps(item['dlq'])}")
+        else:
+            print(f"{section:<15} {json.dumps(figures, default=str)}")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from shared.cli.dev import serve
+
+    services = _services(args, migrate_embedded=True)
+    serve(services, host=args.host, port=args.port, scheduler=not args.no_scheduler)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--no-scheduler", action="store_true", help="serve only; fire no jobs")
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("run", help="run one job now and print its result")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true", help="print the result object alone on stdout")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("migrate", help="apply pending schema migrations")
+    p.add_argument("--dry-run", action="store_true", help="list pending migrations only")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("jobs", help="list jobs with their schedules and last runs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("queues", help="real figures for every queue, outbox and dead-letter list")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_queues)
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except SluiceError as exc:
+        print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""``sluice sign | verify | publish | flags | dlq`` for runbooks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from shared.cli.main import operator, services
+from shared.core.errors import RequestError
+
+
+def _services() -> Any:
+    return services()
+
+
+def _read_json(what: str) -> Any:
+    text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RequestError(f"{what} on stdin is not JSON: {exc}") from None
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def _actor() -> str:
+    return operator()
+
+
+def _signer() -> Any:
+    from shared.core.settings import Settings
+    from shared.queues.signing import Signer
+
+    return Signer(Settings.from_env().queue_signing_secrets)
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    message = _read_json("the message")
+    if not isinstance(message, dict):
+        raise RequestError("the message must be a JSON object")
+    print(json.dumps(_signer().sign(message), ensure_ascii=False, separators=(",", ":")))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    message = _read_json("the message")
+    reason = _signer().check(message)
+    if reason is None:
+        print("valid")
+        return 0
+    print(f"invalid: {reason}", file=sys.stderr)
+    return 1
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from shared.queues.topics import publisher_of
+
+    text = sys.stdin.read()
+    try:
+        fields = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise RequestError("the fields must be a JSON object")
+    _print(publisher_of(_services()).publish(args.topic, fields).to_dict())
+    return 0
+
+
+def cmd_flags(args: argparse.Namespace) -> int:
+    from shared.store.flags import FlagStore
+
+    flags = FlagStore(_services().state)
+    if args.key is None:
+        _print({"flags": flags.all()})
+        return 0
+    if args.value is None and not args.clear:
+        _print(flags.describe(args.key))
+        return 0
+    body: dict[str, Any] = {"key": args.key, "tenantScopeId": args.tenant}
+    if args.clear:
+        body["clearOverride"] = True
+    else:
+        body["enabled"] = args.value == "on"
+    _print(flags.apply(body, actor=_actor()))
+    return 0
+
+
+def _dead_letters() -> Any:
+    from shared.ops.deadletters import DeadLetters
+
+    return DeadLetters(_services())
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    dlq = _dead_letters()
+    if args.name is None:
+        _print({"queues": dlq.overview()})
+        return 0
+    result = dlq.list_letters(args.name, args.limit)
+    if args.json:
+        _print(result)
+        return 0
+    print(f"{result['queue']}: {result['depth']} dead letter(s)")
+    for item in result["items"]:
+        age = item["ageSeconds"]
+        print(f"  {item['id']}  {item['failedAt'] or '?'}  "
+              f"{'' if age is None else f'{age / 3600:.1f}h old'}  {item['reason'][:120]}")
+    return 0
+
+
+def cmd_dlq_show(args: argparse.Namespace) -> int:
+    _print(_dead_letters().show(args.name, args.id))
+    return 0
+
+
+def cmd_dlq_redrive(args: argparse.Namespace) -> int:
+    result = _dead_letters().redrive(args.name, ids=args.id or None, limit=args.limit,
+                                     dry_run=args.dry_run, actor=_actor())
+    _print(result)
+    return 2 if result["failed"] else 0
+
+
+def cmd_dlq_purge(args: argparse.Namespace) -> int:
+    if not args.id and not args.all:
+        raise RequestError("give --id ID (repeatable) or --all")
+    _print(_dead_letters().purge(args.name, ids=args.id or None, actor=_actor()))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("sign", help="sign a JSON message read on stdin and print it")
+    p.set_defaults(func=cmd_sign)
+
+    p = sub.add_parser("verify", help="exit 0 if the JSON message on stdin is validly signed")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("publish", help="publish a message to TOPIC (JSON fields on stdin)")
+    p.add_argument("topic")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("flags", help="show flags, or set one: sluice flags KEY on|off")
+    p.add_argument("key", nargs="?")
+    p.add_argument("value", nargs="?", choices=["on", "off"])
+    p.add_argument("--tenant", help="a per-tenant override for this tenant scope id")
+    p.add_argument("--clear", action="store_true", help="remove the tenant's override")
+    p.set_defaults(func=cmd_flags)
+
+    dlq = sub.add_parser("dlq", help="read, redrive and purge dead letters").add_subparsers(
+        dest="dlq_command", required=True)
+    p = dlq.add_parser("list", help="every DLQ's depth, or one DLQ's dead letters, newest first")
+    p.add_argument("name", nargs="?", help="rss.ingest, rss.enrich, …, or ledger")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dlq_list)
+    p = dlq.add_parser("show", help="one dead letter in full")
+    p.add_argument("name")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_dlq_show)
+    p = dlq.add_parser("redrive", help="put dead letters back (re-signed); audited")
+    p.add_argument("name")
+    p.add_argument("--id", action="append", help="a dead letter id (repeatable)")
+    p.add_argument("--limit", type=int, default=10, help="at most this many (max 100)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be redriven")
+    p.set_defaults(func=cmd_dlq_redrive)
+    p = dlq.add_parser("purge", help="delete dead letters; audited")
+    p.add_argument("name")
+    p.add_argument("--id", action="append")
+    p.add_argument("--all", action="store_true")
+    p.set_defaults(func=cmd_dlq_purge)

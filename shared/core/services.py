@@ -1,0 +1,60 @@
+"""The dependencies a job or a route needs, built once per process (module scope in Lambda)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from shared.core.observe import Reporter
+from shared.core.settings import Settings
+from shared.store.db import PostgresDatabase, SqliteDatabase, open_database
+
+if TYPE_CHECKING:
+    from shared.core.auth import AdminVerifier
+    from shared.store.state import StateStore
+
+
+class Services:
+    def __init__(self, settings: Settings, db: SqliteDatabase | PostgresDatabase,
+                 reporter: Reporter | None = None, redis: Any = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.reporter = reporter or Reporter(sentry_dsn=settings.sentry_dsn,
+                                             environment=settings.stage)
+        if redis is not None:
+            self.__dict__["redis"] = redis
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Services:
+        return cls(settings, open_database(settings.database_url))
+
+    @classmethod
+    def from_env(cls) -> Services:
+        return cls.from_settings(Settings.from_env())
+
+    @cached_property
+    def state(self) -> StateStore:
+        from shared.store.state import StateStore
+
+        return StateStore(self.db)
+
+    @cached_property
+    def admin(self) -> AdminVerifier:
+        from shared.core.auth import AdminVerifier
+
+        return AdminVerifier(self.settings)
+
+    @cached_property
+    def redis(self) -> Any:
+        """The Redis client (redis-py over TCP or upstash-redis over REST), or None if unset."""
+        if not self.settings.redis_configured:
+            return None
+        from shared.store.redis_clients import connect
+
+        return connect(self.settings)
+
+    def close(self) -> None:
+        redis = self.__dict__.get("redis")  # only if it was ever built
+        if redis is not None and hasattr(redis, "close"):
+            redis.close()
+        self.db.close()

@@ -1,0 +1,144 @@
+"""Delivery errors: the typed pair adapters raise, and the classifier for everything else.
+
+A send fails *permanently* when repeating it cannot help (the chat is gone, the
+bot was blocked, the message is too long); anything else is *transient* and is
+retried on the schedule. Adapters say which with ``PermanentDeliveryError`` /
+``TransientDeliveryError``; errors nobody typed (a driver exception, a string
+read back from ``last_error``) are matched against ``PERMANENT_PATTERNS``. When
+in doubt, transient: a wrong "transient" costs a few retries, a wrong
+"permanent" loses a message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Literal
+
+from shared.core.errors import SluiceError
+
+Verdict = Literal["permanent", "transient"]
+MAX_DEPTH = 10
+
+
+class DeliveryError(SluiceError):
+    """A delivery failed."""
+
+    code = "delivery_error"
+
+
+class PermanentDeliveryError(DeliveryError):
+    """The channel refused the message for good; sending it again will not help."""
+
+    code = "delivery_permanent"
+
+
+class TransientDeliveryError(DeliveryError):
+    """The channel could not take the message now; it is retried on the schedule."""
+
+    code = "delivery_transient"
+
+    def __init__(self, message: str | None = None, *, retry_after_s: float | None = None,
+                 **context: object) -> None:
+        super().__init__(message, **context)
+        self.retry_after_s = retry_after_s
+
+
+class MissingAdapter(PermanentDeliveryError):
+    """No adapter is configured for this entry's channel."""
+
+    code = "delivery_no_adapter"
+
+
+# Case-insensitive; matched anywhere in an error's text. Telegram phrases its errors
+# "Forbidden: bot was blocked by the user", Slack as codes ("channel_not_found").
+PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"chat not found",
+    r"user not found",
+    r"bot was blocked",
+    r"bot was kicked",
+    r"chat_id is empty",
+    r"no conversation reference found",
+    r"ambiguous.*recipient",
+    r"user is deactivated",
+    r"message is too long",
+    r"bot can't initiate conversation",
+    r"bot is not a member",
+    r"have no rights to send",
+    r"group chat was upgraded to a supergroup",
+    r"message text is empty",
+    r"can't parse entities",
+    r"\b(channel|user)_not_found\b",
+    r"\bnot_in_channel\b",
+    r"\bis_archived\b",
+    r"\bmsg_too_long\b",
+    r"\bno_text\b",
+    r"recipient address rejected",
+))
+
+
+def matches_permanent(text: str) -> bool:
+    return any(pattern.search(text) for pattern in PERMANENT_PATTERNS)
+
+
+def _children(exc: BaseException) -> Iterator[BaseException]:
+    if exc.__cause__ is not None:
+        yield exc.__cause__
+    if exc.__context__ is not None and not exc.__suppress_context__:
+        yield exc.__context__
+    if isinstance(exc, BaseExceptionGroup):
+        yield from exc.exceptions
+
+
+def classify(error: BaseException | str) -> Verdict:
+    """``permanent`` or ``transient`` for an exception (its whole cause graph) or a message.
+
+    The graph is ``__cause__``, ``__context__`` and the members of exception groups,
+    walked with a visited set (cycles end) and a depth limit: a graph deeper than
+    ``MAX_DEPTH`` is transient, whatever it holds (fail open: retry rather than drop).
+    A ``TransientDeliveryError`` anywhere wins over permanent evidence elsewhere (an
+    adapter said "later" explicitly); otherwise a ``PermanentDeliveryError`` or a
+    node whose text matches ``PERMANENT_PATTERNS`` makes it permanent.
+    """
+    if isinstance(error, str):
+        return "permanent" if matches_permanent(error) else "transient"
+    seen: set[int] = set()
+    permanent = False
+    stack: list[tuple[BaseException, int]] = [(error, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            continue
+        if depth >= MAX_DEPTH:
+            return "transient"
+        seen.add(id(node))
+        if isinstance(node, TransientDeliveryError):
+            return "transient"
+        if isinstance(node, PermanentDeliveryError) or matches_permanent(str(node)):
+            permanent = True
+        stack.extend((child, depth + 1) for child in _children(node))
+    return "permanent" if permanent else "transient"
+
+
+def retry_after_s(error: BaseException) -> float | None:
+    """The provider's own wait (Telegram ``retry_after``, Slack ``Retry-After``), if any."""
+    seen: set[int] = set()
+    stack: list[tuple[BaseException, int]] = [(error, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen or depth >= MAX_DEPTH:
+            continue
+        seen.add(id(node))
+        if isinstance(node, TransientDeliveryError) and node.retry_after_s is not None:
+            return node.retry_after_s
+        stack.extend((child, depth + 1) for child in _children(node))
+    return None
+
+
+def describe(error: BaseException) -> str:
+    """One line for ``last_error``: the type and message, with the root cause if different."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    root = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if root is not None and str(root) and str(root) not in text:
+        text += f" (caused by {type(root).__name__}: {root})"
+    return text[:2000]

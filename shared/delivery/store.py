@@ -1,0 +1,303 @@
+"""The write-ahead delivery queue: an outbound message is stored before it is sent.
+
+``enqueue`` writes the entry (``pending``, or ``in_flight`` under a lease for the
+inline path that sends it at once); ``claim`` takes due ``pending`` entries
+``in_flight`` under a lease and counts the attempt; the sender then settles the
+entry with exactly one of ``ack`` (platform message id, duration), ``nack``
+(transient: back to ``pending`` at the next time of ``RetrySchedule``, or
+``failed`` on the last attempt) or ``fail`` (permanent). Each settle is one
+UPDATE guarded by ``in_flight`` and the attempt it claimed, so it is whole or
+nothing, and a sender whose lease lapsed cannot overwrite the next one's work.
+``recover`` returns lapsed leases to ``pending``; ``prune`` deletes old settled
+entries. Admins list, show, redrive and purge failed entries.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from shared.core.errors import Conflict, NotFound, RequestError
+from shared.store.db import Database, Row, load_queries, utcnow
+
+Q = load_queries("delivery")
+
+MAX_LIST = 500
+MAX_KEY_LENGTH = 256
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    ACKED = "acked"
+    FAILED = "failed"
+
+
+class RetryDecision(NamedTuple):
+    retry: bool
+    delay: timedelta  # zero when not retrying
+
+
+class RetrySchedule(NamedTuple):
+    """Delays between attempts, as data: attempt 1 failed -> wait ``delays_s[0]``, and so on,
+    the last delay repeating (the cap); after ``max_attempts`` attempts the entry fails."""
+
+    delays_s: tuple[float, ...] = (5.0, 25.0, 120.0, 600.0)
+    max_attempts: int = 5
+
+    def decide(self, attempts: int, retry_after_s: float | None = None) -> RetryDecision:
+        """What to do after ``attempts`` failed attempts (a provider's ``retry_after`` can
+        only lengthen the wait, never shorten it)."""
+        if attempts >= self.max_attempts:
+            return RetryDecision(False, timedelta(0))
+        delay = self.delays_s[min(max(attempts, 1), len(self.delays_s)) - 1]
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, self.delays_s[-1]))
+        return RetryDecision(True, timedelta(seconds=delay))
+
+    def table(self) -> list[tuple[int, float | None]]:
+        """(failed attempt, seconds until the next one; None = failed for good)."""
+        return [(n, d.delay.total_seconds() if d.retry else None)
+                for n in range(1, self.max_attempts + 1) for d in (self.decide(n),)]
+
+
+DEFAULT_SCHEDULE = RetrySchedule()
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+class DeliveryEntry(NamedTuple):
+    id: str
+    channel: str
+    recipient: str
+    subject_user_id: str | None
+    payload: dict[str, Any]
+    idempotency_key: str | None
+    status: DeliveryStatus
+    attempts: int
+    next_attempt_at: datetime
+    lease_until: datetime | None
+    last_error: str | None
+    platform_message_id: str | None
+    duration_ms: int | None
+    enqueued_at: datetime
+    updated_at: datetime
+    acked_at: datetime | None
+    failed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> DeliveryEntry:
+        return cls(**{**row, "status": DeliveryStatus(row["status"])})
+
+    @property
+    def dedupe_key(self) -> str:
+        """What a receiver deduplicates on: the caller's key, else the entry id."""
+        return self.idempotency_key or self.id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "channel": self.channel, "recipient": self.recipient,
+            "subjectUserId": self.subject_user_id, "payload": self.payload,
+            "idempotencyKey": self.idempotency_key, "status": self.status.value,
+            "attempts": self.attempts, "nextAttemptAt": iso(self.next_attempt_at),
+            "leaseUntil": iso(self.lease_until), "lastError": self.last_error,
+            "platformMessageId": self.platform_message_id, "durationMs": self.duration_ms,
+            "enqueuedAt": iso(self.enqueued_at), "updatedAt": iso(self.updated_at),
+            "ackedAt": iso(self.acked_at), "failedAt": iso(self.failed_at),
+        }
+
+
+def check_status(value: str | None) -> DeliveryStatus | None:
+    if not value:
+        return None
+    try:
+        return DeliveryStatus(value)
+    except ValueError:
+        raise RequestError(f"status must be one of {', '.join(s.value for s in DeliveryStatus)}, "
+                           f"got {value!r}") from None
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIST:
+        raise RequestError(f"limit must be between 1 and {MAX_LIST}, got {limit}")
+    return limit
+
+
+class DeliveryStore:
+    def __init__(self, db: Database, schedule: RetrySchedule = DEFAULT_SCHEDULE) -> None:
+        self.db = db
+        self.schedule = schedule
+
+    # --- the write-ahead path ------------------------------------------------------
+
+    def enqueue(self, channel: str, recipient: str, payload: dict[str, Any], *,
+                idempotency_key: str | None = None, subject_user_id: str | None = None,
+                lease: timedelta | None = None, now: datetime | None = None,
+                ) -> tuple[DeliveryEntry, bool]:
+        """Store an entry before its send; ``(entry, created)``.
+
+        With ``lease`` the entry starts ``in_flight`` (attempt 1 claimed by the caller,
+        who sends it now); without, ``pending`` and due at once. An ``idempotency_key``
+        already stored returns that entry with ``created`` False, whatever its state.
+        """
+        if not channel or not recipient:
+            raise RequestError("a delivery needs a channel and a recipient")
+        if not isinstance(payload, dict):
+            raise RequestError("a delivery payload must be a JSON object")
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
+            raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
+        now = now or utcnow()
+        entry_id = str(uuid.uuid4())
+        lease_until = now + lease if lease is not None else None
+        with self.db.transaction() as tx:
+            tx.execute(Q.insert_entry, {
+                "id": entry_id, "channel": channel, "recipient": recipient,
+                "subject_user_id": subject_user_id, "payload": tx.json(payload),
+                "idempotency_key": idempotency_key,
+                "status": (DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING).value,
+                "attempts": 1 if lease else 0, "next_attempt_at": lease_until or now,
+                "lease_until": lease_until, "now": now,
+            })
+            row = (tx.fetchone(Q.get_entry, {"id": entry_id}) if idempotency_key is None
+                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}))
+        assert row is not None
+        entry = DeliveryEntry.from_row(row)
+        return entry, entry.id == entry_id
+
+    def claim(self, lease: timedelta, *, limit: int = 1,
+              now: datetime | None = None) -> list[DeliveryEntry]:
+        """Due ``pending`` entries, oldest first, taken ``in_flight`` until ``now + lease``."""
+        now = now or utcnow()
+        with self.db.transaction() as tx:
+            claimed = tx.fetchall(Q.claim_due, {"now": now, "lease_until": now + lease,
+                                                "limit": limit})
+            # Read back by id: SQLite does not type RETURNING columns.
+            rows = [tx.fetchone(Q.get_entry, {"id": row["id"]}) for row in claimed]
+        entries = [DeliveryEntry.from_row(row) for row in rows if row is not None]
+        return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
+
+    def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
+            *, now: datetime | None = None) -> bool:
+        """``acked``; False when the entry is no longer this attempt's (its lease lapsed)."""
+        return self._settle(Q.ack, entry, now, platform_message_id=platform_message_id,
+                            duration_ms=duration_ms)
+
+    def nack(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
+             retry_after_s: float | None = None,
+             now: datetime | None = None) -> DeliveryStatus | None:
+        """A transient failure: ``pending`` at the schedule's next time, or ``failed`` when
+        that was the last attempt. The new status, or None if the entry was not ours."""
+        now = now or utcnow()
+        decision = self.schedule.decide(entry.attempts, retry_after_s)
+        if not decision.retry:
+            reason = f"gave up after {entry.attempts} attempts; last error: {error}"
+            return DeliveryStatus.FAILED if self.fail(entry, reason, duration_ms=duration_ms,
+                                                      now=now) else None
+        settled = self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
+                               next_attempt_at=now + decision.delay)
+        return DeliveryStatus.PENDING if settled else None
+
+    def fail(self, entry: DeliveryEntry, reason: str, *, duration_ms: int | None = None,
+             now: datetime | None = None) -> bool:
+        """A permanent failure (or no adapter, or the last attempt): ``failed``, never retried."""
+        return self._settle(Q.fail, entry, now, error=reason, duration_ms=duration_ms)
+
+    def _settle(self, query: Any, entry: DeliveryEntry, now: datetime | None,
+                **params: Any) -> bool:
+        with self.db.transaction() as tx:
+            changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
+                                         "now": now or utcnow(), **params})
+        return changed == 1
+
+    # --- housekeeping --------------------------------------------------------------
+
+    def recover(self, *, now: datetime | None = None, limit: int = 500) -> tuple[int, int]:
+        """Lapsed leases back to ``pending`` (or ``failed`` if it was the last attempt);
+        ``(returned to pending, failed)``."""
+        now = now or utcnow()
+        pending = failed = 0
+        with self.db.transaction() as tx:
+            for row in tx.fetchall(Q.expired_leases, {"now": now, "limit": limit}):
+                error = (f"lease expired during attempt {row['attempts']}: the sender died or "
+                         "timed out before settling (the send may have happened)")
+                result = tx.fetchone(Q.recover_lease, {
+                    "id": row["id"], "now": now, "error": error,
+                    "max_attempts": self.schedule.max_attempts})
+                if result is not None:
+                    if result["status"] == DeliveryStatus.FAILED.value:
+                        failed += 1
+                    else:
+                        pending += 1
+        return pending, failed
+
+    def prune(self, before: datetime, *, limit: int = 5000) -> int:
+        """Delete ``acked`` and ``failed`` entries last touched before ``before``."""
+        with self.db.transaction() as tx:
+            return tx.execute(Q.prune, {"before": before, "limit": limit})
+
+    def count_pending(self) -> int:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.count_deferred)
+        return int(row["n"]) if row else 0
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per status: count and the oldest ``enqueued_at`` (for the operations page)."""
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.status_counts)
+        found = {row["status"]: row for row in rows}
+        out = {}
+        for status in DeliveryStatus:
+            row = found.get(status.value)
+            oldest = row["oldest"] if row else None
+            if isinstance(oldest, str):  # SQLite does not type aggregates
+                oldest = datetime.fromisoformat(oldest)
+            out[status.value] = {"count": int(row["n"]) if row else 0, "oldest": iso(oldest)}
+        return out
+
+    # --- admin ---------------------------------------------------------------------
+
+    def get(self, entry_id: str) -> DeliveryEntry:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.get_entry, {"id": entry_id})
+        if row is None:
+            raise NotFound(f"no delivery entry {entry_id!r}", id=entry_id)
+        return DeliveryEntry.from_row(row)
+
+    def list(self, *, status: DeliveryStatus | None = None, channel: str | None = None,
+             limit: int = 100) -> list[DeliveryEntry]:
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.list_entries, {
+                "status": status.value if status else None, "channel": channel,
+                "limit": check_limit(limit)})
+        return [DeliveryEntry.from_row(row) for row in rows]
+
+    def redrive(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
+        """A ``failed`` entry back to ``pending``, due now, attempts reset."""
+        with self.db.transaction() as tx:
+            changed = tx.execute(Q.redrive, {"id": entry_id, "now": now or utcnow()})
+        entry = self.get(entry_id)
+        if not changed:
+            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only a failed "
+                           "entry can be redriven", id=entry_id, status=entry.status.value)
+        return entry
+
+    def redrive_all(self, *, channel: str | None = None, now: datetime | None = None) -> int:
+        with self.db.transaction() as tx:
+            return tx.execute(Q.redrive_all, {"channel": channel, "now": now or utcnow()})
+
+    def purge(self, entry_id: str) -> None:
+        """Delete one ``failed`` entry."""
+        with self.db.transaction() as tx:
+            changed = tx.execute(Q.purge, {"id": entry_id})
+        if not changed:
+            entry = self.get(entry_id)  # NotFound if it is not there at all
+            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only a failed "
+                           "entry can be purged", id=entry_id, status=entry.status.value)
+
+    def purge_all(self, *, channel: str | None = None) -> int:
+        with self.db.transaction() as tx:
+            return tx.execute(Q.purge_all, {"channel": channel})

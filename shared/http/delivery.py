@@ -1,0 +1,71 @@
+"""Admin API for the delivery queue (surface ``delivery``: roles super_admin, ops).
+
+Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
+reset) and purge them. Every POST is audited by the app's middleware. The drain's
+own route, ``/api/admin/delivery/drain``, comes from the job registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from shared.core.auth import Identity
+from shared.delivery.store import DeliveryStore, check_status
+from shared.http.app import require, services_of
+
+router = APIRouter(prefix="/api/admin/delivery", tags=["delivery"])
+
+
+def _store(request: Request) -> DeliveryStore:
+    return DeliveryStore(services_of(request).db)
+
+
+@router.get("/stats", name="delivery:stats")
+def stats(request: Request, identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Count and oldest enqueue time per status."""
+    return {"statuses": _store(request).stats()}
+
+
+@router.get("/entries", name="delivery:list")
+def list_entries(request: Request, status: str | None = None, channel: str | None = None,
+                 limit: int = 100, identity: Identity = require("delivery")) -> dict[str, Any]:
+    rows = _store(request).list(status=check_status(status), channel=channel or None,
+                                limit=limit)
+    return {"entries": [row.to_json() for row in rows]}
+
+
+@router.get("/entries/{entry_id}", name="delivery:show")
+def show_entry(request: Request, entry_id: str,
+               identity: Identity = require("delivery")) -> dict[str, Any]:
+    return _store(request).get(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/redrive", name="delivery:redrive")
+def redrive_entry(request: Request, entry_id: str,
+                  identity: Identity = require("delivery")) -> dict[str, Any]:
+    """A failed entry back to pending, due now, attempts reset (409 unless failed)."""
+    return _store(request).redrive(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/purge", name="delivery:purge")
+def purge_entry(request: Request, entry_id: str,
+                identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Delete one failed entry (409 unless failed)."""
+    _store(request).purge(entry_id)
+    return {"purged": 1, "id": entry_id}
+
+
+@router.post("/redrive", name="delivery:redrive_all")
+def redrive_all(request: Request, channel: str | None = None,
+                identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Every failed entry (of ``channel``, if given) back to pending."""
+    return {"redriven": _store(request).redrive_all(channel=channel or None)}
+
+
+@router.post("/purge", name="delivery:purge_all")
+def purge_all(request: Request, channel: str | None = None,
+              identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Delete every failed entry (of ``channel``, if given)."""
+    return {"purged": _store(request).purge_all(channel=channel or None)}

@@ -1,0 +1,74 @@
+"""state-cleanup: delete expired platform_state rows and stale threshold-firing hash rows.
+
+Deletes run in bounded batches, each its own short transaction, so a table with
+millions of expired rows never holds one long lock. Rows not yet expired, and
+hash rows under other prefixes, are never touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.core.crash import crash_point
+from shared.jobs.registry import Deadline, JobContext, Result
+from shared.store.db import Database, Query, load_queries
+from shared.store.state import like_prefix
+
+Q = load_queries("state")
+
+THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
+THRESHOLD_FIRING_RETENTION_DAYS = 90
+DEFAULT_BATCH_SIZE = 5_000
+
+
+BatchObserver = Callable[[int, float], None]  # (rows deleted, seconds the batch held its locks)
+
+
+def delete_in_batches(db: Database, query: Query, params: dict[str, Any], *,
+                      batch_size: int, deadline: Deadline, point: str,
+                      observe: BatchObserver | None = None) -> int:
+    """Repeat a ``LIMIT :limit`` delete until a batch comes back short or time runs out."""
+    total = 0
+    while not deadline.expired():
+        started = time.perf_counter()
+        with db.transaction() as tx:
+            deleted = tx.execute(query, {**params, "limit": batch_size})
+        total += deleted
+        if observe is not None:
+            observe(deleted, time.perf_counter() - started)
+        crash_point(point)
+        if deleted < batch_size:
+            break
+    return total
+
+
+def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
+                  batch_size: int = DEFAULT_BATCH_SIZE,
+                  observe: BatchObserver | None = None) -> Result:
+    deleted = delete_in_batches(db, Q.delete_expired_batch, {"now": now},
+                                batch_size=batch_size, deadline=deadline,
+                                point="state-cleanup.after_state_batch", observe=observe)
+    hash_deleted = delete_in_batches(
+        db, Q.delete_stale_hash_batch,
+        {"pattern": like_prefix(THRESHOLD_FIRING_PREFIX),
+         "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)},
+        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_hash_batch",
+        observe=observe,
+    )
+    return {"deleted": deleted, "deletedHashRecords": hash_deleted,
+            "processedAt": now.isoformat().replace("+00:00", "Z")}
+
+
+def run_state_cleanup(ctx: JobContext) -> Result:
+    total = 0
+
+    def progress(deleted: int, seconds: float) -> None:
+        nonlocal total
+        total += deleted
+        ctx.progress(f"state-cleanup: {total} rows deleted")
+
+    return cleanup_state(ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
+                         observe=progress)

@@ -1,0 +1,164 @@
+"""The job registry: name -> drain, route, default schedule, admin surface.
+
+A job is one entry in ``JOBS`` plus its function in ``serverless.yml``; the
+drain itself is imported only when the job runs, so a scheduled function loads
+just its own drain. The schedules here are the defaults that serverless.yml
+must carry (a test checks they agree); ``sluice dev`` fires what serverless.yml
+says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from shared.core.errors import UnknownJob
+from shared.core.surfaces import Surface
+
+if TYPE_CHECKING:
+    from shared.core.services import Services
+
+Trigger = Literal["schedule", "cron_http", "admin", "cli"]
+Result = dict[str, Any]
+
+
+class Deadline:
+    """When a drain must stop: the smaller of its budget and Lambda's remaining time less a margin."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.seconds = max(0.0, seconds)
+        self.at = clock() + self.seconds
+
+    @classmethod
+    def for_run(cls, budget_s: float, lambda_remaining_ms: int | None, margin_s: float) -> Deadline:
+        seconds = budget_s
+        if lambda_remaining_ms is not None:
+            seconds = min(seconds, lambda_remaining_ms / 1000 - margin_s)
+        return cls(seconds)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - self._clock())
+
+    def expired(self) -> bool:
+        return self._clock() >= self.at
+
+
+class JobContext:
+    """What a drain gets: its services, its deadline, who triggered it, and a progress hook."""
+
+    __slots__ = ("deadline", "params", "progress", "request_id", "services", "started_at",
+                 "trigger")
+
+    def __init__(self, services: Services, deadline: Deadline, trigger: Trigger, request_id: str,
+                 started_at: datetime, params: Mapping[str, str] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.services = services
+        self.deadline = deadline
+        self.trigger = trigger
+        self.request_id = request_id
+        self.started_at = started_at
+        self.params: Mapping[str, str] = params or {}
+        self.progress: Callable[[str], None] = progress or _no_progress
+
+
+def _no_progress(message: str) -> None:
+    pass
+
+
+Drain = Callable[[JobContext], Result]
+
+
+class Job(NamedTuple):
+    name: str
+    route: str
+    schedule: str  # AWS EventBridge expression: rate(...) or cron(...)
+    surface: Surface
+    target: str  # "module:function", imported when the job runs
+    failure_keys: tuple[str, ...] = ()
+    budget_s: float = 50.0
+    timeout_s: int = 60
+
+    def resolve(self) -> Drain:
+        module, _, attr = self.target.partition(":")
+        drain: Drain = getattr(importlib.import_module(module), attr)
+        return drain
+
+    def failures(self, result: Result) -> int:
+        """How many failures a result reports, summed over ``failure_keys`` (lists count items)."""
+        total = 0
+        for key in self.failure_keys:
+            value = result.get(key)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int):
+                total += value
+            elif isinstance(value, list):
+                total += len(value)
+        return total
+
+
+JOBS: dict[str, Job] = {
+    job.name: job
+    for job in (
+        Job(
+            name="state-cleanup",
+            route="/api/admin/state/cleanup",
+            schedule="cron(15 3 * * ? *)",
+            surface="state",
+            target="shared.jobs.cleanup:run_state_cleanup",
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="erasure-purge",
+            route="/api/admin/erasure/purge",
+            schedule="rate(1 hour)",
+            surface="erasure",
+            target="shared.erasure.purge:run_erasure_purge",
+            failure_keys=("failed",),
+            budget_s=240.0,
+            timeout_s=300,
+        ),
+        Job(
+            name="metering-flush",
+            route="/api/admin/ai/metering/flush",
+            schedule="rate(5 minutes)",
+            surface="metering",
+            target="shared.billing.metering:run_metering_flush",
+            failure_keys=("failed",),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="ledger-redrive",
+            route="/api/admin/ai/ledger/retry/flush",
+            schedule="rate(5 minutes)",
+            surface="ledger",
+            target="shared.billing.ledger_redrive:run_ledger_redrive",
+            failure_keys=("deadLettered", "errors"),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="delivery-drain",
+            route="/api/admin/delivery/drain",
+            schedule="rate(1 minute)",
+            surface="delivery",
+            target="shared.delivery.drain:run_delivery_drain",
+            failure_keys=("failed", "skippedMaxRetries"),
+            budget_s=45.0,
+            timeout_s=60,
+        ),
+    )
+}
+
+
+def get_job(name: str) -> Job:
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise UnknownJob(f"no job named {name!r}; known: {', '.join(sorted(JOBS))}") from None

@@ -1,0 +1,105 @@
+"""The cron contract: run one job guarded, budgeted, single-flight, recorded and reported.
+
+Every path (EventBridge, ``GET`` with the cron bearer, admin ``POST``, the
+command line, ``sluice dev``'s scheduler) ends in ``run_job``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from shared.core.errors import SluiceError
+from shared.core.observe import logger
+from shared.core.services import Services
+from shared.jobs.registry import Deadline, Job, JobContext, Trigger
+from shared.jobs.runs import RunStore, lease_holder_id
+from shared.store.db import utcnow
+
+ALREADY_RUNNING = {"skipped": "already_running"}
+# A crashed run's lease lapses this long after the job's own timeout.
+LEASE_GRACE = timedelta(seconds=10)
+
+
+class RunOutcome(NamedTuple):
+    status: int
+    body: dict[str, Any]
+    outcome: str  # ok | failures | error | skipped
+
+
+def internal_error(job: str, request_id: str, exc: BaseException) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": "internal_error", "job": job, "requestId": request_id}
+    if isinstance(exc, SluiceError):
+        body["message"] = exc.message
+        body["cause"] = exc.code
+    return {"error": body}
+
+
+def run_job(
+    job: Job,
+    services: Services,
+    trigger: Trigger,
+    *,
+    request_id: str | None = None,
+    lambda_remaining_ms: Callable[[], int] | None = None,
+    params: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RunOutcome:
+    request_id = request_id or str(uuid.uuid4())
+    reporter = services.reporter
+    runs = RunStore(services.db)
+    holder = lease_holder_id()
+    started = utcnow()
+    clock = time.monotonic()
+    deadline = Deadline.for_run(
+        job.budget_s,
+        lambda_remaining_ms() if lambda_remaining_ms else None,
+        services.settings.deadline_margin_s,
+    )
+    leased = False
+    check_in = None
+    try:
+        leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
+        if not leased:
+            logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
+            runs.record_skipped(job.name, trigger, request_id, ALREADY_RUNNING)
+            return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
+        run_id = runs.start(job.name, trigger, request_id, started)
+        check_in = reporter.checkin(job.name, "in_progress")
+        ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
+                         request_id=request_id, started_at=started, params=params or {},
+                         progress=progress or (lambda message: None))
+        try:
+            result = job.resolve()(ctx)
+        except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
+            reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+            body = internal_error(job.name, request_id, exc)
+            runs.finish(run_id, "error", body, started)
+            reporter.checkin(job.name, "error", check_in_id=check_in,
+                             duration_s=time.monotonic() - clock)
+            return RunOutcome(500, body, "error")
+        failed = job.failures(result)
+        outcome = "failures" if failed else "ok"
+        if failed:
+            reporter.drain_failures(job.name, failed, result)
+        runs.finish(run_id, outcome, result, started)
+        duration = time.monotonic() - clock
+        reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
+        reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
+        logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
+                    extra={"trigger": trigger, "result": result, "requestId": request_id})
+        return RunOutcome(200, result, outcome)
+    except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
+        reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+        if check_in:
+            reporter.checkin(job.name, "error", check_in_id=check_in)
+        return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
+    finally:
+        if leased:
+            try:
+                runs.release_lease(job.name, holder)
+            except SluiceError as exc:  # the lease lapses by itself; say so and move on
+                reporter.error(f"{job.name}.release_lease", exc)

@@ -1,0 +1,104 @@
+"""Persistence for the cron contract: job runs, single-flight leases, the admin audit trail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.jobs.registry import Trigger
+from shared.store.db import Database, Row, load_queries, utcnow
+
+Q = load_queries("runs")
+
+
+def lease_holder_id() -> str:
+    """``host:pid:nonce``: lets a run on the same host see that a holder's process is gone."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _holder_is_dead(holder: str) -> bool:
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another machine (or Lambda sandbox): only the lease's expiry can tell
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class RunStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
+        """Take the job's lease if it is free, expired, or held by a dead process on this host."""
+        now = utcnow()
+        params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.acquire_lease, params)
+            if row is not None:
+                return bool(row["holder"] == holder)
+            current = tx.fetchone(Q.lease_holder, {"job": job})
+            if current is None or not _holder_is_dead(current["holder"]):
+                return False
+            return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
+
+    def release_lease(self, job: str, holder: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.release_lease, {"job": job, "holder": holder})
+
+    def start(self, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
+        run_id = str(uuid.uuid4())
+        with self.db.transaction() as tx:
+            tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
+                                     "request_id": request_id, "started_at": started_at,
+                                     "outcome": "running"})
+        return run_id
+
+    def finish(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
+               ) -> None:
+        finished = utcnow()
+        with self.db.transaction() as tx:
+            tx.execute(Q.finish_run, {
+                "id": run_id, "finished_at": finished, "outcome": outcome,
+                "duration_ms": int((finished - started_at).total_seconds() * 1000),
+                "result": tx.json(result),
+            })
+
+    def record_skipped(self, job: str, trigger: Trigger, request_id: str,
+                       result: dict[str, Any]) -> None:
+        now = utcnow()
+        with self.db.transaction() as tx:
+            tx.execute(Q.record_run, {
+                "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
+                "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": "skipped",
+                "result": tx.json(result),
+            })
+
+    def last_runs(self) -> dict[str, Row]:
+        with self.db.transaction() as tx:
+            return {row["job"]: row for row in tx.fetchall(Q.last_runs)}
+
+    def recent(self, job: str, limit: int = 20) -> list[Row]:
+        with self.db.transaction() as tx:
+            return tx.fetchall(Q.recent_runs, {"job": job, "limit": limit})
+
+    def audit(self, *, actor: str, action: str, target: str | None, outcome: str,
+              ip: str | None, detail: dict[str, Any] | None = None) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.audit, {
+                "id": str(uuid.uuid4()), "actor": actor, "action": action, "target": target,
+                "outcome": outcome, "ip": ip, "at": utcnow(),
+                "detail": tx.json(detail) if detail is not None else None,
+            })
+
+    def recent_audit(self, limit: int = 50) -> list[Row]:
+        with self.db.transaction() as tx:
+            return tx.fetchall(Q.recent_audit, {"limit": limit})

@@ -1,0 +1,365 @@
+"""The SQL store: one ``Database`` seam, two backends (SQLite, Postgres).
+
+Queries live in ``shared/store/sql/<concept>.sql`` under ``-- name: <query>`` headers,
+optionally with a dialect suffix (``-- name: <query> @postgres``) where the two
+engines need different text. Parameters are written ``:name`` and bound by the
+driver; no SQL is ever assembled from input.
+
+Timestamps are timezone-aware UTC ``datetime`` on both backends; ``jsonb``
+columns take and return Python values. Driver errors are translated here into
+``TransientStoreError`` / ``PermanentStoreError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, Protocol
+
+from shared.core.errors import (
+    ConfigurationError,
+    ConstraintViolation,
+    PermanentStoreError,
+    StoreError,
+    TransientStoreError,
+)
+
+Dialect = Literal["sqlite", "postgres"]
+Params = Mapping[str, Any]
+Row = dict[str, Any]
+
+SQL_DIR = Path(__file__).parent / "sql"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "infra" / "migrations"
+
+_NAME = re.compile(r"^--\s*name:\s*(?P<name>[\w-]+)\s*(?:@(?P<dialect>sqlite|postgres))?\s*$")
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+class Query(NamedTuple):
+    name: str
+    text: dict[str, str]  # dialect ("any", "sqlite", "postgres") -> SQL
+
+    def for_dialect(self, dialect: Dialect) -> str:
+        return self.text.get(dialect) or self.text["any"]
+
+
+class Queries:
+    """Named queries of one ``shared/store/sql/<concept>.sql`` file, as attributes."""
+
+    def __init__(self, queries: dict[str, Query]) -> None:
+        self._queries = queries
+
+    def __getattr__(self, name: str) -> Query:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise AttributeError(f"no query named {name!r}") from None
+
+    @classmethod
+    def parse(cls, text: str) -> Queries:
+        found: dict[str, dict[str, list[str]]] = {}
+        current: list[str] | None = None
+        for line in text.splitlines():
+            match = _NAME.match(line.strip())
+            if match:
+                variants = found.setdefault(match["name"], {})
+                current = variants.setdefault(match["dialect"] or "any", [])
+            elif current is not None:
+                current.append(line)
+        queries = {}
+        for name, variants in found.items():
+            texts = {d: "\n".join(lines).strip().rstrip(";") for d, lines in variants.items()}
+            if "any" not in texts and set(texts) != {"sqlite", "postgres"}:
+                raise ConfigurationError(f"query {name} needs a generic text or both dialects")
+            queries[name] = Query(name, texts)
+        return cls(queries)
+
+
+@cache
+def load_queries(concept: str) -> Queries:
+    return Queries.parse((SQL_DIR / f"{concept}.sql").read_text())
+
+
+@cache
+def _to_pyformat(sql: str) -> str:
+    """``:name`` -> ``%(name)s`` outside string literals, ``%`` escaped."""
+    parts = sql.replace("%", "%%").split("'")
+    for i in range(0, len(parts), 2):
+        parts[i] = _PARAM.sub(r"%(\1)s", parts[i])
+    return "'".join(parts)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Tx(Protocol):
+    """One open transaction."""
+
+    dialect: Dialect
+
+    def execute(self, query: Query | str, params: Params | None = None) -> int: ...
+
+    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]: ...
+
+    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None: ...
+
+    def executemany(self, query: Query | str, params: list[Params]) -> None: ...
+
+    def json(self, value: Any) -> Any:
+        """``value`` adapted for a jsonb parameter (any JSON value, scalars included)."""
+        ...
+
+
+class Database(Protocol):
+    dialect: Dialect
+
+    def transaction(self) -> AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...
+
+
+def _text(query: Query | str, dialect: Dialect) -> str:
+    return query.for_dialect(dialect) if isinstance(query, Query) else query
+
+
+# --- SQLite -----------------------------------------------------------------
+
+_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f+00:00"
+
+
+def _adapt_datetime(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise PermanentStoreError("naive datetime passed to the store; use UTC-aware values")
+    return value.astimezone(UTC).strftime(_SQLITE_TS)
+
+
+def _convert_timestamp(raw: bytes) -> datetime:
+    return datetime.fromisoformat(raw.decode()).astimezone(UTC)
+
+
+sqlite3.register_adapter(datetime, _adapt_datetime)
+sqlite3.register_adapter(dict, json.dumps)
+sqlite3.register_adapter(list, json.dumps)
+sqlite3.register_converter("timestamptz", _convert_timestamp)
+sqlite3.register_converter("jsonb", lambda raw: json.loads(raw))
+
+
+def _translate_sqlite(exc: sqlite3.Error) -> StoreError:
+    if isinstance(exc, sqlite3.IntegrityError):
+        return ConstraintViolation(str(exc))
+    if isinstance(exc, sqlite3.OperationalError) and any(
+        word in str(exc).lower() for word in ("locked", "busy", "unable to open", "disk i/o")
+    ):
+        return TransientStoreError(f"sqlite: {exc}")
+    return PermanentStoreError(f"sqlite: {exc}")
+
+
+class _SqliteTx:
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def json(self, value: Any) -> Any:
+        return json.dumps(value, separators=(",", ":"))
+
+    def execute(self, query: Query | str, params: Params | None = None) -> int:
+        return self._conn.execute(_text(query, "sqlite"), params or {}).rowcount
+
+    def executemany(self, query: Query | str, params: list[Params]) -> None:
+        self._conn.executemany(_text(query, "sqlite"), params)
+
+    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
+        cur = self._conn.execute(_text(query, "sqlite"), params or {})
+        names = [d[0] for d in cur.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
+        rows = self.fetchall(query, params)
+        return rows[0] if rows else None
+
+
+class SqliteDatabase:
+    """The embedded default. A short-lived connection per transaction, WAL mode."""
+
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=30, detect_types=sqlite3.PARSE_DECLTYPES, isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[_SqliteTx]:
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise _translate_sqlite(exc) from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield _SqliteTx(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK") if conn.in_transaction else None
+            raise _translate_sqlite(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    def run_script(self, script: str) -> None:
+        conn = self._connect()
+        try:
+            conn.executescript(script)
+        except sqlite3.Error as exc:
+            raise _translate_sqlite(exc) from exc
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        pass
+
+
+# --- Postgres ---------------------------------------------------------------
+
+
+class _PostgresTx:
+    dialect: Dialect = "postgres"
+
+    def __init__(self, cursor: Any) -> None:
+        self._cur = cursor
+
+    def json(self, value: Any) -> Any:
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(value)
+
+    def execute(self, query: Query | str, params: Params | None = None) -> int:
+        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        return int(self._cur.rowcount)
+
+    def executemany(self, query: Query | str, params: list[Params]) -> None:
+        self._cur.executemany(_to_pyformat(_text(query, "postgres")), params)
+
+    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
+        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        return list(self._cur.fetchall())
+
+    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
+        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        row = self._cur.fetchone()
+        return dict(row) if row is not None else None
+
+
+def _translate_postgres(exc: Exception) -> StoreError:
+    import psycopg
+    from psycopg import errors as pgerr
+    from psycopg_pool import PoolTimeout
+
+    transient = (
+        psycopg.OperationalError,
+        pgerr.SerializationFailure,
+        pgerr.DeadlockDetected,
+        pgerr.LockNotAvailable,
+        PoolTimeout,
+    )
+    if isinstance(exc, psycopg.IntegrityError):
+        return ConstraintViolation(f"postgres: {exc}")
+    if isinstance(exc, transient):
+        return TransientStoreError(f"postgres: {exc}")
+    return PermanentStoreError(f"postgres: {exc}")
+
+
+class PostgresDatabase:
+    """Postgres through a small psycopg 3 pool (one connection is the usual case on Lambda)."""
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, conninfo: str, *, max_size: int = 4, timeout: float = 10.0) -> None:
+        from psycopg.rows import dict_row
+        from psycopg.types.json import JsonbDumper
+        from psycopg_pool import ConnectionPool
+
+        def configure(conn: Any) -> None:
+            conn.adapters.register_dumper(dict, JsonbDumper)
+            conn.adapters.register_dumper(list, JsonbDumper)
+
+        self.conninfo = conninfo
+        self._lock = threading.Lock()
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=0,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"row_factory": dict_row, "connect_timeout": 5},
+            configure=configure,
+            check=ConnectionPool.check_connection,
+            open=False,
+        )
+        self._opened = False
+
+    def _ensure_open(self) -> None:
+        if not self._opened:
+            with self._lock:
+                if not self._opened:
+                    self._pool.open(wait=False)
+                    self._opened = True
+
+    @contextmanager
+    def transaction(self) -> Iterator[_PostgresTx]:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        self._ensure_open()
+        try:
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield _PostgresTx(cur)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise _translate_postgres(exc) from exc
+
+    def run_script(self, script: str) -> None:
+        import psycopg
+
+        self._ensure_open()
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(727274)")
+                conn.execute(script)
+        except psycopg.Error as exc:
+            raise _translate_postgres(exc) from exc
+
+    def close(self) -> None:
+        if self._opened:
+            self._pool.close()
+            self._opened = False
+
+
+def open_database(url: str) -> SqliteDatabase | PostgresDatabase:
+    if url.startswith("sqlite:"):
+        # SQLAlchemy's convention: sqlite:///relative/path, sqlite:////absolute/path
+        if not url.startswith("sqlite:///"):
+            raise ConfigurationError("SLUICE_DATABASE_URL for SQLite must look like sqlite:///path")
+        return SqliteDatabase(url.removeprefix("sqlite:///") or ":memory:")
+    if url.startswith(("postgresql:", "postgres:")):
+        return PostgresDatabase(url)
+    raise ConfigurationError(f"SLUICE_DATABASE_URL has an unknown scheme: {url.split(':', 1)[0]}")

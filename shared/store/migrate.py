@@ -1,0 +1,90 @@
+"""Versioned migrations from ``infra/migrations``.
+
+Each version is ``NNNN_name.<dialect>.sql``; both dialects must exist so the
+SQLite and Postgres schemas never drift. A version is applied in one
+transaction together with its row in ``schema_migrations``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.core.errors import ConfigurationError, PermanentStoreError
+from shared.store.db import MIGRATIONS_DIR, PostgresDatabase, SqliteDatabase
+
+_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[\w-]+)\.(?P<dialect>sqlite|postgres)\.sql$")
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version text PRIMARY KEY,
+    name text NOT NULL,
+    applied_at text NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: str
+    name: str
+    path: Path
+
+
+def migrations_dir() -> Path:
+    return Path(os.environ.get("SLUICE_MIGRATIONS_DIR") or MIGRATIONS_DIR)
+
+
+def discover(dialect: str, directory: Path | None = None) -> list[Migration]:
+    directory = directory or migrations_dir()
+    if not directory.is_dir():
+        raise ConfigurationError(f"migrations directory not found: {directory}")
+    by_version: dict[str, dict[str, Path]] = {}
+    for path in directory.iterdir():
+        match = _FILE.match(path.name)
+        if match:
+            by_version.setdefault(match["version"] + "_" + match["name"], {})[match["dialect"]] = path
+    found = []
+    for key in sorted(by_version):
+        variants = by_version[key]
+        if set(variants) != {"sqlite", "postgres"}:
+            raise ConfigurationError(f"migration {key} must exist for both sqlite and postgres")
+        version, name = key.split("_", 1)
+        found.append(Migration(version, name, variants[dialect]))
+    return found
+
+
+def applied(db: SqliteDatabase | PostgresDatabase) -> set[str]:
+    db.run_script(_BOOKKEEPING)
+    with db.transaction() as tx:
+        return {row["version"] for row in tx.fetchall("SELECT version FROM schema_migrations")}
+
+
+def pending(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
+    done = applied(db)
+    return [m for m in discover(db.dialect) if m.version not in done]
+
+
+def migrate(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
+    """Apply every pending migration in order; return what was applied."""
+    done = []
+    for migration in pending(db):
+        record = (
+            "INSERT INTO schema_migrations (version, name, applied_at) "
+            f"VALUES ('{migration.version}', '{migration.name}', "
+            + ("CURRENT_TIMESTAMP" if db.dialect == "sqlite" else "now()::text")
+            + ") ON CONFLICT (version) DO NOTHING;"
+        )
+        body = migration.path.read_text()
+        if db.dialect == "sqlite":
+            script = f"BEGIN IMMEDIATE;\n{body}\n{record}\nCOMMIT;"
+        else:
+            script = f"{body}\n{record}"
+        try:
+            db.run_script(script)
+        except PermanentStoreError as exc:
+            raise PermanentStoreError(f"migration {migration.path.name} failed: {exc}") from exc
+        done.append(migration)
+    return done

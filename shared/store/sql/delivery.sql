@@ -1,0 +1,123 @@
+-- The write-ahead delivery queue (shared/delivery/store.py). Every settle write is one
+-- UPDATE guarded by the status it expects, so it either happens whole or not at
+-- all, and a stale writer (its lease lapsed, someone else took over) changes nothing.
+-- While an entry is in_flight, next_attempt_at carries its lease end too, so the
+-- partial index on (status, next_attempt_at) serves both claim and recovery.
+
+-- name: insert_entry
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at)
+VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key, :status,
+        :attempts, :next_attempt_at, :lease_until, :now, :now)
+ON CONFLICT DO NOTHING
+
+-- name: get_entry
+SELECT * FROM delivery_queue WHERE id = :id
+
+-- name: get_by_key
+SELECT * FROM delivery_queue WHERE idempotency_key = :key
+
+-- name: claim_due @postgres
+-- Oldest due first. SKIP LOCKED lets two drains (there should be one: the job is
+-- single-flight) or a drain and an admin redrive pass each other without waiting.
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, updated_at = :now
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status = 'pending' AND next_attempt_at <= :now
+    ORDER BY next_attempt_at, enqueued_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *
+
+-- name: claim_due @sqlite
+-- SQLite serialises writers (BEGIN IMMEDIATE), so the subquery cannot race.
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, updated_at = :now
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status = 'pending' AND next_attempt_at <= :now
+    ORDER BY next_attempt_at, enqueued_at, id
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: ack
+UPDATE delivery_queue
+SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
+    lease_until = NULL, last_error = NULL, acked_at = :now, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: nack
+UPDATE delivery_queue
+SET status = 'pending', next_attempt_at = :next_attempt_at, lease_until = NULL,
+    last_error = :error, duration_ms = :duration_ms, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: fail
+UPDATE delivery_queue
+SET status = 'failed', last_error = :error, duration_ms = :duration_ms, lease_until = NULL,
+    failed_at = :now, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: expired_leases
+SELECT id, attempts FROM delivery_queue
+WHERE status = 'in_flight' AND next_attempt_at < :now
+ORDER BY next_attempt_at, id
+LIMIT :limit
+
+-- name: recover_lease
+-- A lapsed lease is a send that never reported back (the process died or timed out):
+-- back to pending at once, or failed when that was the last attempt, so an entry
+-- that kills its sender every time cannot loop.
+UPDATE delivery_queue
+SET status = CASE WHEN attempts >= :max_attempts THEN 'failed' ELSE 'pending' END,
+    failed_at = CASE WHEN attempts >= :max_attempts THEN :now ELSE failed_at END,
+    next_attempt_at = :now, lease_until = NULL, last_error = :error, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND next_attempt_at < :now
+RETURNING status
+
+-- name: count_deferred
+SELECT count(*) AS n FROM delivery_queue WHERE status = 'pending'
+
+-- name: prune
+DELETE FROM delivery_queue
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status IN ('acked', 'failed') AND updated_at < :before
+    ORDER BY updated_at
+    LIMIT :limit
+)
+
+-- name: list_entries
+SELECT * FROM delivery_queue
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+ORDER BY enqueued_at DESC, id
+LIMIT :limit
+
+-- name: redrive
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
+    failed_at = NULL, lease_until = NULL, updated_at = :now
+WHERE id = :id AND status = 'failed'
+
+-- name: redrive_all
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
+    failed_at = NULL, lease_until = NULL, updated_at = :now
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+
+-- name: purge
+DELETE FROM delivery_queue WHERE id = :id AND status = 'failed'
+
+-- name: purge_all
+DELETE FROM delivery_queue
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+
+-- name: status_counts
+SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GROUP BY status

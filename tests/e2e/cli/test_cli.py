@@ -1,0 +1,55 @@
+"""The sluice command line, run as a real process."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from shared.jobs.registry import JOBS
+from shared.jobs.runs import RunStore
+from shared.store.db import open_database, utcnow
+from shared.store.state import StateStore
+from tests.conftest import BASE_ENV, run_cli
+
+
+def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path) -> None:
+    # No SLUICE_DATABASE_URL: the embedded default ./.sluice/sluice.db, migrated on first use.
+    done = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert "applied migration 0001 foundation" in done.stderr
+    assert (tmp_path / ".sluice" / "sluice.db").exists()
+
+
+def test_run_human_summary_and_records(pg_url: str) -> None:
+    db = open_database(pg_url)
+    StateStore(db).put("gone", 1, expires_at=utcnow() - timedelta(seconds=1))
+    done = run_cli(["run", "state-cleanup"], {**BASE_ENV, "SLUICE_DATABASE_URL": pg_url})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "state-cleanup: ok"
+    assert "  deleted: 1" in done.stdout.splitlines()
+    assert RunStore(db).recent("state-cleanup")[0]["trigger"] == "cli"
+    db.close()
+
+
+def test_unknown_job_and_bad_settings_fail_clearly(tmp_path: Path) -> None:
+    done = run_cli(["run", "nope"], {}, cwd=tmp_path)
+    assert done.returncode == 2 and "no job named 'nope'" in done.stderr
+    done = run_cli(["run", "state-cleanup"], {"CRON_SECRET": "short"}, cwd=tmp_path)
+    assert done.returncode == 2 and "CRON_SECRET" in done.stderr
+
+
+def test_migrate_and_jobs(tmp_path: Path) -> None:
+    env = {"SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/m.db"}
+    dry = run_cli(["migrate", "--dry-run"], env)
+    assert "pending 0001 foundation" in dry.stdout
+    done = run_cli(["migrate"], env)
+    assert done.returncode == 0 and "applied 0001 foundation" in done.stdout
+    assert run_cli(["migrate"], env).stdout.strip().endswith("0 migration(s) applied on sqlite")
+    run_cli(["run", "state-cleanup", "--json"], env)
+    listing = json.loads(run_cli(["jobs", "--json"], env).stdout)
+    assert {row["job"] for row in listing} == set(JOBS)
+    [cleanup] = [row for row in listing if row["job"] == "state-cleanup"]
+    assert cleanup["lastOutcome"] == "ok" and cleanup["schedule"] == "cron(15 3 * * ? *)"

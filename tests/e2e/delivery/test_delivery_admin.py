@@ -1,0 +1,136 @@
+"""The delivery queue's admin surface over HTTP and the command line, on both backends:
+roles, list/show/redrive/purge, audit, typed 4xx, and the drain's cron route."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from shared.core.services import Services
+from shared.delivery.store import DeliveryStatus, DeliveryStore
+from shared.http.app import create_app
+from shared.jobs.runs import RunStore
+from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
+from tests.providers.telegram import TelegramStandIn
+
+BASE = "/api/admin/delivery"
+OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
+BILLING = {"authorization": f"Bearer {admin_token(['billing'], subject='bill-1')}"}
+
+
+@pytest.fixture
+def telegram() -> Iterator[TelegramStandIn]:
+    with TelegramStandIn(chats=("1001",), blocked=("1002",)) as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def env(db_url: str, telegram: TelegramStandIn) -> dict[str, str]:
+    return {**BASE_ENV, "SLUICE_DATABASE_URL": db_url,
+            "SLUICE_TELEGRAM_BOT_TOKEN": telegram.token,
+            "SLUICE_TELEGRAM_API_URL": telegram.url}
+
+
+@pytest.fixture
+def svc(env: dict[str, str], make_services: Callable[..., Services]) -> Services:
+    return make_services(env["SLUICE_DATABASE_URL"],
+                         **{k: v for k, v in env.items() if k.startswith("SLUICE_TELEGRAM")})
+
+
+@pytest.fixture
+def client(svc: Services) -> TestClient:
+    return TestClient(create_app(svc), raise_server_exceptions=False)
+
+
+def test_failed_entries_over_http_list_show_redrive_purge(
+        client: TestClient, svc: Services, telegram: TelegramStandIn) -> None:
+    store = DeliveryStore(svc.db)
+    blocked, _ = store.enqueue("telegram", "1002", {"text": "a"})
+    gone, _ = store.enqueue("telegram", "404", {"text": "b"})
+    store.enqueue("telegram", "1001", {"text": "c"})
+    cron = client.get(f"{BASE}/drain", headers={"authorization": f"Bearer {CRON_SECRET}"})
+    assert cron.status_code == 200
+    assert cron.json() == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0,
+                           "deferredBackoff": 0}
+
+    listed = client.get(f"{BASE}/entries", params={"status": "failed"}, headers=OPS)
+    assert listed.status_code == 200
+    assert {e["id"] for e in listed.json()["entries"]} == {blocked.id, gone.id}
+    shown = client.get(f"{BASE}/entries/{blocked.id}", headers=OPS).json()
+    assert shown["status"] == "failed" and "bot was blocked" in shown["lastError"]
+    stats = client.get(f"{BASE}/stats", headers=OPS).json()["statuses"]
+    assert (stats["failed"]["count"], stats["acked"]["count"]) == (2, 1)
+
+    # The user unblocked the bot: redrive, and the next drain delivers.
+    telegram.blocked.clear()
+    telegram.chats.add("1002")
+    redriven = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=OPS)
+    assert redriven.status_code == 200
+    assert (redriven.json()["status"], redriven.json()["attempts"]) == ("pending", 0)
+    again = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=OPS)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    assert client.post(f"{BASE}/drain", headers=OPS).json()["recovered"] == 1
+    assert store.get(blocked.id).status is DeliveryStatus.ACKED
+
+    assert client.post(f"{BASE}/entries/{gone.id}/purge", headers=OPS).json() == {
+        "purged": 1, "id": gone.id}
+    assert client.get(f"{BASE}/entries/{gone.id}", headers=OPS).status_code == 404
+    assert client.post(f"{BASE}/purge", headers=OPS).json() == {"purged": 0}
+    assert client.post(f"{BASE}/redrive", headers=OPS).json() == {"redriven": 0}
+
+    audit = [(a["actor"], a["action"], a["outcome"]) for a in RunStore(svc.db).recent_audit()]
+    assert ("ops-1", "delivery:redrive", "200") in audit
+    assert ("ops-1", "delivery:redrive", "409") in audit
+    assert ("ops-1", "delivery:purge", "200") in audit
+
+
+def test_roles_and_bad_input(client: TestClient, svc: Services) -> None:
+    assert client.get(f"{BASE}/entries").status_code == 401
+    assert client.get(f"{BASE}/entries", headers=BILLING).status_code == 403
+    assert client.post(f"{BASE}/redrive", headers=BILLING).status_code == 403
+    bad = client.get(f"{BASE}/entries", params={"status": "lost"}, headers=OPS)
+    assert bad.status_code == 400 and "status must be one of" in bad.json()["error"]["message"]
+    assert client.get(f"{BASE}/entries", params={"limit": 0}, headers=OPS).status_code == 400
+    assert client.post(f"{BASE}/entries/nope/redrive", headers=OPS).status_code == 404
+    audit = {(a["actor"], a["outcome"]) for a in RunStore(svc.db).recent_audit()}
+    assert ("bill-1", "403") in audit, "a refused admin action is audited too"
+
+
+def test_the_command_line(env: dict[str, str], svc: Services,
+                          telegram: TelegramStandIn) -> None:
+    sent = run_cli(["delivery", "enqueue", "telegram", "1001", "--text", "hi", "--send",
+                    "--json", "--user", "u1"], env)
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["status"] == "acked" and telegram.messages[0]["text"] == "hi"
+
+    refused = run_cli(["delivery", "enqueue", "telegram", "1002", "--text", "x", "--send",
+                       "--json"], env)
+    assert refused.returncode == 2, "a permanent failure on the inline path exits 2"
+    entry = json.loads(refused.stdout)
+    assert entry["status"] == "failed" and "bot was blocked" in entry["lastError"]
+
+    listed = json.loads(run_cli(["delivery", "list", "--status", "failed", "--json"], env).stdout)
+    assert [e["id"] for e in listed] == [entry["id"]]
+    human = run_cli(["delivery", "show", entry["id"]], env)
+    assert human.returncode == 0 and "bot was blocked by the user" in human.stdout
+    assert "failed_at=" in human.stdout
+
+    redriven = run_cli(["delivery", "redrive", entry["id"], "--by", "oncall", "--json"], env)
+    assert json.loads(redriven.stdout)["status"] == "pending"
+    conflict = run_cli(["delivery", "purge", entry["id"]], env)
+    assert conflict.returncode == 2 and "only a failed entry can be purged" in conflict.stderr
+    assert run_cli(["delivery", "redrive"], env).returncode == 2
+    assert run_cli(["delivery", "enqueue", "telegram", "1", "--payload", "[1]"],
+                   env).returncode == 2
+
+    drained = run_cli(["run", "delivery-drain", "--json"], env)
+    assert drained.returncode == 2 and json.loads(drained.stdout)["failed"] == 1
+    purged = run_cli(["delivery", "purge", "--all-failed", "--by", "oncall", "--json"], env)
+    assert json.loads(purged.stdout) == {"purged": 1}
+    stats = json.loads(run_cli(["delivery", "stats", "--json"], env).stdout)["statuses"]
+    assert (stats["acked"]["count"], stats["failed"]["count"]) == (1, 0)
+    actions = {(a["actor"], a["action"]) for a in RunStore(svc.db).recent_audit()}
+    assert {("oncall", "delivery:redrive"), ("oncall", "delivery:purge_all")} <= actions

@@ -1,0 +1,141 @@
+"""The delivery queue killed for real (os._exit) at its crash points: nothing is lost, a send
+whose ack was lost is repeated once with the same idempotency key, and `sluice dev` drains
+what a dead process left behind as it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.core.crash import CRASH_EXIT_CODE
+from shared.delivery.store import DeliveryStatus, DeliveryStore
+from shared.store.db import open_database
+from shared.store.migrate import migrate
+from tests.conftest import BASE_ENV, free_port, run_cli
+from tests.providers.webhook import WebhookReceiver
+
+SECRET = "webhook-secret-for-tests-0123456789"
+LEASE_S = 1
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver(SECRET) as hook:
+        yield hook
+
+
+@pytest.fixture
+def env(db_url: str) -> dict[str, str]:
+    return {**BASE_ENV, "SLUICE_DATABASE_URL": db_url, "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET,
+            "SLUICE_DELIVERY_LEASE_SECONDS": str(LEASE_S)}
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert done.returncode == 0, done.stderr
+    body: dict[str, object] = json.loads(done.stdout)
+    return body
+
+
+def _store(env: dict[str, str]) -> DeliveryStore:
+    return DeliveryStore(open_database(env["SLUICE_DATABASE_URL"]))
+
+
+@pytest.mark.parametrize("path", ["drain", "inline"])
+def test_killed_after_the_send_before_the_ack_the_entry_is_sent_again_once(
+        path: str, env: dict[str, str], receiver: WebhookReceiver) -> None:
+    enqueue = ["delivery", "enqueue", "webhook", receiver.url, "--text", "disk full",
+               "--key", "alert:disk:1", "--json"]
+    crash = {**env, "SLUICE_CRASH_AT": "delivery.after_send"}
+    if path == "drain":
+        entry_id = str(_json(run_cli(enqueue, env))["id"])
+        crashed = run_cli(["run", "delivery-drain", "--json"], crash)
+    else:
+        crashed = run_cli([*enqueue, "--send"], crash)
+        [entry] = _store(env).list()
+        entry_id = entry.id
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    assert crashed.stdout == ""
+    assert len(receiver.received) == 1, "the send happened"
+    stranded = _store(env).get(entry_id)
+    assert stranded.status is DeliveryStatus.IN_FLIGHT and stranded.attempts == 1
+
+    time.sleep(LEASE_S + 0.2)
+    result = _json(run_cli(["run", "delivery-drain", "--json"], env))
+
+    assert result == {"recovered": 1, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    assert [r["key"] for r in receiver.received] == ["alert:disk:1", "alert:disk:1"]
+    assert list(receiver.delivered) == ["alert:disk:1"], "the receiver dedupes the repeat"
+    done = _store(env).get(entry_id)
+    assert done.status is DeliveryStatus.ACKED and done.attempts == 2
+    again = _json(run_cli(["run", "delivery-drain", "--json"], env))
+    assert again["recovered"] == 0 and len(receiver.received) == 2, "sent again exactly once"
+
+
+def test_killed_after_the_enqueue_before_the_send_the_drain_sends_it(
+        env: dict[str, str], receiver: WebhookReceiver) -> None:
+    crashed = run_cli(["delivery", "enqueue", "webhook", receiver.url, "--text", "hello",
+                       "--send", "--json"], {**env, "SLUICE_CRASH_AT": "delivery.after_enqueue"})
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    assert receiver.received == []
+    [entry] = _store(env).list()
+    assert entry.status is DeliveryStatus.IN_FLIGHT, "stored before the send: not lost"
+
+    time.sleep(LEASE_S + 0.2)
+    result = _json(run_cli(["run", "delivery-drain", "--json"], env))
+
+    assert result == {"recovered": 1, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    assert [r["body"] for r in receiver.received] == [{"text": "hello"}]
+    assert _store(env).get(entry.id).status is DeliveryStatus.ACKED
+
+
+def test_a_poison_entry_that_kills_every_drain_ends_failed(
+        env: dict[str, str], receiver: WebhookReceiver) -> None:
+    entry_id = str(_json(run_cli(["delivery", "enqueue", "webhook", receiver.url, "--text",
+                                  "poison", "--json"], env))["id"])
+    crash = {**env, "SLUICE_CRASH_AT": "delivery.after_claim"}
+    for _ in range(5):
+        assert run_cli(["run", "delivery-drain", "--json"], crash).returncode == CRASH_EXIT_CODE
+        time.sleep(LEASE_S + 0.1)
+    last = run_cli(["run", "delivery-drain", "--json"], crash)
+    assert last.returncode == 2, "exit 2: the drain reported a failure"
+    assert json.loads(last.stdout) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 1,
+                                       "deferredBackoff": 0}
+    dead = _store(env).get(entry_id)
+    assert dead.status is DeliveryStatus.FAILED and dead.attempts == 5
+    assert "lease expired during attempt 5" in (dead.last_error or "")
+    assert receiver.received == []
+
+
+def test_sluice_dev_drains_the_queue_on_start_up(tmp_path: Path,
+                                                 receiver: WebhookReceiver) -> None:
+    db_path = tmp_path / ".sluice" / "sluice.db"
+    db = open_database(f"sqlite:///{db_path}")
+    migrate(db)
+    DeliveryStore(db).enqueue("webhook", receiver.url, {"text": "left behind"})
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
+    env.update(BASE_ENV, SLUICE_WEBHOOK_SIGNING_SECRET=SECRET)
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "dev", "--port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(150):
+            if receiver.delivered:
+                break
+            time.sleep(0.1)
+        assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=10)[0]
+    assert [r["body"] for r in receiver.received] == [{"text": "left behind"}], output
+    assert "delivery-drain on start-up" in output
+    [entry] = DeliveryStore(db).list()
+    assert entry.status is DeliveryStatus.ACKED

@@ -1,0 +1,92 @@
+"""sluice sign / verify / publish / flags / dlq, run as real processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared.queues.signing import Signer
+from tests.conftest import BASE_ENV, run_cli
+from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
+
+SECRET = "queue-secret-for-tests-0123456789"
+MESSAGE = {"topic": "rss.ingest", "batchId": "b-cli", "sourceId": "all-sources",
+           "feedUrl": "", "publishedAt": "2026-11-29T03:20:00.000Z", "note": "caf\u00e9"}
+
+
+def test_sign_then_verify(sqlite_url: str) -> None:
+    env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET}
+    signed = run_cli(["sign"], env, stdin=json.dumps(MESSAGE))
+    assert signed.returncode == 0, signed.stderr
+    message = json.loads(signed.stdout)
+    assert Signer([SECRET]).check(message) is None
+    ok = run_cli(["verify"], env, stdin=signed.stdout)
+    assert ok.returncode == 0 and ok.stdout.strip() == "valid"
+    bad = run_cli(["verify"], env, stdin=json.dumps({**message, "batchId": "other"}))
+    assert bad.returncode == 1 and "invalid: signature does not match" in bad.stderr
+    unset = {k: v for k, v in env.items() if k != "SLUICE_QUEUE_SIGNING_SECRET"}
+    closed = run_cli(["verify"], unset, stdin=signed.stdout)
+    assert closed.returncode == 1 and "no signing secret is configured" in closed.stderr
+    refused = run_cli(["sign"], unset, stdin=json.dumps(MESSAGE))
+    assert refused.returncode == 2 and "SLUICE_QUEUE_SIGNING_SECRET" in refused.stderr
+
+
+def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
+    env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url}
+    assert run_cli(["flags", "rssQueuePipeline", "on"], env).returncode == 0
+    over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
+    assert json.loads(over.stdout)["overrides"] == {"t-1": False}
+    [flag] = json.loads(run_cli(["flags"], env).stdout)["flags"]
+    assert flag["enabled"] is True and flag["overrides"] == {"t-1": False}
+    cleared = run_cli(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear"], env)
+    assert json.loads(cleared.stdout)["overrides"] == {}
+    unknown = run_cli(["flags", "nope", "on"], env)
+    assert unknown.returncode == 2 and "unknown_flag" in unknown.stderr
+
+
+def test_publish_in_process_and_refusals(sqlite_url: str) -> None:
+    env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET}
+    done = run_cli(["publish", "rss.ingest"], env, stdin='{"batchId": "b-local"}')
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["mode"] == "local" and result["dispatched"] is True
+    assert result["idempotencyKey"].startswith("rss.ingest:b-local:")
+    assert "rssQueuePipeline is off; acknowledged without work batch=b-local" in done.stderr
+    reserved = run_cli(["publish", "rss.enrich"], env, stdin="{}")
+    assert reserved.returncode == 2 and "reserved_topic" in reserved.stderr
+
+
+@pytest.mark.aws
+def test_publish_to_sqs_and_work_the_dlq(aws_env: dict[str, str], sqlite_url: str) -> None:
+    prefix = new_prefix()
+    urls = create_queues(prefix, ("rss.ingest",))
+    env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET,
+           "SLUICE_QUEUE_MODE": "sqs", "SLUICE_QUEUE_PREFIX": prefix}
+    done = run_cli(["publish", "rss.ingest"], env, stdin='{"batchId": "b-sqs"}')
+    assert done.returncode == 0, done.stderr
+    [sent] = receive(urls["rss.ingest"], visibility=0)
+    assert sent["MessageId"] == json.loads(done.stdout)["messageId"]
+
+    summary = {"originalMessageId": "m-1", "originalTopic": "rss.ingest", "deliveryCount": 5,
+               "failedAt": "2026-11-29T03:00:00.000Z", "errorMessage": "Boom: broke",
+               "originalMessage": json.loads(sent["Body"])}
+    from tests.sqs_helpers import sqs_client
+    sqs_client().send_message(QueueUrl=urls["rss.ingest-dlq"], MessageBody=json.dumps(summary))
+    listed = run_cli(["dlq", "list", "rss.ingest", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    [item] = json.loads(listed.stdout)["items"]
+    assert item["reason"] == "Boom: broke"
+    human = run_cli(["dlq", "list", "rss.ingest"], env)
+    assert "rss.ingest: 1 dead letter(s)" in human.stdout and "Boom: broke" in human.stdout
+    shown = run_cli(["dlq", "show", "rss.ingest", "m-1"], env)
+    assert json.loads(shown.stdout)["body"]["originalMessageId"] == "m-1"
+    dry = run_cli(["dlq", "redrive", "rss.ingest", "--dry-run"], env)
+    assert json.loads(dry.stdout)["count"] == 1 and len(bodies(urls["rss.ingest-dlq"])) == 1
+    redriven = run_cli(["dlq", "redrive", "rss.ingest", "--id", item["id"]], env)
+    assert redriven.returncode == 0 and json.loads(redriven.stdout)["count"] == 1
+    assert bodies(urls["rss.ingest-dlq"]) == []
+    assert len(receive(urls["rss.ingest"], visibility=0)) == 2
+    assert run_cli(["dlq", "purge", "rss.ingest"], env).returncode == 2
+    purged = run_cli(["dlq", "purge", "rss.ingest", "--all"], env)
+    assert json.loads(purged.stdout) == {"queue": "rss.ingest", "purged": 0}

@@ -1,0 +1,211 @@
+"""metering-flush against the local Polar stand-in, on both SQL backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.billing.metering import IN_FLIGHT_NOTE, OutboxStore, PolarClient, flush
+from shared.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
+from shared.core.services import Services
+from shared.jobs.registry import JOBS, Deadline
+from shared.jobs.runner import run_job
+from shared.store.db import Database, open_database
+from tests.conftest import free_port
+from tests.integration.billing.usage_data import T0, entry
+from tests.providers.polar import PolarStandIn
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Database]:
+    database = open_database(db_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=5) as client:
+        yield client
+
+
+def seed(db: Database, n: int, start: int = 0) -> None:
+    insert_entries(db, [entry(i) for i in range(start, start + n)])
+
+
+def rows(db: Database) -> dict[str, dict[str, Any]]:
+    with db.transaction() as tx:
+        return {r["ledger_id"]: r for r in tx.fetchall("SELECT * FROM ai_usage_metering_outbox")}
+
+
+def do_flush(db: Database, polar: PolarStandIn, http: httpx.Client, *, token: str | None = None,
+             url: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    client = PolarClient(url or polar.url, token or polar.token, client=http)
+    return flush(OutboxStore(db), client, now=T0, deadline=Deadline(60), **kwargs)
+
+
+def test_each_row_is_sent_once_oldest_first_one_request_at_a_time(
+        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 12)
+    result = do_flush(store, polar, http)
+    assert result == {"processed": 12, "failed": 0, "skipped": 0, "reason": None}
+    assert polar.requests == 12 and polar.max_in_flight == 1
+    assert list(polar.events) == [f"use-{i:05d}:metering" for i in range(12)]
+    assert polar.events["use-00003:metering"] == {
+        "name": "ai_usage", "external_customer_id": "t0", "external_id": "use-00003:metering",
+        "timestamp": "2026-03-01T12:00:03Z",
+        "metadata": {"model": "gpt-4.1-mini", "input_tokens": 103, "output_tokens": 20,
+                     "total_tokens": 123, "cost_micros": 1003, "ledger_id": "use-00003"}}
+    for row in rows(store).values():
+        assert (row["status"], row["attempt_count"], row["last_error"]) == ("processed", 1, None)
+        assert row["processed_at"] == T0
+    assert do_flush(store, polar, http)["processed"] == 0
+
+
+def test_at_most_100_rows_a_run(store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 130)
+    assert do_flush(store, polar, http)["processed"] == 100
+    assert do_flush(store, polar, http)["processed"] == 30
+
+
+def test_eligible_rows_are_pending_or_failed_with_attempts_left(
+        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 4)
+    with store.transaction() as tx:
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 4 "
+                   "WHERE ledger_id = 'use-00001'")
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 5 "
+                   "WHERE ledger_id = 'use-00002'")
+        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'processed' "
+                   "WHERE ledger_id = 'use-00003'")
+    assert do_flush(store, polar, http)["processed"] == 2
+    assert set(polar.events) == {"use-00000:metering", "use-00001:metering"}
+    assert rows(store)["use-00002"]["status"] == "failed"
+
+
+def test_a_transient_answer_fails_the_row_for_the_next_run(
+        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 3)
+    polar.answers.append((503, "upstream unavailable", {}))
+    result = do_flush(store, polar, http)
+    assert result == {"processed": 2, "failed": 1, "skipped": 0, "reason": None}
+    first = rows(store)["use-00000"]
+    assert (first["status"], first["attempt_count"]) == ("failed", 1)
+    assert first["last_error"].startswith("polar 503")
+    again = do_flush(store, polar, http)
+    assert again["processed"] == 1
+    assert rows(store)["use-00000"]["attempt_count"] == 2
+
+
+@pytest.mark.parametrize("status", [408, 425, 500, 502, 504])
+def test_repeated_transient_answers_end_the_run(store: Database, polar: PolarStandIn,
+                                                http: httpx.Client, status: int) -> None:
+    seed(store, 10)
+    polar.answers.extend([(status, {"detail": "busy"}, {})] * 3)
+    result = do_flush(store, polar, http)
+    assert result == {"processed": 0, "failed": 3, "skipped": 7, "reason": "provider_unavailable"}
+    assert polar.requests == 3
+
+
+def test_retry_after_ends_the_run_as_rate_limited(store: Database, polar: PolarStandIn,
+                                                  http: httpx.Client) -> None:
+    seed(store, 5)
+    polar.answers.append((429, {"detail": "slow down"}, {"Retry-After": "30"}))
+    result = do_flush(store, polar, http)
+    assert result == {"processed": 0, "failed": 1, "skipped": 4, "reason": "rate_limited"}
+    assert polar.requests == 1
+    assert rows(store)["use-00000"]["attempt_count"] == 1
+    assert do_flush(store, polar, http)["processed"] == 5
+
+
+def test_a_permanent_answer_uses_up_the_row(store: Database, polar: PolarStandIn,
+                                            http: httpx.Client) -> None:
+    seed(store, 2)
+    polar.answers.append((400, {"detail": "bad event"}, {}))
+    result = do_flush(store, polar, http)
+    assert result == {"processed": 1, "failed": 1, "skipped": 0, "reason": None}
+    dead = rows(store)["use-00000"]
+    assert (dead["status"], dead["attempt_count"]) == ("failed", MAX_METERING_ATTEMPTS)
+    assert "bad event" in dead["last_error"]
+    assert do_flush(store, polar, http)["processed"] == 0
+    assert polar.requests == 2
+
+
+def test_a_wrong_token_stops_the_run_without_spending_rows(
+        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 4)
+    result = do_flush(store, polar, http, token="wrong")
+    assert result == {"processed": 0, "failed": 1, "skipped": 3, "reason": "polar_unauthorized"}
+    assert rows(store)["use-00000"]["attempt_count"] == 1
+    assert do_flush(store, polar, http)["processed"] == 4
+
+
+def test_an_unreachable_polar_is_transient(store: Database, polar: PolarStandIn,
+                                           http: httpx.Client) -> None:
+    seed(store, 5)
+    result = do_flush(store, polar, http, url=f"http://127.0.0.1:{free_port()}")
+    assert result == {"processed": 0, "failed": 3, "skipped": 2, "reason": "provider_unavailable"}
+    assert all(r["last_error"].startswith("network: ") for r in rows(store).values()
+               if r["attempt_count"])
+
+
+def test_several_events_a_request_and_per_event_errors(store: Database, polar: PolarStandIn,
+                                                       http: httpx.Client) -> None:
+    seed(store, 25)
+    polar.refused_customers.add("t2")  # rows 2, 5, 8, ... bill tenant t2
+    result = do_flush(store, polar, http, events_per_request=10)
+    refused = [i for i in range(25) if i % 3 == 2]
+    assert result == {"processed": 25 - len(refused), "failed": len(refused), "skipped": 0,
+                      "reason": None}
+    assert polar.requests == 6, "3 batches, each refused once and sent again without its bad rows"
+    assert polar.max_in_flight == 1
+    state = rows(store)
+    for i in range(25):
+        row = state[f"use-{i:05d}"]
+        if i in refused:
+            assert (row["status"], row["attempt_count"]) == ("failed", MAX_METERING_ATTEMPTS)
+            assert "external_customer_id: Customer not found" in row["last_error"]
+        else:
+            assert (row["status"], row["attempt_count"]) == ("processed", 1)
+    assert max(polar.received.values()) == 1
+
+
+def test_the_attempt_is_counted_at_the_claim(store: Database) -> None:
+    seed(store, 1)
+    outbox = OutboxStore(store)
+    for _ in range(MAX_METERING_ATTEMPTS):
+        [claimed] = outbox.claim(10)  # a process that dies with the row in flight, 5 times
+        assert claimed["ledger_id"] == "use-00000"
+    row = rows(store)["use-00000"]
+    assert (row["status"], row["attempt_count"], row["last_error"]) == (
+        "failed", MAX_METERING_ATTEMPTS, IN_FLIGHT_NOTE)
+    assert outbox.claim(10) == []
+
+
+def test_the_job_through_the_cron_contract(make_services: Callable[..., Services], db_url: str,
+                                           polar: PolarStandIn) -> None:
+    unconfigured = run_job(JOBS["metering-flush"], make_services(db_url), "cli")
+    assert unconfigured.body == {"processed": 0, "failed": 0, "skipped": 0,
+                                 "reason": "polar_not_configured"}
+    services = make_services(db_url, POLAR_ACCESS_TOKEN=polar.token, POLAR_API_URL=polar.url,
+                             SLUICE_METERING_EVENTS_PER_REQUEST="100")
+    seed(services.db, 150)
+    polar.answers.append((422, {"detail": [{"loc": ["body"], "msg": "bad", "type": "x"}]}, {}))
+    outcome = run_job(JOBS["metering-flush"], services, "cli")
+    assert outcome.outcome == "failures", "rows that failed for good are reported"
+    assert (outcome.body["processed"], outcome.body["failed"]) == (0, 100)
+    second = run_job(JOBS["metering-flush"], services, "cli")
+    assert second.body == {"processed": 50, "failed": 0, "skipped": 0, "reason": None}
+    assert second.outcome == "ok" and polar.requests == 2
+
+
+def test_an_expired_deadline_counts_what_it_did_not_reach(store: Database, polar: PolarStandIn,
+                                                          http: httpx.Client) -> None:
+    seed(store, 7)
+    client = PolarClient(polar.url, polar.token, client=http)
+    result = flush(OutboxStore(store), client, now=T0, deadline=Deadline(0))
+    assert result == {"processed": 0, "failed": 0, "skipped": 7, "reason": "deadline"}
+    assert polar.requests == 0

@@ -1,0 +1,123 @@
+"""Secrets at cold start, read through Powertools Parameters from moto's SSM and Secrets Manager over HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import boto3
+import pytest
+
+from shared.core.errors import ConfigurationError
+from shared.core.secrets import load_secrets
+from shared.core.settings import Settings
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.aws
+
+CRON = "cron-secret-from-ssm-0123456789"
+SIGNING = "new-signing-secret-0123456789,old-signing-secret-0123456789"
+
+
+@pytest.fixture
+def stage_path(aws_env: dict[str, str]) -> str:
+    """A fresh /sluice/<stage>/ path holding the stage's secrets as SecureStrings."""
+    path = f"/sluice/t{uuid.uuid4().hex[:8]}/"
+    ssm = boto3.client("ssm")
+    for name, value in {
+        "CRON_SECRET": CRON,
+        "SLUICE_QUEUE_SIGNING_SECRET": SIGNING,
+        "SLUICE_DATABASE_URL": "postgresql://sluice:pw@db.example.internal:5432/sluice",
+        "POLAR_ACCESS_TOKEN": "polar_pat_from_ssm",
+        "SENTRY_DSN": "https://key@o1.ingest.sentry.io/1",
+        "NOT_A_SLUICE_SECRET": "ignored",
+    }.items():
+        ssm.put_parameter(Name=path + name, Value=value, Type="SecureString")
+    return path
+
+
+def test_path_secrets_reach_settings(stage_path: str) -> None:
+    env = {"SLUICE_SECRETS_PATH": stage_path, "SLUICE_STAGE": "test"}
+
+    loaded = load_secrets(env)
+
+    assert loaded == sorted(["CRON_SECRET", "SLUICE_QUEUE_SIGNING_SECRET", "SLUICE_DATABASE_URL",
+                             "POLAR_ACCESS_TOKEN", "SENTRY_DSN"])
+    assert "NOT_A_SLUICE_SECRET" not in env
+    settings = Settings.from_env(env)
+    assert settings.cron_secret == CRON
+    assert settings.queue_signing_secrets == ("new-signing-secret-0123456789",
+                                              "old-signing-secret-0123456789")
+    assert settings.database_backend == "postgres"
+    assert settings.polar_access_token == "polar_pat_from_ssm"
+
+
+def test_environment_wins_over_ssm(stage_path: str) -> None:
+    env = {"SLUICE_SECRETS_PATH": stage_path, "CRON_SECRET": "set-directly-0123456789"}
+
+    loaded = load_secrets(env)
+
+    assert "CRON_SECRET" not in loaded
+    assert env["CRON_SECRET"] == "set-directly-0123456789"
+
+
+def test_single_parameter_and_secrets_manager(aws_env: dict[str, str]) -> None:
+    name = f"/elsewhere/{uuid.uuid4().hex[:8]}/polar"
+    boto3.client("ssm").put_parameter(Name=name, Value="polar-from-param", Type="SecureString")
+    secret_id = f"sluice/test/{uuid.uuid4().hex[:8]}/redis"
+    boto3.client("secretsmanager").create_secret(Name=secret_id,
+                                                 SecretString="rediss://:pw@cache.internal:6380/0")
+    env = {"POLAR_ACCESS_TOKEN_PARAM": name,
+           "SLUICE_REDIS_URL_PARAM": f"secretsmanager:{secret_id}"}
+
+    assert load_secrets(env) == ["POLAR_ACCESS_TOKEN", "SLUICE_REDIS_URL"]
+    assert env["POLAR_ACCESS_TOKEN"] == "polar-from-param"
+    assert Settings.from_env(env).redis_url == "rediss://:pw@cache.internal:6380/0"
+
+
+def test_missing_parameter_fails_naming_the_variable(aws_env: dict[str, str]) -> None:
+    env = {"CRON_SECRET_PARAM": f"/nowhere/{uuid.uuid4().hex}"}
+
+    with pytest.raises(ConfigurationError, match="CRON_SECRET_PARAM"):
+        load_secrets(env)
+
+
+def test_nothing_configured_reads_nothing() -> None:
+    env = {"CRON_SECRET": "x" * 20}
+
+    assert load_secrets(env) == []
+    assert env == {"CRON_SECRET": "x" * 20}
+
+
+def _fresh(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLUICE_", "CRON_", "AWS_", "POLAR_", "SENTRY_"))}
+    return subprocess.run([sys.executable, "-c", code], env={**base, **env}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_handler_cold_start_loads_secrets_before_settings(stage_path: str,
+                                                          aws_env: dict[str, str],
+                                                          tmp_path: object) -> None:
+    # GIVEN a scheduled function configured only with where its secrets live
+    env = {**aws_env, "SLUICE_SECRETS_PATH": stage_path, "SLUICE_JOB": "state-cleanup",
+           "SLUICE_STAGE": "test"}
+    # (the stored database URL is Postgres on an unreachable host; point it at SQLite directly)
+    env["SLUICE_DATABASE_URL"] = f"sqlite:///{tmp_path}/s.db"
+
+    # WHEN its handler module is imported in a fresh interpreter
+    done = _fresh("import functions.cron as f; print(f.SERVICES.settings.cron_secret)", env)
+
+    # THEN the secret from SSM is in its settings
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == CRON
+
+
+def test_cold_start_without_secrets_imports_no_powertools_parameters() -> None:
+    done = _fresh("import sys, functions; "
+                  "print(any(m.startswith('aws_lambda_powertools.utilities.parameters') "
+                  "or m == 'boto3' for m in sys.modules))", {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

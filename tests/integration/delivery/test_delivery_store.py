@@ -1,0 +1,178 @@
+"""The delivery queue store on both backends: write-ahead, leases, settle guards, schedule."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from shared.core.errors import Conflict, NotFound, RequestError
+from shared.delivery.store import DeliveryStatus, DeliveryStore
+from shared.store.db import Database, utcnow
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def store(db: Database) -> DeliveryStore:
+    return DeliveryStore(db)
+
+
+def test_enqueue_is_write_ahead_and_idempotent_on_its_key(store: DeliveryStore) -> None:
+    entry, created = store.enqueue("webhook", "https://h/x", {"text": "a", "n": [1, 2]},
+                                   idempotency_key="alert:1", subject_user_id="u1")
+    assert created and entry.status is DeliveryStatus.PENDING and entry.attempts == 0
+    assert entry.payload == {"text": "a", "n": [1, 2]} and entry.subject_user_id == "u1"
+    again, created_again = store.enqueue("webhook", "https://h/x", {"text": "b"},
+                                         idempotency_key="alert:1")
+    assert not created_again and again.id == entry.id and again.payload["text"] == "a"
+    other, _ = store.enqueue("webhook", "https://h/x", {"text": "a"})
+    assert other.id != entry.id and other.dedupe_key == other.id
+    with pytest.raises(RequestError):
+        store.enqueue("", "x", {})
+
+
+def test_claim_takes_due_pending_entries_oldest_first_under_a_lease(
+        store: DeliveryStore) -> None:
+    now = utcnow()
+    first, _ = store.enqueue("slack", "C1", {"text": "1"}, now=now - timedelta(seconds=2))
+    second, _ = store.enqueue("slack", "C1", {"text": "2"}, now=now - timedelta(seconds=1))
+    [claimed] = store.claim(LEASE, now=now)
+    assert claimed.id == first.id and claimed.status is DeliveryStatus.IN_FLIGHT
+    assert claimed.attempts == 1 and claimed.lease_until == now + LEASE
+    assert [e.id for e in store.claim(LEASE, limit=10, now=now)] == [second.id]
+    assert store.claim(LEASE, limit=10, now=now) == []
+
+
+def test_ack_settles_once_and_only_the_attempt_that_holds_the_entry(
+        store: DeliveryStore) -> None:
+    store.enqueue("telegram", "1001", {"text": "hi"})
+    [entry] = store.claim(LEASE)
+    assert store.ack(entry, "42", 15)
+    assert not store.ack(entry, "43", 16), "a second ack changes nothing"
+    acked = store.get(entry.id)
+    assert (acked.status, acked.platform_message_id, acked.duration_ms) == (
+        DeliveryStatus.ACKED, "42", 15)
+    assert acked.acked_at is not None and acked.lease_until is None
+
+
+def test_nack_follows_the_schedule_then_fails_on_the_fifth_attempt(
+        store: DeliveryStore) -> None:
+    entry, _ = store.enqueue("slack", "C1", {"text": "x"})
+    now = utcnow()
+    waits = []
+    for attempt in range(1, 6):
+        [claimed] = store.claim(LEASE, now=now)
+        assert claimed.attempts == attempt
+        status = store.nack(claimed, f"boom {attempt}", now=now)
+        current = store.get(entry.id)
+        if attempt < 5:
+            assert status is DeliveryStatus.PENDING
+            waits.append((current.next_attempt_at - now).total_seconds())
+            assert store.claim(LEASE, now=now) == [], "not due before its backoff"
+            now = current.next_attempt_at
+        else:
+            assert status is DeliveryStatus.FAILED
+            assert current.status is DeliveryStatus.FAILED and current.failed_at is not None
+            assert current.last_error == "gave up after 5 attempts; last error: boom 5"
+    assert waits == [5, 25, 120, 600]
+
+
+def test_fail_is_final(store: DeliveryStore) -> None:
+    store.enqueue("telegram", "9", {"text": "x"})
+    [entry] = store.claim(LEASE)
+    assert store.fail(entry, "Bad Request: chat not found")
+    assert not store.nack(entry, "late"), "a settled entry cannot be nacked"
+    failed = store.get(entry.id)
+    assert failed.status is DeliveryStatus.FAILED and failed.last_error.endswith("chat not found")
+    assert store.claim(LEASE, now=utcnow() + timedelta(days=1)) == []
+
+
+def test_a_lapsed_lease_returns_to_pending_and_the_stale_sender_cannot_settle(
+        store: DeliveryStore) -> None:
+    now = utcnow()
+    entry, _ = store.enqueue("webhook", "https://h", {"a": 1}, lease=LEASE, now=now)
+    assert entry.status is DeliveryStatus.IN_FLIGHT and entry.attempts == 1
+    assert store.recover(now=now + LEASE - timedelta(seconds=1)) == (0, 0)
+    assert store.recover(now=now + LEASE + timedelta(seconds=1)) == (1, 0)
+    back = store.get(entry.id)
+    assert back.status is DeliveryStatus.PENDING and "lease expired" in (back.last_error or "")
+    [again] = store.claim(LEASE, now=now + LEASE + timedelta(seconds=1))
+    assert again.attempts == 2
+    assert not store.ack(entry, "late", 1), "the first sender's ack is stale"
+    assert store.ack(again, "m", 1)
+
+
+def test_a_poison_entry_that_kills_every_sender_ends_failed_never_loops(
+        store: DeliveryStore) -> None:
+    entry, _ = store.enqueue("webhook", "https://h", {"a": 1})
+    now = utcnow()
+    for attempt in range(1, 6):
+        [claimed] = store.claim(LEASE, now=now)  # ... and the sender dies holding it
+        assert claimed.attempts == attempt
+        now += LEASE + timedelta(seconds=1)
+        assert store.recover(now=now) == ((1, 0) if attempt < 5 else (0, 1))
+    dead = store.get(entry.id)
+    assert dead.status is DeliveryStatus.FAILED and "attempt 5" in (dead.last_error or "")
+    assert store.claim(LEASE, now=now + timedelta(days=1)) == []
+
+
+def test_prune_deletes_old_settled_entries_only(store: DeliveryStore) -> None:
+    old = utcnow() - timedelta(days=10)
+    store.enqueue("slack", "C1", {"text": "old"}, now=old)
+    [entry] = store.claim(LEASE, now=old)
+    store.ack(entry, "1", 1, now=old)
+    store.enqueue("slack", "C1", {"text": "old pending"}, now=old)
+    store.enqueue("slack", "C1", {"text": "recent"}, lease=LEASE)
+    assert store.prune(utcnow() - timedelta(days=7)) == 1
+    assert sorted(e.payload["text"] for e in store.list()) == ["old pending", "recent"]
+
+
+def test_admin_list_show_redrive_and_purge(store: DeliveryStore) -> None:
+    for chat in ("1", "2", "3"):
+        store.enqueue("telegram", chat, {"text": chat})
+    store.enqueue("slack", "C1", {"text": "s"})
+    for entry in store.claim(LEASE, limit=10):
+        if entry.channel == "telegram":
+            store.fail(entry, "Forbidden: bot was blocked by the user")
+    failed = store.list(status=DeliveryStatus.FAILED)
+    assert len(failed) == 3 and {e.channel for e in failed} == {"telegram"}
+    assert store.stats()["failed"]["count"] == 3 and store.stats()["in_flight"]["count"] == 1
+
+    redriven = store.redrive(failed[0].id)
+    assert (redriven.status, redriven.attempts, redriven.last_error) == (
+        DeliveryStatus.PENDING, 0, None)
+    with pytest.raises(Conflict):
+        store.redrive(failed[0].id)
+    store.purge(failed[1].id)
+    with pytest.raises(NotFound):
+        store.get(failed[1].id)
+    with pytest.raises(Conflict):
+        store.purge(redriven.id)
+    with pytest.raises(NotFound):
+        store.purge("missing")
+    assert store.redrive_all(channel="slack") == 0
+    assert store.purge_all(channel="telegram") == 1
+    assert store.stats()["failed"]["count"] == 0
+    with pytest.raises(RequestError):
+        store.list(limit=0)
+
+
+def test_concurrent_claimers_never_take_the_same_entry(store: DeliveryStore) -> None:
+    for i in range(40):
+        store.enqueue("slack", "C1", {"text": str(i)})
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        while claimed := store.claim(LEASE, limit=3):
+            with lock:
+                taken.extend(e.id for e in claimed)
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(taken) == 40 and len(set(taken)) == 40

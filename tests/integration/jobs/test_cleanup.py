@@ -1,0 +1,56 @@
+"""state-cleanup on both backends: what goes, what stays, in bounded batches."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from shared.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
+from shared.jobs.registry import Deadline
+from shared.store.db import utcnow
+
+
+def _seed(db, now) -> None:  # type: ignore[no-untyped-def]
+    with db.transaction() as tx:
+        rows = [{"key": f"expired:{i}", "value": tx.json({"i": i}),
+                 "expires_at": now - timedelta(minutes=i + 1), "now": now} for i in range(25)]
+        rows += [{"key": "fresh", "value": tx.json(1), "expires_at": now + timedelta(hours=1),
+                  "now": now},
+                 {"key": "forever", "value": tx.json(1), "expires_at": None, "now": now}]
+        tx.executemany("INSERT INTO platform_state (key, value, expires_at, updated_at) "
+                       "VALUES (:key, :value, :expires_at, :now)", rows)
+        old, young = now - timedelta(days=91), now - timedelta(days=89)
+        hashes = [{"key": f"{THRESHOLD_FIRING_PREFIX}t{i}", "field": "f", "at": old}
+                  for i in range(7)]
+        hashes += [{"key": f"{THRESHOLD_FIRING_PREFIX}young", "field": "f", "at": young},
+                   {"key": "platform:other-hash:t1", "field": "f", "at": old},
+                   {"key": "platform:ai-envelope-threshold-firingsX:t1", "field": "f", "at": old}]
+        tx.executemany("INSERT INTO platform_state_hash (key, field, value, updated_at) "
+                       "VALUES (:key, :field, '1', :at)", hashes)
+
+
+def _keys(db, table: str) -> set[str]:  # type: ignore[no-untyped-def]
+    with db.transaction() as tx:
+        return {r["key"] for r in tx.fetchall(f"SELECT key FROM {table}")}
+
+
+def test_cleanup_deletes_exactly_the_expired_and_stale_rows(db) -> None:  # type: ignore[no-untyped-def]
+    now = utcnow()
+    _seed(db, now)
+    result = cleanup_state(db, now=now, deadline=Deadline(60), batch_size=4)
+    assert result["deleted"] == 25
+    assert result["deletedHashRecords"] == 7
+    assert result["processedAt"].endswith("Z")
+    assert _keys(db, "platform_state") == {"fresh", "forever"}
+    assert _keys(db, "platform_state_hash") == {
+        f"{THRESHOLD_FIRING_PREFIX}young", "platform:other-hash:t1",
+        "platform:ai-envelope-threshold-firingsX:t1"}
+    again = cleanup_state(db, now=now, deadline=Deadline(60), batch_size=4)
+    assert (again["deleted"], again["deletedHashRecords"]) == (0, 0)
+
+
+def test_an_expired_deadline_stops_before_the_first_batch(db) -> None:  # type: ignore[no-untyped-def]
+    now = utcnow()
+    _seed(db, now)
+    result = cleanup_state(db, now=now, deadline=Deadline(0), batch_size=4)
+    assert (result["deleted"], result["deletedHashRecords"]) == (0, 0)
+    assert len(_keys(db, "platform_state")) == 27

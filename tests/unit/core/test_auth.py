@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+
+from shared.core.auth import AdminVerifier, bearer_token, is_authorized_cron
+from shared.core.errors import Forbidden, Unauthorized
+from shared.core.settings import Settings
+from tests.conftest import JWT_SECRET, admin_token
+from tests.providers.jwks import JwksProvider
+
+SECRET = "a-cron-secret-of-enough-length"
+
+
+@pytest.mark.parametrize(
+    ("header", "secret", "expected"),
+    [
+        (f"Bearer {SECRET}", SECRET, True),
+        (f"Bearer {SECRET}", None, False),
+        (f"Bearer {SECRET}", "", False),
+        (None, SECRET, False),
+        ("", SECRET, False),
+        (f"bearer {SECRET}", SECRET, False),
+        (f"Bearer {SECRET} ", SECRET, False),
+        (f"Bearer {SECRET[:-1]}x", SECRET, False),
+        (f"Basic {SECRET}", SECRET, False),
+        ("Bearer " + "é" * len(SECRET), SECRET, False),
+        (SECRET, SECRET, False),
+    ],
+)
+def test_cron_bearer(header: str | None, secret: str | None, expected: bool) -> None:
+    assert is_authorized_cron(header, secret) is expected
+
+
+def test_bearer_token_parsing() -> None:
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer abc") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+
+
+def _verifier(**env: str) -> AdminVerifier:
+    return AdminVerifier(Settings.from_env({"SLUICE_ADMIN_JWT_SECRET": JWT_SECRET, **env}))
+
+
+def test_hs256_identity_and_roles() -> None:
+    identity = _verifier().authorize(admin_token(["billing"], subject="u1"), "metering")
+    assert identity.subject == "u1"
+    assert identity.roles == {"billing"}
+
+
+@pytest.mark.parametrize(
+    ("roles", "surface", "allowed"),
+    [
+        (["super_admin"], "erasure", True),
+        (["super_admin"], "flags", True),
+        (["ops"], "state", True),
+        (["ops"], "queues", True),
+        (["ops"], "metering", False),
+        (["billing"], "ledger", True),
+        (["billing"], "state", False),
+        (["privacy"], "erasure", True),
+        (["privacy"], "queues", False),
+        ([], "state", False),
+    ],
+)
+def test_surface_roles(roles: list[str], surface: str, allowed: bool) -> None:
+    token = admin_token(roles)
+    if allowed:
+        assert _verifier().authorize(token, surface).roles == set(roles)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(Forbidden):
+            _verifier().authorize(token, surface)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        None,
+        "",
+        "not-a-jwt",
+        admin_token(["ops"], secret="another-secret-of-sufficient-length-000"),
+        admin_token(["ops"], expires_in=-60),
+        admin_token(["ops"], nbf=int(time.time()) + 600),
+        admin_token("ops"),  # type: ignore[arg-type]
+        jwt.encode({"sub": "x", "roles": ["ops"]}, JWT_SECRET, algorithm="HS256"),  # no exp
+        jwt.encode({"sub": "x", "roles": ["ops"], "exp": int(time.time()) + 60}, None,
+                   algorithm="none"),
+    ],
+)
+def test_bad_tokens_are_unauthorized(token: str | None) -> None:
+    with pytest.raises(Unauthorized):
+        _verifier().authorize(token, "state")
+
+
+def test_no_provider_configured_authorises_nobody() -> None:
+    with pytest.raises(Unauthorized):
+        AdminVerifier(Settings.from_env({})).authorize(admin_token(["super_admin"]), "state")
+
+
+def test_jwks_rs256_and_es256_from_a_real_endpoint() -> None:
+    with JwksProvider() as idp:
+        verifier = AdminVerifier(Settings.from_env({"SLUICE_ADMIN_JWKS_URL": idp.url}))
+        assert verifier.authorize(idp.token(["ops"]), "state").subject == "admin-jwks"
+        assert verifier.authorize(idp.token(["privacy"], alg="ES256"), "erasure").roles == {
+            "privacy"}
+        fetches = len(idp.server.requests)
+        verifier.authorize(idp.token(["ops"]), "state")
+        assert len(idp.server.requests) == fetches, "keys are cached, not fetched per token"
+        with pytest.raises(Unauthorized):
+            verifier.authorize(idp.token(["ops"], expires_in=-30), "state")
+        with pytest.raises(Unauthorized):  # an HS256 token is refused when only JWKS is configured
+            verifier.authorize(admin_token(["ops"]), "state")
+
+
+def test_an_unreachable_jwks_endpoint_is_a_503_not_a_401() -> None:
+    from shared.core.errors import UpstreamUnavailable
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/.well-known/jwks.json"  # nothing listens there
+    verifier = AdminVerifier(Settings.from_env({"SLUICE_ADMIN_JWKS_URL": url}))
+    with JwksProvider() as idp:
+        token = idp.token(["ops"])
+    with pytest.raises(UpstreamUnavailable):
+        verifier.authorize(token, "state")

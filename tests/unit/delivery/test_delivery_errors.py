@@ -1,0 +1,150 @@
+"""Delivery error classification (the whole cause graph) and the retry schedule as data."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from shared.core.errors import SluiceError
+from shared.delivery.classify import (
+    MAX_DEPTH,
+    MissingAdapter,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+    classify,
+    describe,
+    retry_after_s,
+)
+from shared.delivery.store import DEFAULT_SCHEDULE, RetrySchedule
+
+PERMANENT_TEXTS = [
+    "Bad Request: chat not found",
+    "USER NOT FOUND",
+    "Forbidden: bot was blocked by the user",
+    "Forbidden: bot was kicked from the group chat",
+    "Bad Request: chat_id is empty",
+    "No conversation reference found for this user",
+    "ambiguous message recipient",
+    "Forbidden: user is deactivated",
+    "Bad Request: message is too long",
+    "Forbidden: bot can't initiate conversation with a user",
+    "Forbidden: bot is not a member of the channel chat",
+    "slack: channel_not_found",
+    "slack: is_archived",
+    "email: recipient address rejected: 550 user unknown",
+]
+TRANSIENT_TEXTS = [
+    "Too Many Requests: retry after 3",
+    "connection reset by peer",
+    "webhook answered 503",
+    "slack: internal_error",
+    "telegram 401: Unauthorized",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", PERMANENT_TEXTS)
+def test_permanent_patterns_match_case_insensitively(text: str) -> None:
+    assert classify(text) == "permanent"
+    assert classify(text.swapcase()) == "permanent"
+    assert classify(RuntimeError(text)) == "permanent"
+
+
+@pytest.mark.parametrize("text", TRANSIENT_TEXTS)
+def test_anything_else_is_transient(text: str) -> None:
+    assert classify(text) == "transient"
+    assert classify(OSError(text)) == "transient"
+
+
+def test_typed_errors_belong_to_the_one_tree() -> None:
+    assert issubclass(PermanentDeliveryError, SluiceError)
+    assert issubclass(MissingAdapter, PermanentDeliveryError)
+    assert classify(PermanentDeliveryError("whatever the text")) == "permanent"
+    assert classify(MissingAdapter()) == "permanent"
+    assert classify(TransientDeliveryError("chat not found")) == "transient", \
+        "an adapter's explicit 'later' wins over a pattern"
+
+
+def _raise_from(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise outer from exc
+    except BaseException as caught:  # noqa: BLE001 - returning what was raised is the point
+        return caught
+
+
+def test_the_cause_chain_is_walked() -> None:
+    wrapped = _raise_from(RuntimeError("send failed"), ValueError("Bad Request: chat not found"))
+    assert classify(wrapped) == "permanent"
+
+
+def test_implicit_context_is_walked_unless_suppressed() -> None:
+    try:
+        try:
+            raise KeyError("bot was blocked")
+        except KeyError:
+            raise RuntimeError("while handling")  # the implicit context is the point
+    except RuntimeError as exc:
+        assert classify(exc) == "permanent"
+        exc.__suppress_context__ = True
+        assert classify(exc) == "transient"
+
+
+def test_exception_groups_are_walked() -> None:
+    group = ExceptionGroup("two sends", [OSError("timeout"),
+                                         ValueError("Forbidden: bot was kicked")])
+    assert classify(group) == "permanent"
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError("reset")])])
+    assert classify(nested) == "transient"
+
+
+def test_a_cycle_ends() -> None:
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__cause__, b.__cause__ = b, a
+    assert classify(a) == "transient"
+    b.args = ("user is deactivated",)
+    assert classify(a) == "permanent"
+
+
+def _chain(depth: int, leaf: str) -> BaseException:
+    node: BaseException = RuntimeError(leaf)
+    for i in range(depth - 1):
+        parent = RuntimeError(f"level {i}")
+        parent.__cause__ = node
+        node = parent
+    return node
+
+
+def test_a_chain_deeper_than_the_limit_is_transient() -> None:
+    assert classify(_chain(MAX_DEPTH, "chat not found")) == "permanent"
+    assert classify(_chain(MAX_DEPTH + 1, "chat not found")) == "transient"
+
+
+def test_retry_after_is_found_in_the_graph() -> None:
+    wrapped = _raise_from(RuntimeError("x"), TransientDeliveryError("429", retry_after_s=7))
+    assert retry_after_s(wrapped) == 7
+    assert retry_after_s(RuntimeError("x")) is None
+
+
+def test_describe_names_the_root_cause() -> None:
+    text = describe(_raise_from(TransientDeliveryError("webhook: ConnectError"),
+                                ConnectionRefusedError("refused")))
+    assert text == ("TransientDeliveryError: webhook: ConnectError "
+                    "(caused by ConnectionRefusedError: refused)")
+
+
+def test_the_schedule_is_data() -> None:
+    assert DEFAULT_SCHEDULE.delays_s == (5.0, 25.0, 120.0, 600.0)
+    assert DEFAULT_SCHEDULE.table() == [(1, 5.0), (2, 25.0), (3, 120.0), (4, 600.0), (5, None)]
+    longer = RetrySchedule(max_attempts=8)
+    assert [d for _, d in longer.table()] == [5, 25, 120, 600, 600, 600, 600, None], "capped"
+
+
+def test_a_providers_wait_only_lengthens_the_delay() -> None:
+    assert DEFAULT_SCHEDULE.decide(1, retry_after_s=30).delay == timedelta(seconds=30)
+    assert DEFAULT_SCHEDULE.decide(2, retry_after_s=3).delay == timedelta(seconds=25)
+    assert DEFAULT_SCHEDULE.decide(1, retry_after_s=86400).delay == timedelta(seconds=600)
+    assert not DEFAULT_SCHEDULE.decide(5, retry_after_s=1).retry

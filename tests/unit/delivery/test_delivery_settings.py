@@ -1,0 +1,68 @@
+"""Delivery settings fail early and name the variable; adapters exist when configured;
+the webhook signature a receiver checks."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from shared.core.errors import ConfigurationError
+from shared.core.settings import Settings
+from shared.delivery.channels import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    build_adapters,
+    verify_webhook,
+    webhook_signature,
+)
+
+SECRET = "webhook-secret-0123456789"
+
+
+def test_defaults_configure_no_adapter() -> None:
+    settings = Settings.from_env({})
+    assert (settings.delivery_lease_s, settings.delivery_retention_days,
+            settings.delivery_send_timeout_s) == (120, 7, 10.0)
+    with httpx.Client() as client:
+        assert build_adapters(settings, client) == {}
+
+
+def test_each_credential_adds_its_adapter() -> None:
+    settings = Settings.from_env({
+        "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET, "SLUICE_SLACK_BOT_TOKEN": "xoxb-1",
+        "SLUICE_TELEGRAM_BOT_TOKEN": "1:abc", "SLUICE_SMTP_HOST": "mail.local",
+        "SLUICE_SMTP_FROM": "a@b.c", "SLUICE_SLACK_API_URL": "http://127.0.0.1:9/api/"})
+    assert settings.slack_api_url == "http://127.0.0.1:9/api"
+    with httpx.Client() as client:
+        assert sorted(build_adapters(settings, client)) == ["email", "slack", "telegram",
+                                                             "webhook"]
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"SLUICE_WEBHOOK_SIGNING_SECRET": "short"}, "SLUICE_WEBHOOK_SIGNING_SECRET"),
+    ({"SLUICE_SMTP_SECURITY": "tls"}, "SLUICE_SMTP_SECURITY"),
+    ({"SLUICE_SMTP_HOST": "mail.local"}, "SLUICE_SMTP_FROM"),
+    ({"SLUICE_SMTP_USERNAME": "u"}, "SLUICE_SMTP_PASSWORD"),
+    ({"SLUICE_SMTP_PORT": "0"}, "SLUICE_SMTP_PORT"),
+    ({"SLUICE_DELIVERY_LEASE_SECONDS": "soon"}, "SLUICE_DELIVERY_LEASE_SECONDS"),
+    ({"SLUICE_TELEGRAM_API_URL": "ftp://x"}, "SLUICE_TELEGRAM_API_URL"),
+])
+def test_bad_values_fail_at_start_up_naming_the_variable(env: dict[str, str],
+                                                         named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Settings.from_env(env)
+
+
+def test_a_receiver_accepts_only_a_fresh_untampered_signature() -> None:
+    body = b'{"text":"hi"}'
+    now = int(time.time())
+    headers = {TIMESTAMP_HEADER: str(now),
+               SIGNATURE_HEADER: webhook_signature(SECRET, str(now), body)}
+    assert headers[SIGNATURE_HEADER].startswith("v1=") and len(headers[SIGNATURE_HEADER]) == 67
+    assert verify_webhook(SECRET, headers, body)
+    assert not verify_webhook(SECRET, headers, b'{"text":"HI"}')
+    assert not verify_webhook("another-secret-0123456789", headers, body)
+    assert not verify_webhook(SECRET, headers, body, now=now + 301), "a replay is stale"
+    assert not verify_webhook(SECRET, {**headers, TIMESTAMP_HEADER: "x"}, body)
