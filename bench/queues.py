@@ -34,8 +34,8 @@ from bench.common import median, row
 from shared.core.observe import Reporter
 from shared.core.services import Services
 from shared.core.settings import Settings
-from shared.queues.consumer import Consumer
-from shared.queues.publish import IDEMPOTENCY_ATTRIBUTE, Delivery, idempotency_key
+from shared.queues.consumer import Consumer, InboundMessage
+from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, idempotency_key
 from shared.queues.signing import Signer
 from shared.store.db import open_database
 from shared.store.migrate import migrate
@@ -70,7 +70,7 @@ def _event(signer: Signer) -> dict[str, Any]:
     return {"Records": records}
 
 
-def _noop(message: dict[str, Any], delivery: Delivery) -> None:
+def _noop(message: dict[str, Any], inbound: InboundMessage) -> None:
     return None
 
 

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from shared.core.services import Services
 from shared.http.app import create_app
 from shared.jobs.runs import RunStore
-from shared.queues.consumer import Consumer
-from shared.queues.publish import REGISTRY, Delivery
-from shared.queues.topics import publisher_of
+from shared.queues.consumer import Consumer, InboundMessage
+from shared.queues.publish import REGISTRY
+from shared.queues.runtime import publisher_of
 from shared.store.flags import FlagStore
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
@@ -84,7 +84,7 @@ def test_dlq_routes_list_show_redrive_and_purge(
     runs: list[str] = []
     healthy: list[bool] = []
 
-    def handler(message: dict[str, Any], delivery: Delivery) -> None:
+    def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
         runs.append(message["batchId"])
         if not healthy:
             raise RuntimeError("not yet")
