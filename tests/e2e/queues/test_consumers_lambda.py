@@ -12,10 +12,10 @@ from types import ModuleType
 import pytest
 
 from shared.core.services import Services
-from shared.queues.keys import CompletedKeys, dedupe_key
-from shared.queues.signing import MissingSecret, Signer
 from shared.queues.deadletters import Quarantine
 from shared.queues.handlers import register_catalog_refresh
+from shared.queues.keys import CompletedKeys, dedupe_key
+from shared.queues.signing import MissingSecret, Signer
 from shared.store.flags import FlagStore
 from tests.conftest import BASE_ENV, ROOT, load_event
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from shared.billing.deadletters import RedisNotConfigured
 from shared.core.services import Services
 from shared.jobs.runs import RunStore
-from shared.billing.deadletters import RedisNotConfigured
 from shared.ops.deadletters import DeadLetters
 from shared.queues.consumer import Consumer, InboundMessage
 from shared.queues.publish import Publisher, Registry

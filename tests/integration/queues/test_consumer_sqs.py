@@ -12,12 +12,12 @@ import pytest
 from shared.core.services import Services
 from shared.queues.consumer import Consumer, InboundMessage, backoff_s
 from shared.queues.deadletters import Quarantine
+from shared.queues.handlers import register_catalog_refresh
 from shared.queues.keys import idempotency_key
 from shared.queues.publish import Publisher, Registry
-from shared.queues.sqs import Sqs
-from shared.queues.signing import Signer
-from shared.queues.handlers import register_catalog_refresh
 from shared.queues.runtime import consumers_for
+from shared.queues.signing import Signer
+from shared.queues.sqs import Sqs
 from tests.sqs_helpers import bodies, create_queues, deliver, new_prefix, poll, receive, sqs_client
 
 pytestmark = pytest.mark.aws
