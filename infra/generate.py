@@ -135,6 +135,12 @@ def _topic_alarms(topic: Topic) -> str:
         "AWS/SQS", "ApproximateAgeOfOldestMessage",
         [("QueueName", f"!GetAtt {base}Queue.QueueName")], "Maximum",
         "${self:custom.alarms.oldestMessageAgeSeconds}",
+    ) + _alarm(
+        f"{base}RejectedAlarm", f"{name}-rejected",
+        f"The {name} consumer quarantined messages it could not verify; read them with "
+        "`sluice dlq list quarantine`.",
+        NAMESPACE, "QueueMessagesRejected", [("service", SERVICE), ("topic", topic.name)],
+        "Sum", "0",
     )
 
 
@@ -154,9 +160,9 @@ def _job_alarms(job: Job) -> str:
 
 def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
     out = HEADER.format(sources="JOBS and TOPICS") + _lines(
-        "# CloudWatch alarms. Per topic: any message in its DLQ, and a queue whose oldest",
-        "# message is older than custom.alarms.oldestMessageAgeSeconds (consumers stuck or",
-        "# failing). Per scheduled job: its function's Lambda Errors, and the DrainFailures",
+        "# CloudWatch alarms. Per topic: any message in its DLQ, a queue whose oldest message",
+        "# is older than custom.alarms.oldestMessageAgeSeconds (consumers stuck or failing),",
+        "# and any message its consumer rejected into the quarantine. Per scheduled job: its function's Lambda Errors, and the DrainFailures",
         "# metric the runner emits when a run reports failed items (namespace and dimensions",
         "# as shared/core/observe.py writes them). All notify the SNS topic below; subscribe",
         "# the on-call address to it (see the README runbook).",

@@ -97,11 +97,13 @@ def queue_figures(services: Services, *, cloudwatch: Any = None) -> dict[str, An
     from shared.billing.usage import usage_figures
     from shared.delivery.store import DeliveryStore
     from shared.erasure.requests import ErasureStore
+    from shared.queues.deadletters import Quarantine
 
     usage = _section(lambda: usage_figures(services.db, services.redis))
     return {
         "generatedAt": _iso(utcnow()),
         "topics": _section(lambda: topic_figures(services, cloudwatch=cloudwatch)),
+        "quarantine": _section(lambda: {"depth": Quarantine(services.db).count()}),
         "ledgerRetry": (usage.get("ledgerRetry") if "error" not in usage else usage)
         or {"error": "redis_not_configured"},
         "meteringOutbox": usage.get("meteringOutbox") if "error" not in usage else usage,

@@ -88,6 +88,7 @@ def test_a_broken_store_shows_in_its_own_section(sqlite_url: str, make_services:
     data = queue_figures(services)
     assert "error" in data["ledgerRetry"]
     assert data["delivery"]["pending"]["count"] == 0, "the other sections still answer"
+    assert data["quarantine"] == {"depth": 0}
 
 
 def test_sqs_figures_come_from_sqs_and_cloudwatch(sqlite_url: str, make_services: Any,

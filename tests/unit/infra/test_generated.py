@@ -70,6 +70,20 @@ def test_every_scheduled_function_alarms_on_lambda_errors_and_drain_failures() -
         assert drain["Threshold"] == 0 and drain["AlarmActions"]
 
 
+def test_every_topic_alarms_when_its_consumer_quarantines_a_message() -> None:
+    resources = _load((ROOT / "infra" / "alarms.yml").read_text())["Resources"]
+    metrics.add_metric(name="QueueMessagesRejected", unit="Count", value=1)
+    metrics.add_dimension(name="topic", value="any")
+    emitted = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
+    metrics.clear_metrics()
+    for name in TOPICS:
+        alarm = resources[f"{generate.pascal(name)}RejectedAlarm"]["Properties"]
+        assert alarm["Namespace"] == emitted["Namespace"]
+        assert alarm["MetricName"] == "QueueMessagesRejected"
+        assert {"Name": "topic", "Value": name} in alarm["Dimensions"]
+        assert sorted(d["Name"] for d in alarm["Dimensions"]) == sorted(emitted["Dimensions"][0])
+
+
 def test_a_new_topic_and_a_publishing_job_are_one_table_entry_each() -> None:
     topic = Topic("news.digest", "shared.news:digest_handler", batch_size=5)
     job = Job(name="news-tick", route="/api/admin/news/tick", schedule="rate(5 minutes)",
