@@ -12,3 +12,10 @@ CREATE TABLE IF NOT EXISTS erasure_tombstones (
 );
 CREATE INDEX IF NOT EXISTS erasure_tombstones_sweep_idx
     ON erasure_tombstones (erased_at) WHERE sweep_pending;
+
+-- Subjects erased before tombstones existed get theirs; a purge never verified is swept again.
+INSERT INTO erasure_tombstones (subject_user_id, request_id, erased_at, sweep_pending)
+SELECT subject_user_id, id, purged_at, verified_at IS NULL FROM data_erasure_requests
+WHERE status IN ('purged', 'failed') AND purged_at IS NOT NULL
+ORDER BY purged_at DESC
+ON CONFLICT (subject_user_id) DO NOTHING;
