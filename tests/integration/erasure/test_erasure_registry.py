@@ -68,31 +68,31 @@ def test_every_target_has_both_queries_for_both_dialects() -> None:
 S = "subj-9"
 PROBES: dict[tuple[str, str], tuple[str, dict[str, object]]] = {
     ("ai_usage_metering_outbox", "external_customer_id"): (
-        "INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, "
-        "metadata) VALUES ('o1', 'nope', :s, 'ai_usage', :m)", {"m": "{}"}),
+        ("INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, "
+        "metadata) VALUES ('o1', 'nope', :s, 'ai_usage', :m)"), {"m": "{}"}),
     ("ai_usage_ledger", "user_id"): (
-        "INSERT INTO ai_usage_ledger (id, tenant_id, user_id, model, occurred_at) "
-        "VALUES ('l1', 'other', :s, 'm', :now)", {}),
+        ("INSERT INTO ai_usage_ledger (id, tenant_id, user_id, model, occurred_at) "
+        "VALUES ('l1', 'other', :s, 'm', :now)"), {}),
     ("delivery_queue", "subject_user_id"): (
-        "INSERT INTO delivery_queue (id, channel, recipient, subject_user_id, payload, "
-        "next_attempt_at, enqueued_at) VALUES ('d1', 'slack', 'C-other', :s, :m, :now, :now)",
+        ("INSERT INTO delivery_queue (id, channel, recipient, subject_user_id, payload, "
+        "next_attempt_at, enqueued_at) VALUES ('d1', 'slack', 'C-other', :s, :m, :now, :now)"),
         {"m": "{}"}),
     ("delivery_queue", "recipient"): (
-        "INSERT INTO delivery_queue (id, channel, recipient, payload, next_attempt_at, "
-        "enqueued_at) VALUES ('d2', 'telegram', :s, :m, :now, :now)", {"m": "{}"}),
+        ("INSERT INTO delivery_queue (id, channel, recipient, payload, next_attempt_at, "
+        "enqueued_at) VALUES ('d2', 'telegram', :s, :m, :now, :now)"), {"m": "{}"}),
     ("admin_audit", "actor"): (
-        "INSERT INTO admin_audit (id, actor, action, outcome, at) "
-        "VALUES ('a1', :s, 'x', 'ok', :now)", {}),
+        ("INSERT INTO admin_audit (id, actor, action, outcome, at) "
+        "VALUES ('a1', :s, 'x', 'ok', :now)"), {}),
     ("admin_audit", "ip"): (
-        "INSERT INTO admin_audit (id, actor, action, outcome, ip, at) "
-        "VALUES ('a2', :s, 'x', 'ok', '127.0.0.1', :now)", {}),
+        ("INSERT INTO admin_audit (id, actor, action, outcome, ip, at) "
+        "VALUES ('a2', :s, 'x', 'ok', '127.0.0.1', :now)"), {}),
     ("data_erasure_requests", "requested_by"): (
-        "INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
-        "requested_at, grace_until) VALUES ('r1', 'other', 'cancelled', :s, :now, :now)", {}),
+        ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
+        "requested_at, grace_until) VALUES ('r1', 'other', 'cancelled', :s, :now, :now)"), {}),
     ("data_erasure_requests", "confirmed_by"): (
-        "INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
+        ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
         "confirmed_by, requested_at, grace_until) "
-        "VALUES ('r2', 'other2', 'cancelled', 'dpo', :s, :now, :now)", {}),
+        "VALUES ('r2', 'other2', 'cancelled', 'dpo', :s, :now, :now)"), {}),
 }
 
 
