@@ -153,6 +153,8 @@ def _text(query: Query | str, dialect: Dialect) -> str:
 
 # --- SQLite -----------------------------------------------------------------
 
+BUSY_TIMEOUT_S = 30.0
+
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f+00:00"
 
 
@@ -232,8 +234,10 @@ class SqliteDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
+        busy_ms = statement_budget_ms(BUSY_TIMEOUT_S)  # a lock wait ends with the run's time
         try:
             conn = self._connect()
+            conn.execute(f"PRAGMA busy_timeout={busy_ms}")
         except sqlite3.Error as exc:
             raise _translate_sqlite(exc) from exc
         try:

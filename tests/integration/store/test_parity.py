@@ -44,3 +44,21 @@ def test_a_cast_after_a_parameter_binds_on_postgres(pg_url: str) -> None:
         assert row == {"a": "x", "j": {}}
     finally:
         db.close()
+
+
+def test_a_sqlite_lock_wait_ends_at_the_time_left(sqlite_url: str) -> None:
+    import sqlite3
+
+    from shared.core.errors import TransientStoreError
+    from shared.store.db import bounded_by, open_database
+
+    db = open_database(sqlite_url)
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with bounded_by(lambda: 0.2), pytest.raises(TransientStoreError, match="locked"), \
+                db.transaction() as tx:
+            tx.execute("DELETE FROM platform_state")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
