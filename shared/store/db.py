@@ -387,7 +387,10 @@ class PostgresDatabase:
         budget_ms = statement_budget_ms(self.options.statement_timeout_s)
         self._ensure_open()
         try:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            # Waiting for a pooled connection is bounded by the same time left.
+            wait = min(self._pool.timeout, budget_ms / 1000)
+            with self._pool.connection(timeout=wait) as conn, conn.transaction(), \
+                    conn.cursor() as cur:
                 cur.execute("SELECT set_config('statement_timeout', %(ms)s, true), "
                             "set_config('lock_timeout', %(ms)s, true)", {"ms": f"{budget_ms}ms"})
                 yield _PostgresTx(cur)
