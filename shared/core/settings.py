@@ -102,6 +102,10 @@ class Settings(NamedTuple):
     smtp_username: str | None = None
     smtp_password: str | None = None
     smtp_from: str | None = None
+    # Postgres connections (shared/store/db.py PgOptions)
+    database_connect_timeout_s: int = 5
+    database_statement_timeout_s: float = 30.0
+    database_prepared_statements: bool = True
 
     @property
     def database_backend(self) -> Literal["sqlite", "postgres"]:
@@ -176,6 +180,7 @@ class Settings(NamedTuple):
             queue_prefix=_str(env, "SLUICE_QUEUE_PREFIX") or f"sluice-{stage}-",
             erasure_grace_days=_int(env, "SLUICE_ERASURE_GRACE_DAYS", 7, 0, 365),
             **_delivery(env),
+            **_database(env),
         )
 
 
@@ -213,4 +218,20 @@ def _delivery(env: Mapping[str, str]) -> dict[str, Any]:
         "smtp_username": _str(env, "SLUICE_SMTP_USERNAME"),
         "smtp_password": _str(env, "SLUICE_SMTP_PASSWORD"),
         "smtp_from": smtp_from,
+    }
+
+
+def _database(env: Mapping[str, str]) -> dict[str, Any]:
+    """Postgres connection settings; ``false`` for prepared statements suits PgBouncer's
+    transaction pooling, where a prepared statement may land on another server session."""
+    prepared = (_str(env, "SLUICE_DATABASE_PREPARED_STATEMENTS") or "true").lower()
+    if prepared not in ("true", "false"):
+        raise ConfigurationError(
+            f"SLUICE_DATABASE_PREPARED_STATEMENTS must be true or false, got {prepared!r}")
+    return {
+        "database_connect_timeout_s": _int(env, "SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS", 5,
+                                           1, 60),
+        "database_statement_timeout_s": _float(env, "SLUICE_DATABASE_STATEMENT_TIMEOUT_SECONDS",
+                                               30.0, 0.1, 900.0),
+        "database_prepared_statements": prepared == "true",
     }

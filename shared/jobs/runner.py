@@ -16,8 +16,8 @@ from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
-from shared.jobs.runs import RunStore, lease_holder_id
-from shared.store.db import utcnow
+from shared.jobs.runs import Fence, RunStore, lease_holder_id
+from shared.store.db import bounded_by, utcnow
 
 ALREADY_RUNNING = {"skipped": "already_running"}
 # A crashed run's lease lapses this long after the job's own timeout.
@@ -47,6 +47,7 @@ def run_job(
     lambda_remaining_ms: Callable[[], int] | None = None,
     params: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    deadline_clock: Callable[[], float] = time.monotonic,
 ) -> RunOutcome:
     request_id = request_id or str(uuid.uuid4())
     reporter = services.reporter
@@ -58,7 +59,10 @@ def run_job(
         job.budget_s,
         lambda_remaining_ms() if lambda_remaining_ms else None,
         services.settings.deadline_margin_s,
+        deadline_clock,
     )
+    # Statements may run into the margin the deadline keeps before Lambda's end, never past.
+    margin = services.settings.deadline_margin_s
     leased = False
     check_in = None
     try:
@@ -71,9 +75,11 @@ def run_job(
         check_in = reporter.checkin(job.name, "in_progress")
         ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
                          request_id=request_id, started_at=started, params=params or {},
-                         progress=progress or (lambda message: None))
+                         progress=progress or (lambda message: None),
+                         fence=Fence(job.name, holder))
         try:
-            result = job.resolve()(ctx)
+            with bounded_by(lambda: deadline.remaining() + margin):
+                result = job.resolve()(ctx)
         except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
