@@ -15,7 +15,7 @@ from shared.core.observe import Reporter
 from shared.core.services import Services
 from shared.delivery.drain import Deliverer, report_drained
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline
+from shared.jobs.registry import Deadline, get_job
 from shared.ops.deadletters import DeadLetters
 from shared.store.db import utcnow
 from tests.integration.delivery.helpers import Providers, drain_once, due_now, seed
@@ -189,6 +189,7 @@ def test_out_of_memory_stops_the_run_and_leaves_the_entry_pending(svc: Services)
         assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
     assert seed(result) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
                             "deferredBackoff": 0}
+    assert get_job("delivery-drain").failures(dict(result)) == 1, "reported as a failure"
 
 
 def test_each_drain_emits_queue_drained_with_its_summary(svc: Services,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.core.errors import ConfigurationError
@@ -94,3 +96,10 @@ def test_messages_keep_their_wording() -> None:
     for name, (value, message) in cases.items():
         with pytest.raises(ConfigurationError, match=message):
             Settings.from_env({name: value})
+
+
+def test_every_variable_is_documented_under_configuration() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = [var.name for var in fields().values() if f"`{var.name}`" not in section]
+    assert missing == []
