@@ -109,7 +109,7 @@ def _one_id(args: argparse.Namespace) -> str:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     import httpx
 
-    from shared.delivery.drain import Deliverer, Outcome, check_enqueue
+    from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
@@ -134,7 +134,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)
     _print(args, entry.to_json())
-    waiting = (None, Outcome.ACKED, Outcome.RETRY, Outcome.UNKNOWN, Outcome.UNCONFIGURED)
+    waiting = (None, SendOutcome.ACKED, SendOutcome.RETRY, SendOutcome.UNKNOWN,
+               SendOutcome.UNCONFIGURED)
     return EXIT_OK if outcome in waiting else EXIT_FAILED
 
 

@@ -42,11 +42,11 @@ from typing import Any, NamedTuple, TypedDict
 import httpx
 
 from shared.core.crash import crash_point
+from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
 from shared.delivery.channels import ChannelAdapter, build_adapters, channels
 from shared.delivery.classify import (
-    FatalDeliveryError,
     MissingAdapter,
     classify,
     describe,
@@ -63,7 +63,7 @@ from shared.store.db import utcnow
 SLEEP: Callable[[float], None] = time.sleep
 
 
-class Outcome(StrEnum):
+class SendOutcome(StrEnum):
     ACKED = "acked"
     RETRY = "retry"  # back to pending, on the schedule
     UNKNOWN = "unknown"  # sent, no answer: back to pending, retried with the same key
@@ -100,8 +100,6 @@ class DrainSummary(TypedDict):
 
 def check_enqueue(channel: str, payload: Any) -> None:
     """A channel Sluice has and a payload it can send: ``RequestError`` (400) naming the field."""
-    from shared.core.errors import RequestError
-
     if channel not in channels():
         raise RequestError(f"unknown channel {channel!r}; known: {', '.join(channels())}",
                            field="channel")
@@ -144,7 +142,7 @@ class Deliverer:
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any], *,
                 idempotency_key: str | None = None,
-                subject_user_id: str | None = None) -> tuple[DeliveryEntry, Outcome | None]:
+                subject_user_id: str | None = None) -> tuple[DeliveryEntry, SendOutcome | None]:
         """Check, enqueue, send, settle. With a key already stored, nothing is sent again:
         ``(that entry, None)``."""
         check_enqueue(channel, payload)
@@ -157,7 +155,7 @@ class Deliverer:
         outcome = self.attempt(entry)
         return self.store.get(entry.id), outcome
 
-    def attempt(self, entry: DeliveryEntry) -> Outcome:
+    def attempt(self, entry: DeliveryEntry) -> SendOutcome:
         """Send one claimed (``in_flight``) entry and settle it."""
         adapter = self.adapters.get(entry.channel)
         if adapter is None:
@@ -176,43 +174,43 @@ class Deliverer:
         crash_point("delivery.after_send")
         return Sent("acked", self._ms(started), message_id)
 
-    def _settle(self, entry: DeliveryEntry, sent: Sent) -> Outcome:
+    def _settle(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
         if sent.verdict == "acked":
             if self.store.ack(entry, sent.message_id, sent.duration_ms):
-                return Outcome.ACKED
+                return SendOutcome.ACKED
             logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
                            "another attempt may send it again")
-            return Outcome.STALE
+            return SendOutcome.STALE
         assert sent.error is not None
         reason = describe(sent.error)
         if sent.verdict == "permanent":
             logger.warning(f"[delivery] {entry.channel} {entry.id} failed for good: {reason}")
-            return Outcome.FAILED if self.store.fail(entry, reason,
+            return SendOutcome.FAILED if self.store.fail(entry, reason,
                                                      duration_ms=sent.duration_ms) \
-                else Outcome.STALE
+                else SendOutcome.STALE
         unknown = is_unknown(sent.error)
         status = self.store.nack(entry, reason, duration_ms=sent.duration_ms,
                                  retry_after_s=retry_after_s(sent.error), unknown=unknown)
         logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                        f"failed: {reason}", extra={"next": status, "unknown": unknown})
         if status is None:
-            return Outcome.STALE
+            return SendOutcome.STALE
         if status is DeliveryStatus.FAILED:
-            return Outcome.GAVE_UP
-        return Outcome.UNKNOWN if unknown else Outcome.RETRY
+            return SendOutcome.GAVE_UP
+        return SendOutcome.UNKNOWN if unknown else SendOutcome.RETRY
 
-    def _unconfigured(self, entry: DeliveryEntry, hold: timedelta) -> Outcome:
+    def _unconfigured(self, entry: DeliveryEntry, hold: timedelta) -> SendOutcome:
         error = MissingAdapter(f"no adapter configured for channel {entry.channel!r}: "
                                "set its credential (see Configuration)")
         self.store.release(entry, describe(error), delay=hold)
-        return Outcome.UNCONFIGURED
+        return SendOutcome.UNCONFIGURED
 
-    def _fatal(self, entry: DeliveryEntry, sent: Sent) -> Outcome:
+    def _fatal(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
         assert sent.error is not None
         self.store.release(entry, f"not sent: the sender stopped: {describe(sent.error)}")
         if self.reporter is not None:
             self.reporter.error("delivery-drain", sent.error, entry=entry.id)
-        return Outcome.FATAL
+        return SendOutcome.FATAL
 
     def _ms(self, started: float) -> int:
         return int((self.clock() - started) * 1000)
@@ -320,14 +318,14 @@ class _Run:
         for entry, sent in self.held.pop(key, []):
             self._count(self.d._settle(entry, sent))
 
-    def _count(self, outcome: Outcome) -> None:
-        if outcome is Outcome.ACKED:
+    def _count(self, outcome: SendOutcome) -> None:
+        if outcome is SendOutcome.ACKED:
             self.summary["recovered"] += 1
-        elif outcome is Outcome.FAILED:
+        elif outcome is SendOutcome.FAILED:
             self.summary["failed"] += 1
-        elif outcome is Outcome.GAVE_UP:
+        elif outcome is SendOutcome.GAVE_UP:
             self.summary["skippedMaxRetries"] += 1
-        elif outcome is Outcome.UNKNOWN:
+        elif outcome is SendOutcome.UNKNOWN:
             self.summary["unknown"] += 1
 
 
@@ -353,5 +351,5 @@ def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     return dict(summary)
 
 
-__all__ = ["Deliverer", "DrainSummary", "FatalDeliveryError", "Outcome", "check_enqueue",
+__all__ = ["Deliverer", "DrainSummary", "SendOutcome", "check_enqueue", "report_drained",
            "run_delivery_drain"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import httpx
+
 from shared.core.services import Services
 from shared.delivery.store import DeliveryStore
 from tests.integration.delivery.helpers import Providers, drain_once
@@ -100,3 +102,21 @@ def test_email_joins_the_parts_and_threads_by_message_id(svc: Services,
     plain, html = (part.get_payload(decode=True).decode() for part in mail.get_payload())
     assert plain.replace("\r\n", "\n").strip() == "db-1 is full\n\na < b & c"
     assert "<p><b>db-1</b> is full</p>" in html and "<p>a &lt; b &amp; c</p>" in html
+
+
+def test_the_telegram_stand_in_refuses_what_telegram_refuses(providers: Providers) -> None:
+    url = f"{providers.telegram.url}/bot{providers.telegram.token}/sendMessage"
+    with httpx.Client(timeout=5) as client:
+        def send(text: str, **extra: object) -> httpx.Response:
+            return client.post(url, json={"chat_id": "1001", "text": text, **extra})
+
+        unescaped = send("disk <sda1> & more", parse_mode="HTML")
+        unclosed = send("<b>bold", parse_mode="HTML")
+        too_long = send("x" * (TELEGRAM_MAX + 1))
+        escaped = send("&lt;" * TELEGRAM_MAX, parse_mode="HTML")
+    assert unescaped.status_code == 400
+    assert "can't parse entities" in unescaped.json()["description"]
+    assert unclosed.status_code == 400 and "end tag" in unclosed.json()["description"]
+    assert too_long.json() == {"ok": False, "error_code": 400,
+                               "description": "Bad Request: message is too long"}
+    assert escaped.status_code == 200, "the limit counts text after entity parsing"
