@@ -26,7 +26,8 @@ from shared.jobs.runs import RunStore
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
-                     "shared.http.delivery:router", "shared.http.ops:router"]
+                     "shared.http.delivery:router", "shared.http.delivery:status_router",
+                     "shared.http.ops:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
