@@ -18,7 +18,8 @@ from typing import Any
 from shared.core.errors import SluiceError
 
 # Feature command modules, each with register(subparsers).
-COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery"]
+COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
+                               "shared.cli.token"]
 
 
 def operator(by: str | None = None) -> str:
