@@ -29,7 +29,7 @@ def _age_s(now: datetime, at: Any) -> float | None:
     if at is None:
         return None
     if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        at = datetime.fromisoformat(at)
     age: float = round(max(0.0, (now - at).total_seconds()), 3)
     return age
 

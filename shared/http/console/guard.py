@@ -20,8 +20,8 @@ _CSRF_CONTEXT = b"sluice-console-csrf:v1"
 # The restricted page's heading and text per surface (the queues text is the seed's).
 RESTRICTED: dict[str, tuple[str, str]] = {
     "queues": ("Queue monitoring access is restricted",
-               "This operations surface is limited to platform users with queue monitoring "
-               "access."),
+               ("This operations surface is limited to platform users with queue monitoring "
+                "access.")),
     "flags": ("Flag management access is restricted",
               "Feature flags can only be changed by super admins."),
 }

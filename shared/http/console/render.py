@@ -20,7 +20,7 @@ def parse_time(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(str(value))
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
@@ -30,7 +30,7 @@ def duration(seconds: float | None) -> str:
     """``42 s``, ``3 min 5 s``, ``2 h 4 min``, ``3 d 2 h``."""
     if seconds is None:
         return "—"
-    s = int(round(abs(seconds)))
+    s = round(abs(seconds))
     if s < 60:
         return f"{s} s"
     if s < 3600:
@@ -99,8 +99,9 @@ def _scale(value: float, lo: float, hi: float, out_lo: float, out_hi: float) -> 
 
 
 def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
-                label: str) -> Markup:
+                label: str, compact: bool = False) -> Markup:
     """Depth over a window: a polyline of the samples, the peak written on the chart."""
+    W, H = (300, 56) if compact else (600, 120)
     values = [(parse_time(p["at"]), p["value"]) for p in points if p.get("value") is not None]
     samples = [(at, float(v)) for at, v in values if at is not None]
     peak = max((v for _, v in samples), default=0.0)
@@ -108,11 +109,11 @@ def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
     top = max(peak, 1.0)
     coords = " ".join(
         f"{_scale(at.timestamp(), t0, t1, PAD, W - PAD):.1f},"
-        f"{_scale(v, 0, top, H - PAD, PAD + 14):.1f}" for at, v in samples)
+        f"{_scale(v, 0, top, H - PAD, PAD + 16):.1f}" for at, v in samples)
     desc = (f"{label}: {len(samples)} samples, peak {number(peak)}, last "
             f"{number(samples[-1][1]) if samples else '—'}")
-    parts = [Markup('<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-                    '<title>{}</title>').format(W, H, desc, desc),
+    parts = [Markup('<svg class="chart{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+                    '<title>{}</title>').format(" compact" if compact else "", W, H, desc, desc),
              Markup('<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>').format(
                  PAD, H - PAD, W - PAD, H - PAD)]
     if samples:
@@ -121,18 +122,19 @@ def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
             parts.append(Markup('<circle class="line-dot" cx="{}" cy="{}" r="3"/>').format(x, y))
         else:
             parts.append(Markup('<polyline class="line" points="{}"/>').format(coords))
-        parts.append(Markup('<text x="{}" y="12" class="chart-label">peak {}</text>').format(
+        parts.append(Markup('<text x="{}" y="13" class="chart-label">peak {}</text>').format(
             PAD, number(peak)))
     else:
-        parts.append(Markup('<text x="{}" y="{}" class="chart-label">no samples yet</text>')
-                     .format(W // 2 - 50, H // 2))
+        parts.append(Markup('<text x="{}" y="{}" class="chart-label" text-anchor="middle">'
+                            'no samples yet</text>').format(W // 2, H // 2 + 4))
     parts.append(Markup("</svg>"))
     return Markup("").join(parts)
 
 
 def runs_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
-               label: str) -> Markup:
+               label: str, compact: bool = False) -> Markup:
     """One bar per run: height is its duration, colour its outcome."""
+    W, H = (300, 56) if compact else (600, 120)
     parsed = [(parse_time(p["at"]), p.get("value") or 0.0, p.get("outcome") or "")
               for p in points]
     runs = [(at, float(v), str(o)) for at, v, o in parsed if at is not None]
@@ -140,24 +142,25 @@ def runs_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
     t0, t1 = start.timestamp(), end.timestamp()
     bad = sum(1 for _, _, o in runs if OUTCOME_CLASS.get(o) == "bad")
     desc = (f"{label}: {len(runs)} runs, {bad} failed, longest {number(longest)} ms")
-    parts = [Markup('<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-                    '<title>{}</title>').format(W, H, desc, desc),
+    parts = [Markup('<svg class="chart{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+                    '<title>{}</title>').format(" compact" if compact else "", W, H, desc, desc),
              Markup('<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>').format(
                  PAD, H - PAD, W - PAD, H - PAD)]
     top = max(longest, 1.0)
     for at, value, outcome in runs:
         x = _scale(at.timestamp(), t0, t1, PAD, W - PAD - 3)
         y = _scale(value, 0, top, H - PAD, PAD + 14)
-        parts.append(Markup('<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="3" height="{:.1f}">'
-                            '<title>{} {} ms {}</title></rect>').format(
-            OUTCOME_CLASS.get(outcome, "muted"), x, min(y, H - PAD - 1), 3,
-            max(1.0, H - PAD - y), absolute(at), number(value), outcome))
+        top_y = min(y, H - PAD - 1)
+        parts.append(Markup('<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="4" height="{:.1f}">'
+                            '<title>{}: {} ms, {}</title></rect>').format(
+            OUTCOME_CLASS.get(outcome, "muted"), x, top_y, H - PAD - top_y, absolute(at),
+            number(value), outcome))
     if runs:
-        parts.append(Markup('<text x="{}" y="12" class="chart-label">longest {} ms</text>').format(
+        parts.append(Markup('<text x="{}" y="13" class="chart-label">longest {} ms</text>').format(
             PAD, number(longest)))
     else:
-        parts.append(Markup('<text x="{}" y="{}" class="chart-label">no runs yet</text>')
-                     .format(W // 2 - 40, H // 2))
+        parts.append(Markup('<text x="{}" y="{}" class="chart-label" text-anchor="middle">'
+                            'no runs yet</text>').format(W // 2, H // 2 + 4))
     parts.append(Markup("</svg>"))
     return Markup("").join(parts)
 
