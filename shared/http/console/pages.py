@@ -8,6 +8,7 @@ Destructive actions go through a confirmation page (redrive: a dry-run preview f
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -22,7 +23,7 @@ from shared.core.auth import SESSION_COOKIE, Identity
 from shared.core.errors import NotFound, RequestError, SluiceError
 from shared.core.services import Services
 from shared.core.surfaces import Surface
-from shared.http.app import request_id, services_of
+from shared.http.app import client_ip, request_id, services_of
 from shared.http.console.guard import (
     CSRF_FIELD,
     Denied,
@@ -32,8 +33,9 @@ from shared.http.console.guard import (
     is_https,
 )
 from shared.http.console.render import render
+from shared.jobs.runs import RunStore
 from shared.ops import console as model
-from shared.ops.access import DEFAULT_TTL, redeem_login_nonce
+from shared.ops.access import DEFAULT_TTL, DEV_SUBJECT, redeem_login_nonce
 from shared.store.db import utcnow
 
 router = APIRouter(include_in_schema=True, tags=["console"])
@@ -126,6 +128,14 @@ async def _form(request: Request, allowed: Iterable[str]) -> Form:
     return form
 
 
+def _signature(handler: Callable[..., Any]) -> inspect.Signature:
+    """The handler's own parameters (path and query) behind ``request``, for FastAPI."""
+    params = [p for name, p in inspect.signature(handler).parameters.items()
+              if name not in ("request", "identity")]
+    return inspect.Signature([inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                annotation=Request), *params])
+
+
 def _guarded(surface: Surface | Callable[[Request], Surface]) -> Callable[..., Any]:
     """Wrap a page handler: identity check (restricted page), then typed errors as a page."""
 
@@ -137,7 +147,9 @@ def _guarded(surface: Surface | Callable[[Request], Surface]) -> Callable[..., A
                 return _denied(request, identity)
             try:
                 response: Response = await handler(request, identity, **kwargs)
-            except RequestError as exc:
+            except SluiceError as exc:
+                if not isinstance(exc, RequestError):
+                    _services(request).reporter.error("console", exc, path=request.url.path)
                 return _page(request, "message.html", status=exc.status, identity=identity,
                              title="That did not work", error=exc.to_body()["error"],
                              request_id=request_id(request))
@@ -145,13 +157,7 @@ def _guarded(surface: Surface | Callable[[Request], Surface]) -> Callable[..., A
 
         page.__name__ = handler.__name__
         page.__doc__ = handler.__doc__
-        import inspect
-
-        params = [p for name, p in inspect.signature(handler).parameters.items()
-                  if name not in ("request", "identity")]
-        page.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                               annotation=Request), *params])
+        page.__signature__ = _signature(handler)  # type: ignore[attr-defined]
         return page
 
     return wrap
@@ -172,14 +178,9 @@ def _twin(surface: Surface) -> Callable[..., Any]:
             body = await handler(request, identity, **kwargs)
             return JSONResponse(json.loads(json.dumps(body, default=str)))
 
-        import inspect
-
-        params = [p for name, p in inspect.signature(handler).parameters.items()
-                  if name not in ("request", "identity")]
-        twin.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                               annotation=Request), *params])
         twin.__name__ = handler.__name__ + "_json"
+        twin.__doc__ = handler.__doc__
+        twin.__signature__ = _signature(handler)  # type: ignore[attr-defined]
         return twin
 
     return wrap
@@ -217,9 +218,16 @@ async def login(request: Request, nonce: str = "") -> Response:
         token = await run_in_threadpool(redeem_login_nonce, services.settings, services.state,
                                         nonce)
     except SluiceError as exc:
+        await run_in_threadpool(RunStore(services.db).audit, actor="anonymous",
+                                action="console:login", target="/admin/login", outcome="401",
+                                ip=client_ip(request), detail={"requestId": request_id(request),
+                                                               "error": exc.message})
         denied = Denied(401, "link", exc.message, "This login link does not work",
                         "A login link works once and for a few minutes.")
         return _denied(request, denied)
+    await run_in_threadpool(RunStore(services.db).audit, actor=DEV_SUBJECT,
+                            action="console:login", target="/admin/login", outcome="ok",
+                            ip=client_ip(request), detail={"requestId": request_id(request)})
     response = RedirectResponse("/admin/queues", status_code=303)
     response.set_cookie(SESSION_COOKIE, token, max_age=int(DEFAULT_TTL.total_seconds()),
                         httponly=True, samesite="strict", secure=is_https(request), path="/")

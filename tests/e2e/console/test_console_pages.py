@@ -105,6 +105,22 @@ def test_the_overview_twin_has_the_pages_numbers(db_url: str, make_services: Any
     assert "redis_not_configured" in ledger and "<dd>0</dd>" not in ledger
 
 
+def test_dead_letters_are_paginated_newest_first(sqlite_url: str, make_services: Any) -> None:
+    services = make_services(sqlite_url)
+    _dead(services, 5)
+    client = _client(services, ["ops"])
+    one = client.get("/api/admin/console/dlq/rss.ingest?page=1&size=2").json()
+    two = client.get("/api/admin/console/dlq/rss.ingest?page=2&size=2").json()
+    three = client.get("/api/admin/console/dlq/rss.ingest?page=3&size=2").json()
+    assert (one["depth"], one["pages"]) == (5, 3)
+    reasons = [i["reason"] for page in (one, two, three) for i in page["items"]]
+    assert reasons == ["boom 4", "boom 3", "boom 2", "boom 1", "boom 0"]
+    assert one["items"][0]["deliveryCount"] == 5
+    html = client.get("/admin/dlq/rss.ingest?page=2&size=2").text
+    assert "boom 3" not in html and "boom 2" in html and "boom 1" in html
+    assert "Page 2 of 3" in html
+
+
 def test_an_unreachable_store_shows_its_error(sqlite_url: str, make_services: Any) -> None:
     services = make_services(sqlite_url, SLUICE_REDIS_URL="redis://127.0.0.1:1/0")
     data = _client(services, ["ops"]).get("/api/admin/console/overview").json()
@@ -135,6 +151,10 @@ def test_a_post_without_the_csrf_token_changes_nothing(sqlite_url: str,
                              data={"scope": "one", "ids": ids, "confirm": "1",
                                    "csrf": _csrf(client.get("/admin/dlq/rss.ingest").text)})
     assert other_site.status_code == 403
+    extra = client.post("/admin/dlq/rss.ingest/purge",
+                        data={"scope": "one", "ids": ids, "confirm": "1", "force": "1",
+                              "csrf": _csrf(client.get("/admin/dlq/rss.ingest").text)})
+    assert extra.status_code == 400 and "force" in extra.text
     assert LocalDeadLetters(services.db).count("rss.ingest") == 1
     audit = RunStore(services.db).recent_audit()
     assert {(a["action"], a["outcome"]) for a in audit} >= {("console:dlq.purge", "400"),
@@ -226,6 +246,9 @@ def test_the_login_link_works_once_and_sets_a_strict_cookie(sqlite_url: str,
     again = TestClient(create_app(services)).get(f"/admin/login?nonce={match.group(1)}",
                                                  follow_redirects=False)
     assert again.status_code == 401 and "used or expired" in again.text
+    logins = [(a["actor"], a["outcome"]) for a in RunStore(services.db).recent_audit()
+              if a["action"] == "console:login"]
+    assert sorted(logins) == [("anonymous", "401"), ("local-dev", "ok")]
 
 
 def test_no_login_link_on_lambda(sqlite_url: str, make_services: Any,
