@@ -19,6 +19,8 @@ import uvicorn
 
 from shared.cli.dev import startup_summary
 from shared.core.services import Services
+from shared.delivery.store import DeliveryStore
+from shared.erasure.requests import ErasureStore
 from shared.http.app import create_app
 from shared.jobs.runs import RunStore
 from shared.queues.publish import LocalDeadLetters
@@ -76,6 +78,15 @@ def _seed(services: Services) -> list[str]:
         "failedAt": (utcnow() - timedelta(minutes=10 * (3 - i))).isoformat(),
         "errorMessage": f"feed fetch failed: HTTP 50{i}", "originalMessage": message})
         for i in range(3)]
+    ErasureStore(services.db).create("user-42", requested_by="op", grace_days=7)
+    deliveries = DeliveryStore(services.db)
+    deliveries.enqueue("webhook", "https://hooks.example/ok", {"text": "queued"})
+    deliveries.enqueue("slack", "C0123", {"text": "will fail"})
+    for entry in deliveries.claim(timedelta(seconds=60), limit=5):
+        if entry.channel == "slack":
+            deliveries.fail(entry, "channel_not_found")
+        else:
+            deliveries.nack(entry, "HTTP 503")
     now = utcnow()
     HistoryStore(services.db).add(
         [Sample("depth", "rss.ingest-dlq", now - timedelta(hours=h), float(h % 5))
