@@ -103,11 +103,14 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
 
     from shared.http.app import create_app
 
+    # Built before the scheduler starts, so the server is up as early as before it.
+    app = create_app(services)
+    summary = startup_summary(services, f"http://{host}:{port}")
     if scheduler:
         schedules = {job: [parse(e) for e in exprs] for job, exprs in job_schedules().items()}
         worker = Scheduler(services, schedules)
         threading.Thread(target=worker.run, daemon=True, name="scheduler").start()
     print(f"sluice dev: http://{host}:{port}  (database: {services.db.dialect}; "
           f"docs at /api/docs)", flush=True)
-    print(startup_summary(services, f"http://{host}:{port}"), flush=True)
-    uvicorn.run(create_app(services), host=host, port=port, log_level="info")
+    print(summary, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")
