@@ -1,10 +1,9 @@
 """The job registry: name -> drain, route, default schedule, admin surface.
 
-A job is one entry in ``JOBS`` plus its function in ``serverless.yml``; the
-drain itself is imported only when the job runs, so a scheduled function loads
-just its own drain. The schedules here are the defaults that serverless.yml
-must carry (a test checks they agree); ``sluice dev`` fires what serverless.yml
-says.
+A job is one entry in ``JOBS`` plus its drain; ``python -m infra.generate`` writes
+its function, schedule, role and alarms into serverless.yml and infra/. The drain
+itself is imported only when the job runs, so a scheduled function loads just its
+own drain. ``sluice dev`` fires what serverless.yml says.
 """
 
 from __future__ import annotations
@@ -81,6 +80,8 @@ class Job(NamedTuple):
     failure_keys: tuple[str, ...] = ()
     budget_s: float = 50.0
     timeout_s: int = 60
+    # Push-queue topics the job publishes to (its function gets a role that may send there).
+    publishes: tuple[str, ...] = ()
 
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")

@@ -54,7 +54,8 @@ def _card(key: str, title: str, kind: str, source: str, measured: Any, now: date
 
 def _topic_cards(services: Services, cloudwatch: Any) -> list[dict[str, Any]]:
     from shared.ops.overview import topic_figures
-    from shared.queues.publish import TOPICS, LocalDeadLetters
+    from shared.queues.deadletters import LocalDeadLetters
+    from shared.queues.topics import TOPICS
 
     measured = _section(lambda: topic_figures(services, cloudwatch=cloudwatch))
     now = utcnow()
@@ -97,6 +98,28 @@ def _topic_cards(services: Services, cloudwatch: Any) -> list[dict[str, Any]]:
     return cards
 
 
+def _quarantine_card(services: Services) -> dict[str, Any]:
+    from shared.queues.deadletters import QUARANTINE, Quarantine
+
+    def measure() -> dict[str, Any]:
+        store = Quarantine(services.db)
+        depth = store.count()
+        oldest = None
+        if depth:
+            rows = store.list(500)
+            if len(rows) == depth:
+                oldest = min(r["received_at"] for r in rows)
+        return {"depth": depth, "oldest": oldest}
+
+    measured = _section(measure)
+    now = utcnow()
+    return _card(QUARANTINE, "Quarantine (rejected messages)", "dlq", "queue_quarantine table",
+                 measured, now, lambda m: {"depth": m["depth"], "dead": m["depth"],
+                                           "oldestAgeS": _age_s(now, m["oldest"])},
+                 link=f"/admin/dlq/{QUARANTINE}",
+                 note="malformed, unsigned or forged messages, kept as received")
+
+
 def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
     """Every queue's card, each measured on its own."""
     from shared.billing.usage import usage_figures
@@ -105,6 +128,7 @@ def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
 
     started = utcnow()
     cards = _topic_cards(services, cloudwatch)
+    cards.append(_quarantine_card(services))
 
     usage = _section(lambda: usage_figures(services.db, services.redis))
     now = utcnow()

@@ -23,12 +23,14 @@ from shared.delivery.store import DeliveryStore
 from shared.erasure.requests import ErasureStore
 from shared.http.app import create_app
 from shared.jobs.runs import RunStore
-from shared.queues.publish import LocalDeadLetters
+from shared.queues.deadletters import LocalDeadLetters
+from shared.queues.signing import Signer
 from shared.store.db import utcnow
 from shared.store.flags import FlagStore
 from shared.store.history import HistoryStore, Sample
 from tests.conftest import ROOT
 
+SIGNING = "signing-secret-0123456789"
 SHOTS = ROOT / "artifacts" / "console"
 PAGES = ["/admin/queues", "/admin/history", "/admin/dlq", "/admin/dlq/rss.ingest",
          "/admin/jobs", "/admin/deliveries", "/admin/erasure", "/admin/flags"]
@@ -55,7 +57,7 @@ def chromium() -> str:
 def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Services]]:
     """The app under uvicorn on 127.0.0.1, on a socket bound before the server thread starts."""
     services: Services = make_services(sqlite_url,
-                                       SLUICE_QUEUE_SIGNING_SECRET="signing-secret-0123456789")
+                                       SLUICE_QUEUE_SIGNING_SECRET=SIGNING)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # connections queue here until the server accepts them
@@ -73,6 +75,7 @@ def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Services]
 def _seed(services: Services) -> list[str]:
     message = {"topic": "rss.ingest", "batchId": "b1", "sourceId": "s1",
                "feedUrl": "https://feeds.example/a.xml", "publishedAt": "2026-01-01T00:00:00Z"}
+    message = Signer([SIGNING]).sign(message)
     ids = [LocalDeadLetters(services.db).add("rss.ingest", {
         "originalMessageId": f"m{i}", "originalTopic": "rss.ingest", "deliveryCount": 5,
         "failedAt": (utcnow() - timedelta(minutes=10 * (3 - i))).isoformat(),

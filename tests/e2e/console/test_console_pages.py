@@ -14,7 +14,8 @@ from shared.cli.dev import startup_summary
 from shared.core.services import Services
 from shared.http.app import create_app
 from shared.jobs.runs import RunStore
-from shared.queues.publish import LocalDeadLetters
+from shared.queues.deadletters import LocalDeadLetters
+from shared.queues.signing import Signer
 from shared.store.flags import FlagStore
 from tests.conftest import admin_token
 
@@ -37,6 +38,7 @@ def _csrf(html: str) -> str:
 def _dead(services: Services, n: int) -> list[str]:
     message = {"topic": "rss.ingest", "batchId": "b1", "sourceId": "s1",
                "feedUrl": "https://feeds.example/a.xml", "publishedAt": "2026-01-01T00:00:00Z"}
+    message = Signer([SIGNING]).sign(message)
     return [LocalDeadLetters(services.db).add("rss.ingest", {
         "originalMessageId": f"m{i}", "originalTopic": "rss.ingest", "deliveryCount": 5,
         "failedAt": f"2026-11-30T10:00:0{i}.000Z", "errorMessage": f"boom {i}",
@@ -289,3 +291,22 @@ def test_erasure_and_deliveries_act_like_the_cli(db_url: str, make_services: Any
     assert store.get(entry.id).status.value == "pending"
     actions = {a["action"] for a in RunStore(services.db).recent_audit()}
     assert {"console:erasure.cancel", "console:deliveries.action"} <= actions
+
+
+def test_quarantine_has_a_card_and_refusals_are_shown(db_url: str, make_services: Any) -> None:
+    from shared.queues.deadletters import Quarantine
+
+    services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SIGNING)
+    Quarantine(services.db).add("rss.ingest", "msg-1", "unsigned", '{"topic": "rss.ingest"}')
+    unsigned = LocalDeadLetters(services.db).add("rss.ingest", {
+        "originalMessageId": "m-x", "errorMessage": "boom", "deliveryCount": 5,
+        "originalMessage": {"topic": "rss.ingest", "batchId": "b"}})
+    client = _client(services, ["ops"])
+    cards = {c["key"]: c for c in client.get("/api/admin/console/overview").json()["cards"]}
+    assert cards["quarantine"]["figures"]["depth"] == 1
+    assert cards["quarantine"]["source"] == "queue_quarantine table"
+    csrf = _csrf(client.get("/admin/dlq/rss.ingest").text)
+    preview = client.post("/admin/dlq/rss.ingest/redrive",
+                          data={"csrf": csrf, "scope": "one", "ids": [unsigned]})
+    assert "Refused (they stay)" in preview.text and "Confirm redrive" not in preview.text
+    assert LocalDeadLetters(services.db).count("rss.ingest") == 1

@@ -17,7 +17,8 @@ from shared.http.app import create_app
 from shared.jobs.registry import get_job
 from shared.jobs.runner import run_job
 from shared.ops.overview import queue_figures
-from shared.queues.publish import LocalDeadLetters, dlq_name, queue_name
+from shared.queues.deadletters import LocalDeadLetters
+from shared.queues.topics import dlq_name, queue_name
 from shared.store.db import utcnow
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
@@ -87,6 +88,7 @@ def test_a_broken_store_shows_in_its_own_section(sqlite_url: str, make_services:
     data = queue_figures(services)
     assert "error" in data["ledgerRetry"]
     assert data["delivery"]["pending"]["count"] == 0, "the other sections still answer"
+    assert data["quarantine"] == {"depth": 0}
 
 
 def test_sqs_figures_come_from_sqs_and_cloudwatch(sqlite_url: str, make_services: Any,

@@ -10,7 +10,7 @@ from shared.jobs.cleanup import cleanup_state
 from shared.jobs.registry import Deadline, get_job
 from shared.jobs.runner import run_job
 from shared.ops import console
-from shared.queues.publish import LocalDeadLetters
+from shared.queues.deadletters import LocalDeadLetters
 from shared.store.db import utcnow
 from shared.store.history import HistoryStore, Sample
 
