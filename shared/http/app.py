@@ -27,7 +27,8 @@ from shared.jobs.runs import RunStore
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
                      "shared.http.delivery:router", "shared.http.delivery:status_router",
-                     "shared.http.ops:router", "shared.http.console:router"]
+                     "shared.http.ops:router", "shared.http.console:router",
+                     "shared.http.rss:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -78,6 +79,10 @@ def _job_routes(job: Job) -> APIRouter:
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def admin(request: Request, identity: Identity = require(job.surface)) -> JSONResponse:
+        unknown = sorted(set(request.query_params) - set(job.params or ()))
+        if job.params is not None and unknown:
+            raise RequestError(f"{job.name} takes no query parameter {', '.join(unknown)}",
+                               field=unknown[0])
         outcome = run_job(job, services_of(request), "admin", request_id=request_id(request),
                           lambda_remaining_ms=_remaining(request),
                           params=dict(request.query_params))
