@@ -131,14 +131,12 @@ class Refreshed(NamedTuple):
 class Catalog:
     def __init__(self, services: Services, fetcher: Fetcher, *,
                  now: Callable[[], datetime] = utcnow,
-                 monotonic: Callable[[], float] = time.monotonic,
                  lock: Lock | None = None, memo: TickMemo | None = None) -> None:
         settings = services.settings
         self.services = services
         self.store = RssStore(services.db)
         self.fetcher = fetcher
         self.now = now
-        self.monotonic = monotonic
         self.lock = lock or lock_for(services, self.store)
         self.memo = memo or TickMemo()
         self.counters = Counters()
@@ -227,8 +225,8 @@ class Catalog:
             self.memo.keys.add(key)
 
     def _wait_for_winner(self, key: str, force: bool) -> Refreshed:
-        started = self.monotonic()
-        while self.monotonic() - started < self.lock_wait_s:
+        started = time.monotonic()  # real time: the winner builds in real time
+        while time.monotonic() - started < self.lock_wait_s:
             time.sleep(LOCK_POLL_S)
             stored = self.store.build(key)
             if stored is not None and self._recent(stored, force):
@@ -253,7 +251,7 @@ class Catalog:
                     continue
                 self.memo.sources.add(source.id)
                 due.append(source)
-        deadline_at = self.monotonic() + self.build_deadline_s
+        deadline_at = self.fetcher.monotonic() + self.build_deadline_s
         if due:
             workers = max(1, min(self.concurrency, len(due)))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch") as pool:

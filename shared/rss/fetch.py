@@ -64,7 +64,7 @@ def refusal(address: str) -> str | None:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    for kind in ("loopback", "link_local", "multicast", "private", "reserved", "unspecified"):
+    for kind in ("loopback", "unspecified", "link_local", "multicast", "reserved", "private"):
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
     if not ip.is_global:
@@ -115,20 +115,20 @@ class AddressGuard:
 
     def addresses(self, host: str, port: int) -> list[str]:
         """The addresses to connect to for ``host``; refused if any of them is not public."""
-        if self.allowed_host(host, port):
-            return [host]
         try:
-            found = [host] if _is_ip(host) else self.resolver(host, port)
+            found = [host.strip("[]")] if _is_ip(host) else self.resolver(host, port)
         except OSError as exc:
             raise FetchFailed(f"cannot resolve {host}: {exc}") from exc
         if not found:
             raise FetchFailed(f"{host} has no address")
+        if self.allowed_host(host, port):
+            return found
         for address in found:
             why = refusal(address)
             if why is not None:
-                raise RefusedAddress(f"{host} resolves to a {why} address ({address}); "
-                                     "refused (SLUICE_FEED_ALLOW_HOSTS lists exceptions)",
-                                     field="url")
+                named = host if address == host else f"{host} resolves to {address}, which"
+                raise RefusedAddress(f"{named} is a {why} address; refused "
+                                     "(SLUICE_FEED_ALLOW_HOSTS lists exceptions)", field="url")
         return found
 
 

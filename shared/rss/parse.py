@@ -73,12 +73,12 @@ def parse_feed(body: bytes, source_id: str, *, base_url: str = "") -> list[Story
     """Stories of one feed document, in document order. Raises ``FeedParseError`` when the
     document yields no feed at all (a well-formed feed with no items is an empty list)."""
     # A stream, never a string: feedparser would fetch a string that looks like a URL.
-    parsed = feedparser.parse(io.BytesIO(body), response_headers={"content-location": base_url},
-                              sanitize_html=False, resolve_relative_uris=False)
-    if parsed.get("bozo") and not parsed.entries:
-        raise FeedParseError(f"not a feed: {parsed.get('bozo_exception')}")
+    parsed = feedparser.parse(io.BytesIO(body), sanitize_html=False,
+                              resolve_relative_uris=False,
+                              response_headers={"content-location": base_url,
+                                                "content-type": "application/xml"})
     if not parsed.get("version") and not parsed.entries:
-        raise FeedParseError("not an RSS or Atom document")
+        raise FeedParseError(f"not an RSS or Atom document: {parsed.get('bozo_exception')}")
     stories = []
     for entry in parsed.entries:
         title = _text(entry.get("title"))[:TITLE_MAX_CHARS]
