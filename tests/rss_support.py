@@ -11,7 +11,6 @@ from shared.rss.catalog import Catalog
 from shared.rss.fetch import AddressGuard, Fetcher, feed_client
 from shared.services import Services
 
-START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SECONDS": "1",
             "SLUICE_RSS_MAX_FEED_BYTES": "100000", "SLUICE_RSS_LOCK_WAIT_SECONDS": "20"}
 
@@ -19,8 +18,9 @@ FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SE
 class FakeClock:
     """Wall time and monotonic time that move only when a test says so."""
 
-    def __init__(self, start: datetime = START) -> None:
-        self.wall = start
+    def __init__(self, start: datetime | None = None) -> None:
+        # Starts at the real time so builds stored under it are unexpired for peeks.
+        self.wall = start or datetime.now(UTC)
         self.mono = 1000.0
         self._lock = threading.Lock()
 
