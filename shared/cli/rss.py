@@ -11,13 +11,13 @@ import sys
 import time
 from typing import Any
 
-from shared.cli import command_group, operator, services
+from shared.cli.main import command_group, operator, services
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
 
 def _audit(svc: Any, args: argparse.Namespace, action: str, target: str, outcome: str) -> None:
-    from shared.runs import RunStore
+    from shared.jobs.runs import RunStore
 
     RunStore(svc.db).audit(actor=operator(args.by), action=action, target=target,
                            outcome=outcome, ip=None, detail=None)
@@ -141,8 +141,8 @@ def _progress() -> Any:
 
 
 def cmd_refresh(args: argparse.Namespace) -> int:
-    from shared.cron import run_job
-    from shared.jobs import get_job
+    from shared.jobs.registry import get_job
+    from shared.jobs.runner import run_job
 
     svc = services()
     progress = _progress()

@@ -13,13 +13,14 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
 
-from shared.auth import Identity
-from shared.errors import RequestError
-from shared.http_app import require, services_of
+from shared.core.auth import Identity
+from shared.core.errors import RequestError
+from shared.http.app import require, services_of
 from shared.rss.admin import add_source, put_scope, scope_stories_body
 from shared.rss.store import RssStore
 
 router = APIRouter(prefix="/api/admin/rss", tags=["rss"])
+JSON_BODY = Body(...)
 
 
 def _store(request: Request) -> RssStore:
@@ -34,7 +35,7 @@ def _only(request: Request, *allowed: str) -> None:
 
 
 @router.post("/sources", name="rss:source_add", status_code=201)
-def create_source(request: Request, body: Any = Body(...),
+def create_source(request: Request, body: Any = JSON_BODY,
                   identity: Identity = require("ingestion")) -> dict[str, Any]:
     _only(request)
     return add_source(services_of(request), body).to_json()
@@ -63,7 +64,7 @@ def remove_source(request: Request, source_id: str,
 
 
 @router.put("/scopes/{scope_id}", name="rss:scope_set")
-def set_scope(request: Request, scope_id: str, body: Any = Body(...),
+def set_scope(request: Request, scope_id: str, body: Any = JSON_BODY,
               identity: Identity = require("ingestion")) -> dict[str, Any]:
     _only(request)
     return put_scope(services_of(request), scope_id, body).to_json()

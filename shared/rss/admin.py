@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import RequestError
+from shared.core.errors import RequestError
 from shared.rss.catalog import peek_scope
 from shared.rss.fetch import AddressGuard
 from shared.rss.store import RssStore, Scope, Source
 
 if TYPE_CHECKING:
-    from shared.services import Services
+    from shared.core.services import Services
 
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 _SCOPE_ID = re.compile(r"^[\w.:@-]{1,200}$")
@@ -29,7 +29,7 @@ def _field(body: dict[str, Any], name: str, kind: type, required: bool) -> Any:
         if required:
             raise RequestError(f"{name} is required", field=name)
         return None
-    if not isinstance(value, kind) or (kind is str and not value.strip()):
+    if not isinstance(value, kind) or (isinstance(value, str) and not value.strip()):
         raise RequestError(f"{name} must be a {'non-empty string' if kind is str else kind.__name__}",
                            field=name)
     return value

@@ -23,10 +23,9 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
-from shared.db import utcnow
-from shared.observe import logger
+from shared.core.observe import logger
 from shared.rss.fetch import AddressGuard, Fetched, Fetcher, feed_client
 from shared.rss.store import (
     GLOBAL_KEY,
@@ -37,9 +36,10 @@ from shared.rss.store import (
     Story,
     build_key,
 )
+from shared.store.db import utcnow
 
 if TYPE_CHECKING:
-    from shared.services import Services
+    from shared.core.services import Services
 
 MAX_BUILD_STORIES = 500
 STORIES_KEPT_PER_SOURCE = 200
@@ -162,7 +162,7 @@ class Catalog:
     def close(self) -> None:
         self.fetcher.client.close()
 
-    def __enter__(self) -> Catalog:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -304,7 +304,7 @@ class Catalog:
 
     def _announce(self, build: CatalogBuild, new: list[Story]) -> None:
         scope_ids = self.store.scope_ids_for_build(build.key)
-        for hook in list(on_new_stories):
+        for hook in on_new_stories:
             try:
                 hook(self.services, build, new, scope_ids)
             except Exception as exc:  # noqa: BLE001 - a listener never fails the build
@@ -320,7 +320,7 @@ def peek_scope(services: Services, scope_id: str) -> CatalogBuild | None:
     """The stored, unexpired build behind ``scope_id`` (None for an unknown scope or no
     build yet); never fetches."""
     store = RssStore(services.db)
-    from shared.errors import NotFound
+    from shared.core.errors import NotFound
 
     try:
         scope = store.scope(scope_id)

@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
-from shared.errors import RequestError, SluiceError
+from shared.core.errors import RequestError, SluiceError
 from shared.rss.parse import parse_feed
 from shared.rss.store import FetchState, Source, Story
 
@@ -50,7 +50,7 @@ class FetchFailed(SluiceError):
     def __init__(self, message: str, status: int | None = None,
                  retry_after: timedelta | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.http_status = status
         self.retry_after = retry_after
 
 
@@ -184,7 +184,8 @@ class Backoff(NamedTuple):
     def delay(self, failures: int) -> timedelta:
         if failures <= 0:
             return timedelta(0)
-        return min(self.cap, self.base * 2 ** min(failures - 1, 32))
+        delay: timedelta = self.base * 2 ** min(failures - 1, 32)
+        return min(self.cap, delay)
 
     def next_attempt(self, failures: int, now: datetime,
                      retry_after: timedelta | None = None) -> datetime:
@@ -192,6 +193,9 @@ class Backoff(NamedTuple):
         if retry_after is not None:
             delay = min(self.cap, max(delay, retry_after))
         return now + delay
+
+
+DEFAULT_BACKOFF = Backoff()
 
 
 def retry_after(value: str | None, now: datetime) -> timedelta | None:
@@ -219,7 +223,7 @@ class Fetched(NamedTuple):
 
 class Fetcher:
     def __init__(self, client: httpx.Client, *, timeout_s: float, max_bytes: int,
-                 max_redirects: int, per_host: int = 2, backoff: Backoff = Backoff(),
+                 max_redirects: int, per_host: int = 2, backoff: Backoff = DEFAULT_BACKOFF,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.timeout_s = timeout_s
@@ -244,7 +248,7 @@ class Fetcher:
         try:
             return self._fetch(source, now, deadline_at)
         except FetchFailed as exc:
-            return self._failed(source, now, str(exc), exc.status, exc.retry_after)
+            return self._failed(source, now, str(exc), exc.http_status, exc.retry_after)
         except RefusedAddress as exc:
             return self._failed(source, now, f"refused: {exc.message}", None, None)
         except httpx.TimeoutException as exc:

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import feedparser  # type: ignore[import-untyped]
 import nh3
 
-from shared.errors import SluiceError
+from shared.core.errors import SluiceError
 from shared.rss.store import Story
 
 SUMMARY_MAX_CHARS = 2000

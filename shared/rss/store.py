@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from shared.db import Database, Queries, Row, utcnow
-from shared.errors import Conflict, ConstraintViolation, NotFound
+from shared.core.errors import Conflict, ConstraintViolation, NotFound
+from shared.store.db import Database, Queries, Row, utcnow
 
 Q = Queries.parse((Path(__file__).parent / "rss.sql").read_text())
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
-    from shared.jobs import Deadline
-    from shared.services import Services
+    from shared.core.services import Services
+    from shared.jobs.registry import Deadline
 
 
 class SweepResult(TypedDict):

@@ -16,19 +16,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from shared.db import utcnow
-from shared.errors import SluiceError
-from shared.flags import FlagStore
-from shared.jobs import Deadline, JobContext, Result
-from shared.observe import logger
-from shared.queues import js_iso, publisher_of
+from shared.core.errors import SluiceError
+from shared.core.observe import logger
+from shared.jobs.registry import Deadline, JobContext, Result
+from shared.queues.publish import js_iso
+from shared.queues.topics import PIPELINE_FLAG, publisher_of
 from shared.rss.catalog import Catalog
 from shared.rss.store import RssStore
 from shared.rss.sweep import run_alert_sweep
-from shared.topics import PIPELINE_FLAG
+from shared.store.db import utcnow
+from shared.store.flags import FlagStore
 
 if TYPE_CHECKING:
-    from shared.services import Services
+    from shared.core.services import Services
 
 ROTATION_WINDOW_MS = 10 * 60_000
 

@@ -19,8 +19,8 @@ import gzip
 import threading
 import time
 from collections import Counter
-from email.utils import format_datetime
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Self
 from xml.sax.saxutils import escape
 

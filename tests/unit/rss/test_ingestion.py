@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import TransientStoreError
-from shared.jobs import Deadline
+from shared.core.errors import TransientStoreError
+from shared.jobs.registry import Deadline
 from shared.rss.tick import ROTATION_WINDOW_MS, ingest_tenant_scopes, rotation_offset
 from tests.rss_support import FakeClock
 

@@ -8,8 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.rss.fetch import AddressGuard, Backoff, Fetcher, RefusedAddress, feed_client, \
-    refusal, retry_after
+from shared.rss.fetch import (
+    AddressGuard,
+    Backoff,
+    Fetcher,
+    RefusedAddress,
+    feed_client,
+    refusal,
+    retry_after,
+)
 from shared.rss.store import Source
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -101,7 +108,7 @@ def test_a_fetch_is_refused_before_connecting_and_recorded_with_backoff(host: st
 
 def test_backoff_doubles_to_a_cap_and_never_gives_up() -> None:
     backoff = Backoff()
-    schedule = [backoff.delay(n) for n in range(0, 12)]
+    schedule = [backoff.delay(n) for n in range(12)]
     assert schedule[:5] == [timedelta(0), timedelta(minutes=5), timedelta(minutes=10),
                             timedelta(minutes=20), timedelta(minutes=40)]
     assert schedule[-1] == timedelta(days=1) and backoff.delay(10_000) == timedelta(days=1)
