@@ -103,7 +103,7 @@ class TickMemo:
     """What one tick already did: keys built or read, sources fetched."""
 
     def __init__(self) -> None:
-        self.keys: set[str] = set()
+        self.builds: dict[str, CatalogBuild | None] = {}
         self.sources: set[str] = set()
         self.lock = threading.Lock()
 
@@ -189,13 +189,14 @@ class Catalog:
     def refresh(self, key: str, source_ids: tuple[str, ...], locale: str, *,
                 force: bool) -> Refreshed:
         with self.memo.lock:
-            seen = key in self.memo.keys
+            seen = key in self.memo.builds
+            known = self.memo.builds.get(key)
         if seen:
             self.counters.shared += 1
-            return Refreshed("shared", self.store.build(key))
+            return Refreshed("shared", known)
         stored = self.store.build(key)
         if stored is not None and self._recent(stored, force):
-            self._remember(key)
+            self._remember(key, stored)
             self.counters.shared += 1
             return Refreshed("fresh", stored)
         token = self.lock.acquire(key, timedelta(seconds=self.build_deadline_s + 30))
@@ -204,14 +205,14 @@ class Catalog:
         try:
             stored = self.store.build(key)  # the previous holder may have just built it
             if stored is not None and self._recent(stored, force):
-                self._remember(key)
+                self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("fresh", stored)
             build = self._build(key, source_ids, locale, stored)
         finally:
             if not self.lock.release(key, token):
                 logger.warning(f"[rss] build lock of {key} lapsed before release")
-        self._remember(key)
+        self._remember(key, build)
         return Refreshed("built", build)
 
     # --- internals -------------------------------------------------------------
@@ -220,9 +221,9 @@ class Catalog:
         age = self.now() - build.built_at
         return age < self.min_interval or (not force and age < self.ttl)
 
-    def _remember(self, key: str) -> None:
+    def _remember(self, key: str, build: CatalogBuild | None) -> None:
         with self.memo.lock:
-            self.memo.keys.add(key)
+            self.memo.builds[key] = build
 
     def _wait_for_winner(self, key: str, force: bool) -> Refreshed:
         started = time.monotonic()  # real time: the winner builds in real time
@@ -230,7 +231,7 @@ class Catalog:
             time.sleep(LOCK_POLL_S)
             stored = self.store.build(key)
             if stored is not None and self._recent(stored, force):
-                self._remember(key)
+                self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("shared", stored)
         self.counters.locked += 1

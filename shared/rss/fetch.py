@@ -285,6 +285,7 @@ class Fetcher:
                         raise RefusedAddress(f"redirect to a non-http(s) URL: {url!r}")
                     continue
                 if response.status_code == 304:
+                    response.read()  # nothing to read; lets the connection go back to the pool
                     return Fetched(FetchState(ok=True, status=304, etag=source.etag,
                                               last_modified=source.last_modified), None, 0,
                                    not_modified=True)
