@@ -136,6 +136,8 @@ def test_bad_scopes_and_parameters_are_4xx(client: TestClient, feeds: FeedServer
         assert answer.json()["error"]["field"] in ("limit", "since", "page")
     refused = client.post("/api/admin/rss/refresh", params={"force": "1"}, headers=OPS)
     assert refused.status_code == 400 and refused.json()["error"]["field"] == "force"
+    cron = client.get("/api/admin/rss/refresh", params={"dryRun": "1"}, headers=CRON)
+    assert cron.status_code == 400 and cron.json()["error"]["field"] == "dryRun"
     assert client.get(f"{BASE}/scopes/nope/stories", headers=OPS).status_code == 404
 
 

@@ -136,7 +136,7 @@ def test_one_failing_tenant_is_isolated_and_reported(
         db_url: str, make_services: Callable[..., Services], feeds: FeedServer,
         caplog: pytest.LogCaptureFixture) -> None:
     svc = feed_services(make_services, db_url)
-    _, scopes = seed(svc, feeds)
+    seed(svc, feeds)
     caplog.set_level("ERROR", logger="sluice")
     with catalog(svc) as cat:
         real = cat.refresh_scope
