@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
+from shared.core.errors import NotFound
 from shared.core.observe import logger
 from shared.rss.fetch import AddressGuard, Fetched, Fetcher, feed_client
 from shared.rss.store import (
@@ -321,8 +322,6 @@ def peek_scope(services: Services, scope_id: str) -> CatalogBuild | None:
     """The stored, unexpired build behind ``scope_id`` (None for an unknown scope or no
     build yet); never fetches."""
     store = RssStore(services.db)
-    from shared.core.errors import NotFound
-
     try:
         scope = store.scope(scope_id)
     except NotFound:
