@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.jobs.registry import Deadline, JobContext, Result
+from shared.queues.handlers import PIPELINE_FLAG
 from shared.queues.publish import js_iso
-from shared.queues.topics import PIPELINE_FLAG, publisher_of
+from shared.queues.runtime import publisher_of
 from shared.rss.catalog import Catalog
 from shared.rss.store import RssStore
 from shared.rss.sweep import run_alert_sweep

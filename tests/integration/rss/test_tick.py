@@ -14,7 +14,7 @@ from shared.core.services import Services
 from shared.jobs.registry import JOBS, Deadline
 from shared.jobs.runner import run_job
 from shared.queues.publish import REGISTRY
-from shared.queues.topics import consumers_for
+from shared.queues.runtime import consumers_for
 from shared.rss.catalog import Catalog, peek, peek_scope
 from shared.rss.store import GLOBAL_KEY, RssStore
 from shared.rss.tick import ROTATION_WINDOW_MS, refresh_tick
