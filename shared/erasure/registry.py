@@ -100,6 +100,12 @@ EXEMPTIONS: tuple[Exemption, ...] = (
               "ids and feed ids, never a user"),
     Exemption("queue_dead_letters", "", "in-process dead letters of the rss.* topics, whose "
               "messages name feeds, not users (the SQS -dlq topics likewise)"),
+    Exemption("rss_sources", "", "publishers' feed URLs, titles and fetch state; no user"),
+    Exemption("rss_scopes", "", "a tenant's source set and locale: tenant ids are "
+              "organisations, never a person"),
+    Exemption("rss_stories", "", "public articles as published by the feed"),
+    Exemption("rss_builds", "", "catalog builds: the stories above, per source set"),
+    Exemption("rss_build_locks", "", "build leases: a key and a random token"),
 )
 
 # Column-name tokens that mark a user reference; "*_by" columns name an actor too.

@@ -27,7 +27,8 @@ from shared.jobs.runs import RunStore
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
                      "shared.http.delivery:router", "shared.http.delivery:status_router",
-                     "shared.http.ops:router", "shared.http.console:router"]
+                     "shared.http.ops:router", "shared.http.console:router",
+                     "shared.http.rss:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -73,11 +74,13 @@ def _job_routes(job: Job) -> APIRouter:
         if not is_authorized_cron(request.headers.get("authorization"),
                                   services.settings.cron_secret):
             raise Unauthorized("cron bearer missing or wrong")
+        _refuse_unknown_params(job, request)
         outcome = run_job(job, services, "cron_http", request_id=request_id(request),
                           lambda_remaining_ms=_remaining(request))
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def admin(request: Request, identity: Identity = require(job.surface)) -> JSONResponse:
+        _refuse_unknown_params(job, request)
         outcome = run_job(job, services_of(request), "admin", request_id=request_id(request),
                           lambda_remaining_ms=_remaining(request),
                           params=dict(request.query_params))
@@ -86,6 +89,14 @@ def _job_routes(job: Job) -> APIRouter:
     router.add_api_route(job.route, cron, methods=["GET"], name=f"{job.name}:cron")
     router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin")
     return router
+
+
+def _refuse_unknown_params(job: Job, request: Request) -> None:
+    """A job that declares its parameters answers 400 to any other (never ignores one)."""
+    unknown = sorted(set(request.query_params) - set(job.params or ()))
+    if job.params is not None and unknown:
+        raise RequestError(f"{job.name} takes no query parameter {', '.join(unknown)}",
+                           field=unknown[0])
 
 
 def _remaining(request: Request) -> Any:

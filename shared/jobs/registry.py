@@ -98,6 +98,8 @@ class Job(NamedTuple):
     timeout_s: int = 60
     # Push-queue topics the job publishes to (its function gets a role that may send there).
     publishes: tuple[str, ...] = ()
+    # Query parameters the admin POST honours; None leaves them to the drain, () refuses any.
+    params: tuple[str, ...] | None = None
 
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")
@@ -169,6 +171,18 @@ JOBS: dict[str, Job] = {
             failure_keys=("failed", "skippedMaxRetries", "fatal"),
             budget_s=45.0,
             timeout_s=60,
+        ),
+        Job(
+            name="rss-refresh",
+            route="/api/admin/rss/refresh",
+            schedule="rate(10 minutes)",
+            surface="ingestion",
+            target="shared.rss.tick:run_rss_refresh",
+            failure_keys=("failed",),
+            budget_s=290.0,
+            timeout_s=300,
+            publishes=("rss.ingest",),
+            params=(),
         ),
     )
 }
