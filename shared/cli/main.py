@@ -19,7 +19,8 @@ from shared.core.errors import SluiceError
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
-                              "shared.cli.billing", "shared.cli.token", "shared.cli.rss"]
+                              "shared.cli.billing", "shared.cli.token", "shared.cli.rss",
+                              "shared.cli.alerts"]
 
 
 def operator(by: str | None = None) -> str:
