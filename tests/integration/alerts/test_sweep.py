@@ -5,15 +5,18 @@ skippedNoFeedCache, per-tenant isolation with its log line, exactly one delivery
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from shared.alerts.evaluate import match_key
 from shared.alerts.rules import RulesStore, rules_key
 from shared.alerts.sweep import run_alert_sweep
 from shared.core.services import Services
 from shared.delivery.store import DeliveryStore
 from shared.jobs.registry import Deadline
+from shared.rss.catalog import peek_scope
 from shared.rss.store import RssStore
 from shared.store.state import StateStore
 from tests.providers.feeds import FeedServer
@@ -105,3 +108,25 @@ def test_the_deadline_stops_the_sweep_between_batches(
     now[0] = 5.0  # expired before the first batch
     result = run_alert_sweep(svc, deadline)
     assert result["skippedDeadline"] == 12 and result["tenantsWithRules"] == 0
+
+
+def test_a_redriven_match_is_the_same_entry_and_no_second_one(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    setup(svc, feeds)
+    RulesStore(svc).put("a", [rule("r1", "story 2")])
+    run_alert_sweep(svc, Deadline(60))
+    store = DeliveryStore(svc.db)
+    [entry] = store.list(limit=500)
+    assert entry.idempotency_key == match_key("a", "r1", _story_id(svc, "a story 2"))
+    [claimed] = store.claim(timedelta(seconds=30))
+    assert store.fail(claimed, "permanent, for the test")
+    store.redrive(entry.id)
+    assert run_alert_sweep(svc, Deadline(60))["enqueued"] == 0
+    assert [(e.id, e.status.value) for e in store.list(limit=500)] == [(entry.id, "pending")]
+
+
+def _story_id(svc: Services, title: str) -> str:
+    build = peek_scope(svc, "a")
+    assert build is not None
+    return next(s.id for s in build.stories if s.title == title)
