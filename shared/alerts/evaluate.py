@@ -11,6 +11,8 @@ is not delivered again.
 from __future__ import annotations
 
 import hashlib
+import html
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -44,12 +46,23 @@ def prepare(stories: Iterable[Story]) -> list[Prepared]:
     return [Prepared(story, story_text(story)) for story in stories]
 
 
+_TAG = re.compile(r"<[^>]*>")
+
+
+def plain(html_text: str) -> str:
+    """A story summary (sanitised HTML) as plain text for the channels' converters."""
+    return " ".join(html.unescape(_TAG.sub(" ", html_text)).split())
+
+
 def payload(scope_id: str, rule: Rule, story: Story) -> dict[str, Any]:
+    """One part: the title in bold, the link, the summary as plain text (each channel
+    converts and chunks it to its own limits)."""
     lines = [f"**{story.title}**"]
     if story.link:
         lines.append(story.link)
-    if story.summary:
-        lines += ["", story.summary]
+    summary = plain(story.summary)
+    if summary:
+        lines += ["", summary]
     destination = rule.destination
     body: dict[str, Any] = {"payloads": ["\n".join(lines)], "silent": destination.silent}
     if destination.account_id:
