@@ -84,24 +84,32 @@ class Outcome(NamedTuple):
 def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
              stories: Sequence[Prepared], *, deliveries: DeliveryStore | None = None,
              ) -> Outcome:
+    """Test every enabled rule against every story; enqueue the matches not yet stored (a
+    match already on the queue is skipped with one read, and the unique key still guards
+    a race between the read and the insert)."""
     deliveries = deliveries or DeliveryStore(services.db)
-    evaluations = matched = enqueued = 0
+    evaluations = 0
+    matches: list[tuple[Rule, Story, str]] = []
     for rule in rules:
         if not rule.enabled:
             continue
         matcher = Matcher(rule)
         for prepared in stories:
             evaluations += 1
-            if not matcher.matches(prepared.story, prepared.text):
-                continue
-            matched += 1
-            body = payload(scope_id, rule, prepared.story)
-            check_enqueue(rule.destination.channel, body)
-            _, created = deliveries.enqueue(
-                rule.destination.channel, rule.destination.recipient, body,
-                idempotency_key=match_key(scope_id, rule.id, prepared.story.id))
-            enqueued += created
-    return Outcome(evaluations, matched, enqueued)
+            if matcher.matches(prepared.story, prepared.text):
+                matches.append((rule, prepared.story,
+                                match_key(scope_id, rule.id, prepared.story.id)))
+    known = deliveries.known_keys([key for _, _, key in matches])
+    enqueued = 0
+    for rule, story, key in matches:
+        if key in known:
+            continue
+        body = payload(scope_id, rule, story)
+        check_enqueue(rule.destination.channel, body)
+        _, created = deliveries.enqueue(rule.destination.channel, rule.destination.recipient,
+                                        body, idempotency_key=key)
+        enqueued += created
+    return Outcome(evaluations, len(matches), enqueued)
 
 
 def evaluate_new_stories(services: Services, build: CatalogBuild, new: Sequence[Story],

@@ -111,7 +111,10 @@ class Matcher:
         if self.after is not None and (story.published_at is None
                                        or story.published_at < self.after):
             return False
-        return any(phrase in text for phrase in self.phrases)
+        for phrase in self.phrases:
+            if phrase in text:
+                return True
+        return False
 
 
 # --- validation -----------------------------------------------------------------
