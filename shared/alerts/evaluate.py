@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shared.alerts.rules import Matcher, Rule, RulesStore, story_text
 from shared.core.after import run_after_response
+from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.delivery.drain import check_enqueue
 from shared.delivery.store import DeliveryStore
@@ -75,6 +76,10 @@ def payload(scope_id: str, rule: Rule, story: Story) -> dict[str, Any]:
     return body
 
 
+class EvaluationFailed(SluiceError):
+    """Some scopes' rules could not be evaluated (the others were)."""
+
+
 class Outcome(NamedTuple):
     evaluations: int  # (rule, story) pairs tested
     matched: int
@@ -114,15 +119,22 @@ def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
 
 def evaluate_new_stories(services: Services, build: CatalogBuild, new: Sequence[Story],
                          scope_ids: Sequence[str]) -> Outcome:
-    """The rules of every scope sharing ``build`` against its new stories."""
+    """The rules of every scope sharing ``build`` against its new stories; a failing scope
+    does not stop the others, and the failures are raised together at the end."""
     store = RulesStore(services)
     prepared = prepare(new)
     total = Outcome(0, 0, 0)
+    failures: list[str] = []
     for scope_id in scope_ids:
-        rules = store.get(scope_id)
-        if any(rule.enabled for rule in rules):
-            got = evaluate(services, scope_id, rules, prepared)
-            total = Outcome(*(a + b for a, b in zip(total, got, strict=True)))
+        try:
+            rules = store.get(scope_id)
+            if any(rule.enabled for rule in rules):
+                got = evaluate(services, scope_id, rules, prepared)
+                total = Outcome(*(a + b for a, b in zip(total, got, strict=True)))
+        except Exception as exc:  # noqa: BLE001 - one scope's failure never stops the others
+            failures.append(f"{scope_id}: {exc}")
+    if failures:
+        raise EvaluationFailed(f"{len(failures)} scope(s) failed: " + "; ".join(failures))
     return total
 
 

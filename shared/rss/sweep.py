@@ -37,8 +37,20 @@ class SweepResult(TypedDict):
 Sweep = Callable[["Services", "Deadline"], SweepResult]
 
 
+def resolve_alert_sweep() -> Sweep:
+    """The sweep ``ALERT_SWEEP_TARGET`` names (ImportError / AttributeError if none)."""
+    return _resolve(ALERT_SWEEP_TARGET)
+
+
 @cache
-def resolve_alert_sweep(target: str = ALERT_SWEEP_TARGET) -> Sweep:
+def _resolve(target: str) -> Sweep:
     module, _, attr = target.partition(":")
     sweep: Sweep = getattr(importlib.import_module(module), attr)
     return sweep
+
+
+def sweep_unavailable(services: Services, deadline: Deadline) -> SweepResult:
+    """What the tick reports when the target cannot be resolved: one failure, nothing
+    evaluated."""
+    return {"tenantsWithRules": 0, "evaluated": 0, "skippedNoFeedCache": 0, "failed": 1,
+            "skippedDeadline": 0, "evaluations": 0, "enqueued": 0}

@@ -25,7 +25,12 @@ from shared.queues.publish import js_iso
 from shared.queues.runtime import publisher_of
 from shared.rss.catalog import Catalog
 from shared.rss.store import RssStore
-from shared.rss.sweep import resolve_alert_sweep
+from shared.rss.sweep import (
+    ALERT_SWEEP_TARGET,
+    Sweep,
+    resolve_alert_sweep,
+    sweep_unavailable,
+)
 from shared.store.db import utcnow
 from shared.store.flags import FlagStore
 
@@ -95,7 +100,11 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
                  started_at: datetime, catalog: Catalog | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda message: None) -> Result:
-    run_alert_sweep = resolve_alert_sweep()
+    try:
+        run_alert_sweep: Sweep = resolve_alert_sweep()
+    except (ImportError, AttributeError) as exc:  # a deploy without the sweep: say so, go on
+        services.reporter.error("rss-refresh.alert-sweep", exc, target=ALERT_SWEEP_TARGET)
+        run_alert_sweep = sweep_unavailable
     owned = catalog is None
     catalog = catalog or Catalog.open(services)
     try:

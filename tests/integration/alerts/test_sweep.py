@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-from shared.alerts.evaluate import match_key
+from shared.alerts.evaluate import EvaluationFailed, evaluate_new_stories, match_key
 from shared.alerts.rules import RulesStore, rules_key
 from shared.alerts.sweep import run_alert_sweep
 from shared.core.services import Services
 from shared.delivery.store import DeliveryStore
-from shared.jobs.registry import Deadline
+from shared.jobs.registry import JOBS, Deadline
+from shared.jobs.runner import run_job
+from shared.rss import sweep as rss_sweep
 from shared.rss.catalog import peek_scope
 from shared.rss.store import RssStore
 from shared.store.state import StateStore
@@ -130,3 +132,27 @@ def _story_id(svc: Services, title: str) -> str:
     build = peek_scope(svc, "a")
     assert build is not None
     return next(s.id for s in build.stories if s.title == title)
+
+
+def test_new_story_evaluation_isolates_scopes_and_raises_their_failures_together(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    setup(svc, feeds)
+    RulesStore(svc).put("b", [rule("r1", "story 0")])
+    StateStore(svc.db).put(rules_key("a"), {"rules": [{"id": "x"}]})
+    build = peek_scope(svc, "b")
+    assert build is not None
+    with pytest.raises(EvaluationFailed, match=r"1 scope\(s\) failed: a: rules\[0\]"):
+        evaluate_new_stories(svc, build, list(build.stories), ["a", "b"])
+    assert entries(svc) == [("C0ALERTS", "**a story 0**")]
+
+
+def test_a_tick_whose_sweep_target_does_not_resolve_reports_one_failure(
+        db_url: str, make_services: Callable[..., Services],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = feed_services(make_services, db_url)
+    monkeypatch.setattr(rss_sweep, "ALERT_SWEEP_TARGET", "shared.alerts.sweep:no_such_sweep")
+    outcome = run_job(JOBS["rss-refresh"], svc, "cli")
+    assert outcome.body["alertSweep"]["failed"] == 1 and outcome.body["failed"] == 1
+    monkeypatch.undo()
+    assert rss_sweep.resolve_alert_sweep() is run_alert_sweep
