@@ -17,7 +17,7 @@ from shared.http.app import admin_token, services_of
 CSRF_FIELD = "csrf"
 _CSRF_CONTEXT = b"sluice-console-csrf:v1"
 
-# The restricted page's heading and text per surface (the queues text is the seed's).
+# The restricted page's heading and text per surface.
 RESTRICTED: dict[str, tuple[str, str]] = {
     "queues": ("Queue monitoring access is restricted",
                ("This operations surface is limited to platform users with queue monitoring "
