@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Literal, NamedTuple
 
 from shared.core.errors import RequestError, TransientStoreError
+from shared.core.times import iso_z
 from shared.store.db import Database, load_queries, utcnow
 from shared.store.redis_clients import (
     LEDGER_RETRY_DLQ as RETRY_DLQ,
@@ -52,9 +53,7 @@ class OutboxStatus(str, Enum):
     FAILED = "failed"
 
 
-def iso(moment: datetime) -> str:
-    """``2026-01-31T12:00:00.123456Z``: the contract's timestamp form."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+iso = iso_z
 
 
 def _store_ts(moment: datetime) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from shared.cli.main import command_group, operator, services
 from shared.core.errors import RequestError
+from shared.core.times import json_default
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -40,7 +41,7 @@ def _audit(services: Any, args: argparse.Namespace, action: str, target: str,
 
 def _print(args: argparse.Namespace, body: Any) -> None:
     if args.json:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     for row in body if isinstance(body, list) else [body]:
         if "recipient" in row:
@@ -52,7 +53,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
-            print(json.dumps(row, default=str))
+            print(json.dumps(row, default=json_default))
 
 
 def cmd_list(args: argparse.Namespace) -> int:

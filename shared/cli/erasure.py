@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from shared.cli.main import command_group, operator, services
+from shared.core.times import json_default
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -34,7 +35,7 @@ def _audit(services: Any, actor: str, action: str, target: str, outcome: str,
 
 def _print(args: argparse.Namespace, body: Any) -> None:
     if args.json:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     rows = body if isinstance(body, list) else [body]
     for row in rows:
@@ -46,7 +47,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("result") and not isinstance(body, list):
                 print(f"  result: {json.dumps(row['result'])}")
         else:
-            print(json.dumps(row, indent=2, default=str))
+            print(json.dumps(row, indent=2, default=json_default))
 
 
 def cmd_request(args: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     outcome = run_job(get_job("erasure-purge"), _services(), "cli",
                       params={"dryRun": "true"} if args.dry_run else {})
-    print(json.dumps(outcome.body, default=str, indent=None if args.json else 2))
+    print(json.dumps(outcome.body, default=json_default, indent=None if args.json else 2))
     return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
 
 

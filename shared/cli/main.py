@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.core.errors import SluiceError
+from shared.core.times import iso_z, json_default
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery"]
@@ -91,11 +92,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if progress:
         sys.stderr.write("\r\x1b[2K")
     if args.json:
-        print(json.dumps(outcome.body, default=str))
+        print(json.dumps(outcome.body, default=json_default))
     else:
         print(f"{job.name}: {outcome.outcome}")
         for key, value in outcome.body.items():
-            print(f"  {key}: {json.dumps(value, default=str)}")
+            print(f"  {key}: {json.dumps(value, default=json_default)}")
     return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
 
 
@@ -128,7 +129,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         rows.append({
             "job": job.name, "route": job.route,
             "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
-            "lastRun": run["started_at"].isoformat() if run else None,
+            "lastRun": iso_z(run["started_at"]) if run else None,
             "lastOutcome": run["outcome"] if run else None,
         })
     if args.json:
@@ -145,7 +146,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
     data = queue_figures(_services(args, migrate_embedded=True))
     if args.json:
-        print(json.dumps(data, default=str))
+        print(json.dumps(data, default=json_default))
         return 0
     for section, figures in data.items():
         if section in ("generatedAt", "jobs"):
@@ -155,7 +156,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
                 print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
                       f"dlq={json.dumps(item['dlq'])}")
         else:
-            print(f"{section:<15} {json.dumps(figures, default=str)}")
+            print(f"{section:<15} {json.dumps(figures, default=json_default)}")
     return 0
 
 

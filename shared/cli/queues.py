@@ -9,6 +9,7 @@ from typing import Any
 
 from shared.cli.main import operator, services
 from shared.core.errors import RequestError
+from shared.core.times import json_default
 
 
 def _services() -> Any:
@@ -24,7 +25,7 @@ def _read_json(what: str) -> Any:
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=json_default))
 
 
 def _actor() -> str:

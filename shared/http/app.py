@@ -20,6 +20,7 @@ from shared.core.errors import RequestError, SluiceError, Unauthorized, Upstream
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.core.surfaces import Surface
+from shared.core.times import jsonable
 from shared.jobs.registry import JOBS, Job
 from shared.jobs.runner import run_job
 from shared.jobs.runs import RunStore
@@ -163,7 +164,7 @@ def create_app(services: Services) -> FastAPI:
         last = RunStore(services.db).last_runs()
         return {"jobs": [
             {"name": job.name, "route": job.route, "schedule": job.schedule,
-             "surface": job.surface, "lastRun": _jsonable(last.get(job.name))}
+             "surface": job.surface, "lastRun": jsonable(last.get(job.name))}
             for job in JOBS.values()
         ]}
 
@@ -174,9 +175,3 @@ def create_app(services: Services) -> FastAPI:
         app.include_router(getattr(importlib.import_module(module), attr))
     logger.debug("http app built", extra={"routes": len(app.routes)})
     return app
-
-
-def _jsonable(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.crash import crash_point
+from shared.core.times import iso_z
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.store.db import Database, Query, load_queries
 from shared.store.state import like_prefix
@@ -59,7 +60,7 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
         observe=observe,
     )
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
-            "processedAt": now.isoformat().replace("+00:00", "Z")}
+            "processedAt": iso_z(now)}
 
 
 def run_state_cleanup(ctx: JobContext) -> Result:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import Conflict, NotFound, RequestError, SluiceError
+from shared.core.times import from_epoch_ms
 from shared.jobs.runs import RunStore
 from shared.queues.publish import (
     TOPICS,
@@ -89,8 +90,7 @@ def check_name(name: str) -> str:
 def _js_ms(ms: str | None) -> str | None:
     if not ms or not ms.isdigit():
         return None
-    at = datetime.fromtimestamp(int(ms) / 1000, UTC)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+    return from_epoch_ms(int(ms))
 
 
 def topic_letter(topic: str, entry_id: str, raw: str, sent_ms: str | None = None,

@@ -11,12 +11,13 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from shared.core.errors import ConfigurationError, Conflict, NotFound
 from shared.core.observe import logger
 from shared.core.settings import Settings
+from shared.core.times import iso_z
 from shared.queues.signing import SIGNATURE_FIELD, Signer, js_stringify
 from shared.store.db import Database, load_queries, utcnow
 
@@ -89,8 +90,7 @@ def idempotency_key(message: Mapping[str, Any]) -> str:
 
 def js_iso(moment: datetime) -> str:
     """``Date.prototype.toISOString()``: millisecond precision, ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{moment.astimezone(UTC).microsecond // 1000:03d}Z"
+    return iso_z(moment)
 
 
 class Delivery(NamedTuple):
