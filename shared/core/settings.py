@@ -87,6 +87,9 @@ class Settings(NamedTuple):
     queue_prefix: str = "sluice-dev-"
     # erasure
     erasure_grace_days: int = 7
+    # retention of the run log and the admin audit trail (state-cleanup)
+    job_runs_retention_days: int = 90
+    audit_retention_days: int = 400
     # delivery queue (shared/delivery/store.py, shared/delivery/channels.py)
     delivery_lease_s: int = 120
     delivery_retention_days: int = 7
@@ -175,6 +178,8 @@ class Settings(NamedTuple):
             queue_mode=queue_mode,  # type: ignore[arg-type]
             queue_prefix=_str(env, "SLUICE_QUEUE_PREFIX") or f"sluice-{stage}-",
             erasure_grace_days=_int(env, "SLUICE_ERASURE_GRACE_DAYS", 7, 0, 365),
+            job_runs_retention_days=_int(env, "SLUICE_JOB_RUNS_RETENTION_DAYS", 90, 1, 3650),
+            audit_retention_days=_int(env, "SLUICE_AUDIT_RETENTION_DAYS", 400, 30, 3650),
             **_delivery(env),
         )
 

@@ -72,6 +72,17 @@ def _no_progress(message: str) -> None:
 Drain = Callable[[JobContext], Result]
 
 
+class Param(NamedTuple):
+    """A query parameter a job's routes honour; ``ctx.params`` carries it as given
+    (``true`` / ``false``, digits), already checked against this declaration."""
+
+    name: str
+    kind: Literal["boolean", "integer"]
+    cron: bool = False  # honoured on the cron GET as well as on the admin POST
+    minimum: int | None = None
+    maximum: int | None = None
+
+
 class Job(NamedTuple):
     name: str
     route: str
@@ -81,6 +92,7 @@ class Job(NamedTuple):
     failure_keys: tuple[str, ...] = ()
     budget_s: float = 50.0
     timeout_s: int = 60
+    params: tuple[Param, ...] = ()
 
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")
@@ -122,6 +134,7 @@ JOBS: dict[str, Job] = {
             failure_keys=("failed",),
             budget_s=240.0,
             timeout_s=300,
+            params=(Param("dryRun", "boolean", cron=True),),
         ),
         Job(
             name="metering-flush",
@@ -142,6 +155,7 @@ JOBS: dict[str, Job] = {
             failure_keys=("deadLettered", "errors"),
             budget_s=50.0,
             timeout_s=60,
+            params=(Param("batches", "integer", minimum=1, maximum=1_000),),
         ),
         Job(
             name="delivery-drain",

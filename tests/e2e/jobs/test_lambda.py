@@ -82,14 +82,15 @@ def test_the_http_function_serves_cron_and_admin_events(
         lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     http = fresh_import("functions.http", monkeypatch, lambda_env)
     ok = http.handler(load_event("http_get_cron"), LambdaContext())
-    assert ok["statusCode"] == 200 and set(_body(ok)) == {"deleted", "deletedHashRecords",
-                                                          "processedAt"}
+    assert ok["statusCode"] == 200 and {"deleted", "deletedHashRecords",
+                                        "processedAt"} <= set(_body(ok))
 
     forged = load_event("http_get_cron")
     forged["headers"]["authorization"] = "Bearer not-the-secret-not-the-sec"
     assert http.handler(forged, LambdaContext())["statusCode"] == 401
 
     post = load_event("http_post_admin")
+    post["headers"]["origin"] = f"https://{post['headers']['host']}"
     post["cookies"] = [f"__session={admin_token(['ops'], subject='bob')}"]
     context = LambdaContext()
     answer = http.handler(post, context)
