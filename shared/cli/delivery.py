@@ -150,8 +150,10 @@ def register(sub: Any) -> None:
         p.add_argument("id", nargs="?")
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
+    from shared.delivery.channels import CHANNELS
+
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
-    p.add_argument("channel", help="webhook, slack, telegram or email")
+    p.add_argument("channel", choices=sorted(CHANNELS), help="the channel to send on")
     p.add_argument("recipient", help="URL, Slack channel, Telegram chat id or email address")
     p.add_argument("--text")
     p.add_argument("--payload", help="the whole payload as a JSON object")

@@ -2,6 +2,11 @@
 
 Feature modules add subcommands through ``COMMAND_MODULES``: each module has
 ``register(subparsers)`` that adds its parsers with ``func=`` set.
+
+Exit codes (the README's table): 0 done; 1 error (the run errored, a store or
+provider failed); 2 the command ran and reported failures; 64 usage (bad
+arguments, an unknown job, topic, flag, channel or id, invalid input, a refused
+state change); 78 configuration (a setting is missing or invalid).
 """
 
 from __future__ import annotations
@@ -15,11 +20,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shared.core.errors import SluiceError
+from shared.core.errors import ConfigurationError, RequestError, SluiceError
 from shared.core.times import iso_z, json_default
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery"]
+
+EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the usage exit code of the table above (argparse's own is 2)."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def exit_code(exc: SluiceError) -> int:
+    if isinstance(exc, RequestError):
+        return EXIT_USAGE
+    if isinstance(exc, ConfigurationError):
+        return EXIT_CONFIG
+    return EXIT_ERROR
 
 
 def operator(by: str | None = None) -> str:
@@ -97,7 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{job.name}: {outcome.outcome}")
         for key, value in outcome.body.items():
             print(f"  {key}: {json.dumps(value, default=json_default)}")
-    return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
+    return {"ok": EXIT_OK, "skipped": EXIT_OK, "failures": EXIT_FAILURES}.get(outcome.outcome,
+                                                                             EXIT_ERROR)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -169,7 +193,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sluice", description=__doc__.splitlines()[0])
+    parser = Parser(prog="sluice", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
@@ -207,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except SluiceError as exc:
         print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -67,14 +67,17 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
-    _print(publisher_of(_services()).publish(args.topic, fields).to_dict())
-    return 0
+    published = publisher_of(_services()).publish(args.topic, fields)
+    _print(published.to_dict())
+    return 0 if published.dispatched else 2
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
+    from shared.jobs.runs import RunStore
     from shared.store.flags import FlagStore
 
-    flags = FlagStore(_services().state)
+    services = _services()
+    flags = FlagStore(services.state)
     if args.key is None:
         _print({"flags": flags.all()})
         return 0
@@ -86,7 +89,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
         body["clearOverride"] = True
     else:
         body["enabled"] = args.value == "on"
-    _print(flags.apply(body, actor=_actor()))
+    _print(flags.apply(body, actor=_actor(), audit=RunStore(services.db)))
     return 0
 
 

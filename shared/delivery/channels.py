@@ -300,3 +300,10 @@ def build_adapters(settings: Settings, client: httpx.Client) -> dict[str, Channe
     if settings.smtp_host and settings.smtp_from:
         adapters["email"] = EmailAdapter(smtp_connector(settings), settings.smtp_from)
     return adapters
+
+
+# Every channel Sluice can send on, by name: the one list that commands and checks read.
+CHANNELS: dict[str, type] = {
+    adapter.name: adapter for adapter in (WebhookAdapter, SlackAdapter, TelegramAdapter,
+                                          EmailAdapter)
+}

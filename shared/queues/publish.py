@@ -335,18 +335,24 @@ class LocalDeadLetters:
             return tx.execute(Q.dead_letter_purge, {"topic": topic})
 
 
+# In-process outcomes that mean the message was handled.
+LOCAL_HANDLED = frozenset({"done", "duplicate"})
+
+
 class Published(NamedTuple):
     topic: str
     message_id: str | None
     idempotency_key: str
     mode: Mode
-    dispatched: bool
+    dispatched: bool  # sent to SQS, or handled by the in-process consumer (done / duplicate)
     message: dict[str, Any]
+    outcome: str = "sent"  # sqs: sent; local: the consumer's outcome, or no_handler
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "messageId": self.message_id,
                 "idempotencyKey": self.idempotency_key, "mode": self.mode,
-                "dispatched": self.dispatched}
+                "dispatched": self.dispatched, "outcome": self.outcome, "reason": self.reason}
 
 
 class Publisher:
@@ -403,6 +409,8 @@ class Publisher:
         if consumer is None:
             logger.warning(f"[queues:{topic}] no in-process handler registered; message dropped",
                            extra={"messageId": message_id, "idempotencyKey": key})
-            return Published(topic, message_id, key, "local", False, message)
-        consumer.deliver_local(body, message_id)
-        return Published(topic, message_id, key, "local", True, message)
+            return Published(topic, message_id, key, "local", False, message, "no_handler")
+        decision = consumer.deliver_local(body, message_id)
+        outcome = str(decision.outcome.value)
+        return Published(topic, message_id, key, "local", outcome in LOCAL_HANDLED, message,
+                         outcome, decision.reason)

@@ -121,10 +121,10 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     redriven = run_cli(["delivery", "redrive", entry["id"], "--by", "oncall", "--json"], env)
     assert json.loads(redriven.stdout)["status"] == "pending"
     conflict = run_cli(["delivery", "purge", entry["id"]], env)
-    assert conflict.returncode == 2 and "only a failed entry can be purged" in conflict.stderr
-    assert run_cli(["delivery", "redrive"], env).returncode == 2
+    assert conflict.returncode == 64 and "only a failed entry can be purged" in conflict.stderr
+    assert run_cli(["delivery", "redrive"], env).returncode == 64
     assert run_cli(["delivery", "enqueue", "telegram", "1", "--payload", "[1]"],
-                   env).returncode == 2
+                   env).returncode == 64
 
     drained = run_cli(["run", "delivery-drain", "--json"], env)
     assert drained.returncode == 2 and json.loads(drained.stdout)["failed"] == 1

@@ -104,11 +104,11 @@ def test_the_command_line_lifecycle(env: dict[str, str], svc: Services) -> None:
     assert run_cli(["erasure", "purge", "--dry-run", "--json"], env).returncode == 0
 
     refused = run_cli(["erasure", "cancel", request_id], env)
-    assert refused.returncode == 2 and "conflict" in refused.stderr
+    assert refused.returncode == 64 and "conflict" in refused.stderr
     missing = run_cli(["erasure", "show", "nope"], env)
-    assert missing.returncode == 2 and "no erasure request 'nope'" in missing.stderr
+    assert missing.returncode == 64 and "no erasure request 'nope'" in missing.stderr
     bad = run_cli(["erasure", "request", "u8", "--grace-days", "-3"], env)
-    assert bad.returncode == 2 and "graceDays must be between 0 and 365" in bad.stderr
+    assert bad.returncode == 64 and "graceDays must be between 0 and 365" in bad.stderr
 
     actions = {(a["actor"], a["action"]) for a in RunStore(svc.db).recent_audit()}
     assert {("dpo", "erasure:create"), ("dpo", "erasure:confirm")} <= actions

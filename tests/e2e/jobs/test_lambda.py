@@ -48,6 +48,23 @@ def test_a_scheduled_event_runs_the_job(event_name: str, lambda_env: dict[str, s
     db.close()
 
 
+def test_a_job_that_errored_fails_the_invocation_after_recording_it(
+        lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.jobs.registry import JOBS, Job
+
+    monkeypatch.setitem(JOBS, "state-cleanup", Job(
+        name="state-cleanup", route="/api/admin/state/cleanup", schedule="rate(1 day)",
+        surface="state", target="tests.integration.jobs.test_cron_contract:boom"))
+    cron = fresh_import("functions.cron", monkeypatch, lambda_env)
+    context = LambdaContext()
+    with pytest.raises(cron.JobErrored) as raised:
+        cron.handler(load_event("scheduled_event"), context)
+    assert raised.value.context["body"]["error"]["code"] == "internal_error"
+    [run] = RunStore(cron.SERVICES.db).recent("state-cleanup")
+    assert run["outcome"] == "error" and run["request_id"] == context.aws_request_id
+    cron.SERVICES.close()
+
+
 @pytest.mark.parametrize("event", [
     {"source": "aws.events"},  # a body that merely claims to be scheduled
     {"detail-type": "Scheduled Event", "source": "my.app"},

@@ -128,7 +128,8 @@ def test_in_process_dlq_and_redrive(sqlite_url: str,
     Consumer("rss.ingest", handler, services, registry=registry)
     publisher = Publisher(services.settings, registry=registry)
     published = publisher.publish("rss.ingest", {"batchId": "local-1"})
-    assert published.mode == "local" and published.dispatched
+    assert published.mode == "local" and not published.dispatched
+    assert (published.outcome, published.reason) == ("dead_lettered", "downstream is down")
     assert handler.runs == {"local-1": 5}
     dlq = DeadLetters(services, publisher=publisher, sleep=lambda s: None)
     [item] = dlq.list_letters("rss.ingest")["items"]
