@@ -17,7 +17,8 @@ import importlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from shared.core.errors import ConfigurationError, RequestError, SluiceError
@@ -70,6 +71,26 @@ def command_group(sub: Any, name: str, help: str) -> Callable[[str, Any, str],
         return p
 
     return add
+
+
+@contextmanager
+def audited(services: Any, actor: str, action: str, target: str | None,
+            detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """An operator's action, audited like the API's: the row is written (outcome
+    ``started``) before the block runs and settled after it with ``record["outcome"]``
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    from shared.jobs.runs import RunStore
+
+    runs = RunStore(services.db)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
+    audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
+                          ip=None, detail=detail)
+    try:
+        yield record
+    except SluiceError as exc:
+        runs.complete_audit(audit_id, exc.code, record["detail"], record["target"])
+        raise
+    runs.complete_audit(audit_id, str(record["outcome"]), record["detail"], record["target"])
 
 
 def services(*, migrate_embedded: bool = True) -> Any:

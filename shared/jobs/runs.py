@@ -124,11 +124,12 @@ class RunStore:
         return audit_id
 
     def complete_audit(self, audit_id: str, outcome: str,
-                       detail: dict[str, Any] | None = None) -> None:
-        """Settle a row written with outcome ``started`` before its action ran."""
+                       detail: dict[str, Any] | None = None, target: str | None = None) -> None:
+        """Settle a row written with outcome ``started`` before its action ran (``target``
+        when the action named it only as it ran, e.g. a created request's id)."""
         with self.db.transaction() as tx:
             tx.execute(Q.complete_audit, {
-                "id": audit_id, "outcome": outcome,
+                "id": audit_id, "outcome": storable(outcome), "target": storable(target),
                 "detail": tx.json(storable(detail)) if detail is not None else None,
             })
 

@@ -327,7 +327,7 @@ class DeadLetters:
                 done = {r["id"] for r in result["redriven"]} if not dry_run else set()
                 self._release(name, [d for d in chosen if d.id not in done])
         result["count"] = len(result["redriven"])
-        self._audit("dlq.redrive", name, actor, "dry_run" if dry_run else (
+        self._audit("dlq:redrive", name, actor, "dry_run" if dry_run else (
             "failures" if result["failed"] else "ok"),
             {"ids": [d.id for d in chosen], "dryRun": dry_run, "count": result["count"],
              "failed": result["failed"]})
@@ -369,5 +369,5 @@ class DeadLetters:
             purged = self.local.purge(name)
         else:
             purged = sum(self.local.delete(name, i) for i in ids)
-        self._audit("dlq.purge", name, actor, "ok", {"ids": ids, "purged": purged})
+        self._audit("dlq:purge", name, actor, "ok", {"ids": ids, "purged": purged})
         return {"queue": name, "purged": purged}

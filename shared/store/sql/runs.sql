@@ -45,7 +45,8 @@ INSERT INTO admin_audit (id, actor, action, target, outcome, ip, at, detail)
 VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
 
 -- name: complete_audit
-UPDATE admin_audit SET outcome = :outcome, detail = :detail WHERE id = :id
+UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
+WHERE id = :id
 
 -- name: delete_old_runs_batch
 DELETE FROM job_runs WHERE id IN (

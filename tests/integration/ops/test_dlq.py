@@ -93,7 +93,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     poll(urls["rss.ingest"], rotated_consumer.lambda_handler)
     assert handler.runs["poison-1"] == 2
 
-    audit = [r for r in RunStore(services.db).recent_audit() if r["action"] == "dlq.redrive"]
+    audit = [r for r in RunStore(services.db).recent_audit() if r["action"] == "dlq:redrive"]
     assert [r["outcome"] for r in audit] == ["ok", "dry_run"]
     assert audit[0]["actor"] == "admin-1" and audit[0]["target"] == "dlq:rss.ingest"
 
@@ -232,5 +232,5 @@ def test_failed_deliveries_are_a_dlq_too(db_url: str,
     assert dead.purge("delivery", actor="ops-1") == {"queue": "delivery", "purged": 1}
     assert dead.depth("delivery") == 0
     actions = [(a["action"], a["target"], a["actor"]) for a in RunStore(services.db).recent_audit()]
-    assert ("dlq.purge", "dlq:delivery", "ops-1") in actions
-    assert ("dlq.redrive", "dlq:delivery", "ops-1") in actions
+    assert ("dlq:purge", "dlq:delivery", "ops-1") in actions
+    assert ("dlq:redrive", "dlq:delivery", "ops-1") in actions
