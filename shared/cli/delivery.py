@@ -108,7 +108,7 @@ def _one_id(args: argparse.Namespace) -> str:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     import httpx
 
-    from shared.delivery.drain import Deliverer, Outcome
+    from shared.delivery.drain import AttemptOutcome, Deliverer
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
@@ -130,7 +130,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)
     _print(args, entry.to_json())
-    return EXIT_OK if outcome in (None, Outcome.ACKED, Outcome.RETRY) else EXIT_FAILED
+    return EXIT_OK if outcome in (None, AttemptOutcome.ACKED, AttemptOutcome.RETRY) else EXIT_FAILED
 
 
 def register(sub: Any) -> None:

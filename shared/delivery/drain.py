@@ -39,7 +39,9 @@ from shared.jobs.registry import Deadline, JobContext
 from shared.store.db import utcnow
 
 
-class Outcome(StrEnum):
+class AttemptOutcome(StrEnum):
+    """How one send attempt of a delivery entry ended."""
+
     ACKED = "acked"
     RETRY = "retry"  # back to pending, on the schedule
     FAILED = "failed"  # permanent error or no adapter
@@ -73,7 +75,7 @@ class Deliverer:
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any], *,
                 idempotency_key: str | None = None,
-                subject_user_id: str | None = None) -> tuple[DeliveryEntry, Outcome | None]:
+                subject_user_id: str | None = None) -> tuple[DeliveryEntry, AttemptOutcome | None]:
         """Enqueue, send, settle. With a key already stored, nothing is sent again:
         ``(that entry, None)``."""
         entry, created = self.store.enqueue(channel, recipient, payload,
@@ -85,7 +87,7 @@ class Deliverer:
         outcome = self.attempt(entry)
         return self.store.get(entry.id), outcome
 
-    def attempt(self, entry: DeliveryEntry) -> Outcome:
+    def attempt(self, entry: DeliveryEntry) -> AttemptOutcome:
         """Send one claimed (``in_flight``) entry and settle it."""
         adapter = self.adapters.get(entry.channel)
         if adapter is None:
@@ -103,20 +105,20 @@ class Deliverer:
             logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                            f"failed: {describe(exc)}", extra={"next": status})
             if status is None:
-                return Outcome.STALE
-            return Outcome.RETRY if status is DeliveryStatus.PENDING else Outcome.GAVE_UP
+                return AttemptOutcome.STALE
+            return AttemptOutcome.RETRY if status is DeliveryStatus.PENDING else AttemptOutcome.GAVE_UP
         crash_point("delivery.after_send")
         if self.store.ack(entry, message_id, self._ms(started)):
-            return Outcome.ACKED
+            return AttemptOutcome.ACKED
         logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
                        "another attempt may send it again")
-        return Outcome.STALE
+        return AttemptOutcome.STALE
 
-    def _failed(self, entry: DeliveryEntry, error: BaseException, duration: int | None) -> Outcome:
+    def _failed(self, entry: DeliveryEntry, error: BaseException, duration: int | None) -> AttemptOutcome:
         reason = describe(error)
         logger.warning(f"[delivery] {entry.channel} {entry.id} failed for good: {reason}")
-        return Outcome.FAILED if self.store.fail(entry, reason, duration_ms=duration) \
-            else Outcome.STALE
+        return AttemptOutcome.FAILED if self.store.fail(entry, reason, duration_ms=duration) \
+            else AttemptOutcome.STALE
 
     def _ms(self, started: float) -> int:
         return int((self.clock() - started) * 1000)
@@ -135,11 +137,11 @@ class Deliverer:
                 break
             crash_point("delivery.after_claim")
             outcome = self.attempt(claimed[0])
-            if outcome is Outcome.ACKED:
+            if outcome is AttemptOutcome.ACKED:
                 summary["recovered"] += 1
-            elif outcome is Outcome.FAILED:
+            elif outcome is AttemptOutcome.FAILED:
                 summary["failed"] += 1
-            elif outcome is Outcome.GAVE_UP:
+            elif outcome is AttemptOutcome.GAVE_UP:
                 summary["skippedMaxRetries"] += 1
             progress(f"delivery-drain: {summary['recovered']} delivered, "
                      f"{summary['failed'] + summary['skippedMaxRetries']} failed")

@@ -45,7 +45,9 @@ Handler = Callable[[dict[str, Any], Delivery], None]
 ERROR_MESSAGE_LIMIT = 500
 
 
-class Outcome(Enum):
+class MessageOutcome(Enum):
+    """What the consumer did with one received queue message."""
+
     DONE = "done"
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
@@ -54,7 +56,7 @@ class Outcome(Enum):
 
 
 class Decision(NamedTuple):
-    outcome: Outcome
+    outcome: MessageOutcome
     delay_s: int = 0
     reason: str | None = None
 
@@ -142,24 +144,24 @@ class Consumer:
         if self._completed(key, delivery):
             logger.info(f"[{self._context}] already completed; acknowledged",
                         extra={"messageId": delivery.message_id, "idempotencyKey": key})
-            return Decision(Outcome.DUPLICATE)
+            return Decision(MessageOutcome.DUPLICATE)
         try:
             self.handler(message, delivery)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             reporter.error(self._context, exc, messageId=delivery.message_id,
                            deliveryCount=delivery.delivery_count)
             if delivery.delivery_count < self.max_attempts:
-                return Decision(Outcome.RETRY, backoff_s(delivery.delivery_count), str(exc))
+                return Decision(MessageOutcome.RETRY, backoff_s(delivery.delivery_count), str(exc))
             self._dead_letter(dead_letter_summary(message, delivery, exc,
                                                   js_iso(self._now())), key)
             reporter.metric("QueueDeadLettered", 1, topic=self.topic)
-            return Decision(Outcome.DEAD_LETTERED, reason=str(exc))
+            return Decision(MessageOutcome.DEAD_LETTERED, reason=str(exc))
         if self._batch is not None:
             self._batch.done.add(key)
             self._batch.completed.append((key, self.topic, delivery.message_id))
         else:
             self.keys.complete(key, self.topic, delivery.message_id)
-        return Decision(Outcome.DONE)
+        return Decision(MessageOutcome.DONE)
 
     def _completed(self, key: str, delivery: Delivery) -> bool:
         batch = self._batch
@@ -177,7 +179,7 @@ class Consumer:
                                      messageId=delivery.message_id,
                                      deliveryCount=delivery.delivery_count)
         self.services.reporter.metric("QueueMessagesRejected", 1, topic=self.topic)
-        return Decision(Outcome.REJECTED, reason=reason)
+        return Decision(MessageOutcome.REJECTED, reason=reason)
 
     def _now(self) -> Any:
         from shared.store.db import utcnow
@@ -217,7 +219,7 @@ class Consumer:
             self.services.reporter.error(self._context, exc, during="consume",
                                          messageId=record.message_id)
             raise
-        if decision.outcome is Outcome.RETRY:
+        if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
 
@@ -254,10 +256,10 @@ class Consumer:
     # --- in process (not provisioned) ----------------------------------------
 
     def deliver_local(self, body: str, message_id: str) -> Decision:
-        decision = Decision(Outcome.RETRY)
+        decision = Decision(MessageOutcome.RETRY)
         for attempt in range(1, self.max_attempts + 1):
             decision = self.handle(body, Delivery(message_id, self.topic, attempt))
-            if decision.outcome is not Outcome.RETRY:
+            if decision.outcome is not MessageOutcome.RETRY:
                 break
             logger.warning(f"[{self._context}] retrying in process",
                            extra={"messageId": message_id, "attempt": attempt,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from shared.core.services import Services
-from shared.delivery.drain import Deliverer, Outcome
+from shared.delivery.drain import AttemptOutcome, Deliverer
 from shared.delivery.store import DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, get_job
 from shared.jobs.runner import run_job
@@ -207,7 +207,7 @@ def test_inline_delivery_is_write_ahead_and_a_repeated_key_is_not_resent(
                                            idempotency_key="notice:7", subject_user_id="u7")
         again, second = deliverer.deliver("webhook", providers.webhook.url, {"text": "now"},
                                           idempotency_key="notice:7")
-    assert outcome is Outcome.ACKED and entry.status is DeliveryStatus.ACKED
+    assert outcome is AttemptOutcome.ACKED and entry.status is DeliveryStatus.ACKED
     assert entry.attempts == 1 and entry.subject_user_id == "u7"
     assert second is None and again.id == entry.id
     assert len(providers.webhook.received) == 1

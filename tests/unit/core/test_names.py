@@ -1,0 +1,26 @@
+"""Names say what a thing is: no two classes in ``shared`` share a name (two different
+``Outcome`` enums, for one, would read alike at every call site)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+
+
+def test_every_class_name_in_shared_is_unique() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(SHARED.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(str(path.relative_to(SHARED)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_the_outcome_enums_name_what_they_describe() -> None:
+    from shared.delivery.drain import AttemptOutcome
+    from shared.queues.consumer import MessageOutcome
+
+    assert AttemptOutcome.ACKED.value == "acked" and MessageOutcome.DONE.value == "done"
