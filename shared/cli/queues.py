@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from shared.cli.main import operator, services
+from shared.cli.main import audited, operator, services
 from shared.core.errors import RequestError
 from shared.core.times import json_default
 
@@ -93,10 +93,10 @@ def cmd_flags(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dead_letters() -> Any:
+def _dead_letters(services: Any = None) -> Any:
     from shared.ops.deadletters import DeadLetters
 
-    return DeadLetters(_services())
+    return DeadLetters(services or _services())
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
@@ -122,8 +122,11 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_redrive(args: argparse.Namespace) -> int:
-    result = _dead_letters().redrive(args.name, ids=args.id or None, limit=args.limit,
-                                     dry_run=args.dry_run, actor=_actor())
+    services = _services()
+    with audited(services, _actor(), "dlq:redrive", f"dlq:{args.name}") as record:
+        result = _dead_letters(services).redrive(args.name, ids=args.id or None, limit=args.limit,
+                                         dry_run=args.dry_run, actor=_actor())
+        record.update(outcome="dry_run" if args.dry_run else f"redriven={result['count']}")
     _print(result)
     return 2 if result["failed"] else 0
 
@@ -131,7 +134,11 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> int:
 def cmd_dlq_purge(args: argparse.Namespace) -> int:
     if not args.id and not args.all:
         raise RequestError("give --id ID (repeatable) or --all")
-    _print(_dead_letters().purge(args.name, ids=args.id or None, actor=_actor()))
+    services = _services()
+    with audited(services, _actor(), "dlq:purge", f"dlq:{args.name}") as record:
+        result = _dead_letters(services).purge(args.name, ids=args.id or None, actor=_actor())
+        record["outcome"] = f"purged={result['purged']}"
+    _print(result)
     return 0
 
 

@@ -199,14 +199,25 @@ def create_app(services: Services) -> FastAPI:
                 await run_in_threadpool(runs.complete_audit, audit_id, outcome,
                                         audit_detail(request))
             else:
+                known = getattr(request.state, "actor", None)
+                actor = known if isinstance(known, str) and known else \
+                    await run_in_threadpool(_presented_subject, request)
                 await run_in_threadpool(
-                    runs.audit, actor=getattr(request.state, "actor", None) or "anonymous",
+                    runs.audit, actor=actor,
                     action=action_name(request), target=request.url.path, outcome=outcome,
                     ip=client_ip(request), detail=audit_detail(request))
         except SluiceError as exc:
             # The action (if any) ran after its row was written; the response stands.
             services.reporter.error("http.audit", exc, path=request.url.path,
                                     auditId=audit_id, outcome=outcome)
+
+    def _presented_subject(request: Request) -> str:
+        """Who a request refused before authentication claims to be, when its token
+        verifies (a refused query string, say); else ``anonymous``."""
+        try:
+            return services.admin.verify(admin_token(request)).subject
+        except SluiceError:
+            return "anonymous"
 
     @app.exception_handler(SluiceError)
     async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:

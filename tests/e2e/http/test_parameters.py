@@ -77,6 +77,10 @@ def test_loose_or_unknown_parameters_are_a_400_naming_them_and_nothing_runs(
     assert named in error["message"]
     assert count_subject(svc, "u1")["ai_usage_ledger"] == 3, "nothing was purged"
     assert RunStore(svc.db).recent("erasure-purge") == []
+    if method == "POST":
+        refused = RunStore(svc.db).recent_audit()[0]
+        assert (refused["actor"], refused["action"], refused["outcome"]) == (
+            "dpo-1", "erasure-purge:admin", "400")
 
 
 def test_an_admin_only_parameter_is_refused_on_the_cron_get(client: TestClient) -> None:
