@@ -1,18 +1,24 @@
-"""SQS-triggered consumers, one function per topic (serverless.yml binds each to its queue).
+"""SQS-triggered consumers: one function per topic, each naming its topic in ``SLUICE_TOPIC``.
 
-Each handler is the shared consumer wrapper: verify, dedupe, run, back off, dead-letter.
+The handler is the shared consumer wrapper: verify, dedupe, run, back off, dead-letter.
+Without a signing secret the module fails to import, so the function never consumes
+(its messages stay on the queue, then the redrive policy moves them to the DLQ).
 This module must stay free of the HTTP stack (FastAPI) so a consumer cold-starts light.
 """
 
 from __future__ import annotations
 
+import os
+
+from shared.core.errors import ConfigurationError
 from shared.core.services import Services
-from shared.queues.topics import consumers_for
+from shared.queues.runtime import consumers_for
+from shared.queues.topics import get_topic
 
+if not os.environ.get("SLUICE_TOPIC"):
+    raise ConfigurationError("SLUICE_TOPIC must name the topic this function consumes")
+TOPIC = get_topic(os.environ["SLUICE_TOPIC"])
 SERVICES = Services.from_env()
-CONSUMERS = consumers_for(SERVICES)
+CONSUMER = consumers_for(SERVICES, topics=(TOPIC.name,))[TOPIC.name]
 
-ingest = CONSUMERS["rss.ingest"].lambda_handler
-enrich = CONSUMERS["rss.enrich"].lambda_handler
-cluster = CONSUMERS["rss.cluster"].lambda_handler
-synthesize = CONSUMERS["rss.synthesize"].lambda_handler
+handler = CONSUMER.lambda_handler

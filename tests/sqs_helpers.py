@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from shared.queues.publish import TOPICS, VISIBILITY_TIMEOUT_S, dlq_name, queue_name
+from shared.queues.topics import TOPICS, VISIBILITY_TIMEOUT_S, dlq_name, queue_name
 
 REGION = "eu-north-1"
 
@@ -28,7 +28,7 @@ def new_prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}-"
 
 
-def create_queues(prefix: str, topics: tuple[str, ...] = TOPICS, *,
+def create_queues(prefix: str, topics: tuple[str, ...] = tuple(TOPICS), *,
                   max_receive_count: int = 8) -> dict[str, str]:
     """Each topic's queue and its -dlq (the redrive policy is only the backstop)."""
     client = sqs_client()

@@ -8,9 +8,15 @@ Three lists (queue, processing, dlq; see ``shared.store.redis_clients``). Each r
 2. **claim** up to ``batch_size`` entries with ``LMOVE`` queue→processing, never a pop,
    so a crash after the claim leaves every entry recoverable;
 3. **insert** the batch into the ledger (and its outbox rows) in one transaction;
+   entries of an erased user (a tombstone names them) are dropped and counted in
+   ``erased``;
 4. **settle**: remove each entry from processing, and in the same atomic step put a
-   failed one back on the queue (``attempts`` + 1) or, at ``MAX_ATTEMPTS`` or when
-   malformed, on the DLQ.
+   failed one back on the queue or, at ``MAX_ATTEMPTS`` or when malformed, on the DLQ.
+
+Steps 2-4 repeat, a batch at a time, until the queue is empty or the deadline passes.
+Only an entry Postgres refused counts an attempt (``attempts`` + 1): when Postgres is
+unreachable (a ``TransientStoreError``) the batch goes back unchanged and the run
+stops, so an outage of any length dead-letters nothing.
 
 Steps 1, 2 and 4 are Lua scripts (``EVAL``, which redis-py and Upstash REST both
 speak): a batch of 100 costs a handful of round trips, not 300, while each entry is
@@ -24,10 +30,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, insert_entries
+from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, write_entries
 from shared.core.crash import crash_point
 from shared.core.errors import PermanentStoreError, RequestError, TransientStoreError
-from shared.jobs.registry import Deadline, JobContext, Result
+from shared.jobs.registry import Deadline, Fence, JobContext, Result
 from shared.store.db import Database
 from shared.store.redis_clients import (
     LEDGER_RETRY_DLQ,
@@ -93,18 +99,25 @@ Op = Literal["ack", "requeue", "dlq"]
 class Settlement:
     """What to do with each claimed item, decided before anything is written to Redis."""
 
-    __slots__ = ("errors", "steps", "stop")
+    __slots__ = ("erased", "errors", "steps", "stop")
 
     def __init__(self) -> None:
         self.steps: list[tuple[Op, str, str]] = []
         self.errors: list[str] = []
         self.stop = False
+        self.erased = 0
 
     def ack(self, raw: str) -> None:
         self.steps.append(("ack", raw, ""))
 
     def dead(self, raw: str, reason: str, now: datetime) -> None:
         self.steps.append(("dlq", raw, dead_letter(raw, reason, now)))
+
+    def later(self, raw: str, envelope: RetryEnvelope, error: str) -> None:
+        """Back on the queue with its attempts unchanged: the store, not the entry, failed."""
+        retried = RetryEnvelope(envelope.id, envelope.attempts, envelope.enqueued_at, error,
+                                envelope.entry)
+        self.steps.append(("requeue", raw, retried.to_json()))
 
     def failed(self, raw: str, envelope: RetryEnvelope, error: str, now: datetime) -> None:
         attempts = envelope.attempts + 1
@@ -152,7 +165,8 @@ def _parse(raw: str) -> tuple[RetryEnvelope, UsageEntry]:
     return envelope, entry
 
 
-def decide(db: Database, claimed: list[str], now: datetime) -> Settlement:
+def decide(db: Database, claimed: list[str], now: datetime, *,
+           fence: Fence | None = None) -> Settlement:
     """Insert what can be inserted and say what becomes of every claimed item."""
     plan = Settlement()
     valid: list[tuple[str, RetryEnvelope, UsageEntry]] = []
@@ -166,71 +180,89 @@ def decide(db: Database, claimed: list[str], now: datetime) -> Settlement:
     if not valid:
         return plan
     try:
-        insert_entries(db, [entry for _, _, entry in valid])
+        written = write_entries(db, [entry for _, _, entry in valid], fence=fence)
     except TransientStoreError as exc:
-        # Postgres is away: every entry waits for the next run, which is all we can do.
+        # Postgres is away: every entry waits for the next run, its attempts untouched.
         message = f"{exc.code}: {exc.message}"
         for raw, envelope, _ in valid:
-            plan.failed(raw, envelope, message, now)
+            plan.later(raw, envelope, message)
         plan.error(message)
         plan.stop = True
         return plan
     except PermanentStoreError:
         # One entry poisons the batch: insert them one by one so only it pays.
-        return _one_by_one(db, valid, plan, now)
+        return _one_by_one(db, valid, plan, now, fence)
     crash_point("redrive.after_insert")
+    plan.erased += len(written.erased)
     for raw, _, _ in valid:
         plan.ack(raw)
     return plan
 
 
 def _one_by_one(db: Database, valid: list[tuple[str, RetryEnvelope, UsageEntry]],
-                plan: Settlement, now: datetime) -> Settlement:
+                plan: Settlement, now: datetime, fence: Fence | None) -> Settlement:
     for raw, envelope, entry in valid:
+        if plan.stop:
+            plan.later(raw, envelope, envelope.last_error or "not tried: the store failed")
+            continue
         try:
-            insert_entries(db, [entry])
+            written = write_entries(db, [entry], fence=fence)
         except TransientStoreError as exc:
-            plan.failed(raw, envelope, f"{exc.code}: {exc.message}", now)
+            plan.later(raw, envelope, f"{exc.code}: {exc.message}")
             plan.error(f"{exc.code}: {exc.message}")
             plan.stop = True
         except PermanentStoreError as exc:
             plan.failed(raw, envelope, f"{exc.code}: {exc.message}", now)
             plan.error(f"{entry.id}: {exc.code}: {exc.message}")
         else:
+            plan.erased += len(written.erased)
             plan.ack(raw)
     return plan
 
 
 def redrive(redis: RedisClient, db: Database, *, now: datetime, deadline: Deadline,
-            batch_size: int = DEFAULT_REDRIVE_BATCH_SIZE, max_batches: int = 1) -> Result:
+            batch_size: int = DEFAULT_REDRIVE_BATCH_SIZE, max_batches: int | None = None,
+            fence: Fence | None = None) -> Result:
+    """Batches of ``batch_size`` until the queue is empty, the deadline passes, the store
+    fails, or ``max_batches`` (None: no limit) have run."""
     result: Result = {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
-                      "errors": []}
+                      "erased": 0, "errors": [], "reason": None}
     reclaim(redis)
     crash_point("redrive.after_reclaim")
-    for _ in range(max_batches):
+    batches = 0
+    while max_batches is None or batches < max_batches:
         if deadline.expired():
+            result["reason"] = "deadline"
             break
+        if fence is not None:  # a lost lease stops the run before it claims again
+            with db.transaction() as tx:
+                fence.check(tx)
         claimed = claim(redis, batch_size)
         if not claimed:
             break
+        batches += 1
         crash_point("redrive.after_claim")
         result["drained"] += len(claimed)
-        plan = decide(db, claimed, now)
+        plan = decide(db, claimed, now, fence=fence)
         crash_point("redrive.before_ack")
         acked, requeued, dead = settle(redis, plan.steps)
-        result["succeeded"] += acked
+        result["succeeded"] += acked - plan.erased
+        result["erased"] += plan.erased
         result["requeued"] += requeued
         result["deadLettered"] += dead
         result["errors"].extend(plan.errors)
-        if plan.stop or len(claimed) < batch_size:
+        if plan.stop:
+            result["reason"] = "store_unavailable"
+            break
+        if len(claimed) < batch_size:
             break
     return result
 
 
-def _batches(ctx: JobContext) -> int:
+def _batches(ctx: JobContext) -> int | None:
     raw = ctx.params.get("batches")
     if raw is None:
-        return 1
+        return None
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_BATCHES_PER_RUN:
         raise RequestError(f"batches must be a whole number from 1 to {MAX_BATCHES_PER_RUN}")
     return int(raw)
@@ -238,8 +270,8 @@ def _batches(ctx: JobContext) -> int:
 
 def run_ledger_redrive(ctx: JobContext) -> Result:
     redis: RedisClient | None = ctx.services.redis
-    if redis is None:
-        return {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
-                "errors": ["redis_not_configured"]}
+    if redis is None:  # nothing can be waiting: an ok outcome with its reason
+        return {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0, "erased": 0,
+                "errors": [], "reason": "redis_not_configured"}
     return redrive(redis, ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
-                   max_batches=_batches(ctx))
+                   max_batches=_batches(ctx), fence=ctx.fence)

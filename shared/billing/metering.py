@@ -3,8 +3,21 @@
 One Polar request in flight at a time, and each claimed row is marked ``processed``
 or ``failed`` before the next is claimed, so a crash re-delivers at most the rows in
 flight. The outbox id is the event's ``external_id``, which Polar deduplicates on: a
-re-delivered row is harmless. The attempt is counted at the claim, so a row that
-keeps killing the process still reaches ``MAX_METERING_ATTEMPTS``.
+re-delivered row is harmless. A run keeps claiming until the outbox is empty or its
+deadline passes.
+
+Attempts: only a send Polar judged counts against a row. The attempt is counted at
+the claim (so a row whose send keeps killing the process, or whose outcome is never
+recorded, still reaches ``MAX_METERING_ATTEMPTS``), then settled by the answer:
+
+- counts: a 4xx refusing the event (uses up every attempt at once), and a 5xx or a
+  timeout after the request was sent, when the next request succeeds;
+- given back: 429 / ``Retry-After`` (``rate_limited``), 401/403
+  (``polar_unauthorized``), a connection that never reached Polar, and every request
+  of a run of ``MAX_CONSECUTIVE_TRANSIENT`` transient answers in a row
+  (``provider_unavailable``): the provider or Sluice's configuration was the problem;
+- a store that fails between the send and the mark leaves the attempt counted (the
+  outcome is unknown, as after a crash).
 """
 
 from __future__ import annotations
@@ -18,12 +31,13 @@ import httpx
 
 from shared.billing.usage import MAX_METERING_ATTEMPTS, iso
 from shared.core.crash import crash_point
-from shared.jobs.registry import Deadline, JobContext, Result
-from shared.store.db import Database, load_queries
+from shared.jobs.registry import Deadline, Fence, JobContext, Result
+from shared.store.db import Database, Tx, load_queries
 
 Q = load_queries("usage")
 
-DEFAULT_FLUSH_LIMIT = 100
+# Rows a run sends at most (a bound on one run, not a page: a run goes on to its deadline).
+DEFAULT_FLUSH_LIMIT = 100_000
 INGEST_PATH = "/v1/events/ingest"
 IN_FLIGHT_NOTE = "in flight: claimed by metering-flush, outcome unknown"
 # Transient answers in a row after which the run stops, so an outage does not spend
@@ -65,6 +79,12 @@ class IngestOutcome:
     error: str | None = None
     retry_after: float | None = None
     event_errors: dict[int, str] = field(default_factory=dict)  # index in the request -> error
+    reached: bool = True  # False: the request never reached Polar (no connection)
+
+    def judged(self) -> bool:
+        """Whether Polar may have judged the events: a 5xx, or a timeout once sent."""
+        return (self.reached and self.verdict == "transient" and self.status != 429
+                and self.retry_after is None)
 
 
 class PolarClient:
@@ -79,7 +99,10 @@ class PolarClient:
         try:
             response = self.client.post(self.url, json={"events": events}, headers=self.headers)
         except httpx.HTTPError as exc:
-            return IngestOutcome("transient", error=f"network: {type(exc).__name__}: {exc}")
+            reached = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout,
+                                           httpx.UnsupportedProtocol))
+            return IngestOutcome("transient", error=f"network: {type(exc).__name__}: {exc}",
+                                 reached=reached)
         verdict = classify(response.status_code)
         if verdict == "ok":
             return IngestOutcome("ok", response.status_code)
@@ -114,13 +137,23 @@ def polar_event(row: dict[str, Any]) -> dict[str, Any]:
             "timestamp": iso(moment)}
 
 
+# How a failed row's attempt is settled: used up, kept (counted at the claim), given back.
+Charge = Literal["exhaust", "count", "refund"]
+
+
 class OutboxStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, fence: Fence | None = None) -> None:
         self.db = db
+        self.fence = fence
+
+    def _fenced(self, tx: Tx) -> None:
+        if self.fence is not None:
+            self.fence.check(tx)
 
     def claim(self, limit: int, *, tried: Collection[str] = ()) -> list[dict[str, Any]]:
         """Claim up to ``limit`` eligible rows, oldest first, leaving out ``tried`` ids."""
         with self.db.transaction() as tx:
+            self._fenced(tx)
             rows = tx.fetchall(Q.eligible_outbox,
                                {"limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
                                 "tried": tx.json(list(tried))})
@@ -129,18 +162,22 @@ class OutboxStore:
                                [{"id": row["id"], "note": IN_FLIGHT_NOTE} for row in rows])
         return rows
 
-    def settle(self, processed: list[str], failed: dict[str, tuple[str, bool]],
-               now: datetime) -> None:
-        """Mark rows in one transaction; ``failed`` maps id -> (error, permanent)."""
+    def settle(self, processed: list[str], failed: dict[str, tuple[str, Charge]],
+               now: datetime, *, refund: Collection[str] = ()) -> None:
+        """Mark rows in one transaction; ``failed`` maps id -> (error, charge); ``refund``
+        gives back the attempt of rows settled earlier in the run."""
         with self.db.transaction() as tx:
+            self._fenced(tx)
             if processed:
                 tx.executemany(Q.mark_outbox_processed,
                                [{"id": row_id, "now": now} for row_id in processed])
             if failed:
                 tx.executemany(Q.mark_outbox_failed, [
-                    {"id": row_id, "error": error[:2000], "exhaust": permanent,
-                     "max_attempts": MAX_METERING_ATTEMPTS}
-                    for row_id, (error, permanent) in failed.items()])
+                    {"id": row_id, "error": error[:2000], "exhaust": charge == "exhaust",
+                     "refund": charge == "refund", "max_attempts": MAX_METERING_ATTEMPTS}
+                    for row_id, (error, charge) in failed.items()])
+            if refund:
+                tx.executemany(Q.refund_outbox_attempt, [{"id": row_id} for row_id in refund])
 
     def eligible_count(self, *, tried: Collection[str] = ()) -> int:
         with self.db.transaction() as tx:
@@ -153,8 +190,9 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
           limit: int = DEFAULT_FLUSH_LIMIT, events_per_request: int = 1) -> Result:
     processed = failed = 0
     reason: str | None = None
-    transient_in_a_row = 0
-    tried: set[str] = set()
+    streak: list[str] = []  # rows of the current run of transient answers in a row
+    streak_requests = 0
+    tried: set[str] = set()  # rows that failed in this run: they wait for the next one
     while processed + failed < limit:
         if deadline.expired():
             reason = "deadline"
@@ -162,54 +200,63 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
         rows = store.claim(min(events_per_request, limit - processed - failed), tried=tried)
         if not rows:
             break
-        tried.update(row["id"] for row in rows)
         crash_point("metering.after_claim")
         done, errors, outcome = _send(polar, rows)
         crash_point("metering.after_send")
-        store.settle(done, errors, now)
+        tried.update(errors)
+        refund: list[str] = []
+        if outcome.verdict == "unauthorized":
+            reason = "polar_unauthorized"
+        elif outcome.verdict == "transient":
+            if outcome.reached and not outcome.judged():  # 429 or Retry-After
+                reason = "rate_limited"
+            else:
+                streak_requests += 1
+                streak.extend(row_id for row_id, (_, charge) in errors.items()
+                              if charge == "count")
+                if streak_requests >= MAX_CONSECUTIVE_TRANSIENT:
+                    reason = "provider_unavailable"
+        else:
+            streak, streak_requests = [], 0
+        if reason == "provider_unavailable":
+            # The run ends on an outage: none of its requests in a row was judged.
+            refund = [row_id for row_id in streak if row_id not in errors]
+            errors = {row_id: (error, "refund" if charge == "count" else charge)
+                      for row_id, (error, charge) in errors.items()}
+        store.settle(done, errors, now, refund=refund)
         crash_point("metering.after_mark")
         processed += len(done)
         failed += len(errors)
-        if outcome.verdict == "unauthorized":
-            reason = "polar_unauthorized"
+        if reason is not None:
             break
-        if outcome.verdict == "transient":
-            transient_in_a_row += 1
-            if outcome.retry_after is not None or outcome.status == 429:
-                reason = "rate_limited"
-                break
-            if transient_in_a_row >= MAX_CONSECUTIVE_TRANSIENT:
-                reason = "provider_unavailable"
-                break
-        else:
-            transient_in_a_row = 0
     # Rows this run did not reach because it ended early (not those it sent and failed).
     skipped = min(store.eligible_count(tried=tried), limit - processed - failed) if reason else 0
     return {"processed": processed, "failed": failed, "skipped": skipped, "reason": reason}
 
 
 def _send(polar: PolarClient, rows: list[dict[str, Any]]
-          ) -> tuple[list[str], dict[str, tuple[str, bool]], IngestOutcome]:
+          ) -> tuple[list[str], dict[str, tuple[str, Charge]], IngestOutcome]:
     """Send rows (one request, or more when Polar rejects single events); settle each."""
-    failed: dict[str, tuple[str, bool]] = {}
+    failed: dict[str, tuple[str, Charge]] = {}
     pending = rows
     while True:
         outcome = polar.ingest([polar_event(row) for row in pending])
         if outcome.verdict == "ok":
             return [row["id"] for row in pending], failed, outcome
         if outcome.verdict in ("transient", "unauthorized"):
+            charge: Charge = "count" if outcome.judged() else "refund"
             for row in pending:
-                failed[row["id"]] = (outcome.error or "transient", False)
+                failed[row["id"]] = (outcome.error or "transient", charge)
             return [], failed, outcome
         if not outcome.event_errors or len(outcome.event_errors) == len(pending):
             for i, row in enumerate(pending):
                 failed[row["id"]] = (outcome.event_errors.get(i) or outcome.error
-                                     or "rejected", True)
+                                     or "rejected", "exhaust")
             return [], failed, outcome
         # Polar refused the request for some events only: those fail for good, and the
         # rest (not ingested, since the request was refused) go again at once.
         for i, error in outcome.event_errors.items():
-            failed[pending[i]["id"]] = (error, True)
+            failed[pending[i]["id"]] = (error, "exhaust")
         pending = [row for i, row in enumerate(pending) if i not in outcome.event_errors]
 
 
@@ -220,6 +267,6 @@ def run_metering_flush(ctx: JobContext) -> Result:
     timeout = httpx.Timeout(min(10.0, max(1.0, ctx.deadline.remaining())))
     with httpx.Client(timeout=timeout) as client:
         polar = PolarClient(settings.polar_api_url, settings.polar_access_token, client=client)
-        return flush(OutboxStore(ctx.services.db), polar, now=ctx.started_at,
+        return flush(OutboxStore(ctx.services.db, ctx.fence), polar, now=ctx.started_at,
                      deadline=ctx.deadline, limit=DEFAULT_FLUSH_LIMIT,
                      events_per_request=settings.metering_events_per_request)

@@ -6,6 +6,11 @@ sends it to Polar. When Postgres is unreachable (a ``TransientStoreError``, noth
 else), the producer parks the entry in the Redis retry queue and ledger-redrive
 inserts it later, outbox row included, exactly as the producer would have.
 
+Both paths honour erasure tombstones (``erasure_tombstones``): an entry whose user
+was erased is dropped, never written (and a billable row whose customer was erased
+brings no outbox row), so a copy that waited in Redis through the purge does not
+bring the data back.
+
 The formats here are public contracts (a TypeScript producer writes them too); the
 README's "Contracts" section documents them.
 """
@@ -17,11 +22,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from shared.core.errors import RequestError, TransientStoreError
 from shared.core.times import iso_z
 from shared.store.db import Database, load_queries, utcnow
+
+if TYPE_CHECKING:
+    from shared.jobs.registry import Fence
 from shared.store.redis_clients import (
     LEDGER_RETRY_DLQ as RETRY_DLQ,
 )
@@ -147,22 +155,45 @@ def metering_row(entry: UsageEntry) -> dict[str, Any] | None:
     }
 
 
-def insert_entries(db: Database, entries: Iterable[UsageEntry]) -> set[str]:
+class Written(NamedTuple):
+    inserted: set[str]  # ids inserted now
+    erased: set[str]  # ids dropped: their user was erased (a tombstone names them)
+
+
+def write_entries(db: Database, entries: Iterable[UsageEntry], *,
+                  fence: Fence | None = None) -> Written:
     """Insert ledger rows idempotently, with the outbox rows of those that are new.
 
-    One transaction, two statements, whatever the batch size. Returns the ids that
-    were inserted now (ids already in the ledger are skipped, outbox row and all).
+    One transaction, three statements, whatever the batch size. Ids already in the
+    ledger are skipped, outbox row and all; entries of an erased user are dropped.
+    ``fence`` (a job run's) is checked in the same transaction.
     """
     batch = list(entries)
     if not batch:
-        return set()
+        return Written(set(), set())
     with db.transaction() as tx:
-        rows = tx.fetchall(Q.insert_ledger_rows, {"rows": tx.json([e.ledger_row() for e in batch])})
-        inserted = {row["id"] for row in rows}
-        outbox = [row for e in batch if e.id in inserted and (row := metering_row(e))]
+        if fence is not None:
+            fence.check(tx)
+        people = sorted({p for e in batch for p in (e.user_id, e.tenant_id) if p})
+        gone = {row["subject_user_id"] for row in tx.fetchall(
+            Q.erased_subjects, {"ids": tx.json(people)})} if people else set()
+        erased = {e.id for e in batch if e.user_id in gone}
+        keep = [e for e in batch if e.id not in erased]
+        inserted: set[str] = set()
+        if keep:
+            rows = tx.fetchall(Q.insert_ledger_rows,
+                               {"rows": tx.json([e.ledger_row() for e in keep])})
+            inserted = {row["id"] for row in rows}
+        outbox = [row for e in keep if e.id in inserted and (row := metering_row(e))
+                  and row["external_customer_id"] not in gone]
         if outbox:
             tx.execute(Q.insert_outbox_rows, {"rows": tx.json(outbox)})
-    return inserted
+    return Written(inserted, erased)
+
+
+def insert_entries(db: Database, entries: Iterable[UsageEntry]) -> set[str]:
+    """``write_entries``, returning the ids inserted now."""
+    return write_entries(db, entries).inserted
 
 
 # --- Redis retry envelopes ----------------------------------------------------
@@ -226,7 +257,7 @@ def dead_letter(raw: str, reason: str, now: datetime) -> str:
 
 # --- The producer -------------------------------------------------------------
 
-Recorded = Literal["recorded", "duplicate", "queued"]
+Recorded = Literal["recorded", "duplicate", "queued", "erased"]
 
 
 def record_usage(entry: UsageEntry, *, db: Database, redis: RedisClient | None,
@@ -235,16 +266,19 @@ def record_usage(entry: UsageEntry, *, db: Database, redis: RedisClient | None,
 
     If Postgres is unreachable, the entry goes to the Redis retry queue instead and
     ``"queued"`` is returned; any other error, or no Redis to fall back on, raises.
+    An entry of an erased user is dropped: ``"erased"``.
     """
     try:
-        inserted = insert_entries(db, [entry])
+        written = write_entries(db, [entry])
     except TransientStoreError as exc:
         if redis is None:
             raise
         envelope = RetryEnvelope.for_entry(entry, last_error=f"{exc.code}: {exc.message}", now=now)
         redis.lpush(RETRY_QUEUE, envelope.to_json())
         return "queued"
-    return "recorded" if entry.id in inserted else "duplicate"
+    if entry.id in written.erased:
+        return "erased"
+    return "recorded" if entry.id in written.inserted else "duplicate"
 
 
 # --- Figures for the operations surface ---------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 from shared.cli.main import audited, command_group, operator, services
 from shared.core.times import json_default
 
-EXIT_OK, EXIT_FAILED = 0, 2
+EXIT_OK, EXIT_ABORTED, EXIT_FAILED = 0, 1, 2
 
 
 def _services() -> Any:
@@ -91,9 +91,26 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _confirmed(args: argparse.Namespace) -> bool:
+    """A purge is irreversible: ``--yes``, or a ``yes`` typed on a terminal."""
+    from shared.core.errors import RequestError
+
+    if args.dry_run or args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise RequestError("erasure confirm purges for good and stdin is not a terminal: "
+                           "pass --yes to confirm without a prompt")
+    print(f"Purge erasure request {args.id} now? It cannot be undone. Type 'yes' to go on: ",
+          end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() == "yes"
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     from shared.erasure.purge import confirm
 
+    if not _confirmed(args):
+        print("not confirmed: nothing was purged", file=sys.stderr)
+        return EXIT_ABORTED
     services = _services()
     actor = _operator(args)
     if args.dry_run:
@@ -165,9 +182,12 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=100)
     add("show", cmd_show, "show one request").add_argument("id")
     add("cancel", cmd_cancel, "cancel a request still in its grace window").add_argument("id")
-    p = add("confirm", cmd_confirm, "purge one request now (requested or failed)")
+    p = add("confirm", cmd_confirm, "purge one request now (requested or failed); asks first "
+            "on a terminal")
     p.add_argument("id")
     p.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm without a prompt (required when stdin is not a terminal)")
     p = add("purge", cmd_purge, "run erasure-purge now (every due request)")
     p.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
     add("verify", cmd_verify, "count what every store still holds of a user (exit 2 if any)"

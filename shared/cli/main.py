@@ -25,7 +25,8 @@ from shared.core.errors import ConfigurationError, RequestError, SluiceError
 from shared.core.times import iso_z, json_default
 
 # Feature command modules, each with register(subparsers).
-COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery"]
+COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
+                               "shared.cli.billing", "shared.cli.token"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
 

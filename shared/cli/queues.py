@@ -58,7 +58,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from shared.queues.topics import publisher_of
+    from shared.queues.runtime import publisher_of
 
     text = sys.stdin.read()
     try:
@@ -128,7 +128,7 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> int:
                                          dry_run=args.dry_run, actor=_actor())
         record.update(outcome="dry_run" if args.dry_run else f"redriven={result['count']}")
     _print(result)
-    return 2 if result["failed"] else 0
+    return 2 if result["failed"] or result["refused"] else 0
 
 
 def cmd_dlq_purge(args: argparse.Namespace) -> int:
@@ -163,7 +163,7 @@ def register(sub: Any) -> None:
     dlq = sub.add_parser("dlq", help="read, redrive and purge dead letters").add_subparsers(
         dest="dlq_command", required=True)
     p = dlq.add_parser("list", help="every DLQ's depth, or one DLQ's dead letters, newest first")
-    p.add_argument("name", nargs="?", help="rss.ingest, rss.enrich, …, or ledger")
+    p.add_argument("name", nargs="?", help="rss.ingest, rss.enrich, …, quarantine, ledger or delivery")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dlq_list)
@@ -171,7 +171,7 @@ def register(sub: Any) -> None:
     p.add_argument("name")
     p.add_argument("id")
     p.set_defaults(func=cmd_dlq_show)
-    p = dlq.add_parser("redrive", help="put dead letters back (re-signed); audited")
+    p = dlq.add_parser("redrive", help="put dead letters back (only what verifies; re-signed); audited")
     p.add_argument("name")
     p.add_argument("--id", action="append", help="a dead letter id (repeatable)")
     p.add_argument("--limit", type=int, default=10, help="at most this many (max 100)")

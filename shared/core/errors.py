@@ -104,3 +104,10 @@ class UnknownJob(NotFound):
     """No job has that name."""
 
     code = "unknown_job"
+
+
+class LeaseLost(SluiceError):
+    """This run no longer holds its job's lease; it stopped before its next side effect."""
+
+    code = "lease_lost"
+    status = 409

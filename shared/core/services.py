@@ -7,11 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 from shared.core.observe import Reporter
 from shared.core.settings import Settings
-from shared.store.db import PostgresDatabase, SqliteDatabase, open_database
+from shared.store.db import PgOptions, PostgresDatabase, SqliteDatabase, open_database
 
 if TYPE_CHECKING:
     from shared.core.auth import AdminVerifier
     from shared.store.state import StateStore
+
+
+def pg_options(settings: Settings) -> PgOptions:
+    return PgOptions(connect_timeout_s=settings.database_connect_timeout_s,
+                     statement_timeout_s=settings.database_statement_timeout_s,
+                     prepared_statements=settings.database_prepared_statements)
 
 
 class Services:
@@ -26,7 +32,7 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
-        return cls(settings, open_database(settings.database_url))
+        return cls(settings, open_database(settings.database_url, pg_options(settings)))
 
     @classmethod
     def from_env(cls) -> Services:

@@ -3,27 +3,30 @@
 Each purge is one transaction: lock the request row, re-check it is still
 active (if not, skip it: an operator cancelled or confirmed it meanwhile, which
 is not a failure), delete or pseudonymise the subject in every registry target,
-and mark the request ``purged`` with per-table counts. After the commit, the
-external stores (Redis lists) are swept idempotently, and a verification counts
-what is left of the subject everywhere; anything above zero marks the request
-``failed`` and is reported as a drain failure, so it pages.
+leave a tombstone for the subject (``erasure_tombstones``: every producer of ledger
+rows drops entries of a tombstoned user, so nothing erased comes back), and mark the
+request ``purged`` with per-table counts. After the commit, the external stores
+(Redis lists) are swept idempotently, and a verification counts what is left of the
+subject everywhere; anything above zero marks the request ``failed`` and is reported
+as a drain failure, so it pages.
 
 Requests run serially, never in parallel: one heavy transaction on the pool at a
-time (the seed's reasoning). A crash after the commit leaves the request
-``purged`` with ``verified_at`` unset; the next run finishes its sweep first.
+time (the seed's reasoning). The tombstone stays ``sweep_pending`` until the sweep
+succeeds: a crash after the commit, or Redis down during the sweep, is swept again by
+every following run, first thing, without an operator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.core.crash import crash_point
-from shared.core.errors import Conflict, NotFound, SluiceError
+from shared.core.errors import Conflict, LeaseLost, NotFound, SluiceError
 from shared.erasure.registry import EXTERNAL_STORES, present_targets, subject_params
 from shared.erasure.requests import ErasureRequest, ErasureStatus, ErasureStore, iso
-from shared.jobs.registry import Deadline, JobContext, Result
+from shared.jobs.registry import Deadline, Fence, JobContext, Result
 from shared.store.db import load_queries, utcnow
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ Q = load_queries("erasure")
 SYSTEM_ACTOR = "system:erasure-purge"
 JOB_NAME = "erasure-purge"
 BATCH = 100
-# A purge committed this long ago and still unverified was interrupted: finish it.
-UNVERIFIED_AFTER = timedelta(minutes=5)
 TRUE = frozenset({"1", "true", "yes"})
 
 
@@ -80,10 +81,12 @@ def count_subject(services: Services, subject: str) -> dict[str, int]:
 def purge_request(services: Services, request_id: str, *, confirmed_by: str,
                   now: datetime | None = None,
                   allowed: tuple[ErasureStatus, ...] = (ErasureStatus.REQUESTED,),
-                  ) -> PurgeOutcome | None:
+                  fence: Fence | None = None) -> PurgeOutcome | None:
     """Purge one request's subject; ``None`` when the request is no longer in ``allowed``."""
     now = now or utcnow()
     with services.db.transaction() as tx:
+        if fence is not None:
+            fence.check(tx)
         row = tx.fetchone(Q.lock_request, {"id": request_id})
         if row is None:
             raise NotFound(f"no erasure request {request_id!r}", id=request_id)
@@ -95,6 +98,8 @@ def purge_request(services: Services, request_id: str, *, confirmed_by: str,
         tables = {target.name: tx.execute(target.purge, params)
                   for target in present_targets(tx)}
         crash_point("erasure.in_purge_tx")
+        tx.execute(Q.put_tombstone, {"subject": request.subject_user_id, "id": request_id,
+                                     "now": now})
         tx.execute(Q.mark_purged, {
             "id": request_id, "now": now,
             "confirmed_by": alias if confirmed_by == request.subject_user_id else confirmed_by,
@@ -110,9 +115,11 @@ def settle(services: Services, request_id: str, subject: str, tables: dict[str, 
     tables = dict(tables)
     error: str | None = None
     remaining: dict[str, int] = {}
+    swept = False
     try:
         for store in EXTERNAL_STORES:
             tables.update(store.purge(services.redis, subject))
+        swept = True
         remaining = {name: n for name, n in count_subject(services, subject).items() if n}
         if remaining:
             error = "personal data remained after the purge: " + ", ".join(
@@ -123,6 +130,8 @@ def settle(services: Services, request_id: str, subject: str, tables: dict[str, 
     result: dict[str, Any] = {"tables": tables, "remaining": remaining}
     settled = utcnow()
     with services.db.transaction() as tx:
+        if swept:
+            tx.execute(Q.sweep_done, {"subject": subject, "id": request_id})
         if error is None:
             result["verifiedAt"] = iso(settled)
             tx.execute(Q.mark_verified, {"id": request_id, "now": settled,
@@ -168,7 +177,8 @@ def confirm(services: Services, request_id: str, *, confirmed_by: str, dry_run: 
 
 def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
               deadline: Deadline | None = None,
-              progress: Callable[[str], None] | None = None) -> Result:
+              progress: Callable[[str], None] | None = None,
+              fence: Fence | None = None) -> Result:
     store = ErasureStore(services.db)
     due = store.due(now, limit=BATCH)
     results: list[PurgeOutcome] = []
@@ -176,9 +186,9 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         results = [preview(services, request) for request in due]
         return {"dryRun": True, "due": len(due), "purged": 0, "failed": 0, "skipped": 0,
                 "results": [r.to_json() for r in results], "processedAt": iso(now)}
-    # First finish what a crash left between commit and verification.
+    # First sweep again what a crash or an unreachable Redis left unswept.
     resumed = 0
-    for request in store.unverified(now - UNVERIFIED_AFTER):
+    for request in store.sweep_pending():
         tables = (request.result or {}).get("tables", {})
         results.append(settle(services, request.id, request.subject_user_id, tables))
         resumed += 1
@@ -190,7 +200,10 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         if progress:
             progress(f"purging request {index + 1}/{len(due)}")
         try:
-            outcome = purge_request(services, request.id, confirmed_by=SYSTEM_ACTOR, now=now)
+            outcome = purge_request(services, request.id, confirmed_by=SYSTEM_ACTOR, now=now,
+                                    fence=fence)
+        except LeaseLost:
+            raise
         except SluiceError as exc:  # rolled back: still `requested`, retried next run
             outcome = PurgeOutcome(request.id, "failed", error=f"{exc.code}: {exc.message}")
         if outcome is None:
@@ -210,4 +223,4 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
 def run_erasure_purge(ctx: JobContext) -> Result:
     dry_run = ctx.params.get("dryRun", "").lower() in TRUE
     return purge_due(ctx.services, now=ctx.started_at, dry_run=dry_run, deadline=ctx.deadline,
-                     progress=ctx.progress)
+                     progress=ctx.progress, fence=ctx.fence)

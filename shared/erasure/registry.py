@@ -66,8 +66,11 @@ TARGETS: tuple[Target, ...] = (
            Q.count_state_hash, Q.purge_state_hash, "same key convention as platform_state"),
     Target("delivery_queue", "delivery_queue", ("subject_user_id", "recipient"), How.DELETE,
            Q.count_delivery, Q.purge_delivery,
-           "outbound messages for the subject, whatever their status (recipient goes with "
-           "the row)"),
+           "outbound messages for the subject, whatever their status: rows naming the "
+           "subject in subject_user_id, and rows whose recipient is the subject id itself "
+           "(slack: a user id; telegram: a chat id; email: the address, any case; webhook: "
+           "a URL, never a user id). A recipient that is not the subject id (an address of "
+           "a user known by another id) is found only through subject_user_id"),
     Target("admin_audit.actor", "admin_audit", ("actor", "ip"), How.PSEUDONYMISE,
            Q.count_audit_actor, Q.purge_audit_actor,
            "the trail is kept; actor becomes erased:<request id> and ip is cleared"),
@@ -80,6 +83,10 @@ TARGETS: tuple[Target, ...] = (
 )
 
 EXEMPTIONS: tuple[Exemption, ...] = (
+    Exemption("erasure_tombstones", "subject_user_id",
+              "the tombstone that keeps erased data from being written again (ledger-redrive "
+              "and record_usage drop entries of a tombstoned user): an opaque id, as in "
+              "data_erasure_requests.subject_user_id"),
     Exemption("data_erasure_requests", "subject_user_id",
               "the record that the erasure happened (GDPR art. 5(2) accountability): an opaque "
               "id, no other personal data, and the pseudonyms above resolve through it"),

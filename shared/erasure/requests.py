@@ -194,9 +194,12 @@ class ErasureStore:
         by_status.update({row["status"]: int(row["n"]) for row in rows})
         return {"due": int(due["n"]) if due else 0, "byStatus": by_status}
 
-    def unverified(self, cutoff: datetime, limit: int = 100,
-                   ) -> builtins.list[ErasureRequest]:
-        """Purges committed but never verified (the process died after the commit)."""
+    def sweep_pending(self, limit: int = 100) -> builtins.list[ErasureRequest]:
+        """Purges whose sweep outside the transaction has not succeeded yet."""
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.list_unverified, {"cutoff": cutoff, "limit": limit})
+            rows = tx.fetchall(Q.list_sweep_pending, {"limit": limit})
         return [ErasureRequest.from_row(row) for row in rows]
+
+    def tombstone(self, subject: str) -> Row | None:
+        with self.db.transaction() as tx:
+            return tx.fetchone(Q.tombstone_for, {"subject": subject})

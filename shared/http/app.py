@@ -36,7 +36,8 @@ from shared.jobs.runs import RunStore
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
-                     "shared.http.delivery:router", "shared.http.ops:router"]
+                     "shared.http.delivery:router", "shared.http.delivery:status_router",
+                     "shared.http.ops:router", "shared.http.console:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
@@ -64,7 +65,8 @@ def client_ip(request: Request) -> str | None:
 
 
 def is_audited(request: Request) -> bool:
-    return request.method in AUDITED_METHODS and request.url.path.startswith("/api/admin")
+    return request.method in AUDITED_METHODS and request.url.path.startswith(
+        ("/api/admin", "/admin/"))
 
 
 def audit_detail(request: Request) -> dict[str, Any]:
@@ -102,15 +104,20 @@ def require(surface: Surface) -> Any:
             check_same_origin(request.headers.get("origin"), request.headers.get("referer"),
                               request.headers.get("host"))
         verifier.authorize_identity(identity, surface)
-        if is_audited(request):
-            # Written before the action runs and settled after it: an action whose
-            # audit row cannot be written does not run.
-            request.state.audit_id = RunStore(services.db).audit(
-                actor=identity.subject, action=action_name(request), target=request.url.path,
-                outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
+        begin_audit(request, identity)
         return identity
 
     return Depends(dependency)
+
+
+def begin_audit(request: Request, identity: Identity) -> None:
+    """For an authorised admin write: its audit row, written (outcome ``started``) before
+    the action runs and settled by the middleware after it. An action whose row cannot
+    be written does not run."""
+    if is_audited(request) and getattr(request.state, "audit_id", None) is None:
+        request.state.audit_id = RunStore(services_of(request).db).audit(
+            actor=identity.subject, action=action_name(request), target=request.url.path,
+            outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
 
 
 def action_name(request: Request) -> str:

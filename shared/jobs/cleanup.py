@@ -1,5 +1,5 @@
-"""state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows, and
-job_runs / admin_audit rows past their retention.
+"""state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows, old
+operations history samples, and job_runs / admin_audit rows past their retention.
 
 Deletes run in bounded batches, each its own short transaction, so a table with
 millions of expired rows never holds one long lock. Rows not yet expired, and
@@ -18,9 +18,11 @@ from shared.core.times import iso_z
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.jobs.runs import Q as RUNS_Q
 from shared.store.db import Database, Query, load_queries
+from shared.store.history import RETENTION as HISTORY_RETENTION
 from shared.store.state import like_prefix
 
 Q = load_queries("state")
+HISTORY = load_queries("history")
 
 THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
 THRESHOLD_FIRING_RETENTION_DAYS = 90
@@ -62,6 +64,9 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
         batch_size=batch_size, deadline=deadline, point="state-cleanup.after_hash_batch",
         observe=observe,
     )
+    samples_deleted = delete_in_batches(
+        db, HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION}, batch_size=batch_size,
+        deadline=deadline, point="state-cleanup.after_history_batch", observe=observe)
     runs_deleted = delete_in_batches(
         db, RUNS_Q.delete_old_runs_batch, {"cutoff": now - timedelta(days=runs_retention_days)},
         batch_size=batch_size, deadline=deadline, point="state-cleanup.after_runs_batch",
@@ -71,6 +76,7 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
         batch_size=batch_size, deadline=deadline, point="state-cleanup.after_audit_batch",
         observe=observe)
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
+            "deletedSamples": samples_deleted,
             "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
             "processedAt": iso_z(now)}
 

@@ -1,10 +1,9 @@
 """The job registry: name -> drain, route, default schedule, admin surface.
 
-A job is one entry in ``JOBS`` plus its function in ``serverless.yml``; the
-drain itself is imported only when the job runs, so a scheduled function loads
-just its own drain. The schedules here are the defaults that serverless.yml
-must carry (a test checks they agree); ``sluice dev`` fires what serverless.yml
-says.
+A job is one entry in ``JOBS`` plus its drain; ``python -m infra.generate`` writes
+its function, schedule, role and alarms into serverless.yml and infra/. The drain
+itself is imported only when the job runs, so a scheduled function loads just its
+own drain. ``sluice dev`` fires what serverless.yml says.
 """
 
 from __future__ import annotations
@@ -13,10 +12,11 @@ import importlib
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from shared.core.errors import UnknownJob
 from shared.core.surfaces import Surface
+from shared.store.db import Tx
 
 if TYPE_CHECKING:
     from shared.core.services import Services
@@ -34,11 +34,12 @@ class Deadline:
         self.at = clock() + self.seconds
 
     @classmethod
-    def for_run(cls, budget_s: float, lambda_remaining_ms: int | None, margin_s: float) -> Deadline:
+    def for_run(cls, budget_s: float, lambda_remaining_ms: int | None, margin_s: float,
+                clock: Callable[[], float] = time.monotonic) -> Deadline:
         seconds = budget_s
         if lambda_remaining_ms is not None:
             seconds = min(seconds, lambda_remaining_ms / 1000 - margin_s)
-        return cls(seconds)
+        return cls(seconds, clock)
 
     def remaining(self) -> float:
         return max(0.0, self.at - self._clock())
@@ -47,15 +48,29 @@ class Deadline:
         return self._clock() >= self.at
 
 
-class JobContext:
-    """What a drain gets: its services, its deadline, who triggered it, and a progress hook."""
+class Fence(Protocol):
+    """Raises ``LeaseLost`` inside ``tx`` when the run no longer holds its lease."""
 
-    __slots__ = ("deadline", "params", "progress", "request_id", "services", "started_at",
-                 "trigger")
+    def check(self, tx: Tx) -> None: ...
+
+
+class _Unfenced:
+    def check(self, tx: Tx) -> None:
+        pass
+
+
+class JobContext:
+    """What a drain gets: its services, its deadline, who triggered it, a progress hook, and
+    the fence it checks before each side effect (``shared.jobs.runs.Fence``)."""
+
+    __slots__ = ("deadline", "fence", "params", "progress", "request_id", "services",
+                 "started_at", "trigger")
 
     def __init__(self, services: Services, deadline: Deadline, trigger: Trigger, request_id: str,
                  started_at: datetime, params: Mapping[str, str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 fence: Fence | None = None) -> None:
+        self.fence: Fence = fence or _Unfenced()
         self.services = services
         self.deadline = deadline
         self.trigger = trigger
@@ -92,6 +107,8 @@ class Job(NamedTuple):
     failure_keys: tuple[str, ...] = ()
     budget_s: float = 50.0
     timeout_s: int = 60
+    # Push-queue topics the job publishes to (its function gets a role that may send there).
+    publishes: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
 
     def resolve(self) -> Drain:
@@ -163,7 +180,7 @@ JOBS: dict[str, Job] = {
             schedule="rate(1 minute)",
             surface="delivery",
             target="shared.delivery.drain:run_delivery_drain",
-            failure_keys=("failed", "skippedMaxRetries"),
+            failure_keys=("failed", "skippedMaxRetries", "fatal"),
             budget_s=45.0,
             timeout_s=60,
         ),

@@ -16,8 +16,9 @@ from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
-from shared.jobs.runs import RunStore, lease_holder_id
-from shared.store.db import utcnow
+from shared.jobs.runs import Fence, RunStore, lease_holder_id
+from shared.store.db import bounded_by, utcnow
+from shared.store.history import HistoryStore, Sample
 
 ALREADY_RUNNING = {"skipped": "already_running"}
 # A crashed run's lease lapses this long after the job's own timeout.
@@ -38,6 +39,15 @@ def internal_error(job: str, request_id: str, exc: BaseException) -> dict[str, A
     return {"error": body}
 
 
+def _sample(services: Services, job: str, outcome: str, duration_s: float) -> None:
+    """One history sample per finished run; a sample that cannot be written never fails the run."""
+    try:
+        HistoryStore(services.db).add([Sample("job", job, utcnow(), round(duration_s * 1000, 1),
+                                              outcome)])
+    except SluiceError as exc:
+        services.reporter.error(f"{job}.history_sample", exc)
+
+
 def run_job(
     job: Job,
     services: Services,
@@ -47,6 +57,7 @@ def run_job(
     lambda_remaining_ms: Callable[[], int] | None = None,
     params: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    deadline_clock: Callable[[], float] = time.monotonic,
 ) -> RunOutcome:
     request_id = request_id or str(uuid.uuid4())
     reporter = services.reporter
@@ -58,7 +69,10 @@ def run_job(
         job.budget_s,
         lambda_remaining_ms() if lambda_remaining_ms else None,
         services.settings.deadline_margin_s,
+        deadline_clock,
     )
+    # Statements may run into the margin the deadline keeps before Lambda's end, never past.
+    margin = services.settings.deadline_margin_s
     leased = False
     check_in = None
     try:
@@ -71,13 +85,16 @@ def run_job(
         check_in = reporter.checkin(job.name, "in_progress")
         ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
                          request_id=request_id, started_at=started, params=params or {},
-                         progress=progress or (lambda message: None))
+                         progress=progress or (lambda message: None),
+                         fence=Fence(job.name, holder))
         try:
-            result = job.resolve()(ctx)
+            with bounded_by(lambda: deadline.remaining() + margin):
+                result = job.resolve()(ctx)
         except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
             runs.finish(run_id, "error", body, started)
+            _sample(services, job.name, "error", time.monotonic() - clock)
             reporter.checkin(job.name, "error", check_in_id=check_in,
                              duration_s=time.monotonic() - clock)
             return RunOutcome(500, body, "error")
@@ -87,6 +104,7 @@ def run_job(
             reporter.drain_failures(job.name, failed, result)
         runs.finish(run_id, outcome, result, started)
         duration = time.monotonic() - clock
+        _sample(services, job.name, outcome, duration)
         reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
         reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
         logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.core.errors import LeaseLost
 from shared.jobs.registry import JOBS, Trigger
-from shared.store.db import Database, Row, load_queries, utcnow
+from shared.store.db import Database, Row, Tx, load_queries, utcnow
 
 Q = load_queries("runs")
 
@@ -46,6 +47,40 @@ def _holder_is_dead(holder: str) -> bool:
     return False
 
 
+class Fence:
+    """Proof, inside a transaction, that this run still holds its job's lease.
+
+    A drain calls ``check(tx)`` in the transaction that precedes each side effect
+    (claiming what it will send) and in the one that settles it: a run that lost its
+    lease (hung past it, and another run took the job over) raises ``LeaseLost`` and
+    the transaction rolls back, so it never settles over the new holder's work. On
+    Postgres the lease row is share-locked until the transaction ends, so a takeover
+    cannot slip in between the check and the commit.
+    """
+
+    __slots__ = ("holder", "job")
+
+    def __init__(self, job: str | None = None, holder: str | None = None) -> None:
+        self.job = job
+        self.holder = holder
+
+    def check(self, tx: Tx) -> None:
+        if self.job is None:  # not run under a lease (a direct call)
+            return
+        row = tx.fetchone(Q.lease_is_mine, {"job": self.job, "holder": self.holder,
+                                            "now": utcnow()})
+        if row is None:
+            raise LeaseLost(f"{self.job}: this run's lease lapsed or was taken over",
+                            job=self.job)
+
+
+NO_FENCE = Fence()
+
+ABANDONED = {"error": {"code": "abandoned",
+                       "message": "the run never finished (killed, or hung past its lease); "
+                                  "a later run took the job over"}}
+
+
 class RunStore:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -68,8 +103,12 @@ class RunStore:
             tx.execute(Q.release_lease, {"job": job, "holder": holder})
 
     def start(self, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
+        """Record a run as ``running``; called with the lease held, so any other run of the
+        job still ``running`` is over and is marked ``error`` (code ``abandoned``)."""
         run_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
+            tx.execute(Q.abandon_running, {"job": job, "now": utcnow(),
+                                           "result": tx.json(ABANDONED)})
             tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
                                      "request_id": request_id, "started_at": started_at,
                                      "outcome": "running"})

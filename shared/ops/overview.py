@@ -60,21 +60,16 @@ def _oldest_age_s(cloudwatch: Any, queue_name: str) -> float | None:
 
 
 def topic_figures(services: Services, *, cloudwatch: Any = None) -> list[dict[str, Any]]:
-    from shared.queues.publish import (
-        IMPLEMENTED,
-        TOPICS,
-        LocalDeadLetters,
-        dlq_name,
-        queue_name,
-    )
-    from shared.queues.topics import publisher_of
+    from shared.queues.deadletters import LocalDeadLetters
+    from shared.queues.runtime import publisher_of
+    from shared.queues.topics import TOPICS, dlq_name, queue_name
 
     settings = services.settings
     rows: list[dict[str, Any]] = []
     if settings.queue_mode == "local":
         local = LocalDeadLetters(services.db)
         for topic in TOPICS:
-            rows.append({"topic": topic, "mode": "local", "implemented": topic in IMPLEMENTED,
+            rows.append({"topic": topic, "mode": "local", "implemented": not TOPICS[topic].reserved,
                          "queue": {"inProcess": True},
                          "dlq": {"depth": local.count(topic)}})
         return rows
@@ -92,7 +87,7 @@ def topic_figures(services: Services, *, cloudwatch: Any = None) -> list[dict[st
     for topic in TOPICS:
         name, dead = queue_name(settings.queue_prefix, topic), dlq_name(settings.queue_prefix, topic)
         rows.append({
-            "topic": topic, "mode": "sqs", "implemented": topic in IMPLEMENTED,
+            "topic": topic, "mode": "sqs", "implemented": not TOPICS[topic].reserved,
             "queue": _section(lambda q=name: measure(q)),  # type: ignore[misc]
             "dlq": _section(lambda q=dead: measure(q)),  # type: ignore[misc]
         })
@@ -103,11 +98,13 @@ def queue_figures(services: Services, *, cloudwatch: Any = None) -> dict[str, An
     from shared.billing.usage import usage_figures
     from shared.delivery.store import DeliveryStore
     from shared.erasure.requests import ErasureStore
+    from shared.queues.deadletters import Quarantine
 
     usage = _section(lambda: usage_figures(services.db, services.redis))
     return {
         "generatedAt": _iso(utcnow()),
         "topics": _section(lambda: topic_figures(services, cloudwatch=cloudwatch)),
+        "quarantine": _section(lambda: {"depth": Quarantine(services.db).count()}),
         "ledgerRetry": (usage.get("ledgerRetry") if "error" not in usage else usage)
         or {"error": "redis_not_configured"},
         "meteringOutbox": usage.get("meteringOutbox") if "error" not in usage else usage,

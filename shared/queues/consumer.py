@@ -1,14 +1,20 @@
 """The one consumer wrapper every topic uses, on SQS (Powertools batch) and in process.
 
-Per message: parse, verify the signature, skip a completed idempotency key, run
-the handler, and on failure decide by the delivery count: retry after
-``min(300, 2^n)`` s (the message's visibility on SQS), or at ``MAX_ATTEMPTS``
-send a summary to ``<topic>-dlq``, wait for it, and only then acknowledge.
+Per message: parse, verify the signature (a rejected message goes to the quarantine
+and is acknowledged), skip one whose signed content already completed, run the
+handler, and on failure decide by the delivery count: retry after ``min(300, 2^n)``
+s (the message's visibility on SQS), or at ``MAX_ATTEMPTS`` send a summary to
+``<topic>-dlq``, wait for it, and only then acknowledge.
+
+A consumer refuses to exist without a signing secret: on Lambda the function then
+fails at cold start, its messages stay on the queue and the queue's redrive policy
+moves them to the DLQ, where a redrive can verify them once the secret is back.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -22,27 +28,33 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from shared.core.errors import SluiceError
 from shared.core.observe import logger
-from shared.queues.publish import (
-    IDEMPOTENCY_ATTRIBUTE,
-    MAX_ATTEMPTS,
-    REGISTRY,
-    VISIBILITY_TIMEOUT_S,
-    Delivery,
-    LocalDeadLetters,
-    Registry,
-    Sqs,
-    check_topic,
-    completed_keys,
-    idempotency_key,
-    js_iso,
-)
-from shared.queues.signing import Signer
+from shared.queues.deadletters import LocalDeadLetters, Quarantine
+from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, completed_keys, dedupe_key, idempotency_key
+from shared.queues.publish import REGISTRY, Registry, js_iso
+from shared.queues.signing import MissingSecret, Signer, canonical
+from shared.queues.sqs import Sqs
+from shared.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S, check_topic
 
 if TYPE_CHECKING:
     from shared.core.services import Services
 
-Handler = Callable[[dict[str, Any], Delivery], None]
+
+class InboundMessage(NamedTuple):
+    """One delivery of a message from its queue, as the queue describes it."""
+
+    message_id: str
+    topic: str
+    delivery_count: int
+    idempotency_key: str | None = None  # the unsigned attribute as sent; informational only
+    queue_url: str | None = None
+    receipt_handle: str | None = None
+
+
+Handler = Callable[[dict[str, Any], InboundMessage], None]
 ERROR_MESSAGE_LIMIT = 500
+# A batch stops starting records when Lambda's remaining time is below this margin
+# plus the longest record of the batch so far.
+DEADLINE_MARGIN_S = 5.0
 
 
 class MessageOutcome(Enum):
@@ -62,7 +74,7 @@ class Decision(NamedTuple):
 
 
 class Rejected(SluiceError):
-    """The message was rejected (malformed, forged or misrouted) and acknowledged."""
+    """The message was rejected (malformed, forged or misrouted), quarantined and acknowledged."""
 
 
 class RetryLater(SluiceError):
@@ -73,44 +85,83 @@ class DeadLetterFailed(SluiceError):
     """The dead-letter summary could not be sent, so the message is not acknowledged."""
 
 
+class OutOfTime(SluiceError):
+    """Too little of the invocation is left to start this message; it is delivered again."""
+
+
 def backoff_s(delivery_count: int) -> int:
     """Seconds before the next delivery after a failure on delivery ``delivery_count``."""
     return min(VISIBILITY_TIMEOUT_S, int(2 ** max(0, delivery_count)))
 
 
-def dead_letter_summary(message: dict[str, Any], delivery: Delivery, error: BaseException,
+def dead_letter_summary(message: dict[str, Any], inbound: InboundMessage, error: BaseException,
                         failed_at: str) -> dict[str, Any]:
-    return {"originalMessageId": delivery.message_id, "originalTopic": delivery.topic,
-            "deliveryCount": delivery.delivery_count, "failedAt": failed_at,
+    return {"originalMessageId": inbound.message_id, "originalTopic": inbound.topic,
+            "deliveryCount": inbound.delivery_count, "failedAt": failed_at,
             "errorMessage": f"{type(error).__name__}: {error}"[:ERROR_MESSAGE_LIMIT],
             "originalMessage": message}
 
 
+class Parsed(NamedTuple):
+    message: dict[str, Any]
+    payload: bytes  # the canonical signing input
+
+
+def parse(body: str) -> Parsed | str:
+    """The message and its signing input, or why it cannot be one."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return "malformed message: not a JSON object"
+    if not isinstance(message, dict):
+        return "malformed message: not a JSON object"
+    try:
+        return Parsed(message, canonical(message))
+    except (TypeError, ValueError) as exc:
+        return f"malformed message: {exc}"
+
+
 class _Batch:
-    """One SQS batch: completed keys looked up once, completions written once at the end."""
+    """One SQS batch: its messages parsed once, completed keys looked up once, its deadline."""
 
-    __slots__ = ("completed", "done")
+    __slots__ = ("done", "longest_s", "margin_s", "parsed", "remaining_ms")
 
-    def __init__(self, done: set[str]) -> None:
+    def __init__(self, done: set[str], parsed: dict[str, Parsed | str],
+                 remaining_ms: Callable[[], int] | None, margin_s: float) -> None:
         self.done = done  # completed before the batch or during it
-        self.completed: list[tuple[str, str, str]] = []
+        self.parsed = parsed
+        self.remaining_ms = remaining_ms
+        self.margin_s = margin_s
+        self.longest_s = 0.0
+
+    def out_of_time(self) -> bool:
+        if self.remaining_ms is None:
+            return False
+        return self.remaining_ms() / 1000 < self.margin_s + self.longest_s
 
 
 class Consumer:
     def __init__(self, topic: str, handler: Handler, services: Services, *,
                  sqs: Sqs | None = None, registry: Registry | None = REGISTRY,
-                 max_attempts: int = MAX_ATTEMPTS,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 max_attempts: int = MAX_ATTEMPTS, margin_s: float = DEADLINE_MARGIN_S,
+                 sleep: Callable[[float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = check_topic(topic)
+        self.signer = Signer(services.settings.queue_signing_secrets)
+        if not self.signer.configured:
+            raise MissingSecret(f"SLUICE_QUEUE_SIGNING_SECRET is not set: the {topic} consumer "
+                                "refuses to start (its messages stay on the queue)")
         self.handler = handler
         self.services = services
-        self.signer = Signer(services.settings.queue_signing_secrets)
         self.keys = completed_keys(services)
         self.local_dlq = LocalDeadLetters(services.db)
+        self.quarantine = Quarantine(services.db)
         self.max_attempts = max_attempts
+        self.margin_s = margin_s
         # In process there is no queue to hold a message back: retries run at once
         # unless a sleep is given (the backoff is logged either way).
         self.sleep = sleep
+        self.clock = clock
         self._sqs = sqs
         self._processor = BatchProcessor(event_type=EventType.SQS)
         self._context = f"queues:{topic}"
@@ -126,58 +177,55 @@ class Consumer:
 
     # --- the transport-independent core ------------------------------------
 
-    def handle(self, body: str, delivery: Delivery) -> Decision:
+    def handle(self, body: str, inbound: InboundMessage,
+               parsed: Parsed | str | None = None) -> Decision:
         reporter = self.services.reporter
-        try:
-            message = json.loads(body)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
-            return self._reject(delivery, "malformed message: not a JSON object")
-        reason = self.signer.check(message)
+        if parsed is None:
+            parsed = parse(body)
+        if isinstance(parsed, str):
+            return self._reject(inbound, body, parsed)
+        message = parsed.message
+        reason = self.signer.check(message, parsed.payload)
         if reason is None and message.get("topic") != self.topic:
             reason = f"message topic {message.get('topic')!r} is not {self.topic!r}"
         if reason is not None:
-            return self._reject(delivery, reason)
+            return self._reject(inbound, body, reason)
 
-        key = delivery.idempotency_key or idempotency_key(message)
-        if self._completed(key, delivery):
+        key = dedupe_key(self.topic, parsed.payload)
+        if self._completed(key):
             logger.info(f"[{self._context}] already completed; acknowledged",
-                        extra={"messageId": delivery.message_id, "idempotencyKey": key})
+                        extra={"messageId": inbound.message_id, "dedupeKey": key})
             return Decision(MessageOutcome.DUPLICATE)
         try:
-            self.handler(message, delivery)
+            self.handler(message, inbound)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
-            reporter.error(self._context, exc, messageId=delivery.message_id,
-                           deliveryCount=delivery.delivery_count)
-            if delivery.delivery_count < self.max_attempts:
-                return Decision(MessageOutcome.RETRY, backoff_s(delivery.delivery_count), str(exc))
-            self._dead_letter(dead_letter_summary(message, delivery, exc,
-                                                  js_iso(self._now())), key)
+            reporter.error(self._context, exc, messageId=inbound.message_id,
+                           deliveryCount=inbound.delivery_count)
+            if inbound.delivery_count < self.max_attempts:
+                return Decision(MessageOutcome.RETRY, backoff_s(inbound.delivery_count), str(exc))
+            self._dead_letter(dead_letter_summary(message, inbound, exc, js_iso(self._now())),
+                              idempotency_key(message))
             reporter.metric("QueueDeadLettered", 1, topic=self.topic)
             return Decision(MessageOutcome.DEAD_LETTERED, reason=str(exc))
+        # Recorded as soon as it completed: a batch cut short later does not run it again.
+        self.keys.complete(key, self.topic, inbound.message_id)
         if self._batch is not None:
             self._batch.done.add(key)
-            self._batch.completed.append((key, self.topic, delivery.message_id))
-        else:
-            self.keys.complete(key, self.topic, delivery.message_id)
         return Decision(MessageOutcome.DONE)
 
-    def _completed(self, key: str, delivery: Delivery) -> bool:
-        batch = self._batch
-        if batch is None:
-            return self.keys.done(key)
-        if key in batch.done:  # completed before this batch, or earlier in it
-            return True
-        # A key carried as an attribute was looked up with the batch; one computed here was not.
-        return delivery.idempotency_key is None and self.keys.done(key)
+    def _completed(self, key: str) -> bool:
+        if self._batch is not None:  # every key of the batch was looked up with it
+            return key in self._batch.done
+        return self.keys.done(key)
 
-    def _reject(self, delivery: Delivery, reason: str) -> Decision:
-        # Acknowledged, never retried, never dead-lettered: retrying a forgery is
-        # pointless and would only mirror attacker payloads into the DLQ.
+    def _reject(self, inbound: InboundMessage, body: str, reason: str) -> Decision:
+        # Never retried and never dead-lettered (retrying a forgery is pointless and would
+        # mirror attacker payloads into the DLQ): kept in the quarantine, then acknowledged.
+        # If the quarantine cannot be written the error propagates and the message stays.
+        self.quarantine.add(self.topic, inbound.message_id, reason, body)
         self.services.reporter.error(self._context, Rejected(f"rejected: {reason}"),
-                                     messageId=delivery.message_id,
-                                     deliveryCount=delivery.delivery_count)
+                                     messageId=inbound.message_id,
+                                     deliveryCount=inbound.delivery_count)
         self.services.reporter.metric("QueueMessagesRejected", 1, topic=self.topic)
         return Decision(MessageOutcome.REJECTED, reason=reason)
 
@@ -203,22 +251,31 @@ class Consumer:
     # --- SQS (Lambda event source mapping) -----------------------------------
 
     def _record(self, record: SQSRecord) -> None:
+        batch = self._batch
+        if batch is not None and batch.out_of_time():
+            raise OutOfTime(f"{batch.remaining_ms() if batch.remaining_ms else 0} ms left; "
+                            "not started")
         attribute = (record.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE) or {}
-        delivery = Delivery(
+        inbound = InboundMessage(
             message_id=record.message_id, topic=self.topic,
             delivery_count=int(record.attributes.approximate_receive_count or 1),
             idempotency_key=attribute.get("stringValue"),
             receipt_handle=record.receipt_handle)
+        started = self.clock()
         try:
-            decision = self.handle(record.body, delivery)
+            decision = self.handle(record.body, inbound,
+                                   batch.parsed.get(record.message_id) if batch else None)
         except DeadLetterFailed:
             # Not acknowledged: the send is tried again on the next delivery.
-            self._hold_back(record, backoff_s(delivery.delivery_count))
+            self._hold_back(record, backoff_s(inbound.delivery_count))
             raise
         except Exception as exc:  # a store outage: report, retry on the queue's timeout
             self.services.reporter.error(self._context, exc, during="consume",
                                          messageId=record.message_id)
             raise
+        finally:
+            if batch is not None:
+                batch.longest_s = max(batch.longest_s, self.clock() - started)
         if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
@@ -235,30 +292,32 @@ class Consumer:
     def lambda_handler(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """The SQS-triggered Lambda: item failures reported, the rest acknowledged.
 
-        Completed keys are read in one query before the batch and written in one
-        transaction after it, before the acknowledgement; if that write fails the
-        invocation fails and SQS delivers the batch again (at least once, never lost).
+        The batch's completed keys are read in one query before it; each completion is
+        written as its record finishes. When Lambda's remaining time runs short, the
+        records not yet started are reported as item failures and delivered again.
         """
-        keys = [key for record in event.get("Records") or ()
-                if (key := ((record.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE)
-                            or {}).get("stringValue"))]
-        self._batch = batch = _Batch(self.keys.done_many(keys))
+        parsed: dict[str, Parsed | str] = {}
+        for record in event.get("Records") or ():
+            parsed[record.get("messageId", "")] = parse(record.get("body") or "")
+        keys = [dedupe_key(self.topic, p.payload) for p in parsed.values()
+                if not isinstance(p, str)]
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        self._batch = _Batch(self.keys.done_many(keys), parsed, remaining, self.margin_s)
         try:
             result: dict[str, Any] = process_partial_response(
                 event=event, record_handler=self._record, processor=self._processor,
                 context=context)  # type: ignore[assignment]
         finally:
             self._batch = None
-            if batch.completed:
-                self.keys.complete_many(batch.completed)
         return result
 
     # --- in process (not provisioned) ----------------------------------------
 
     def deliver_local(self, body: str, message_id: str) -> Decision:
         decision = Decision(MessageOutcome.RETRY)
+        parsed = parse(body)
         for attempt in range(1, self.max_attempts + 1):
-            decision = self.handle(body, Delivery(message_id, self.topic, attempt))
+            decision = self.handle(body, InboundMessage(message_id, self.topic, attempt), parsed)
             if decision.outcome is not MessageOutcome.RETRY:
                 break
             logger.warning(f"[{self._context}] retrying in process",

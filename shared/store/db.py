@@ -16,8 +16,9 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -30,6 +31,7 @@ from shared.core.errors import (
     StoreError,
     TransientStoreError,
 )
+from shared.store.params import to_pyformat
 
 Dialect = Literal["sqlite", "postgres"]
 Params = Mapping[str, Any]
@@ -39,7 +41,6 @@ SQL_DIR = Path(__file__).parent / "sql"
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "infra" / "migrations"
 
 _NAME = re.compile(r"^--\s*name:\s*(?P<name>[\w-]+)\s*(?:@(?P<dialect>sqlite|postgres))?\s*$")
-_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
 class Query(NamedTuple):
@@ -87,17 +88,37 @@ def load_queries(concept: str) -> Queries:
     return Queries.parse((SQL_DIR / f"{concept}.sql").read_text())
 
 
-@cache
-def _to_pyformat(sql: str) -> str:
-    """``:name`` -> ``%(name)s`` outside string literals, ``%`` escaped."""
-    parts = sql.replace("%", "%%").split("'")
-    for i in range(0, len(parts), 2):
-        parts[i] = _PARAM.sub(r"%(\1)s", parts[i])
-    return "'".join(parts)
+_to_pyformat = to_pyformat
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# --- Time bounds --------------------------------------------------------------
+
+# Seconds a statement may still take, set by whoever owns a deadline (a job run);
+# Postgres transactions opened meanwhile get statement and lock timeouts from it.
+_TIME_LEFT: ContextVar[Callable[[], float] | None] = ContextVar("sluice_time_left", default=None)
+
+
+@contextmanager
+def bounded_by(time_left: Callable[[], float]) -> Iterator[None]:
+    """Bound every Postgres statement and lock wait opened inside by ``time_left()`` seconds."""
+    token = _TIME_LEFT.set(time_left)
+    try:
+        yield
+    finally:
+        _TIME_LEFT.reset(token)
+
+
+def statement_budget_ms(default_s: float) -> int:
+    """Milliseconds the next transaction's statements may take (at least 1: 0 means none)."""
+    time_left = _TIME_LEFT.get()
+    seconds = default_s if time_left is None else min(default_s, time_left())
+    if seconds <= 0:
+        raise TransientStoreError("the run's time is up: no statement is started past it")
+    return max(1, int(seconds * 1000))
 
 
 class Tx(Protocol):
@@ -131,6 +152,8 @@ def _text(query: Query | str, dialect: Dialect) -> str:
 
 
 # --- SQLite -----------------------------------------------------------------
+
+BUSY_TIMEOUT_S = 30.0
 
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f+00:00"
 
@@ -205,12 +228,16 @@ class SqliteDatabase:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
+        # LIKE compares case-sensitively, as on Postgres.
+        conn.execute("PRAGMA case_sensitive_like=ON")
         return conn
 
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
+        busy_ms = statement_budget_ms(BUSY_TIMEOUT_S)  # a lock wait ends with the run's time
         try:
             conn = self._connect()
+            conn.execute(f"PRAGMA busy_timeout={busy_ms}")
         except sqlite3.Error as exc:
             raise _translate_sqlite(exc) from exc
         try:
@@ -290,15 +317,38 @@ def _translate_postgres(exc: Exception) -> StoreError:
     return PermanentStoreError(f"postgres: {exc}")
 
 
+class PgOptions(NamedTuple):
+    """How Postgres connections are made and bounded (``Settings`` fills these in)."""
+
+    connect_timeout_s: int = 5
+    # Ceiling of every statement and lock wait; a job run lowers it to its time left.
+    statement_timeout_s: float = 30.0
+    # False for PgBouncer in transaction pooling: psycopg then never prepares statements.
+    prepared_statements: bool = True
+    # TCP keepalives: a peer gone silent is noticed after idle + interval * count seconds.
+    keepalives_idle_s: int = 5
+    keepalives_interval_s: int = 2
+    keepalives_count: int = 3
+
+
 class PostgresDatabase:
-    """Postgres through a small psycopg 3 pool (one connection is the usual case on Lambda)."""
+    """Postgres through a small psycopg 3 pool (one connection is the usual case on Lambda).
+
+    Every transaction starts with ``SET LOCAL statement_timeout`` and ``lock_timeout``
+    (the options' ceiling, or less inside ``bounded_by``), so a held lock or a slow
+    statement ends in a ``TransientStoreError`` instead of outliving its caller.
+    """
 
     dialect: Dialect = "postgres"
+    ADVISORY_LOCK = 727274  # migrations
 
-    def __init__(self, conninfo: str, *, max_size: int = 4, timeout: float = 10.0) -> None:
+    def __init__(self, conninfo: str, *, max_size: int = 4, timeout: float = 10.0,
+                 options: PgOptions | None = None) -> None:
         from psycopg.rows import dict_row
         from psycopg.types.json import JsonbDumper
         from psycopg_pool import ConnectionPool
+
+        self.options = options = options or PgOptions()
 
         def configure(conn: Any) -> None:
             conn.adapters.register_dumper(dict, JsonbDumper)
@@ -311,7 +361,11 @@ class PostgresDatabase:
             min_size=0,
             max_size=max_size,
             timeout=timeout,
-            kwargs={"row_factory": dict_row, "connect_timeout": 5},
+            kwargs={"row_factory": dict_row, "connect_timeout": options.connect_timeout_s,
+                    "keepalives": 1, "keepalives_idle": options.keepalives_idle_s,
+                    "keepalives_interval": options.keepalives_interval_s,
+                    "keepalives_count": options.keepalives_count,
+                    "prepare_threshold": 5 if options.prepared_statements else None},
             configure=configure,
             check=ConnectionPool.check_connection,
             open=False,
@@ -330,9 +384,15 @@ class PostgresDatabase:
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        budget_ms = statement_budget_ms(self.options.statement_timeout_s)
         self._ensure_open()
         try:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            # Waiting for a pooled connection is bounded by the same time left.
+            wait = min(self._pool.timeout, budget_ms / 1000)
+            with self._pool.connection(timeout=wait) as conn, conn.transaction(), \
+                    conn.cursor() as cur:
+                cur.execute("SELECT set_config('statement_timeout', %(ms)s, true), "
+                            "set_config('lock_timeout', %(ms)s, true)", {"ms": f"{budget_ms}ms"})
                 yield _PostgresTx(cur)
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate_postgres(exc) from exc
@@ -343,8 +403,36 @@ class PostgresDatabase:
         self._ensure_open()
         try:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(727274)")
+                conn.execute(f"SELECT pg_advisory_xact_lock({self.ADVISORY_LOCK})")
                 conn.execute(script)
+        except psycopg.Error as exc:
+            raise _translate_postgres(exc) from exc
+
+    @contextmanager
+    def migration_session(self) -> Iterator[Callable[[str], list[Row]]]:
+        """One connection holding the migration lock throughout; yields ``run(sql)``, each
+        call its own transaction. The lock is taken before anything is read, so two
+        migrators never both see the same migration as pending."""
+        import psycopg
+
+        self._ensure_open()
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(f"SELECT pg_advisory_lock({self.ADVISORY_LOCK})")
+                conn.commit()
+                try:
+                    def run(sql: str) -> list[Row]:
+                        try:
+                            with conn.transaction():
+                                cur = conn.execute(sql)
+                                return list(cur.fetchall()) if cur.description else []
+                        except psycopg.Error as exc:
+                            raise _translate_postgres(exc) from exc
+
+                    yield run
+                finally:
+                    conn.execute(f"SELECT pg_advisory_unlock({self.ADVISORY_LOCK})")
+                    conn.commit()
         except psycopg.Error as exc:
             raise _translate_postgres(exc) from exc
 
@@ -354,12 +442,19 @@ class PostgresDatabase:
             self._opened = False
 
 
-def open_database(url: str) -> SqliteDatabase | PostgresDatabase:
+def open_database(url: str, options: PgOptions | None = None,
+                  ) -> SqliteDatabase | PostgresDatabase:
     if url.startswith("sqlite:"):
         # SQLAlchemy's convention: sqlite:///relative/path, sqlite:////absolute/path
         if not url.startswith("sqlite:///"):
             raise ConfigurationError("SLUICE_DATABASE_URL for SQLite must look like sqlite:///path")
-        return SqliteDatabase(url.removeprefix("sqlite:///") or ":memory:")
+        path = url.removeprefix("sqlite:///")
+        if path in ("", ":memory:") or path.startswith("file::memory:"):
+            raise ConfigurationError(
+                "SLUICE_DATABASE_URL: an in-memory SQLite database (sqlite:///) is not supported: "
+                "every transaction opens its own connection and would find it empty; give a "
+                "file path, e.g. sqlite:///./.sluice/sluice.db")
+        return SqliteDatabase(path)
     if url.startswith(("postgresql:", "postgres:")):
-        return PostgresDatabase(url)
+        return PostgresDatabase(url, options=options)
     raise ConfigurationError(f"SLUICE_DATABASE_URL has an unknown scheme: {url.split(':', 1)[0]}")

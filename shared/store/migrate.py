@@ -56,6 +56,13 @@ def discover(dialect: str, directory: Path | None = None) -> list[Migration]:
     return found
 
 
+def _record(migration: Migration, dialect: str) -> str:
+    return ("INSERT INTO schema_migrations (version, name, applied_at) "
+            f"VALUES ('{migration.version}', '{migration.name}', "
+            + ("CURRENT_TIMESTAMP" if dialect == "sqlite" else "now()::text")
+            + ") ON CONFLICT (version) DO NOTHING;")
+
+
 def applied(db: SqliteDatabase | PostgresDatabase) -> set[str]:
     db.run_script(_BOOKKEEPING)
     with db.transaction() as tx:
@@ -68,23 +75,38 @@ def pending(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
 
 
 def migrate(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
-    """Apply every pending migration in order; return what was applied."""
+    """Apply every pending migration in order; return what was applied.
+
+    On Postgres the advisory lock is taken first and held until the end, and what is
+    pending is read under it: a second migrator waits, then finds nothing to do. On
+    SQLite each version is applied in its own ``BEGIN IMMEDIATE`` transaction.
+    """
+    if isinstance(db, PostgresDatabase):
+        return _migrate_postgres(db)
     done = []
     for migration in pending(db):
-        record = (
-            "INSERT INTO schema_migrations (version, name, applied_at) "
-            f"VALUES ('{migration.version}', '{migration.name}', "
-            + ("CURRENT_TIMESTAMP" if db.dialect == "sqlite" else "now()::text")
-            + ") ON CONFLICT (version) DO NOTHING;"
-        )
         body = migration.path.read_text()
-        if db.dialect == "sqlite":
-            script = f"BEGIN IMMEDIATE;\n{body}\n{record}\nCOMMIT;"
-        else:
-            script = f"{body}\n{record}"
+        script = f"BEGIN IMMEDIATE;\n{body}\n{_record(migration, 'sqlite')}\nCOMMIT;"
         try:
             db.run_script(script)
         except PermanentStoreError as exc:
             raise PermanentStoreError(f"migration {migration.path.name} failed: {exc}") from exc
         done.append(migration)
+    return done
+
+
+def _migrate_postgres(db: PostgresDatabase) -> list[Migration]:
+    done = []
+    with db.migration_session() as run:
+        run(_BOOKKEEPING)
+        versions = {row["version"] for row in run("SELECT version FROM schema_migrations")}
+        for migration in discover(db.dialect):
+            if migration.version in versions:
+                continue
+            try:
+                run(f"{migration.path.read_text()}\n{_record(migration, 'postgres')}")
+            except PermanentStoreError as exc:
+                raise PermanentStoreError(
+                    f"migration {migration.path.name} failed: {exc}") from exc
+            done.append(migration)
     return done

@@ -1,7 +1,7 @@
 """The packaged CloudFormation template: lint-clean, and wired as the registries say.
 
 Expectations come from the job registry (``shared.jobs.registry.JOBS``) and the topic list
-(``shared.queues.publish.TOPICS``), so adding a job or a topic without its serverless.yml
+(``shared.queues.topics.TOPICS``), so adding a job or a topic without its serverless.yml
 function, queue or role fails here.
 """
 
@@ -15,6 +15,7 @@ import pytest
 
 from shared.core.secrets import SECRET_NAMES
 from shared.jobs.registry import JOBS
+from shared.queues.topics import TOPICS
 from tests.deploy.conftest import PREFIX, Packaged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -23,24 +24,11 @@ HTTP_STACK = ("fastapi/", "starlette/", "pydantic/", "pydantic_core/", "mangum/"
 
 
 def topics() -> tuple[str, ...]:
-    try:
-        from shared.queues.publish import TOPICS
-    except ImportError:  # before the queue subsystem exists: the queues infra/ declares
-        from tests.conftest import ROOT
-
-        text = (ROOT / "infra" / "queues.yml").read_text()
-        names = [line.split("}", 1)[1] for line in text.splitlines()
-                 if "QueueName:" in line and not line.endswith("-dlq")]
-        return tuple(n.replace("-", ".", 1) for n in names)
-    return TOPICS
+    return tuple(TOPICS)
 
 
 def implemented() -> frozenset[str]:
-    try:
-        from shared.queues.publish import IMPLEMENTED
-    except ImportError:
-        return frozenset()
-    return IMPLEMENTED
+    return frozenset(name for name, topic in TOPICS.items() if not topic.reserved)
 
 
 def getatt(value: Any) -> str | None:
@@ -141,6 +129,19 @@ def test_alarms_watch_every_dlq_and_oldest_message(packaged: Packaged) -> None:
             assert any(a["MetricName"] == metric and a["AlarmActions"]
                        and getatt(a["Dimensions"][0]["Value"]) == queue_id for a in alarms), (
                 f"no {metric} alarm on {queue}")
+
+
+def test_every_scheduled_function_alarms_on_errors_and_drain_failures(
+        packaged: Packaged) -> None:
+    alarms = [a["Properties"] for a in packaged.of_type("AWS::CloudWatch::Alarm").values()]
+    for job in JOBS.values():
+        logical_id, _ = function_for_job(packaged, job.name)
+        assert any(a["Namespace"] == "AWS/Lambda" and a["MetricName"] == "Errors"
+                   and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": logical_id}}]
+                   and a["AlarmActions"] for a in alarms), f"{job.name}: no Errors alarm"
+        assert any(a["MetricName"] == "DrainFailures" and a["AlarmActions"]
+                   and {"Name": "job", "Value": job.name} in a["Dimensions"]
+                   for a in alarms), f"{job.name}: no DrainFailures alarm"
 
 
 def test_iam_least_privilege(packaged: Packaged) -> None:

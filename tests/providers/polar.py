@@ -58,6 +58,7 @@ class PolarStandIn(StandIn):
         self.events: dict[str, dict[str, Any]] = {}  # external_id -> event
         self.received: Counter[str] = Counter()  # external_id -> times received in a 200
         self.requests = 0
+        self.on_request: Any = None  # a callable run as each request arrives (a test's hook)
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -73,6 +74,8 @@ class PolarStandIn(StandIn):
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if self.on_request is not None:
+                self.on_request()
             if self.latency_s:
                 time.sleep(self.latency_s)
             return self._answer(method, path, headers, body)

@@ -42,12 +42,6 @@ SELECT count(*) AS n FROM data_erasure_requests WHERE status = 'requested' AND g
 -- name: count_by_status
 SELECT status, count(*) AS n FROM data_erasure_requests GROUP BY status
 
--- name: list_unverified
-SELECT * FROM data_erasure_requests
-WHERE status = 'purged' AND verified_at IS NULL AND purged_at <= :cutoff
-ORDER BY purged_at, id
-LIMIT :limit
-
 -- name: cancel_request
 UPDATE data_erasure_requests SET status = 'cancelled', updated_at = :now
 WHERE id = :id AND status = 'requested'
@@ -59,8 +53,35 @@ SET status = 'purged', purged_at = :now, confirmed_by = :confirmed_by, result = 
 WHERE id = :id
 
 -- name: mark_verified
-UPDATE data_erasure_requests SET verified_at = :now, result = :result, updated_at = :now
-WHERE id = :id AND status = 'purged'
+-- A failed request whose retried sweep now verifies clean is purged after all.
+UPDATE data_erasure_requests
+SET status = 'purged', verified_at = :now, result = :result, last_error = NULL, updated_at = :now
+WHERE id = :id AND status IN ('purged', 'failed')
+
+-- --- Tombstones (erasure_tombstones): one per erased subject -------------------
+
+-- name: put_tombstone
+INSERT INTO erasure_tombstones (subject_user_id, request_id, erased_at, sweep_pending)
+VALUES (:subject, :id, :now, true)
+ON CONFLICT (subject_user_id) DO UPDATE
+SET request_id = excluded.request_id, erased_at = excluded.erased_at, sweep_pending = true
+
+-- name: sweep_done
+UPDATE erasure_tombstones SET sweep_pending = false
+WHERE subject_user_id = :subject AND request_id = :id
+
+-- name: list_sweep_pending
+-- Purges whose sweep outside the transaction never succeeded (a crash after the
+-- commit, or Redis down): every erasure-purge run tries them again.
+SELECT r.* FROM erasure_tombstones t
+JOIN data_erasure_requests r ON r.id = t.request_id
+WHERE t.sweep_pending
+ORDER BY t.erased_at, r.id
+LIMIT :limit
+
+-- name: tombstone_for
+SELECT subject_user_id, request_id, erased_at, sweep_pending FROM erasure_tombstones
+WHERE subject_user_id = :subject
 
 -- name: mark_failed
 UPDATE data_erasure_requests
@@ -145,10 +166,17 @@ WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
 -- --- Targets: the delivery queue (entries addressed to the subject) -----------
 
 -- name: count_delivery
-SELECT count(*) AS n FROM delivery_queue WHERE subject_user_id = :subject
+-- The subject's entries: named in subject_user_id, or addressed to the subject's id
+-- itself (a Slack user id, a Telegram chat id, an address used as the user id).
+-- Email addresses compare without regard to case.
+SELECT count(*) AS n FROM delivery_queue
+WHERE subject_user_id = :subject OR recipient = :subject
+   OR (channel = 'email' AND lower(recipient) = lower(:subject))
 
 -- name: purge_delivery
-DELETE FROM delivery_queue WHERE subject_user_id = :subject
+DELETE FROM delivery_queue
+WHERE subject_user_id = :subject OR recipient = :subject
+   OR (channel = 'email' AND lower(recipient) = lower(:subject))
 
 -- --- Targets: actor references, pseudonymised -------------------------------
 

@@ -1,4 +1,4 @@
--- Push queues: completed idempotency keys and the in-process dead letters.
+-- Push queues: completed keys, the in-process dead letters and the quarantine.
 
 -- name: key_completed
 SELECT key FROM queue_completed_keys WHERE key = :key AND expires_at > :now
@@ -42,3 +42,24 @@ WHERE key IN (SELECT value FROM json_each(:keys)) AND expires_at > :now
 -- name: keys_completed @postgres
 SELECT key FROM queue_completed_keys
 WHERE key IN (SELECT jsonb_array_elements_text(:keys)) AND expires_at > :now
+
+-- name: quarantine_add
+INSERT INTO queue_quarantine (id, topic, message_id, reason, body, received_at)
+VALUES (:id, :topic, :message_id, :reason, :body, :received_at)
+ON CONFLICT (id) DO NOTHING
+
+-- name: quarantine_list
+SELECT id, topic, message_id, reason, body, received_at FROM queue_quarantine
+ORDER BY received_at DESC, id LIMIT :limit
+
+-- name: quarantine_get
+SELECT id, topic, message_id, reason, body, received_at FROM queue_quarantine WHERE id = :id
+
+-- name: quarantine_delete
+DELETE FROM queue_quarantine WHERE id = :id
+
+-- name: quarantine_count
+SELECT count(*) AS n FROM queue_quarantine
+
+-- name: quarantine_purge
+DELETE FROM queue_quarantine

@@ -61,3 +61,19 @@ DELETE FROM admin_audit WHERE id IN (
 -- name: recent_audit
 SELECT id, actor, action, target, outcome, ip, at, detail
 FROM admin_audit ORDER BY at DESC LIMIT :limit
+
+-- name: lease_is_mine @postgres
+-- FOR SHARE: a takeover of the lease waits until the transaction holding this ends.
+SELECT holder FROM job_leases
+WHERE job = :job AND holder = :holder AND expires_at > :now
+FOR SHARE
+
+-- name: lease_is_mine @sqlite
+SELECT holder FROM job_leases WHERE job = :job AND holder = :holder AND expires_at > :now
+
+-- name: abandon_running
+-- Runs of the job still 'running' when a new run holds its lease never finished:
+-- killed, or hung past their lease.
+UPDATE job_runs
+SET outcome = 'error', finished_at = :now, result = :result
+WHERE job = :job AND outcome = 'running'

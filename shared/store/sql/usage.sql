@@ -75,6 +75,7 @@ WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempt
 -- name: claim_outbox_row
 -- The attempt is counted at the claim, and the row is left 'failed' with an in-flight
 -- note: a process that dies while the row is in flight still uses up one attempt.
+-- The mark after the send gives it back when Polar did not judge the row.
 UPDATE ai_usage_metering_outbox
 SET attempt_count = attempt_count + 1, status = 'failed', last_error = :note
 WHERE id = :id
@@ -87,8 +88,27 @@ WHERE id = :id
 -- name: mark_outbox_failed
 UPDATE ai_usage_metering_outbox
 SET status = 'failed', last_error = :error,
-    attempt_count = CASE WHEN :exhaust THEN :max_attempts ELSE attempt_count END
+    attempt_count = CASE WHEN :exhaust THEN :max_attempts
+                         WHEN :refund AND attempt_count > 0 THEN attempt_count - 1
+                         ELSE attempt_count END
 WHERE id = :id
+
+-- name: refund_outbox_attempt
+-- The attempt of a row settled earlier in the run, given back (it was part of an outage).
+UPDATE ai_usage_metering_outbox SET attempt_count = attempt_count - 1
+WHERE id = :id AND status = 'failed' AND attempt_count > 0
+
+-- name: exhausted_outbox
+-- Rows out of attempts, oldest first, for `sluice billing reset-attempts`.
+SELECT id, ledger_id, external_customer_id, attempt_count, last_error, created_at
+FROM ai_usage_metering_outbox
+WHERE status = 'failed' AND attempt_count >= :max_attempts
+ORDER BY created_at, id
+
+-- name: reset_outbox_attempts
+UPDATE ai_usage_metering_outbox
+SET status = 'pending', attempt_count = 0, last_error = :note
+WHERE id = :id AND status = 'failed' AND attempt_count >= :max_attempts
 
 -- name: outbox_by_ledger
 SELECT id, ledger_id, external_customer_id, event_name, metadata, status, attempt_count,
@@ -112,3 +132,12 @@ FROM ai_usage_metering_outbox
 SELECT id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,
        created_at
 FROM ai_usage_ledger WHERE id = :id
+
+-- name: erased_subjects @postgres
+-- Which of :ids (a JSON array of user / customer ids) an erasure has tombstoned.
+SELECT subject_user_id FROM erasure_tombstones
+WHERE subject_user_id IN (SELECT jsonb_array_elements_text(:ids))
+
+-- name: erased_subjects @sqlite
+SELECT subject_user_id FROM erasure_tombstones
+WHERE subject_user_id IN (SELECT value FROM json_each(:ids))

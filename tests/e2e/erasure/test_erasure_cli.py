@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from collections.abc import Callable
-from datetime import timedelta
 
 import pytest
 
@@ -14,7 +17,9 @@ from shared.erasure.purge import count_subject, purge_due
 from shared.erasure.requests import ErasureStatus, ErasureStore
 from shared.jobs.runs import RunStore
 from shared.store.db import utcnow
-from tests.conftest import BASE_ENV, REDIS_URL, run_cli
+from shared.store.redis_clients import LEDGER_RETRY_QUEUE
+from tests.conftest import BASE_ENV, REDIS_URL, ROOT, run_cli
+from tests.integration.billing.usage_data import envelope
 from tests.integration.erasure.erasure_data import seed_redis, seed_subject
 
 
@@ -28,6 +33,22 @@ def env(db_url: str, redis_prefix: str) -> dict[str, str]:
 def svc(env: dict[str, str], make_services: Callable[..., Services]) -> Services:
     return make_services(env["SLUICE_DATABASE_URL"], SLUICE_REDIS_URL=REDIS_URL,
                          SLUICE_REDIS_KEY_PREFIX=env["SLUICE_REDIS_KEY_PREFIX"])
+
+
+def run_on_terminal(args: list[str], env: dict[str, str], typed: str,
+                    ) -> subprocess.CompletedProcess[str]:
+    """``sluice ARGS`` with a pseudo-terminal as stdin, on which ``typed`` is entered."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
+    full_env.update(env)
+    leader, follower = pty.openpty()
+    try:
+        with os.fdopen(leader, "wb", buffering=0) as keyboard:
+            keyboard.write(typed.encode() + b"\n")
+            return subprocess.run([sys.executable, "-m", "shared.cli.main", *args], env=full_env,
+                                  cwd=ROOT, stdin=follower, capture_output=True, text=True,
+                                  timeout=120, check=False)
+    finally:
+        os.close(follower)
 
 
 def _cli(args: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -77,10 +98,56 @@ def test_killed_after_the_commit_the_sweep_is_finished_by_a_later_run(
     left = count_subject(svc, "u1")
     assert left["ai_usage_ledger"] == 0 and left["redis:ai:ledger:retry:dlq"] == 2
 
-    result = purge_due(svc, now=utcnow() + timedelta(minutes=6))
+    result = purge_due(svc, now=utcnow())
     assert (result["due"], result["resumed"], result["purged"]) == (0, 1, 1)
     assert not any(count_subject(svc, "u1").values())
     assert ErasureStore(svc.db).get(request_id).verified_at is not None
+
+
+def test_killed_after_the_commit_a_redrive_cannot_bring_the_subject_back(
+        env: dict[str, str], svc: Services) -> None:
+    seed_subject(svc.db, "u1")
+    svc.redis.lpush(LEDGER_RETRY_QUEUE, envelope(1, user_id="u1"), envelope(2, user_id="u2"))
+    request_id = str(_cli(["request", "u1", "--grace-days", "0"], env)["id"])
+
+    crashed = run_cli(["run", "erasure-purge", "--json"],
+                      {**env, "SLUICE_CRASH_AT": "erasure.after_commit"})
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    assert count_subject(svc, "u1")["redis:ai:ledger:retry:queue"] == 1, "not swept yet"
+
+    # The ledger redrive runs before the next purge: the erased user's entry is dropped.
+    redriven = run_cli(["run", "ledger-redrive", "--json"], env)
+    assert redriven.returncode == 0, redriven.stderr
+    body = json.loads(redriven.stdout)
+    assert (body["drained"], body["succeeded"], body["erased"]) == (2, 1, 1)
+    assert not any(count_subject(svc, "u1").values()), "nothing of u1 came back"
+
+    # The next purge run finishes the sweep and the verification, with no operator.
+    finished = json.loads(run_cli(["run", "erasure-purge", "--json"], env).stdout)
+    assert (finished["resumed"], finished["purged"], finished["failed"]) == (1, 1, 0)
+    assert ErasureStore(svc.db).get(request_id).verified_at is not None
+
+
+def test_confirm_refuses_without_yes_when_stdin_is_not_a_terminal(
+        env: dict[str, str], svc: Services) -> None:
+    seed_subject(svc.db, "u3")
+    request_id = str(_cli(["request", "u3"], env)["id"])
+    refused = run_cli(["erasure", "confirm", request_id], env, stdin="yes\n")
+    assert refused.returncode == 64 and "--yes" in refused.stderr
+    assert ErasureStore(svc.db).get(request_id).status is ErasureStatus.REQUESTED
+    assert count_subject(svc, "u3")["ai_usage_ledger"] == 3
+
+
+@pytest.mark.parametrize(("answer", "code", "status"), [
+    ("no", 1, ErasureStatus.REQUESTED), ("yes", 0, ErasureStatus.PURGED)])
+def test_confirm_asks_on_a_terminal(env: dict[str, str], svc: Services, answer: str, code: int,
+                                    status: ErasureStatus) -> None:
+    seed_subject(svc.db, "u4")
+    request_id = str(_cli(["request", "u4"], env)["id"])
+    done = run_on_terminal(["erasure", "confirm", request_id, "--by", "dpo"], env, answer)
+    assert done.returncode == code, done.stderr
+    assert "cannot be undone" in done.stderr
+    assert ErasureStore(svc.db).get(request_id).status is status
 
 
 def test_the_command_line_lifecycle(env: dict[str, str], svc: Services) -> None:
@@ -96,7 +163,7 @@ def test_the_command_line_lifecycle(env: dict[str, str], svc: Services) -> None:
 
     dry = _cli(["confirm", request_id, "--dry-run"], env)
     assert dry["wouldPurge"]["ai_usage_ledger"] == 3  # type: ignore[index]
-    purged = _cli(["confirm", request_id, "--by", "dpo"], env)
+    purged = _cli(["confirm", request_id, "--by", "dpo", "--yes"], env)
     assert purged["status"] == "purged" and purged["confirmedBy"] == "dpo"
 
     verify = run_cli(["erasure", "verify", "u7", "--json"], env)

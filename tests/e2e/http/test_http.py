@@ -16,8 +16,8 @@ from shared.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token
 
 ROUTE = "/api/admin/state/cleanup"
-CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedJobRuns", "deletedAuditRecords",
-                "processedAt"}
+CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
+                "deletedAuditRecords", "processedAt"}
 
 
 @pytest.fixture

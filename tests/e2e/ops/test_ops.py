@@ -17,7 +17,8 @@ from shared.http.app import create_app
 from shared.jobs.registry import get_job
 from shared.jobs.runner import run_job
 from shared.ops.overview import queue_figures
-from shared.queues.publish import LocalDeadLetters, dlq_name, queue_name
+from shared.queues.deadletters import LocalDeadLetters
+from shared.queues.topics import dlq_name, queue_name
 from shared.store.db import utcnow
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
@@ -73,7 +74,7 @@ def test_local_figures_are_measured(db_url: str, redis_prefix: str, make_service
 
     page = client.get("/admin/queues", headers={"cookie": f"__session={admin_token(['ops'])}"})
     assert page.status_code == 200 and "Queue health" in page.text
-    assert "<td>rss.enrich-dlq</td>" in page.text
+    assert 'data-card="rss.enrich-dlq"' in page.text
 
 
 def test_the_page_is_restricted(sqlite_url: str, make_services: Any) -> None:
@@ -90,6 +91,7 @@ def test_a_broken_store_shows_in_its_own_section(sqlite_url: str, make_services:
     data = queue_figures(services)
     assert "error" in data["ledgerRetry"]
     assert data["delivery"]["pending"]["count"] == 0, "the other sections still answer"
+    assert data["quarantine"] == {"depth": 0}
 
 
 def test_sqs_figures_come_from_sqs_and_cloudwatch(sqlite_url: str, make_services: Any,

@@ -12,16 +12,19 @@ from types import ModuleType
 import pytest
 
 from shared.core.services import Services
-from shared.queues.publish import CompletedKeys
-from shared.queues.signing import Signer
-from shared.queues.topics import register_catalog_refresh
+from shared.queues.deadletters import Quarantine
+from shared.queues.handlers import register_catalog_refresh
+from shared.queues.keys import CompletedKeys, dedupe_key
+from shared.queues.signing import MissingSecret, Signer
 from shared.store.flags import FlagStore
 from tests.conftest import BASE_ENV, ROOT, load_event
 
 SECRET = "queue-secret-for-tests-0123456789"
 
 
-def consumers_module(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> ModuleType:
+def consumers_module(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                     topic: str = "rss.ingest") -> ModuleType:
+    monkeypatch.setenv("SLUICE_TOPIC", topic)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     sys.modules.pop("functions.consumers", None)
@@ -50,15 +53,18 @@ def test_ingest_runs_the_refresh_once_when_the_flag_is_on(
     register_catalog_refresh(refreshed.append)
     try:
         event = load_event("sqs_rss_ingest")
-        assert module.ingest(event, None) == {"batchItemFailures": []}
+        assert module.handler(event, None) == {"batchItemFailures": []}
         assert refreshed == [module.SERVICES]
-        key = event["Records"][0]["messageAttributes"]["idempotencyKey"]["stringValue"]
+        key = dedupe_key("rss.ingest", json.loads(event["Records"][0]["body"]))
         assert CompletedKeys(services.db).done(key)
-        assert module.ingest(event, None) == {"batchItemFailures": []}  # a duplicate delivery
+        assert module.handler(event, None) == {"batchItemFailures": []}  # a duplicate delivery
         assert len(refreshed) == 1
-        assert module.ingest(load_event("sqs_rss_ingest_forged"), None) == {
-            "batchItemFailures": []}
+        forged = load_event("sqs_rss_ingest_forged")
+        assert module.handler(forged, None) == {"batchItemFailures": []}
         assert len(refreshed) == 1
+        [kept] = Quarantine(services.db).list(10)  # acknowledged, but kept
+        assert kept["id"] == forged["Records"][0]["messageId"]
+        assert kept["reason"] == "signature does not match"
     finally:
         register_catalog_refresh(None)
 
@@ -69,7 +75,7 @@ def test_ingest_acknowledges_without_work_when_the_flag_is_off(
     refreshed: list[Services] = []
     register_catalog_refresh(refreshed.append)
     try:
-        assert module.ingest(load_event("sqs_rss_ingest"), None) == {"batchItemFailures": []}
+        assert module.handler(load_event("sqs_rss_ingest"), None) == {"batchItemFailures": []}
         assert refreshed == []
     finally:
         register_catalog_refresh(None)
@@ -77,7 +83,7 @@ def test_ingest_acknowledges_without_work_when_the_flag_is_off(
 
 def test_a_reserved_topic_function_fails_loud(env: dict[str, str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    module = consumers_module(monkeypatch, env)
+    module = consumers_module(monkeypatch, env, "rss.cluster")
     event = load_event("sqs_rss_ingest")
     message = json.loads(event["Records"][0]["body"])
     event["Records"][0]["body"] = json.dumps(Signer([SECRET]).sign({**message,
@@ -85,11 +91,19 @@ def test_a_reserved_topic_function_fails_loud(env: dict[str, str],
     event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "5"
     del event["Records"][0]["messageAttributes"]["idempotencyKey"]
     # The last attempt: the -dlq send is tried (the in-process DLQ here) and only then acked.
-    assert module.cluster(event, None) == {"batchItemFailures": []}
+    assert module.handler(event, None) == {"batchItemFailures": []}
     from shared.ops.deadletters import DeadLetters
 
     [item] = DeadLetters(module.SERVICES).list_letters("rss.cluster")["items"]
     assert "rss.cluster consumer is not implemented" in item["reason"]
+
+
+def test_a_consumer_function_without_its_signing_secret_fails_at_cold_start(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLUICE_QUEUE_SIGNING_SECRET", raising=False)
+    unsigned = {k: v for k, v in env.items() if k != "SLUICE_QUEUE_SIGNING_SECRET"}
+    with pytest.raises(MissingSecret, match="rss.ingest consumer refuses to start"):
+        consumers_module(monkeypatch, unsigned)
 
 
 def test_the_consumer_module_does_not_import_fastapi(db_url: str) -> None:
@@ -98,6 +112,7 @@ def test_the_consumer_module_does_not_import_fastapi(db_url: str) -> None:
             "('fastapi', 'starlette', 'mangum', 'uvicorn')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, check=False,
-                          env={"PATH": "/usr/bin:/bin", **BASE_ENV, "SLUICE_DATABASE_URL": db_url})
+                          env={"PATH": "/usr/bin:/bin", **BASE_ENV, "SLUICE_DATABASE_URL": db_url,
+                               "SLUICE_TOPIC": "rss.ingest", "SLUICE_QUEUE_SIGNING_SECRET": SECRET})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
+from shared.core.services import Services
+from shared.queues.deadletters import Quarantine
 from shared.queues.signing import Signer
 from tests.conftest import BASE_ENV, run_cli
 from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
@@ -90,3 +93,19 @@ def test_publish_to_sqs_and_work_the_dlq(aws_env: dict[str, str], sqlite_url: st
     assert run_cli(["dlq", "purge", "rss.ingest"], env).returncode == 64
     purged = run_cli(["dlq", "purge", "rss.ingest", "--all"], env)
     assert json.loads(purged.stdout) == {"queue": "rss.ingest", "purged": 0}
+
+
+def test_dlq_redrive_of_a_forgery_is_refused_with_exit_2(
+        sqlite_url: str, make_services: Callable[..., Services]) -> None:
+    env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET}
+    forged = Signer(["someone-else-0123456789abcdef"]).sign(MESSAGE)
+    Quarantine(make_services(sqlite_url).db).add("rss.ingest", "m-1", "signature does not match",
+                                                 json.dumps(forged))
+    listed = run_cli(["dlq", "list", "quarantine"], env)
+    assert "quarantine: 1 dead letter(s)" in listed.stdout
+    assert "signature does not match" in listed.stdout
+    refused = run_cli(["dlq", "redrive", "quarantine"], env)
+    assert refused.returncode == 2, refused.stderr
+    assert [r["id"] for r in json.loads(refused.stdout)["refused"]] == ["m-1"]
+    assert json.loads(run_cli(["dlq", "purge", "quarantine", "--all"], env).stdout) == {
+        "queue": "quarantine", "purged": 1}

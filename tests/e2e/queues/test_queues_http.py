@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from shared.core.services import Services
 from shared.http.app import create_app
 from shared.jobs.runs import RunStore
-from shared.queues.consumer import Consumer
-from shared.queues.publish import REGISTRY, Delivery
-from shared.queues.topics import publisher_of
+from shared.queues.consumer import Consumer, InboundMessage
+from shared.queues.publish import REGISTRY
+from shared.queues.runtime import publisher_of
 from shared.store.flags import FlagStore
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
@@ -84,7 +84,7 @@ def test_dlq_routes_list_show_redrive_and_purge(
     runs: list[str] = []
     healthy: list[bool] = []
 
-    def handler(message: dict[str, Any], delivery: Delivery) -> None:
+    def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
         runs.append(message["batchId"])
         if not healthy:
             raise RuntimeError("not yet")
@@ -126,3 +126,34 @@ def test_dlq_routes_list_show_redrive_and_purge(
     assert ("dlq:redrive", "dlq:rss.ingest") in actions
     assert ("dlq:redrive", "/api/admin/dlq/rss.ingest/redrive") in actions
     assert ("dlq:purge", "dlq:ledger") in actions
+
+
+def test_dlq_routes_show_the_quarantine_and_refuse_what_does_not_verify(
+        db_url: str, make_services: Callable[..., Services], registry: Any) -> None:
+    services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    client = TestClient(create_app(services), raise_server_exceptions=False)
+    runs: list[str] = []
+    consumer = Consumer("rss.ingest", lambda m, i: runs.append(m["batchId"]), services,
+                        registry=registry)
+    forged = {"topic": "rss.ingest", "batchId": "forged", "sourceId": "s", "feedUrl": "",
+              "publishedAt": "p", "signature": "0" * 64}
+    consumer.deliver_local(json.dumps(forged), "m-forged")
+    assert runs == []
+
+    overview = client.get("/api/admin/dlq", headers=auth("ops")).json()["queues"]
+    assert {"queue": "quarantine", "depth": 1} in overview
+    [item] = client.get("/api/admin/dlq/quarantine", headers=auth("ops")).json()["items"]
+    assert item == {**item, "id": "m-forged", "queue": "quarantine",
+                    "reason": "signature does not match"}
+    shown = client.get("/api/admin/dlq/quarantine/m-forged", headers=auth("ops")).json()
+    assert shown["body"]["message"] == forged and shown["body"]["topic"] == "rss.ingest"
+
+    answer = client.post("/api/admin/dlq/quarantine/redrive", headers=auth("ops"), json={})
+    assert answer.status_code == 200
+    assert answer.json()["count"] == 0 and answer.json()["refused"] == [{
+        "id": "m-forged",
+        "reason": "does not verify against a current or retired secret (signature does not match)"}]
+    assert runs == []
+    purged = client.post("/api/admin/dlq/quarantine/purge", headers=auth("ops"),
+                         json={"ids": ["m-forged"]})
+    assert purged.json() == {"queue": "quarantine", "purged": 1}

@@ -79,9 +79,9 @@ def test_a_batch_lands_in_the_ledger_with_its_outbox_rows(redis_client: RedisCli
                                                           store: Database) -> None:
     enqueue(redis_client, [envelope(i) for i in range(150)]
             + [envelope(900, tenant_id=None, user_id=None)])  # not billable: no customer
-    first = run(redis_client, store)
+    first = run(redis_client, store, max_batches=1)
     assert first == {"drained": 100, "succeeded": 100, "requeued": 0, "deadLettered": 0,
-                     "errors": []}
+                     "erased": 0, "errors": [], "reason": None}
     assert ledger_ids(store) == [f"use-{i:05d}" for i in range(100)], "oldest first"
     second = run(redis_client, store)
     assert (second["drained"], second["succeeded"]) == (51, 51)
@@ -132,7 +132,7 @@ def test_a_malformed_entry_goes_to_the_dlq_at_once(redis_client: RedisClient, st
     enqueue(redis_client, [envelope(1), raw, envelope(2)])
     result = run(redis_client, store)
     assert result == {"drained": 3, "succeeded": 2, "requeued": 0, "deadLettered": 1,
-                      "errors": []}
+                      "erased": 0, "errors": [], "reason": None}
     [dead] = redis_client.lrange(DLQ, 0, -1)
     item = json.loads(dead)
     assert item["reason"] == reason
@@ -156,32 +156,55 @@ class DownDatabase:
         pass
 
 
-def test_an_unreachable_store_requeues_with_attempts_and_stops(redis_client: RedisClient) -> None:
+def test_an_unreachable_store_requeues_without_counting_and_stops(
+        redis_client: RedisClient) -> None:
     enqueue(redis_client, [envelope(i) for i in range(5)] + [envelope(9, attempts=MAX_ATTEMPTS - 1)])
-    result = run(redis_client, DownDatabase(), max_batches=5)  # type: ignore[arg-type]
+    result = run(redis_client, DownDatabase())  # type: ignore[arg-type]
     assert result["drained"] == 6 and result["succeeded"] == 0
-    assert (result["requeued"], result["deadLettered"]) == (5, 1)
+    assert (result["requeued"], result["deadLettered"]) == (6, 0)
     assert result["errors"] == ["store_unavailable: postgres: connection refused"]
-    queued = [json.loads(raw) for raw in redis_client.lrange(QUEUE, 0, -1)]
-    assert sorted(q["id"] for q in queued) == [f"use-{i:05d}" for i in range(5)]
-    assert {q["attempts"] for q in queued} == {1}
-    assert {q["lastError"] for q in queued} == {"store_unavailable: postgres: connection refused"}
-    assert {q["id"]: q["entry"] for q in queued}["use-00000"] == entry(0).to_contract()
-    [dead] = [json.loads(raw) for raw in redis_client.lrange(DLQ, 0, -1)]
-    assert (dead["id"], dead["attempts"], dead["reason"]) == ("use-00009", MAX_ATTEMPTS, "max_attempts")
-    assert redis_client.llen(PROCESSING) == 0
+    assert result["reason"] == "store_unavailable"
+    queued = {q["id"]: q for q in map(json.loads, redis_client.lrange(QUEUE, 0, -1))}
+    assert sorted(queued) == [f"use-{i:05d}" for i in (0, 1, 2, 3, 4, 9)]
+    assert {q["id"]: q["attempts"] for q in queued.values()} == {
+        **{f"use-{i:05d}": 0 for i in range(5)}, "use-00009": MAX_ATTEMPTS - 1}
+    assert {q["lastError"] for q in queued.values()} == {
+        "store_unavailable: postgres: connection refused"}
+    assert queued["use-00000"]["entry"] == entry(0).to_contract()
+    assert redis_client.llen(DLQ) == 0 and redis_client.llen(PROCESSING) == 0
 
 
-def test_attempts_accumulate_until_the_dlq_and_nothing_loops(redis_client: RedisClient) -> None:
-    enqueue(redis_client, [envelope(1)])
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+def test_a_long_outage_dead_letters_nothing(redis_client: RedisClient, store: Database) -> None:
+    enqueue(redis_client, [envelope(1), envelope(2, attempts=MAX_ATTEMPTS - 1)])
+    for _ in range(MAX_ATTEMPTS * 3):
         result = run(redis_client, DownDatabase())  # type: ignore[arg-type]
+        assert (result["drained"], result["deadLettered"]) == (2, 0)
+    assert redis_client.llen(DLQ) == 0
+    assert run(redis_client, store)["succeeded"] == 2
+    assert ledger_ids(store) == ["use-00001", "use-00002"]
+
+
+def test_refusals_count_until_the_dlq_and_nothing_loops(redis_client: RedisClient,
+                                                        store: Database) -> None:
+    poison(store)
+    enqueue(redis_client, [envelope(1, model="poison")])
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        result = run(redis_client, store)
         assert result["drained"] == 1
         if attempt < MAX_ATTEMPTS:
             assert json.loads(redis_client.lrange(QUEUE, 0, -1)[0])["attempts"] == attempt
     assert result["deadLettered"] == 1
     assert redis_client.llen(QUEUE) == 0 and redis_client.llen(DLQ) == 1
-    assert run(redis_client, DownDatabase())["drained"] == 0  # type: ignore[arg-type]
+    assert run(redis_client, store)["drained"] == 0
+
+
+def test_a_run_pages_until_its_deadline(redis_client: RedisClient, store: Database) -> None:
+    enqueue(redis_client, [envelope(i) for i in range(450)])
+    ticks = iter(range(10_000))  # one tick per look at the clock: three batches fit
+    deadline = Deadline(4, clock=lambda: float(next(ticks)))
+    result = redrive(redis_client, store, now=T0, deadline=deadline)
+    assert (result["drained"], result["succeeded"], result["reason"]) == (300, 300, "deadline")
+    assert redis_client.llen(QUEUE) == 150
 
 
 def test_one_poisoned_entry_does_not_block_its_batch(redis_client: RedisClient,
@@ -227,7 +250,8 @@ def test_a_batch_of_100_costs_a_handful_of_round_trips(upstash_server: UpstashRe
     upstash_server.reset_counts()
     result = run(client, store)
     assert result["succeeded"] == DEFAULT_REDRIVE_BATCH_SIZE
-    assert upstash_server.calls == ["command"] * 3, "reclaim, claim, settle: one EVAL each"
+    assert upstash_server.calls == ["command"] * 4, \
+        "reclaim, claim, settle: one EVAL each, and one empty claim that finds the end"
     client.close()
 
 
@@ -236,12 +260,12 @@ def test_the_job_runs_through_the_cron_contract(make_services: Callable[..., Ser
                                                 redis_client: RedisClient) -> None:
     enqueue(redis_client, [envelope(i) for i in range(250)] + ["garbage"])
     services = make_services(db_url, **redis_env)
-    outcome = run_job(JOBS["ledger-redrive"], services, "cli")
+    outcome = run_job(JOBS["ledger-redrive"], services, "admin", params={"batches": "1"})
     assert outcome.status == 200 and outcome.outcome == "ok"
     assert outcome.body["drained"] == 100
-    admin = run_job(JOBS["ledger-redrive"], services, "admin", params={"batches": "5"})
-    assert admin.outcome == "failures", "a dead-lettered entry is reported"
-    assert (admin.body["drained"], admin.body["deadLettered"]) == (151, 1)
+    rest = run_job(JOBS["ledger-redrive"], services, "cli")
+    assert rest.outcome == "failures", "a dead-lettered entry is reported"
+    assert (rest.body["drained"], rest.body["deadLettered"]) == (151, 1)
     assert len(ledger_ids(services.db)) == 250
     bad = run_job(JOBS["ledger-redrive"], services, "admin", params={"batches": "0"})
     assert bad.status == 500 and "batches" in bad.body["error"]["message"]
@@ -252,8 +276,8 @@ def test_without_redis_the_job_says_so(make_services: Callable[..., Services],
                                        sqlite_url: str) -> None:
     outcome = run_job(JOBS["ledger-redrive"], make_services(sqlite_url), "cli")
     assert outcome.body == {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
-                            "errors": ["redis_not_configured"]}
-    assert outcome.outcome == "failures"
+                            "erased": 0, "errors": [], "reason": "redis_not_configured"}
+    assert outcome.outcome == "ok", "not configured is not a failure: nothing pages"
 
 
 def test_an_unreachable_redis_is_a_typed_error(make_services: Callable[..., Services],

@@ -65,10 +65,21 @@ def test_each_row_is_sent_once_oldest_first_one_request_at_a_time(
     assert do_flush(store, polar, http)["processed"] == 0
 
 
-def test_at_most_100_rows_a_run(store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
-    seed(store, 130)
-    assert do_flush(store, polar, http)["processed"] == 100
-    assert do_flush(store, polar, http)["processed"] == 30
+def test_a_run_keeps_going_past_100_rows_until_the_outbox_is_empty(
+        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+    seed(store, 230)
+    assert do_flush(store, polar, http)["processed"] == 230
+    assert polar.max_in_flight == 1
+
+
+def test_a_run_stops_paging_at_its_deadline(store: Database, polar: PolarStandIn,
+                                            http: httpx.Client) -> None:
+    seed(store, 150)
+    ticks = iter(range(10_000))  # one tick per look at the clock: 120 requests fit
+    deadline = Deadline(121, clock=lambda: float(next(ticks)))
+    client = PolarClient(polar.url, polar.token, client=http)
+    result = flush(OutboxStore(store), client, now=T0, deadline=deadline)
+    assert result == {"processed": 120, "failed": 0, "skipped": 30, "reason": "deadline"}
 
 
 def test_eligible_rows_are_pending_or_failed_with_attempts_left(
@@ -108,6 +119,26 @@ def test_repeated_transient_answers_end_the_run(store: Database, polar: PolarSta
     result = do_flush(store, polar, http)
     assert result == {"processed": 0, "failed": 3, "skipped": 7, "reason": "provider_unavailable"}
     assert polar.requests == 3
+    assert all(r["attempt_count"] == 0 for r in rows(store).values()), "an outage counts nothing"
+
+
+def test_an_outage_of_many_runs_fails_no_row_for_good(store: Database, polar: PolarStandIn,
+                                                       http: httpx.Client) -> None:
+    seed(store, 4)
+    for _ in range(MAX_METERING_ATTEMPTS * 2):
+        polar.answers.extend([(503, "down", {})] * 3)
+        assert do_flush(store, polar, http)["reason"] == "provider_unavailable"
+    assert {r["attempt_count"] for r in rows(store).values()} == {0}
+    assert do_flush(store, polar, http)["processed"] == 4
+
+
+def test_a_5xx_between_successes_counts_against_its_row(store: Database, polar: PolarStandIn,
+                                                         http: httpx.Client) -> None:
+    seed(store, 3)
+    polar.answers.extend([(200, {"inserted": 1, "duplicates": 0}, {}), (502, "bad gateway", {})])
+    result = do_flush(store, polar, http)
+    assert (result["processed"], result["failed"], result["reason"]) == (2, 1, None)
+    assert rows(store)["use-00001"]["attempt_count"] == 1
 
 
 def test_retry_after_ends_the_run_as_rate_limited(store: Database, polar: PolarStandIn,
@@ -117,7 +148,7 @@ def test_retry_after_ends_the_run_as_rate_limited(store: Database, polar: PolarS
     result = do_flush(store, polar, http)
     assert result == {"processed": 0, "failed": 1, "skipped": 4, "reason": "rate_limited"}
     assert polar.requests == 1
-    assert rows(store)["use-00000"]["attempt_count"] == 1
+    assert rows(store)["use-00000"]["attempt_count"] == 0, "a rate limit counts nothing"
     assert do_flush(store, polar, http)["processed"] == 5
 
 
@@ -139,7 +170,7 @@ def test_a_wrong_token_stops_the_run_without_spending_rows(
     seed(store, 4)
     result = do_flush(store, polar, http, token="wrong")
     assert result == {"processed": 0, "failed": 1, "skipped": 3, "reason": "polar_unauthorized"}
-    assert rows(store)["use-00000"]["attempt_count"] == 1
+    assert rows(store)["use-00000"]["attempt_count"] == 0, "a wrong token counts nothing"
     assert do_flush(store, polar, http)["processed"] == 4
 
 
@@ -148,8 +179,9 @@ def test_an_unreachable_polar_is_transient(store: Database, polar: PolarStandIn,
     seed(store, 5)
     result = do_flush(store, polar, http, url=f"http://127.0.0.1:{free_port()}")
     assert result == {"processed": 0, "failed": 3, "skipped": 2, "reason": "provider_unavailable"}
-    assert all(r["last_error"].startswith("network: ") for r in rows(store).values()
-               if r["attempt_count"])
+    failed = [r for r in rows(store).values() if r["status"] == "failed"]
+    assert len(failed) == 3 and all(r["last_error"].startswith("network: ") for r in failed)
+    assert all(r["attempt_count"] == 0 for r in failed), "Polar was never reached"
 
 
 def test_several_events_a_request_and_per_event_errors(store: Database, polar: PolarStandIn,
@@ -196,9 +228,9 @@ def test_the_job_through_the_cron_contract(make_services: Callable[..., Services
     polar.answers.append((422, {"detail": [{"loc": ["body"], "msg": "bad", "type": "x"}]}, {}))
     outcome = run_job(JOBS["metering-flush"], services, "cli")
     assert outcome.outcome == "failures", "rows that failed for good are reported"
-    assert (outcome.body["processed"], outcome.body["failed"]) == (0, 100)
+    assert (outcome.body["processed"], outcome.body["failed"]) == (50, 100)
     second = run_job(JOBS["metering-flush"], services, "cli")
-    assert second.body == {"processed": 50, "failed": 0, "skipped": 0, "reason": None}
+    assert second.body == {"processed": 0, "failed": 0, "skipped": 0, "reason": None}
     assert second.outcome == "ok" and polar.requests == 2
 
 

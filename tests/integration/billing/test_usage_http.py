@@ -26,14 +26,15 @@ def test_ledger_redrive_routes(make_services: Callable[..., Services], pg_url: s
 
     assert client.get(route).status_code == 401
     answer = client.get(route, headers=CRON)
-    assert answer.status_code == 200 and answer.json()["succeeded"] == 100
+    assert answer.status_code == 200 and answer.json()["succeeded"] == 130, "pages to the end"
+    redis_client.lpush(LEDGER_RETRY_QUEUE, *[envelope(i) for i in range(200, 330)])
     ops = {"authorization": f"Bearer {admin_token(['ops'])}"}
     assert client.post(route, headers=ops).status_code == 403
     billing = {"authorization": f"Bearer {admin_token(['billing'])}"}
-    answer = client.post(f"{route}?batches=3", headers=billing)
+    answer = client.post(f"{route}?batches=1", headers=billing)
     assert answer.status_code == 200
-    assert answer.json() == {"drained": 30, "succeeded": 30, "requeued": 0, "deadLettered": 0,
-                             "errors": []}
+    assert answer.json() == {"drained": 100, "succeeded": 100, "requeued": 0, "deadLettered": 0,
+                             "erased": 0, "errors": [], "reason": None}
     services.redis.close()
 
 

@@ -15,6 +15,7 @@ from shared.erasure.registry import (
     looks_personal,
     schema_columns,
     stale,
+    subject_params,
     unregistered,
 )
 from shared.store.db import SQL_DIR, Queries
@@ -59,3 +60,60 @@ def test_every_target_has_both_queries_for_both_dialects() -> None:
             assert query.for_dialect("sqlite") and query.for_dialect("postgres")
     assert all(e.reason for e in EXEMPTIONS)
     assert len({t.name for t in TARGETS}) == len(TARGETS)
+
+
+# One row per (table, column) a target claims: the subject appears in that column
+# ONLY, so a purge query that does not look at the column misses it. A target column
+# without a probe here fails the test: a claim must be proved.
+S = "subj-9"
+PROBES: dict[tuple[str, str], tuple[str, dict[str, object]]] = {
+    ("ai_usage_metering_outbox", "external_customer_id"): (
+        ("INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, "
+        "metadata) VALUES ('o1', 'nope', :s, 'ai_usage', :m)"), {"m": "{}"}),
+    ("ai_usage_ledger", "user_id"): (
+        ("INSERT INTO ai_usage_ledger (id, tenant_id, user_id, model, occurred_at) "
+        "VALUES ('l1', 'other', :s, 'm', :now)"), {}),
+    ("delivery_queue", "subject_user_id"): (
+        ("INSERT INTO delivery_queue (id, channel, recipient, subject_user_id, payload, "
+        "next_attempt_at, enqueued_at) VALUES ('d1', 'slack', 'C-other', :s, :m, :now, :now)"),
+        {"m": "{}"}),
+    ("delivery_queue", "recipient"): (
+        ("INSERT INTO delivery_queue (id, channel, recipient, payload, next_attempt_at, "
+        "enqueued_at) VALUES ('d2', 'telegram', :s, :m, :now, :now)"), {"m": "{}"}),
+    ("admin_audit", "actor"): (
+        ("INSERT INTO admin_audit (id, actor, action, outcome, at) "
+        "VALUES ('a1', :s, 'x', 'ok', :now)"), {}),
+    ("admin_audit", "ip"): (
+        ("INSERT INTO admin_audit (id, actor, action, outcome, ip, at) "
+        "VALUES ('a2', :s, 'x', 'ok', '127.0.0.1', :now)"), {}),
+    ("data_erasure_requests", "requested_by"): (
+        ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
+        "requested_at, grace_until) VALUES ('r1', 'other', 'cancelled', :s, :now, :now)"), {}),
+    ("data_erasure_requests", "confirmed_by"): (
+        ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
+        "confirmed_by, requested_at, grace_until) "
+        "VALUES ('r2', 'other2', 'cancelled', 'dpo', :s, :now, :now)"), {}),
+}
+
+
+def test_every_claimed_column_is_proved_by_a_probe() -> None:
+    claimed = {(t.table, c) for t in TARGETS for c in t.columns if c}
+    assert claimed == set(PROBES), "each column a target claims needs a probe row here"
+
+
+@pytest.mark.parametrize("key", sorted(PROBES), ids=lambda k: f"{k[0]}.{k[1]}")
+def test_a_row_holding_the_subject_only_in_a_claimed_column_is_counted_and_purged(
+        db, key: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    sql, extra = PROBES[key]
+    now = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    with db.transaction() as tx:
+        tx.execute(sql, {"s": S, "now": now, **{k: tx.json({}) if k == "m" else v
+                                                for k, v in extra.items()}})
+    [target] = [t for t in TARGETS if t.table == key[0] and key[1] in t.columns]
+    params = subject_params(S, pseudonym="erased:r")
+    with db.transaction() as tx:
+        assert tx.fetchone(target.count, params)["n"] == 1, f"{target.name} misses {key}"
+        assert tx.execute(target.purge, params) == 1
+        assert tx.fetchone(target.count, params)["n"] == 0

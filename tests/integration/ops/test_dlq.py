@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from shared.billing.deadletters import RedisNotConfigured
 from shared.core.services import Services
 from shared.jobs.runs import RunStore
-from shared.ops.deadletters import DeadLetters, RedisNotConfigured
-from shared.queues.consumer import Consumer
-from shared.queues.publish import Delivery, Publisher, Registry
+from shared.ops.deadletters import DeadLetters
+from shared.queues.consumer import Consumer, InboundMessage
+from shared.queues.publish import Publisher, Registry
 from shared.queues.signing import Signer
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.sqs_helpers import bodies, create_queues, new_prefix, poll, receive
@@ -28,7 +29,7 @@ class Flaky:
         self.healthy = False
         self.runs: dict[str, int] = {}
 
-    def __call__(self, message: dict[str, Any], delivery: Delivery) -> None:
+    def __call__(self, message: dict[str, Any], inbound: InboundMessage) -> None:
         self.runs[message["batchId"]] = self.runs.get(message["batchId"], 0) + 1
         if not self.healthy:
             raise RuntimeError("downstream is down")
@@ -180,7 +181,9 @@ def test_ledger_dlq_list_show_redrive_purge(sqlite_url: str, redis_prefix: str,
     assert redis.llen(LEDGER_RETRY_QUEUE) == 0
     result = dlq.redrive("ledger", ids=["old", garbage_id, "missing"], actor="a")
     assert [r["id"] for r in result["redriven"]] == ["old"]
-    assert [f["id"] for f in result["failed"]] == [garbage_id]
+    assert result["refused"] == [{"id": garbage_id, "reason": "not a ledger retry envelope; "
+                                                         "it cannot be redriven"}]
+    assert result["failed"] == []
     assert result["notFound"] == ["missing"]
     [queued] = redis.lrange(LEDGER_RETRY_QUEUE, 0, -1)
     assert json.loads(queued) == {"id": "old", "attempts": 0, "enqueuedAt": "2026-11-29T01:00:00Z",
@@ -234,3 +237,111 @@ def test_failed_deliveries_are_a_dlq_too(db_url: str,
     actions = [(a["action"], a["target"], a["actor"]) for a in RunStore(services.db).recent_audit()]
     assert ("dlq:purge", "dlq:delivery", "ops-1") in actions
     assert ("dlq:redrive", "dlq:delivery", "ops-1") in actions
+
+
+OLD_SECRET = "retired-queue-secret-0123456789ab"
+
+
+def test_quarantine_is_its_own_source_and_redrives_only_what_verifies(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    from shared.queues.deadletters import Quarantine
+
+    services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    registry = Registry()
+    handler = Flaky()
+    handler.healthy = True
+    Consumer("rss.ingest", handler, services, registry=registry)
+    old = Signer([OLD_SECRET]).sign({"topic": "rss.ingest", "batchId": "old-secret",
+                                     "sourceId": "s", "feedUrl": "", "publishedAt": "p"})
+    registry.get("rss.ingest").deliver_local(json.dumps(old), "m-old")  # type: ignore[union-attr]
+    registry.get("rss.ingest").deliver_local("{x", "m-garbage")  # type: ignore[union-attr]
+    assert handler.runs == {}
+
+    dead = DeadLetters(services, publisher=Publisher(services.settings, registry=registry),
+                       per_second=0)
+    assert {"queue": "quarantine", "depth": 2} in dead.overview()
+    assert {"queue": "rss.ingest", "depth": 0} in dead.overview()  # never in the -dlq
+    listed = dead.list_letters("quarantine")
+    assert {i["id"] for i in listed["items"]} == {"m-old", "m-garbage"}
+    shown = dead.show("quarantine", "m-old")
+    assert shown["reason"] == "signature does not match"
+    assert shown["body"]["topic"] == "rss.ingest" and shown["body"]["message"] == old
+
+    refused = dead.redrive("quarantine", limit=10, actor="ops-1")
+    assert refused["count"] == 0 and refused["failed"] == []
+    assert {r["id"]: r["reason"] for r in refused["refused"]} == {
+        "m-old": "does not verify against a current or retired secret (signature does not match)",
+        "m-garbage": "no original message to redrive"}
+    assert dead.depth("quarantine") == 2 and handler.runs == {}
+
+    # GIVEN the secret it was signed with is configured again as a retired one
+    rotated = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=f"{SECRET},{OLD_SECRET}")
+    Consumer("rss.ingest", handler, rotated, registry=registry)
+    again = DeadLetters(rotated, publisher=Publisher(rotated.settings, registry=registry),
+                        per_second=0)
+    done = again.redrive("quarantine", ids=["m-old"], actor="ops-1")
+    assert [r["id"] for r in done["redriven"]] == ["m-old"] and done["refused"] == []
+    assert handler.runs == {"old-secret": 1}
+    assert [row["id"] for row in Quarantine(services.db).list(10)] == ["m-garbage"]
+
+    assert again.purge("quarantine", actor="ops-1") == {"queue": "quarantine", "purged": 1}
+    assert again.depth("quarantine") == 0
+    audit = [(a["action"], a["outcome"]) for a in RunStore(services.db).recent_audit()
+             if a["target"] == "dlq:quarantine"]
+    assert audit == [("dlq:purge", "ok"), ("dlq:redrive", "ok"), ("dlq:redrive", "failures")]
+
+
+def test_a_dead_letter_that_does_not_verify_is_refused_not_re_signed(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    from shared.queues.deadletters import LocalDeadLetters
+
+    services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    registry = Registry()
+    handler = Flaky()
+    handler.healthy = True
+    Consumer("rss.ingest", handler, services, registry=registry)
+    forged = Signer(["not-our-secret-0123456789abcdef"]).sign(
+        {"topic": "rss.ingest", "batchId": "forged", "sourceId": "s", "feedUrl": "",
+         "publishedAt": "p"})
+    entry = LocalDeadLetters(services.db).add("rss.ingest", {
+        "originalMessageId": "m-1", "originalTopic": "rss.ingest", "deliveryCount": 5,
+        "failedAt": "2026-11-30T00:00:00.000Z", "errorMessage": "x", "originalMessage": forged})
+    dead = DeadLetters(services, publisher=Publisher(services.settings, registry=registry),
+                       per_second=0)
+    dry = dead.redrive("rss.ingest", dry_run=True, actor="ops-1")
+    assert dry["count"] == 0 and [r["id"] for r in dry["refused"]] == [entry]
+    result = dead.redrive("rss.ingest", actor="ops-1")
+    assert result["count"] == 0 and result["refused"] == [{
+        "id": entry,
+        "reason": "does not verify against a current or retired secret (signature does not match)"}]
+    assert handler.runs == {} and dead.depth("rss.ingest") == 1
+
+
+@pytest.mark.aws
+def test_sqs_dlq_refuses_a_raw_forgery_and_redrives_what_the_redrive_policy_moved(
+        aws_env: dict[str, str], sqlite_url: str, make_services: Callable[..., Services]) -> None:
+    from tests.sqs_helpers import sqs_client
+
+    services = make_services(sqlite_url, SLUICE_QUEUE_MODE="sqs",
+                             SLUICE_QUEUE_SIGNING_SECRET=SECRET, SLUICE_QUEUE_PREFIX=new_prefix())
+    urls = create_queues(services.settings.queue_prefix, ("rss.ingest",), max_receive_count=1)
+    # GIVEN a consumer that cannot start: its message is received and never deleted, so
+    # the queue's redrive policy moves it to the DLQ as it is.
+    published = Publisher(services.settings, registry=None).publish(
+        "rss.ingest", {"batchId": "stranded"})
+    assert len(receive(urls["rss.ingest"], visibility=0)) == 1
+    assert receive(urls["rss.ingest"], visibility=0) == []
+    forged = Signer(["not-our-secret-0123456789abcdef"]).sign({**published.message,
+                                                              "batchId": "forged"})
+    sqs_client().send_message(QueueUrl=urls["rss.ingest-dlq"], MessageBody=json.dumps(forged))
+    assert len(bodies(urls["rss.ingest-dlq"])) == 2
+
+    dead = DeadLetters(services, per_second=0)
+    result = dead.redrive("rss.ingest", limit=10, actor="ops-1")
+    assert [r["id"] for r in result["redriven"]] == [published.message_id]
+    [refusal] = result["refused"]
+    assert refusal["reason"].startswith("does not verify against a current or retired secret")
+    [back] = bodies(urls["rss.ingest"])
+    assert back["batchId"] == "stranded" and Signer([SECRET]).check(back) is None
+    [stays] = bodies(urls["rss.ingest-dlq"])
+    assert stays["batchId"] == "forged"

@@ -10,10 +10,14 @@ from typing import Any
 import pytest
 
 from shared.core.services import Services
-from shared.queues.consumer import Consumer, backoff_s
-from shared.queues.publish import Delivery, Publisher, Registry, Sqs, idempotency_key
+from shared.queues.consumer import Consumer, InboundMessage, backoff_s
+from shared.queues.deadletters import Quarantine
+from shared.queues.handlers import register_catalog_refresh
+from shared.queues.keys import idempotency_key
+from shared.queues.publish import Publisher, Registry
+from shared.queues.runtime import consumers_for
 from shared.queues.signing import Signer
-from shared.queues.topics import consumers_for, register_catalog_refresh
+from shared.queues.sqs import Sqs
 from tests.sqs_helpers import bodies, create_queues, deliver, new_prefix, poll, receive, sqs_client
 
 pytestmark = pytest.mark.aws
@@ -34,11 +38,11 @@ def urls(queue_services: Services) -> dict[str, str]:
 
 class Recorder:
     def __init__(self, fail: Callable[[dict[str, Any]], bool] = lambda m: False) -> None:
-        self.calls: list[tuple[dict[str, Any], Delivery]] = []
+        self.calls: list[tuple[dict[str, Any], InboundMessage]] = []
         self.fail = fail
 
-    def __call__(self, message: dict[str, Any], delivery: Delivery) -> None:
-        self.calls.append((message, delivery))
+    def __call__(self, message: dict[str, Any], inbound: InboundMessage) -> None:
+        self.calls.append((message, inbound))
         if self.fail(message):
             raise RuntimeError(f"handler failed for {message['batchId']}")
 
@@ -111,6 +115,8 @@ def test_forged_tampered_reordered_unsigned_and_malformed_never_reach_the_handle
     assert handler.calls[0][1].message_id == ok_id
     assert polled.failed_ids == []  # rejected messages are acknowledged, never retried
     assert bodies(url) == [] and bodies(urls["rss.ingest-dlq"]) == []
+    kept = Quarantine(queue_services.db).list(20)  # ... but kept, out of every -dlq
+    assert len(kept) == 7 and ok_id not in {row["id"] for row in kept}
 
 
 def test_a_failing_handler_is_retried_after_its_backoff_visibility(
@@ -159,7 +165,7 @@ def test_the_fifth_failure_lands_in_the_dlq_and_is_acknowledged(
 
 def test_error_message_in_the_summary_is_cut_at_500(queue_services: Services,
                                                     urls: dict[str, str]) -> None:
-    def explode(message: dict[str, Any], delivery: Delivery) -> None:
+    def explode(message: dict[str, Any], inbound: InboundMessage) -> None:
         raise ValueError("e" * 2000)
 
     publish(queue_services, batchId="long")
@@ -294,7 +300,7 @@ def test_the_queue_url_is_looked_up_once(queue_services: Services,
 
 
 def test_a_missing_queue_is_named(queue_services: Services) -> None:
-    from shared.queues.publish import QueueMissing
+    from shared.queues.sqs import QueueMissing
 
     with pytest.raises(QueueMissing, match=r"SQS queue t\w+-rss-ingest does not exist"):
         publish(queue_services, batchId="nowhere")

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from shared.queues.publish import CompletedKeys, LocalDeadLetters, RedisCompletedKeys
+from shared.queues.deadletters import LocalDeadLetters
+from shared.queues.keys import CompletedKeys, RedisCompletedKeys
 from shared.store.db import Database, utcnow
 from shared.store.flags import FlagStore
 from shared.store.redis_clients import RedisClient

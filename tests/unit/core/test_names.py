@@ -20,7 +20,7 @@ def test_every_class_name_in_shared_is_unique() -> None:
 
 
 def test_the_outcome_enums_name_what_they_describe() -> None:
-    from shared.delivery.drain import AttemptOutcome
+    from shared.delivery.drain import SendOutcome
     from shared.queues.consumer import MessageOutcome
 
-    assert AttemptOutcome.ACKED.value == "acked" and MessageOutcome.DONE.value == "done"
+    assert SendOutcome.ACKED.value == "acked" and MessageOutcome.DONE.value == "done"

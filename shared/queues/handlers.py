@@ -1,0 +1,62 @@
+"""The handlers of the implemented topics (each named by its entry in the topic table).
+
+``rss.ingest`` re-checks the ``rssQueuePipeline`` flag (a message in flight during a
+flag flip must not run an unwanted build) and then runs the global catalog refresh.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from shared.core.errors import ConfigurationError
+from shared.core.observe import logger
+from shared.queues.consumer import Handler, InboundMessage
+from shared.store.flags import FlagStore
+
+if TYPE_CHECKING:
+    from shared.core.services import Services
+
+PIPELINE_FLAG = "rssQueuePipeline"
+# Where the rss-refresh feature puts the global catalog refresh, imported when
+# none was registered explicitly: "module:function(services)".
+CATALOG_REFRESH_TARGET = "shared.rss_refresh:refresh_global_catalog"
+
+CatalogRefresh = Callable[["Services"], Any]
+_catalog_refresh: list[CatalogRefresh] = []
+
+
+def register_catalog_refresh(refresh: CatalogRefresh | None) -> None:
+    """Set (or with ``None`` clear) the function ``rss.ingest`` runs."""
+    _catalog_refresh.clear()
+    if refresh is not None:
+        _catalog_refresh.append(refresh)
+
+
+def catalog_refresh() -> CatalogRefresh:
+    if _catalog_refresh:
+        return _catalog_refresh[0]
+    module, _, attr = CATALOG_REFRESH_TARGET.partition(":")
+    try:
+        refresh: CatalogRefresh = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"no catalog refresh is available ({CATALOG_REFRESH_TARGET})"
+                                 ) from exc
+    return refresh
+
+
+def ingest_handler(services: Services) -> Handler:
+    flags = FlagStore(services.state)
+
+    def handle(message: dict[str, Any], inbound: InboundMessage) -> None:
+        batch = message.get("batchId")
+        if not flags.enabled(PIPELINE_FLAG):
+            logger.info(f"[queues:rss.ingest] {PIPELINE_FLAG} is off; acknowledged without work "
+                        f"batch={batch}", extra={"messageId": inbound.message_id})
+            return
+        logger.info(f"[queues:rss.ingest] running aggregation refresh batch={batch}",
+                    extra={"messageId": inbound.message_id})
+        catalog_refresh()(services)
+
+    return handle

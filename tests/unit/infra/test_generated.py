@@ -1,0 +1,109 @@
+"""The serverless wiring is generated from the job and topic tables, and committed as generated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from infra import generate
+from shared.core.observe import metrics
+from shared.jobs.registry import JOBS, Job
+from shared.jobs.schedule import job_schedules
+from shared.queues.topics import TOPICS, Topic
+from tests.conftest import ROOT
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    value = loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None
+    return {"!" + suffix: value}
+
+
+_Loader.add_multi_constructor("!", _tag)
+
+
+def _load(text: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.load(text, Loader=_Loader)
+    return data
+
+
+def test_the_committed_files_are_the_generated_ones() -> None:
+    assert generate.stale() == [], "run `python -m infra.generate` and commit the result"
+
+
+def test_serverless_yml_has_one_function_per_job_and_topic() -> None:
+    functions = _load((ROOT / "serverless.yml").read_text())["functions"]
+    expected = {"http"} | {generate.camel(j) for j in JOBS} | {generate.camel(t) for t in TOPICS}
+    assert set(functions) == expected
+    assert job_schedules() == {name: [job.schedule] for name, job in JOBS.items()}
+    for name, topic in TOPICS.items():
+        function = functions[generate.camel(name)]
+        assert function["handler"] == "functions/consumers.handler"
+        assert function["environment"] == {"SLUICE_TOPIC": name}
+        [event] = function["events"]
+        assert event["sqs"]["functionResponseType"] == "ReportBatchItemFailures"
+        assert event["sqs"]["arn"] == {"!GetAtt": f"{generate.pascal(name)}Queue.Arn"}
+        assert event["sqs"].get("maximumConcurrency") == topic.max_concurrency
+
+
+def test_every_scheduled_function_alarms_on_lambda_errors_and_drain_failures() -> None:
+    resources = _load((ROOT / "infra" / "alarms.yml").read_text())["Resources"]
+    alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    # The DrainFailures alarm matches the dimensions the runner's metric really carries.
+    metrics.add_metric(name="DrainFailures", unit="Count", value=1)
+    metrics.add_dimension(name="job", value="any")
+    emitted = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
+    metrics.clear_metrics()
+    for name in JOBS:
+        function = generate.lambda_id(generate.camel(name))
+        [errors] = [a for a in alarms if a["MetricName"] == "Errors"
+                    and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"!Ref": function}}]]
+        assert errors["Namespace"] == "AWS/Lambda" and errors["AlarmActions"]
+        [drain] = [a for a in alarms if a["MetricName"] == "DrainFailures"
+                   and {"Name": "job", "Value": name} in a["Dimensions"]]
+        assert drain["Namespace"] == emitted["Namespace"]
+        assert sorted(d["Name"] for d in drain["Dimensions"]) == sorted(emitted["Dimensions"][0])
+        assert drain["Threshold"] == 0 and drain["AlarmActions"]
+
+
+def test_every_topic_alarms_when_its_consumer_quarantines_a_message() -> None:
+    resources = _load((ROOT / "infra" / "alarms.yml").read_text())["Resources"]
+    metrics.add_metric(name="QueueMessagesRejected", unit="Count", value=1)
+    metrics.add_dimension(name="topic", value="any")
+    emitted = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
+    metrics.clear_metrics()
+    for name in TOPICS:
+        alarm = resources[f"{generate.pascal(name)}RejectedAlarm"]["Properties"]
+        assert alarm["Namespace"] == emitted["Namespace"]
+        assert alarm["MetricName"] == "QueueMessagesRejected"
+        assert {"Name": "topic", "Value": name} in alarm["Dimensions"]
+        assert sorted(d["Name"] for d in alarm["Dimensions"]) == sorted(emitted["Dimensions"][0])
+
+
+def test_a_new_topic_and_a_publishing_job_are_one_table_entry_each() -> None:
+    topic = Topic("news.digest", "shared.news:digest_handler", batch_size=5)
+    job = Job(name="news-tick", route="/api/admin/news/tick", schedule="rate(5 minutes)",
+              surface="state", target="shared.news:tick", publishes=("news.digest",))
+    topics = [*TOPICS.values(), topic]
+    jobs = [*JOBS.values(), job]
+    queues = _load(generate.queues_yml(topics))["Resources"]
+    assert queues["NewsDigestQueue"]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "!GetAtt": "NewsDigestDlq.Arn"}
+    alarms = _load(generate.alarms_yml(jobs, topics))["Resources"]
+    assert {"NewsDigestDlqDepthAlarm", "NewsDigestOldestMessageAlarm", "NewsTickErrorsAlarm",
+            "NewsTickDrainFailuresAlarm"} <= set(alarms)
+    iam = _load(generate.iam_yml(jobs, topics))["Resources"]
+    [publish] = iam["NewsTickJobRole"]["Properties"]["Policies"]
+    assert publish["PolicyDocument"]["Statement"][0]["Resource"] == [
+        {"!GetAtt": "NewsDigestQueue.Arn"}]
+    consume = iam["NewsDigestConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    assert [s["Resource"] for s in consume["Statement"]] == [
+        [{"!GetAtt": "NewsDigestQueue.Arn"}], [{"!GetAtt": "NewsDigestDlq.Arn"}]]
+    functions = _load("functions:\n" + generate.functions_block(jobs, topics))["functions"]
+    assert functions["newsTick"]["role"] == "NewsTickJobRole"
+    assert functions["newsTick"]["environment"] == {"SLUICE_JOB": "news-tick"}
+    assert functions["newsDigest"]["events"][0]["sqs"]["batchSize"] == 5
