@@ -12,8 +12,8 @@ import pytest
 
 from shared.cli.main import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, main
 from shared.jobs.runs import RunStore
+from shared.queues.handlers import register_catalog_refresh
 from shared.queues.publish import REGISTRY
-from shared.queues.topics import register_catalog_refresh
 from shared.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 

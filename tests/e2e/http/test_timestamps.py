@@ -13,7 +13,7 @@ from shared.core.services import Services
 from shared.delivery.store import DeliveryStore
 from shared.erasure.requests import ErasureStore
 from shared.http.app import create_app
-from shared.queues.publish import LocalDeadLetters
+from shared.queues.deadletters import LocalDeadLetters
 from tests.conftest import BASE_ENV, CRON_SECRET, REDIS_URL, admin_token, run_cli
 
 LOOKS_LIKE_TIME = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
