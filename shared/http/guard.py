@@ -78,7 +78,7 @@ def _storable(value: Any) -> bool:
     return True
 
 
-def check_body(body: bytes) -> None:
+def check_body(body: bytes, content_type: str = "") -> None:
     if not body:
         return
     try:
@@ -87,6 +87,12 @@ def check_body(body: bytes) -> None:
         raise BadInput("the body is not valid UTF-8") from None
     if "\x00" in text:
         raise BadInput("the body holds a NUL byte")
+    if content_type.startswith("application/x-www-form-urlencoded"):
+        for pair in body.split(b"&"):
+            name, _, value = pair.partition(b"=")
+            _decoded(name, "form", plus_is_space=True)
+            _decoded(value, "form", plus_is_space=True)
+        return
     try:
         data = json.loads(text)
     except ValueError:
@@ -111,11 +117,18 @@ class InputGuard:
                 await self.app(scope, receive, send)
                 return
             body = await _read_body(receive)
-            check_body(body)
+            check_body(body, _header(scope, b"content-type"))
         except BadInput as exc:
             await _refuse(scope, send, exc)
             return
         await self.app(scope, _replay(body, receive), send)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return str(value.decode("latin-1")).lower()
+    return ""
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -108,10 +108,22 @@ def check_query(items: Iterable[tuple[str, str]], accepted: Mapping[str, QueryPa
 
 
 def strict_query(request: Request) -> None:
-    """App-wide dependency: the query string against the matched route's declaration."""
+    """App-wide dependency: the query string against the matched route's declaration
+    (routes marked by ``checked_by_handler`` call ``check_query`` themselves)."""
     route = request.scope.get("route")
-    if route is not None:
+    if route is not None and not getattr(route, "_sluice_query_by_handler", False):
         check_query(request.query_params.multi_items(), declared_query(route))
+
+
+def checked_by_handler(routes: Iterable[Any]) -> None:
+    """Mark routes whose handlers check the query string against their own list."""
+    for route in routes:
+        route._sluice_query_by_handler = True
+
+
+def check_names(items: Iterable[tuple[str, str]], accepted: Iterable[str]) -> None:
+    """``check_query`` for parameters whose values the handler parses itself."""
+    check_query(items, {name: QueryParam(name, "any") for name in accepted})
 
 
 def known_fields(body: Mapping[str, Any], accepted: Iterable[str]) -> None:

@@ -34,6 +34,7 @@ from shared.http.console.guard import (
     is_https,
 )
 from shared.http.console.render import render
+from shared.http.params import check_names, checked_by_handler
 from shared.jobs.runs import RunStore
 from shared.ops import console as model
 from shared.ops.access import DEFAULT_TTL, DEV_SUBJECT, redeem_login_nonce
@@ -81,11 +82,7 @@ def _denied(request: Request, denied: Denied) -> Response:
 
 def _params(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     """The query parameters, every one of them honoured (an unknown one is a 400)."""
-    known = set(allowed)
-    unknown = sorted(set(request.query_params) - known)
-    if unknown:
-        raise RequestError(f"unknown query parameter(s): {', '.join(unknown)}; "
-                           f"accepted: {', '.join(sorted(known)) or 'none'}")
+    check_names(request.query_params.multi_items(), allowed)
     return {k: v for k, v in request.query_params.items()}
 
 
@@ -635,3 +632,6 @@ def _failed() -> Any:
 
     return DeliveryStatus.FAILED
 
+
+# Every console route checks its query string with ``_params`` (names and repeats).
+checked_by_handler(router.routes)

@@ -148,3 +148,13 @@ def test_the_audit_takes_the_address_from_the_request_context_not_x_forwarded_fo
     assert row["ip"] == "127.0.0.7"
     assert row["detail"]["forwardedFor"] == "127.0.0.66, 127.0.0.67"
     http.app.state.services.close()
+
+
+def test_a_form_field_with_a_nul_is_refused_before_the_console_sees_it(
+        client: TestClient, services: Services) -> None:
+    answer = client.post("/admin/flags", content=b"key=rssQueuePipeline%00&enabled=on",
+                         headers={"content-type": "application/x-www-form-urlencoded",
+                                  **root()})
+    assert answer.status_code == 400 and "form" in answer.json()["error"]["message"]
+    [row] = RunStore(services.db).recent_audit()
+    assert row["outcome"] == "400"

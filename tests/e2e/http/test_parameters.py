@@ -120,3 +120,13 @@ def test_the_openapi_document_declares_each_job_routes_parameters(client: TestCl
     post_params = [p["name"] for p in paths["/api/admin/ai/ledger/retry/flush"]["post"]
                    .get("parameters", [])]
     assert get_params == ["dryRun"] and post_params == ["batches"]
+
+
+def test_console_routes_check_their_own_parameters_as_strictly(client: TestClient) -> None:
+    ops = {"authorization": f"Bearer {admin_token(['ops'])}"}
+    ok = client.get("/api/admin/console/dlq/rss.ingest?page=1&size=10", headers=ops)
+    assert ok.status_code == 200, ok.text
+    twice = client.get("/api/admin/console/dlq/rss.ingest?page=1&page=2", headers=ops)
+    assert twice.status_code == 400 and twice.json()["error"]["parameter"] == "page"
+    unknown = client.get("/api/admin/console/dlq/rss.ingest?pgae=1", headers=ops)
+    assert unknown.status_code == 400 and unknown.json()["error"]["parameter"] == "pgae"
