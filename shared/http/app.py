@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -120,10 +121,18 @@ def begin_audit(request: Request, identity: Identity) -> None:
             outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
 
 
+# Routes that do what another route does, under that route's action name (by route name).
+ACTION_OF: dict[str, Callable[[Request], str]] = {}
+
+
 def action_name(request: Request) -> str:
-    """The audit action: the matched route's name (``area:verb``), else method and path."""
+    """The audit action: the matched route's name (``area:verb``), or the name of the route
+    it does the same as (``ACTION_OF``), else method and path."""
     name = getattr(request.scope.get("route"), "name", None)
-    return name if isinstance(name, str) else f"{request.method} {request.url.path}"
+    if not isinstance(name, str):
+        return f"{request.method} {request.url.path}"
+    same_as = ACTION_OF.get(name)
+    return same_as(request) if same_as is not None else name
 
 
 def _query_params(job: Job, *, cron: bool) -> list[QueryParam]:

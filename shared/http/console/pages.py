@@ -24,7 +24,7 @@ from shared.core.errors import NotFound, RequestError, SluiceError
 from shared.core.services import Services
 from shared.core.surfaces import Surface
 from shared.core.times import iso_z, json_default
-from shared.http.app import client_ip, request_id, services_of
+from shared.http.app import ACTION_OF, client_ip, request_id, services_of
 from shared.http.console.guard import (
     CSRF_FIELD,
     Denied,
@@ -431,6 +431,10 @@ def _job_surface(request: Request) -> Surface:
     from shared.jobs.registry import get_job
 
     return get_job(request.path_params["name"]).surface
+
+
+# Running a job from the console is the job's admin POST, audited under the same name.
+ACTION_OF["console:jobs.run"] = lambda request: f"{request.path_params.get('name')}:admin"
 
 
 @router.post("/admin/jobs/{name}/run", name="console:jobs.run", include_in_schema=False)

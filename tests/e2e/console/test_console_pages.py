@@ -204,6 +204,8 @@ def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_service
     assert ran.status_code == 200 and "deletedSamples" in ran.text
     [run] = RunStore(services.db).recent("state-cleanup")
     assert (run["trigger"], run["outcome"]) == ("admin", "ok")
+    audited = [(a["action"], a["outcome"]) for a in RunStore(services.db).recent_audit()]
+    assert ("state-cleanup:admin", "200") in audited, "the same action name as the API's POST"
     jobs = client.get("/api/admin/console/jobs").json()["jobs"]
     cleanup = next(j for j in jobs if j["job"] == "state-cleanup")
     assert cleanup["runs"][0]["id"] == run["id"] and cleanup["nextRunAt"]
