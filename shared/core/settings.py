@@ -86,6 +86,11 @@ class Settings(NamedTuple):
     queue_prefix: Annotated[str, Var("SLUICE_QUEUE_PREFIX")] = "sluice-dev-"  # sluice-<stage>-
     # erasure
     erasure_grace_days: Annotated[int, Var("SLUICE_ERASURE_GRACE_DAYS", "int", 0, 365)] = 7
+    # retention of the run log and the admin audit trail (state-cleanup)
+    job_runs_retention_days: Annotated[int, Var("SLUICE_JOB_RUNS_RETENTION_DAYS", "int",
+                                                1, 3650)] = 90
+    audit_retention_days: Annotated[int, Var("SLUICE_AUDIT_RETENTION_DAYS", "int",
+                                             30, 3650)] = 400
     # delivery queue (shared/delivery/)
     delivery_lease_s: Annotated[int, Var("SLUICE_DELIVERY_LEASE_SECONDS", "int", 1, 3600)] = 120
     delivery_retention_days: Annotated[int, Var("SLUICE_DELIVERY_RETENTION_DAYS", "int",

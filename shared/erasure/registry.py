@@ -240,8 +240,8 @@ class RedisJsonLists:
 LEDGER_RETRY_LISTS = ("ai:ledger:retry:queue", "ai:ledger:retry:processing",
                       "ai:ledger:retry:dlq")
 
-# Extension point: the topic DLQs and the delivery queue (issue 5) join this tuple
-# when they exist — a RedisJsonLists for Redis-held lists, or a store of their own.
+# Extension point: a store outside the database that holds a subject joins this tuple
+# (a RedisJsonLists for Redis-held lists, or a store of its own).
 EXTERNAL_STORES: tuple[ExternalStore, ...] = (
     RedisJsonLists("ledger-retry", LEDGER_RETRY_LISTS),
 )

@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
 from shared.http.app import require, services_of
-from shared.rss.admin import add_source, put_scope, scope_stories_body
+from shared.http.params import QueryParam, openapi_query
+from shared.rss.admin import MAX_STORIES, add_source, put_scope, scope_stories_body
 from shared.rss.store import RssStore
 
 router = APIRouter(prefix="/api/admin/rss", tags=["rss"])
@@ -91,7 +92,8 @@ def remove_scope(request: Request, scope_id: str,
     return {"removed": scope_id}
 
 
-@router.get("/scopes/{scope_id}/stories", name="rss:scope_stories")
+@router.get("/scopes/{scope_id}/stories", name="rss:scope_stories",
+            openapi_extra=openapi_query([QueryParam("limit", "integer", 1, MAX_STORIES)]))
 def scope_stories(request: Request, scope_id: str, identity: Identity = require("ingestion"),
                   ) -> JSONResponse:
     """The stories of the scope's stored build; never builds (``builtAt`` null: none yet)."""

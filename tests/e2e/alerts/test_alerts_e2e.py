@@ -27,9 +27,15 @@ from tests.providers.telegram import TelegramStandIn
 from tests.providers.webhook import WebhookReceiver
 from tests.rss_support import FEED_ENV
 
-OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
-BILLING = {"authorization": f"Bearer {admin_token(['billing'], subject='bill-1')}"}
 CRON = {"authorization": f"Bearer {CRON_SECRET}"}
+
+
+def ops() -> dict[str, str]:
+    return {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
+
+
+def billing() -> dict[str, str]:
+    return {"authorization": f"Bearer {admin_token(['billing'], subject='bill-1')}"}
 LONG = " ".join(["R&D&M&A"] * 250)  # past the parser's cap once escaped: cut to it
 
 
@@ -83,13 +89,13 @@ def test_stories_reach_each_channel_once_from_the_tick(
     feeds.feeds["/wire"].set(rss(FIRST))
     store.put_scope("acme", "tenant-acme", (source,), "en", True)
     store.put_scope("globex", "tenant-globex", (source,), "en", True)
-    put = client.put("/api/admin/alerts/rules/acme", headers=OPS, json={"rules": [
+    put = client.put("/api/admin/alerts/rules/acme", headers=ops(), json={"rules": [
         {"id": "results", "match": {"keywords": ["quarterly results"]},
          "destination": {"channel": "webhook", "recipient": webhook.url}},
         {"id": "fires", "match": {"keywords": ["fire"]},
          "destination": {"channel": "slack", "recipient": "C0ALERTS"}}]})
     assert put.status_code == 200, put.text
-    assert client.put("/api/admin/alerts/rules/globex", headers=OPS, json=[
+    assert client.put("/api/admin/alerts/rules/globex", headers=ops(), json=[
         {"id": "deals", "match": {"keywords": ["merger"]},
          "destination": {"channel": "telegram", "recipient": "1001"}}]).status_code == 200
 
@@ -122,12 +128,12 @@ def test_stories_reach_each_channel_once_from_the_tick(
     # A rule added after the stories arrived: the next sweep (admin POST, no tenant
     # ingestion and no fetch) matches it.
     hits = dict(feeds.hits)
-    rules = client.get("/api/admin/alerts/rules/acme", headers=OPS).json()["rules"]
+    rules = client.get("/api/admin/alerts/rules/acme", headers=ops()).json()["rules"]
     rules.append({"id": "late", "match": {"keywords": ["quarterly"]},
                   "destination": {"channel": "telegram", "recipient": "1001"}})
-    assert client.put("/api/admin/alerts/rules/acme", headers=OPS,
+    assert client.put("/api/admin/alerts/rules/acme", headers=ops(),
                       json={"rules": rules}).status_code == 200
-    admin = client.post("/api/admin/rss/refresh", headers=OPS)
+    admin = client.post("/api/admin/rss/refresh", headers=ops())
     assert admin.status_code == 200, admin.text
     assert admin.json()["alertSweep"]["enqueued"] == 1
     assert dict(feeds.hits) == hits
@@ -149,14 +155,14 @@ def test_the_rules_routes_check_roles_and_fields_and_are_audited(
     client = TestClient(create_app(svc), raise_server_exceptions=False)
     path = "/api/admin/alerts/rules/acme"
     assert client.get(path).status_code == 401
-    assert client.get(path, headers=BILLING).status_code == 403
-    assert client.get(path, headers=OPS).json() == {"scopeId": "acme", "rules": []}
-    bad = client.put(path, headers=OPS, json=[{"id": "r", "match": {"keywords": ["x"]},
+    assert client.get(path, headers=billing()).status_code == 403
+    assert client.get(path, headers=ops()).json() == {"scopeId": "acme", "rules": []}
+    bad = client.put(path, headers=ops(), json=[{"id": "r", "match": {"keywords": ["x"]},
                                                "destination": {"channel": "fax",
                                                                "recipient": "1"}}])
     assert bad.status_code == 400
     assert bad.json()["error"]["field"] == "rules[0].destination.channel"
-    assert client.get(path, headers=OPS, params={"all": "1"}).status_code == 400
+    assert client.get(path, headers=ops(), params={"all": "1"}).status_code == 400
     audit = [(row["action"], row["outcome"]) for row in RunStore(svc.db).recent_audit()]
     assert ("alerts:rules_set", "400") in audit
 
