@@ -11,7 +11,8 @@ import sys
 import traceback
 from typing import Any
 
-MODULES = ("cleanup", "redrive", "metering", "erasure", "queues", "coldstart", "rss")
+MODULES = ("cleanup", "redrive", "metering", "erasure", "queues", "coldstart", "rss",
+           "alerts")
 
 
 def _fmt(value: Any) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 Surface = Literal["ingestion", "state", "delivery", "queues", "metering", "ledger", "erasure",
-                  "flags"]
+                  "flags", "alerts"]
 
 SURFACE_ROLES: Mapping[Surface, frozenset[str]] = {
     "ingestion": frozenset({"super_admin", "ops"}),
@@ -17,4 +17,5 @@ SURFACE_ROLES: Mapping[Surface, frozenset[str]] = {
     "ledger": frozenset({"super_admin", "billing"}),
     "erasure": frozenset({"super_admin", "privacy"}),
     "flags": frozenset({"super_admin"}),
+    "alerts": frozenset({"super_admin", "ops"}),
 }

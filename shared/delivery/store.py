@@ -182,6 +182,14 @@ class DeliveryStore:
         entry = DeliveryEntry.from_row(row)
         return entry, entry.id == entry_id
 
+    def known_keys(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` are already stored (one read transaction): lets a caller that
+        re-offers the same matches skip the write. ``enqueue`` stays the guard."""
+        if not keys:
+            return set()
+        with self.db.transaction() as tx:
+            return {key for key in keys if tx.fetchone(Q.get_by_key, {"key": key})}
+
     def claim(self, lease: timedelta, *, limit: int = 1,
               now: datetime | None = None) -> list[DeliveryEntry]:
         """Due ``pending`` entries, oldest first, taken ``in_flight`` until ``now + lease``."""

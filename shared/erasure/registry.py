@@ -64,6 +64,11 @@ TARGETS: tuple[Target, ...] = (
            "…:user:<id>"),
     Target("platform_state_hash", "platform_state_hash", ("",), How.DELETE,
            Q.count_state_hash, Q.purge_state_hash, "same key convention as platform_state"),
+    Target("alert_rules", "platform_state", ("",), How.DELETE, Q.count_alert_rules,
+           Q.purge_alert_rules,
+           "alert rules ('platform:alerts-rules:<scope>' rows) whose destination recipient is "
+           "the subject id (any case): the rule is removed from its scope's list, the "
+           "scope's other rules stay"),
     Target("delivery_queue", "delivery_queue", ("subject_user_id", "recipient"), How.DELETE,
            Q.count_delivery, Q.purge_delivery,
            "outbound messages for the subject, whatever their status: rows naming the "

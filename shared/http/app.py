@@ -29,6 +29,7 @@ from shared.core.observe import logger
 from shared.core.services import Services
 from shared.core.surfaces import Surface
 from shared.core.times import jsonable
+from shared.http.after import install as install_after_response
 from shared.http.guard import InputGuard
 from shared.http.params import QueryParam, openapi_query, strict_query
 from shared.jobs.registry import JOBS, Job
@@ -39,7 +40,7 @@ from shared.jobs.runs import RunStore
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
                      "shared.http.delivery:router", "shared.http.delivery:status_router",
                      "shared.http.ops:router", "shared.http.console:router",
-                     "shared.http.rss:router"]
+                     "shared.http.rss:router", "shared.http.alerts:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
@@ -276,5 +277,6 @@ def create_app(services: Services) -> FastAPI:
     for target in ROUTERS:
         module, _, attr = target.partition(":")
         app.include_router(getattr(importlib.import_module(module), attr))
+    install_after_response(app)
     logger.debug("http app built", extra={"routes": len(app.routes)})
     return app

@@ -37,6 +37,7 @@ from shared.rss.store import (
     Story,
     build_key,
 )
+from shared.rss.sweep import resolve_alert_sweep
 from shared.store.db import utcnow
 
 if TYPE_CHECKING:
@@ -306,6 +307,10 @@ class Catalog:
 
     def _announce(self, build: CatalogBuild, new: list[Story]) -> None:
         scope_ids = self.store.scope_ids_for_build(build.key)
+        try:
+            resolve_alert_sweep()  # registers the alerts listener in this process
+        except ImportError as exc:
+            self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
         for hook in on_new_stories:
             try:
                 hook(self.services, build, new, scope_ids)
@@ -318,15 +323,23 @@ def peek(services: Services, key: str) -> CatalogBuild | None:
     return RssStore(services.db).build(key, now=utcnow())
 
 
-def peek_scope(services: Services, scope_id: str) -> CatalogBuild | None:
+def peek_scope(services: Services, scope_id: str, *,
+               builds: dict[str, CatalogBuild | None] | None = None,
+               lock: threading.Lock | None = None) -> CatalogBuild | None:
     """The stored, unexpired build behind ``scope_id`` (None for an unknown scope or no
-    build yet); never fetches."""
+    build yet); never fetches. With ``builds`` (and ``lock`` when shared by threads),
+    each build key is read once across calls."""
     store = RssStore(services.db)
     try:
         scope = store.scope(scope_id)
     except NotFound:
         return None
-    return store.build(scope.build_key, now=utcnow())
+    if builds is None:
+        return store.build(scope.build_key, now=utcnow())
+    with lock or threading.Lock():
+        if scope.build_key not in builds:
+            builds[scope.build_key] = store.build(scope.build_key, now=utcnow())
+        return builds[scope.build_key]
 
 
 def refresh_global_catalog(services: Services) -> dict[str, Any]:

@@ -1,26 +1,56 @@
-"""The alert sweep's seam: the tick calls ``run_alert_sweep`` after tenant ingestion.
+"""The alert sweep's seam: the tick calls the function named by ``ALERT_SWEEP_TARGET``
+after tenant ingestion.
 
-The sweep itself is another piece of work; until it lands this returns zeros, and the
-README says so. It is to read stories through ``shared.rss.catalog.peek_scope``
-(build-free) and never trigger a fetch.
+The sweep lives above this package (``shared.alerts``), which rss never imports by
+name: the target is a ``"module:function"`` string resolved with importlib, as job
+targets and the topic table are. Resolving it imports ``shared.alerts``, which also
+registers its listener on ``shared.rss.catalog.on_new_stories``; the catalog resolves it
+before announcing new stories, so a process that builds without ticking (the
+``rss.ingest`` consumer, an admin refresh) has the listener too.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from shared.core.services import Services
     from shared.jobs.registry import Deadline
 
+# The sweep: a "module:function" taking (services, deadline) and returning SweepResult.
+ALERT_SWEEP_TARGET = "shared.alerts.sweep:run_alert_sweep"
+
 
 class SweepResult(TypedDict):
-    tenantsWithRules: int
-    evaluated: int
-    skippedNoFeedCache: int
-    failed: int
+    tenantsWithRules: int  # scopes with a rules row holding at least one enabled rule
+    evaluated: int  # of those, scopes whose rules were tested against their build
+    skippedNoFeedCache: int  # scopes with rules but no stored build (never built here)
+    failed: int  # scopes whose evaluation raised (logged, the others went on)
+    skippedDeadline: int  # scopes not reached before the run's deadline
+    evaluations: int  # (rule, story) pairs tested
+    enqueued: int  # new delivery entries
 
 
-def run_alert_sweep(services: Services, deadline: Deadline) -> SweepResult:
-    """Zeros until the alert sweep lands."""
-    return {"tenantsWithRules": 0, "evaluated": 0, "skippedNoFeedCache": 0, "failed": 0}
+Sweep = Callable[["Services", "Deadline"], SweepResult]
+
+
+def resolve_alert_sweep() -> Sweep:
+    """The sweep ``ALERT_SWEEP_TARGET`` names (ImportError / AttributeError if none)."""
+    return _resolve(ALERT_SWEEP_TARGET)
+
+
+@cache
+def _resolve(target: str) -> Sweep:
+    module, _, attr = target.partition(":")
+    sweep: Sweep = getattr(importlib.import_module(module), attr)
+    return sweep
+
+
+def sweep_unavailable(services: Services, deadline: Deadline) -> SweepResult:
+    """What the tick reports when the target cannot be resolved: one failure, nothing
+    evaluated."""
+    return {"tenantsWithRules": 0, "evaluated": 0, "skippedNoFeedCache": 0, "failed": 1,
+            "skippedDeadline": 0, "evaluations": 0, "enqueued": 0}

@@ -6,7 +6,8 @@
 2. tenant ingestion (not on the admin ``POST``): completed scopes, serially, forced,
    under ``SLUICE_TENANT_INGESTION_TIME_BUDGET_MS`` and the run's deadline, starting at
    the rotation offset so the tail of a long list is not starved;
-3. the alert sweep (``shared.rss.sweep.run_alert_sweep``).
+3. the alert sweep (``shared.rss.sweep.ALERT_SWEEP_TARGET``, resolved before the builds so
+   its new-stories listener hears them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from shared.queues.publish import js_iso
 from shared.queues.runtime import publisher_of
 from shared.rss.catalog import Catalog
 from shared.rss.store import RssStore
-from shared.rss.sweep import run_alert_sweep
+from shared.rss.sweep import (
+    ALERT_SWEEP_TARGET,
+    Sweep,
+    resolve_alert_sweep,
+    sweep_unavailable,
+)
 from shared.store.db import utcnow
 from shared.store.flags import FlagStore
 
@@ -94,6 +100,11 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
                  started_at: datetime, catalog: Catalog | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda message: None) -> Result:
+    try:
+        run_alert_sweep: Sweep = resolve_alert_sweep()
+    except (ImportError, AttributeError) as exc:  # a deploy without the sweep: say so, go on
+        services.reporter.error("rss-refresh.alert-sweep", exc, target=ALERT_SWEEP_TARGET)
+        run_alert_sweep = sweep_unavailable
     owned = catalog is None
     catalog = catalog or Catalog.open(services)
     try:

@@ -218,3 +218,36 @@ WHERE table_schema = current_schema()
 
 -- name: schema_tables @sqlite
 SELECT name AS "table" FROM sqlite_master WHERE type = 'table'
+
+-- --- Targets: alert rules addressed to the subject -----------------------------
+-- Rows 'platform:alerts-rules:<scope>' hold {"rules": [...]}; a rule whose
+-- destination.recipient is the subject id (any case: an email address) is removed
+-- from its list, the other rules stay.
+
+-- name: count_alert_rules @postgres
+SELECT count(*) AS n FROM platform_state s, jsonb_array_elements(s.value -> 'rules') r
+WHERE s.key LIKE 'platform:alerts-rules:%'
+  AND lower(r -> 'destination' ->> 'recipient') = lower(:subject)
+
+-- name: count_alert_rules @sqlite
+SELECT count(*) AS n FROM platform_state s, json_each(s.value, '$.rules') r
+WHERE substr(s.key, 1, 22) = 'platform:alerts-rules:'
+  AND lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject)
+
+-- name: purge_alert_rules @postgres
+UPDATE platform_state SET updated_at = now(), value = jsonb_set(value, '{rules}', (
+    SELECT coalesce(jsonb_agg(e.r ORDER BY e.o), '[]'::jsonb)
+    FROM jsonb_array_elements(value -> 'rules') WITH ORDINALITY AS e(r, o)
+    WHERE lower(e.r -> 'destination' ->> 'recipient') IS DISTINCT FROM lower(:subject)))
+WHERE key LIKE 'platform:alerts-rules:%'
+  AND EXISTS (SELECT 1 FROM jsonb_array_elements(value -> 'rules') r
+              WHERE lower(r -> 'destination' ->> 'recipient') = lower(:subject))
+
+-- name: purge_alert_rules @sqlite
+UPDATE platform_state SET value = json_set(value, '$.rules', (
+    SELECT json_group_array(json(r.value)) FROM json_each(platform_state.value, '$.rules') r
+    WHERE coalesce(lower(json_extract(r.value, '$.destination.recipient')), '')
+          <> lower(:subject)))
+WHERE substr(key, 1, 22) = 'platform:alerts-rules:'
+  AND EXISTS (SELECT 1 FROM json_each(platform_state.value, '$.rules') r
+              WHERE lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject))

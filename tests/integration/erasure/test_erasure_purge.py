@@ -62,7 +62,8 @@ def test_a_due_request_leaves_nothing_of_the_subject_and_spares_everyone_else(
     assert result["id"] == request_id and result["status"] == "purged"
     assert result["tables"] == {
         "ai_usage_metering_outbox": 4, "ai_usage_ledger": 3, "platform_state": 4,
-        "platform_state_hash": 4, "admin_audit.actor": 1, **delivery_rows(svc.db),
+        "platform_state_hash": 4, "alert_rules": 0, "admin_audit.actor": 1,
+        **delivery_rows(svc.db),
         "data_erasure_requests.requested_by": 0, "data_erasure_requests.confirmed_by": 0,
         "redis:ai:ledger:retry:queue": 2, "redis:ai:ledger:retry:processing": 2,
         "redis:ai:ledger:retry:dlq": 2,

@@ -69,7 +69,8 @@ def test_the_tick_refreshes_global_then_tenants_then_sweeps(
     assert (tenants["tenantScopes"], tenants["refreshed"], tenants["failed"],
             tenants["skippedTimeBudget"]) == (4, 4, 0, 0)
     assert body["alertSweep"] == {"tenantsWithRules": 0, "evaluated": 0,
-                                  "skippedNoFeedCache": 0, "failed": 0}
+                                  "skippedNoFeedCache": 0, "failed": 0,
+                                  "skippedDeadline": 0, "evaluations": 0, "enqueued": 0}
     assert body["refreshedAt"].endswith("Z")
     assert body["catalog"]["builds"] == 3  # global + two shared tenant sets
     global_build = peek(svc, GLOBAL_KEY)
