@@ -13,9 +13,11 @@ columns take and return Python values. Driver errors are translated here into
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -211,14 +213,25 @@ class _SqliteTx:
 
 
 class SqliteDatabase:
-    """The embedded default. A short-lived connection per transaction, WAL mode."""
+    """The embedded default, WAL mode, with a few idle connections kept for reuse.
+
+    A transaction borrows an idle connection (or opens one) and gives it back when it
+    ends, so a connection outlives its transactions: closing the last connection of a
+    WAL database checkpoints the log and deletes its files, which would cost several
+    extra fsyncs per transaction. Connections are never shared by two transactions at
+    once, and a forked child never uses its parent's.
+    """
 
     dialect: Dialect = "sqlite"
+    MAX_IDLE = 4
 
     def __init__(self, path: str) -> None:
         self.path = path
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -232,27 +245,47 @@ class SqliteDatabase:
         conn.execute("PRAGMA case_sensitive_like=ON")
         return conn
 
+    def _borrow(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's connections are not ours
+                self._idle = []
+                self._pid = os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _give_back(self, conn: sqlite3.Connection, healthy: bool) -> None:
+        if healthy and not conn.in_transaction:
+            with self._lock:
+                if self._pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
         busy_ms = statement_budget_ms(BUSY_TIMEOUT_S)  # a lock wait ends with the run's time
         try:
-            conn = self._connect()
+            conn = self._borrow()
             conn.execute(f"PRAGMA busy_timeout={busy_ms}")
         except sqlite3.Error as exc:
             raise _translate_sqlite(exc) from exc
+        healthy = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             yield _SqliteTx(conn)
             conn.execute("COMMIT")
+            healthy = True
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK") if conn.in_transaction else None
             raise _translate_sqlite(exc) from exc
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            healthy = not conn.in_transaction
             raise
         finally:
-            conn.close()
+            self._give_back(conn, healthy)
 
     def run_script(self, script: str) -> None:
         conn = self._connect()
@@ -264,38 +297,82 @@ class SqliteDatabase:
             conn.close()
 
     def close(self) -> None:
-        pass
+        with self._lock:
+            idle, self._idle = self._idle, []
+            mine = self._pid == os.getpid()
+        for conn in idle if mine else ():
+            conn.close()
 
 
 # --- Postgres ---------------------------------------------------------------
 
 
+_SET_BOUNDS = ("SELECT set_config('statement_timeout', %(ms)s, true), "
+               "set_config('lock_timeout', %(ms)s, true)")
+
+
 class _PostgresTx:
+    """One transaction on an autocommit connection, begun lazily.
+
+    ``BEGIN`` and the transaction's time bounds are pipelined with its first statement
+    (one round trip for the three), and ``COMMIT`` is one more: a transaction of one
+    statement costs two round trips. A transaction that runs nothing sends nothing.
+    """
+
     dialect: Dialect = "postgres"
 
-    def __init__(self, cursor: Any) -> None:
-        self._cur = cursor
+    def __init__(self, conn: Any, budget_ms: int) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+        self._bounds: dict[str, str] | None = {"ms": f"{budget_ms}ms"}
 
     def json(self, value: Any) -> Any:
         from psycopg.types.json import Jsonb
 
         return Jsonb(value)
 
+    def _run(self, sql: str, params: Params | list[Params], many: bool = False) -> None:
+        bounds, self._bounds = self._bounds, None
+        if bounds is None:
+            if many:
+                self._cur.executemany(sql, params)
+            else:
+                self._cur.execute(sql, params)
+            return
+        with self._conn.pipeline():
+            self._conn.execute("BEGIN")
+            self._conn.execute(_SET_BOUNDS, bounds)
+            if many:
+                self._cur.executemany(sql, params)
+            else:
+                self._cur.execute(sql, params)
+
     def execute(self, query: Query | str, params: Params | None = None) -> int:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        self._run(_to_pyformat(_text(query, "postgres")), params or {})
         return int(self._cur.rowcount)
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
-        self._cur.executemany(_to_pyformat(_text(query, "postgres")), params)
+        self._run(_to_pyformat(_text(query, "postgres")), params, many=True)
 
     def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        self._run(_to_pyformat(_text(query, "postgres")), params or {})
         return list(self._cur.fetchall())
 
     def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        self._run(_to_pyformat(_text(query, "postgres")), params or {})
         row = self._cur.fetchone()
         return dict(row) if row is not None else None
+
+    def commit(self) -> None:
+        if self._bounds is None:
+            self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        from psycopg import pq
+
+        status = self._conn.info.transaction_status
+        if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+            self._conn.execute("ROLLBACK")
 
 
 def _translate_postgres(exc: Exception) -> StoreError:
@@ -353,6 +430,7 @@ class PostgresDatabase:
         def configure(conn: Any) -> None:
             conn.adapters.register_dumper(dict, JsonbDumper)
             conn.adapters.register_dumper(list, JsonbDumper)
+            self._mark_returned(conn)  # just connected: no check needed on first use
 
         self.conninfo = conninfo
         self._lock = threading.Lock()
@@ -364,13 +442,29 @@ class PostgresDatabase:
             kwargs={"row_factory": dict_row, "connect_timeout": options.connect_timeout_s,
                     "keepalives": 1, "keepalives_idle": options.keepalives_idle_s,
                     "keepalives_interval": options.keepalives_interval_s,
-                    "keepalives_count": options.keepalives_count,
+                    "keepalives_count": options.keepalives_count, "autocommit": True,
                     "prepare_threshold": 5 if options.prepared_statements else None},
             configure=configure,
-            check=ConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._mark_returned,
             open=False,
         )
         self._opened = False
+        self._returned_at: dict[int, float] = {}
+
+    # A connection back in the pool less than this long ago is used without a check;
+    # one idle longer (a frozen Lambda sandbox, a restarted server) is checked first.
+    IDLE_CHECK_S = 5.0
+
+    def _mark_returned(self, conn: Any) -> None:
+        self._returned_at[id(conn)] = time.monotonic()
+
+    def _check_if_idle(self, conn: Any) -> None:
+        from psycopg_pool import ConnectionPool
+
+        returned = self._returned_at.pop(id(conn), None)
+        if returned is None or time.monotonic() - returned > self.IDLE_CHECK_S:
+            ConnectionPool.check_connection(conn)
 
     def _ensure_open(self) -> None:
         if not self._opened:
@@ -389,11 +483,15 @@ class PostgresDatabase:
         try:
             # Waiting for a pooled connection is bounded by the same time left.
             wait = min(self._pool.timeout, budget_ms / 1000)
-            with self._pool.connection(timeout=wait) as conn, conn.transaction(), \
-                    conn.cursor() as cur:
-                cur.execute("SELECT set_config('statement_timeout', %(ms)s, true), "
-                            "set_config('lock_timeout', %(ms)s, true)", {"ms": f"{budget_ms}ms"})
-                yield _PostgresTx(cur)
+            with self._pool.connection(timeout=wait) as conn:
+                tx = _PostgresTx(conn, budget_ms)
+                try:
+                    yield tx
+                    tx.commit()
+                except BaseException:
+                    if not conn.closed:
+                        tx.rollback()
+                    raise
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate_postgres(exc) from exc
 
