@@ -16,10 +16,9 @@ from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
-from shared.jobs.runs import Fence, RunStore, lease_holder_id
+from shared.jobs.runs import ALREADY_RUNNING, Fence, RunStore, lease_holder_id
 from shared.store.db import bounded_by, utcnow
 
-ALREADY_RUNNING = {"skipped": "already_running"}
 # A crashed run's lease lapses this long after the job's own timeout.
 LEASE_GRACE = timedelta(seconds=10)
 
@@ -63,15 +62,15 @@ def run_job(
     )
     # Statements may run into the margin the deadline keeps before Lambda's end, never past.
     margin = services.settings.deadline_margin_s
-    leased = False
+    leased = False  # True while this run holds the lease and has not released it
     check_in = None
     try:
-        leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
-        if not leased:
+        began = runs.begin(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE,
+                           trigger, request_id, started)
+        if began is None:
             logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
-            runs.record_skipped(job.name, trigger, request_id, ALREADY_RUNNING)
             return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
-        run_id = runs.start(job.name, trigger, request_id, started)
+        run_id, leased = began, True
         check_in = reporter.checkin(job.name, "in_progress")
         ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
                          request_id=request_id, started_at=started, params=params or {},
@@ -83,7 +82,8 @@ def run_job(
         except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
-            runs.finish(run_id, "error", body, started)
+            runs.end(run_id, "error", body, started, job.name, holder)
+            leased = False
             reporter.checkin(job.name, "error", check_in_id=check_in,
                              duration_s=time.monotonic() - clock)
             return RunOutcome(500, body, "error")
@@ -91,7 +91,8 @@ def run_job(
         outcome = "failures" if failed else "ok"
         if failed:
             reporter.drain_failures(job.name, failed, result)
-        runs.finish(run_id, outcome, result, started)
+        runs.end(run_id, outcome, result, started, job.name, holder)
+        leased = False
         duration = time.monotonic() - clock
         reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
         reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
@@ -104,7 +105,7 @@ def run_job(
             reporter.checkin(job.name, "error", check_in_id=check_in)
         return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
     finally:
-        if leased:
+        if leased:  # the run's end was not recorded: release the lease on its own
             try:
                 runs.release_lease(job.name, holder)
             except SluiceError as exc:  # the lease lapses by itself; say so and move on

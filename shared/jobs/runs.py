@@ -63,6 +63,8 @@ class Fence:
 
 NO_FENCE = Fence()
 
+ALREADY_RUNNING = {"skipped": "already_running"}
+
 ABANDONED = {"error": {"code": "abandoned",
                        "message": "the run never finished (killed, or hung past its lease); "
                                   "a later run took the job over"}}
@@ -72,18 +74,32 @@ class RunStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    # Each step below exists as a method of one transaction (for tests and tools) and is
+    # combined by ``begin`` / ``end``: a run's bookkeeping is two transactions, an
+    # ``already_running`` answer one.
+
+    def begin(self, job: str, holder: str, ttl: timedelta, trigger: Trigger, request_id: str,
+              started_at: datetime) -> str | None:
+        """In one transaction: take the job's lease and record the run as ``running`` (the
+        run id), or, when another run holds the lease, record this one ``skipped`` with
+        ``result`` ``already_running`` (None)."""
+        with self.db.transaction() as tx:
+            if not _acquire(tx, job, holder, ttl):
+                _record(tx, job, trigger, request_id, "skipped", ALREADY_RUNNING)
+                return None
+            return _start(tx, job, trigger, request_id, started_at)
+
+    def end(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
+            job: str, holder: str) -> None:
+        """In one transaction: record the run's outcome and release its lease."""
+        with self.db.transaction() as tx:
+            _finish(tx, run_id, outcome, result, started_at)
+            tx.execute(Q.release_lease, {"job": job, "holder": holder})
+
     def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
         """Take the job's lease if it is free, expired, or held by a dead process on this host."""
-        now = utcnow()
-        params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.acquire_lease, params)
-            if row is not None:
-                return bool(row["holder"] == holder)
-            current = tx.fetchone(Q.lease_holder, {"job": job})
-            if current is None or not _holder_is_dead(current["holder"]):
-                return False
-            return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
+            return _acquire(tx, job, holder, ttl)
 
     def release_lease(self, job: str, holder: str) -> None:
         with self.db.transaction() as tx:
@@ -92,34 +108,18 @@ class RunStore:
     def start(self, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
         """Record a run as ``running``; called with the lease held, so any other run of the
         job still ``running`` is over and is marked ``error`` (code ``abandoned``)."""
-        run_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
-            tx.execute(Q.abandon_running, {"job": job, "now": utcnow(),
-                                           "result": tx.json(ABANDONED)})
-            tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
-                                     "request_id": request_id, "started_at": started_at,
-                                     "outcome": "running"})
-        return run_id
+            return _start(tx, job, trigger, request_id, started_at)
 
     def finish(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
                ) -> None:
-        finished = utcnow()
         with self.db.transaction() as tx:
-            tx.execute(Q.finish_run, {
-                "id": run_id, "finished_at": finished, "outcome": outcome,
-                "duration_ms": int((finished - started_at).total_seconds() * 1000),
-                "result": tx.json(result),
-            })
+            _finish(tx, run_id, outcome, result, started_at)
 
     def record_skipped(self, job: str, trigger: Trigger, request_id: str,
                        result: dict[str, Any]) -> None:
-        now = utcnow()
         with self.db.transaction() as tx:
-            tx.execute(Q.record_run, {
-                "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
-                "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": "skipped",
-                "result": tx.json(result),
-            })
+            _record(tx, job, trigger, request_id, "skipped", result)
 
     def last_runs(self) -> dict[str, Row]:
         with self.db.transaction() as tx:
@@ -141,3 +141,44 @@ class RunStore:
     def recent_audit(self, limit: int = 50) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_audit, {"limit": limit})
+
+
+def _acquire(tx: Tx, job: str, holder: str, ttl: timedelta) -> bool:
+    now = utcnow()
+    params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
+    row = tx.fetchone(Q.acquire_lease, params)
+    if row is not None:
+        return bool(row["holder"] == holder)
+    current = tx.fetchone(Q.lease_holder, {"job": job})
+    if current is None or not _holder_is_dead(current["holder"]):
+        return False
+    return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
+
+
+def _start(tx: Tx, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
+    run_id = str(uuid.uuid4())
+    tx.execute(Q.abandon_running, {"job": job, "now": utcnow(), "result": tx.json(ABANDONED)})
+    tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
+                             "request_id": request_id, "started_at": started_at,
+                             "outcome": "running"})
+    return run_id
+
+
+def _finish(tx: Tx, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
+            ) -> None:
+    finished = utcnow()
+    tx.execute(Q.finish_run, {
+        "id": run_id, "finished_at": finished, "outcome": outcome,
+        "duration_ms": int((finished - started_at).total_seconds() * 1000),
+        "result": tx.json(result),
+    })
+
+
+def _record(tx: Tx, job: str, trigger: Trigger, request_id: str, outcome: str,
+            result: dict[str, Any]) -> None:
+    now = utcnow()
+    tx.execute(Q.record_run, {
+        "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
+        "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": outcome,
+        "result": tx.json(result),
+    })

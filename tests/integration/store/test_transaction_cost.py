@@ -1,0 +1,112 @@
+"""What a transaction costs: SQLite keeps its connections, Postgres its round trips few."""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg import pq
+
+from shared.store.db import PostgresDatabase, SqliteDatabase, open_database, utcnow
+
+
+def _touch_lease(db: SqliteDatabase | PostgresDatabase, job: str) -> None:
+    now = utcnow()
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO job_leases (job, holder, acquired_at, expires_at) "
+                   "VALUES (:job, 'h', :now, :later)",
+                   {"job": job, "now": now, "later": now + timedelta(minutes=1)})
+
+
+def test_sqlite_keeps_a_connection_so_the_wal_is_not_checkpointed_away(sqlite_url: str) -> None:
+    db = open_database(sqlite_url)
+    assert isinstance(db, SqliteDatabase)
+    try:
+        _touch_lease(db, "a")
+        # Closing a WAL database's last connection checkpoints and deletes the log;
+        # a kept connection leaves it in place for the next transaction to append to.
+        assert Path(db.path + "-wal").exists()
+        _touch_lease(db, "b")
+        assert len(db._idle) == 1  # one connection served both transactions
+    finally:
+        db.close()
+    assert db._idle == []
+
+
+def _child(db: SqliteDatabase) -> None:
+    _touch_lease(db, "from-child")
+    db.close()
+
+
+def test_a_forked_child_opens_its_own_sqlite_connection(sqlite_url: str) -> None:
+    db = open_database(sqlite_url)
+    assert isinstance(db, SqliteDatabase)
+    try:
+        _touch_lease(db, "parent-before")
+        [parents] = db._idle
+        child = multiprocessing.get_context("fork").Process(target=_child, args=(db,))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        _touch_lease(db, "parent-after")  # the parent's connection is intact
+        assert db._idle == [parents]
+        with db.transaction() as tx:
+            jobs = {row["job"] for row in tx.fetchall("SELECT job FROM job_leases")}
+        assert jobs == {"parent-before", "from-child", "parent-after"}
+    finally:
+        db.close()
+
+
+def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
+    """Round trips (ReadyForQuery messages) of one transaction, and the protocol trace."""
+    db._ensure_open()
+    with tempfile.NamedTemporaryFile("w+") as trace:
+        with db._pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        with db.transaction() as tx:
+            if body == "one-statement":
+                tx.execute("UPDATE job_leases SET holder = holder WHERE job = :job", {"job": "x"})
+            elif body == "two-statements":
+                tx.fetchall("SELECT job FROM job_leases WHERE job = :job", {"job": "x"})
+                tx.execute("DELETE FROM job_leases WHERE job = :job", {"job": "x"})
+        with db._pool.connection() as conn:
+            conn.pgconn.untrace()
+        text = Path(trace.name).read_text()
+    return sum("ReadyForQuery" in line for line in text.splitlines()), text
+
+
+def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit(
+        pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        _touch_lease(db, "warm")
+        one, trace = _round_trips(db, "one-statement")
+        assert one == 2, trace  # BEGIN + time bounds + UPDATE in one flight; COMMIT
+        assert "statement_timeout" in trace and '"COMMIT"' in trace
+        two, trace = _round_trips(db, "two-statements")
+        assert two == 3, trace
+        nothing, trace = _round_trips(db, "nothing")
+        assert nothing == 0, trace  # a transaction that runs nothing sends nothing
+    finally:
+        db.close()
+
+
+def test_a_postgres_connection_idle_too_long_is_checked_and_replaced(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        with db.transaction() as tx:
+            pid = tx.fetchone("SELECT pg_backend_pid() AS pid")
+        assert pid is not None
+        with psycopg.connect(pg_url, autocommit=True) as admin:  # waits until it is gone
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid["pid"],))
+        # Freshly returned connections skip the check; this one has been "idle" too long.
+        db.IDLE_CHECK_S = -1.0
+        with db.transaction() as tx:
+            again = tx.fetchone("SELECT pg_backend_pid() AS pid")
+        assert again is not None and again["pid"] != pid["pid"]
+    finally:
+        db.close()
