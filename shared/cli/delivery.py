@@ -109,7 +109,7 @@ def _one_id(args: argparse.Namespace) -> str:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     import httpx
 
-    from shared.delivery.drain import Deliverer, Outcome
+    from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
@@ -118,7 +118,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise RequestError(f"--payload is not JSON: {exc}") from None
     if args.subject_line:
+        if not isinstance(payload, dict):
+            raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
+    check_enqueue(args.channel, payload)
     services = _services()
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
@@ -131,7 +134,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)
     _print(args, entry.to_json())
-    return EXIT_OK if outcome in (None, Outcome.ACKED, Outcome.RETRY) else EXIT_FAILED
+    waiting = (None, SendOutcome.ACKED, SendOutcome.RETRY, SendOutcome.UNKNOWN,
+               SendOutcome.UNCONFIGURED)
+    return EXIT_OK if outcome in waiting else EXIT_FAILED
 
 
 def register(sub: Any) -> None:
@@ -150,7 +155,9 @@ def register(sub: Any) -> None:
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
-    p.add_argument("channel", help="webhook, slack, telegram or email")
+    from shared.delivery.channels import channels
+
+    p.add_argument("channel", choices=list(channels()))
     p.add_argument("recipient", help="URL, Slack channel, Telegram chat id or email address")
     p.add_argument("--text")
     p.add_argument("--payload", help="the whole payload as a JSON object")

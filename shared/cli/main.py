@@ -19,7 +19,7 @@ from shared.core.errors import SluiceError
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
-                               "shared.cli.billing"]
+                               "shared.cli.billing", "shared.cli.token"]
 
 
 def operator(by: str | None = None) -> str:

@@ -26,7 +26,8 @@ from shared.jobs.runs import RunStore
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
-                     "shared.http.delivery:router", "shared.http.ops:router"]
+                     "shared.http.delivery:router", "shared.http.delivery:status_router",
+                     "shared.http.ops:router", "shared.http.console:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -108,7 +109,8 @@ def create_app(services: Services) -> FastAPI:
         context = request.scope.get("aws.context")
         request.state.request_id = (getattr(context, "aws_request_id", None)
                                     or request.headers.get("x-request-id") or str(uuid.uuid4()))
-        audited = request.method in AUDITED_METHODS and request.url.path.startswith("/api/admin")
+        audited = request.method in AUDITED_METHODS and request.url.path.startswith(
+            ("/api/admin", "/admin/"))
         try:
             response = await call_next(request)
         except Exception:

@@ -1,4 +1,5 @@
-"""state-cleanup: delete expired platform_state rows and stale threshold-firing hash rows.
+"""state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows and
+old operations history samples.
 
 Deletes run in bounded batches, each its own short transaction, so a table with
 millions of expired rows never holds one long lock. Rows not yet expired, and
@@ -15,9 +16,11 @@ from typing import Any
 from shared.core.crash import crash_point
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.store.db import Database, Query, load_queries
+from shared.store.history import RETENTION as HISTORY_RETENTION
 from shared.store.state import like_prefix
 
 Q = load_queries("state")
+HISTORY = load_queries("history")
 
 THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
 THRESHOLD_FIRING_RETENTION_DAYS = 90
@@ -58,7 +61,11 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
         batch_size=batch_size, deadline=deadline, point="state-cleanup.after_hash_batch",
         observe=observe,
     )
+    samples_deleted = delete_in_batches(
+        db, HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION}, batch_size=batch_size,
+        deadline=deadline, point="state-cleanup.after_history_batch", observe=observe)
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
+            "deletedSamples": samples_deleted,
             "processedAt": now.isoformat().replace("+00:00", "Z")}
 
 

@@ -166,7 +166,7 @@ JOBS: dict[str, Job] = {
             schedule="rate(1 minute)",
             surface="delivery",
             target="shared.delivery.drain:run_delivery_drain",
-            failure_keys=("failed", "skippedMaxRetries"),
+            failure_keys=("failed", "skippedMaxRetries", "fatal"),
             budget_s=45.0,
             timeout_s=60,
         ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from shared.core.errors import SluiceError
@@ -18,6 +18,7 @@ from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
 from shared.jobs.runs import ALREADY_RUNNING, Fence, RunStore, lease_holder_id
 from shared.store.db import bounded_by, utcnow
+from shared.store.history import Sample
 
 # A crashed run's lease lapses this long after the job's own timeout.
 LEASE_GRACE = timedelta(seconds=10)
@@ -35,6 +36,21 @@ def internal_error(job: str, request_id: str, exc: BaseException) -> dict[str, A
         body["message"] = exc.message
         body["cause"] = exc.code
     return {"error": body}
+
+
+def _end(services: Services, runs: RunStore, run_id: str, outcome: str, result: dict[str, Any],
+         started: datetime, job: str, holder: str, duration_s: float) -> None:
+    """Record the run's end, release its lease and add its history sample, in one transaction.
+
+    A sample that cannot be written never fails the run: should the transaction fail, the
+    end is recorded again without it (and the sample's failure reported if that worked).
+    """
+    sample = Sample("job", job, utcnow(), round(duration_s * 1000, 1), outcome)
+    try:
+        runs.end(run_id, outcome, result, started, job, holder, samples=[sample])
+    except SluiceError as exc:
+        runs.end(run_id, outcome, result, started, job, holder)
+        services.reporter.error(f"{job}.history_sample", exc)
 
 
 def run_job(
@@ -82,7 +98,8 @@ def run_job(
         except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
-            runs.end(run_id, "error", body, started, job.name, holder)
+            _end(services, runs, run_id, "error", body, started, job.name, holder,
+                 time.monotonic() - clock)
             leased = False
             reporter.checkin(job.name, "error", check_in_id=check_in,
                              duration_s=time.monotonic() - clock)
@@ -91,9 +108,9 @@ def run_job(
         outcome = "failures" if failed else "ok"
         if failed:
             reporter.drain_failures(job.name, failed, result)
-        runs.end(run_id, outcome, result, started, job.name, holder)
-        leased = False
         duration = time.monotonic() - clock
+        _end(services, runs, run_id, outcome, result, started, job.name, holder, duration)
+        leased = False
         reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
         reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
         logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.errors import LeaseLost
 from shared.jobs.registry import Trigger
 from shared.store.db import Database, Row, Tx, load_queries, utcnow
+from shared.store.history import Sample, add_samples
 
 Q = load_queries("runs")
 
@@ -90,11 +92,13 @@ class RunStore:
             return _start(tx, job, trigger, request_id, started_at)
 
     def end(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
-            job: str, holder: str) -> None:
-        """In one transaction: record the run's outcome and release its lease."""
+            job: str, holder: str, samples: Sequence[Sample] = ()) -> None:
+        """In one transaction: record the run's outcome, release its lease and add its
+        history ``samples``."""
         with self.db.transaction() as tx:
             _finish(tx, run_id, outcome, result, started_at)
             tx.execute(Q.release_lease, {"job": job, "holder": holder})
+            add_samples(tx, samples)
 
     def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
         """Take the job's lease if it is free, expired, or held by a dead process on this host."""

@@ -18,7 +18,7 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     done = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "processedAt"}
     assert "applied migration 0001 foundation" in done.stderr
     assert (tmp_path / ".sluice" / "sluice.db").exists()
 

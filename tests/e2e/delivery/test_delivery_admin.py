@@ -53,8 +53,9 @@ def test_failed_entries_over_http_list_show_redrive_purge(
     store.enqueue("telegram", "1001", {"text": "c"})
     cron = client.get(f"{BASE}/drain", headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert cron.status_code == 200
-    assert cron.json() == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0,
-                           "deferredBackoff": 0}
+    counts = {k: cron.json()[k] for k in ("recovered", "failed", "skippedMaxRetries",
+                                          "deferredBackoff")}
+    assert counts == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0, "deferredBackoff": 0}
 
     listed = client.get(f"{BASE}/entries", params={"status": "failed"}, headers=OPS)
     assert listed.status_code == 200
@@ -134,3 +135,55 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     assert (stats["acked"]["count"], stats["failed"]["count"]) == (1, 0)
     actions = {(a["actor"], a["action"]) for a in RunStore(svc.db).recent_audit()}
     assert {("oncall", "delivery:redrive"), ("oncall", "delivery:purge_all")} <= actions
+
+
+def test_queue_status_for_monitoring(client: TestClient, svc: Services,
+                                     telegram: TelegramStandIn) -> None:
+    store = DeliveryStore(svc.db)
+    cron = {"authorization": f"Bearer {CRON_SECRET}"}
+    empty = client.get("/api/queue/status", headers=cron)
+    assert empty.status_code == 200
+    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0},
+                            "inBackoff": 0, "oldestPendingAgeS": None, "lastSummary": None}
+
+    # longer than the in-process retries wait: the first entry goes to its backoff at once
+    telegram.flood_wait.append(60)
+    store.enqueue("telegram", "1001", {"text": "later"})
+    store.enqueue("telegram", "1002", {"text": "blocked"})
+    drained = client.get(f"{BASE}/drain", headers=cron).json()
+    store.enqueue("telegram", "1001", {"text": "not yet drained"})
+
+    status = client.get("/api/queue/status", headers=OPS)
+
+    assert status.status_code == 200
+    body = status.json()
+    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1}
+    assert body["inBackoff"] == 1
+    assert body["oldestPendingAgeS"] >= 0
+    assert body["lastSummary"]["outcome"] == "failures"
+    assert body["lastSummary"]["summary"] == drained
+    assert body["lastSummary"]["finishedAt"].endswith("Z")
+
+
+def test_queue_status_refuses_strangers_and_unknown_parameters(client: TestClient) -> None:
+    assert client.get("/api/queue/status").status_code == 401
+    assert client.get("/api/queue/status", headers=BILLING).status_code == 403
+    wrong = client.get("/api/queue/status", headers={"authorization": "Bearer not-the-secret"})
+    assert wrong.status_code == 401
+    bad = client.get("/api/queue/status", params={"verbose": "true"},
+                     headers={"authorization": f"Bearer {CRON_SECRET}"})
+    assert bad.status_code == 400 and "verbose" in bad.json()["error"]["message"]
+
+
+def test_enqueue_refuses_unknown_channels_and_unsupported_fields(env: dict[str, str]) -> None:
+    unknown = run_cli(["delivery", "enqueue", "sms", "+46", "--text", "x"], env)
+    assert unknown.returncode == 2 and "invalid choice: 'sms'" in unknown.stderr
+    field = run_cli(["delivery", "enqueue", "telegram", "1001", "--payload",
+                     '{"text": "x", "parseMode": "MarkdownV2"}'], env)
+    assert field.returncode == 2
+    assert "payload.parseMode is not supported by the telegram channel" in field.stderr
+    parts = run_cli(["delivery", "enqueue", "telegram", "1001", "--json", "--payload",
+                     '{"payloads": ["one", {"text": "two"}], "threadId": "7", "silent": true}'],
+                    env)
+    assert parts.returncode == 0, parts.stderr
+    assert json.loads(parts.stdout)["payload"]["payloads"] == ["one", {"text": "two"}]

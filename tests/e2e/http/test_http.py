@@ -59,7 +59,7 @@ def test_cron_get_with_the_bearer_runs_the_job(client: TestClient, services: Ser
     response = client.get(ROUTE, headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert set(body) == {"deleted", "deletedHashRecords", "deletedSamples", "processedAt"}
     assert body["deleted"] == 1
     assert RunStore(services.db).recent("state-cleanup")[0]["trigger"] == "cron_http"
 
@@ -99,7 +99,8 @@ def test_admin_post(client: TestClient, services: Services, how: str, roles: lis
     assert audit["action"] == "state-cleanup:admin"
     assert audit["actor"] == ("alice" if how in ("header", "cookie") else "anonymous")
     if status == 200:
-        assert set(response.json()) == {"deleted", "deletedHashRecords", "processedAt"}
+        assert set(response.json()) == {"deleted", "deletedHashRecords", "deletedSamples",
+                                        "processedAt"}
     else:
         assert response.json()["error"]["code"] in ("unauthorized", "forbidden")
 

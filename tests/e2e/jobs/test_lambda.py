@@ -83,7 +83,7 @@ def test_the_http_function_serves_cron_and_admin_events(
     http = fresh_import("functions.http", monkeypatch, lambda_env)
     ok = http.handler(load_event("http_get_cron"), LambdaContext())
     assert ok["statusCode"] == 200 and set(_body(ok)) == {"deleted", "deletedHashRecords",
-                                                          "processedAt"}
+                                                          "deletedSamples", "processedAt"}
 
     forged = load_event("http_get_cron")
     forged["headers"]["authorization"] = "Bearer not-the-secret-not-the-sec"

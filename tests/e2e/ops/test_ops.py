@@ -71,7 +71,7 @@ def test_local_figures_are_measured(db_url: str, redis_prefix: str, make_service
 
     page = client.get("/admin/queues", headers={"cookie": f"__session={admin_token(['ops'])}"})
     assert page.status_code == 200 and "Queue health" in page.text
-    assert "<td>rss.enrich-dlq</td>" in page.text
+    assert 'data-card="rss.enrich-dlq"' in page.text
 
 
 def test_the_page_is_restricted(sqlite_url: str, make_services: Any) -> None:
