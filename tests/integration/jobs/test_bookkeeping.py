@@ -74,3 +74,16 @@ def test_an_already_running_answer_costs_one_transaction(services: Services) -> 
         assert counting.count == 1
     [run] = store.recent("test-noop")
     assert run["outcome"] == "skipped" and run["result"] == {"skipped": "already_running"}
+
+
+def test_a_sample_that_cannot_be_written_does_not_fail_the_run(services: Services,
+                                                              caplog: Any) -> None:
+    with services.db.transaction() as tx:
+        tx.execute("DROP TABLE ops_samples")
+    result = run_job(job("noop"), services, "cli", request_id="req-nosample")
+    assert (result.status, result.outcome) == (200, "ok")
+    store = RunStore(services.db)
+    [run] = store.recent("test-noop")
+    assert run["outcome"] == "ok" and run["finished_at"] is not None
+    assert store.acquire_lease("test-noop", lease_holder_id(), timedelta(minutes=1))
+    assert any("test-noop.history_sample" in r.getMessage() for r in caplog.records)
