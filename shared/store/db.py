@@ -312,64 +312,69 @@ _SET_BOUNDS = ("SELECT set_config('statement_timeout', %(ms)s, true), "
 
 
 class _PostgresTx:
-    """One transaction on an autocommit connection, begun lazily.
+    """One transaction on an autocommit connection in pipeline mode, begun lazily.
 
-    ``BEGIN`` and the transaction's time bounds are pipelined with its first statement
-    (one round trip for the three), and ``COMMIT`` is one more: a transaction of one
-    statement costs two round trips. A transaction that runs nothing sends nothing.
+    Nothing is sent until a result is needed: ``BEGIN`` and the transaction's time bounds
+    travel with its first statement, ``executemany`` (which returns nothing) waits for
+    the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight. A
+    transaction of one statement costs two round trips, one that only writes with
+    ``executemany`` one, and one that runs nothing none. Errors surface at the next
+    flight at the latest, and always inside the transaction: it rolls back as a whole.
     """
 
     dialect: Dialect = "postgres"
 
     def __init__(self, conn: Any, budget_ms: int) -> None:
         self._conn = conn
-        self._cur = conn.cursor()
-        self._bounds: dict[str, str] | None = {"ms": f"{budget_ms}ms"}
+        self._budget = {"ms": f"{budget_ms}ms"}
+        self._pipeline: Any = None  # the pipeline's context manager, once begun
+        self._sync: Callable[[], None] = lambda: None
 
     def json(self, value: Any) -> Any:
         from psycopg.types.json import Jsonb
 
         return Jsonb(value)
 
-    def _run(self, sql: str, params: Params | list[Params], many: bool = False) -> None:
-        bounds, self._bounds = self._bounds, None
-        if bounds is None:
-            if many:
-                self._cur.executemany(sql, params)
-            else:
-                self._cur.execute(sql, params)
-            return
-        with self._conn.pipeline():
+    def _cursor(self) -> Any:
+        if self._pipeline is None:
+            self._pipeline = self._conn.pipeline()
+            self._sync = self._pipeline.__enter__().sync
             self._conn.execute("BEGIN")
-            self._conn.execute(_SET_BOUNDS, bounds)
-            if many:
-                self._cur.executemany(sql, params)
-            else:
-                self._cur.execute(sql, params)
+            self._conn.execute(_SET_BOUNDS, self._budget)
+        return self._conn.cursor()
 
     def execute(self, query: Query | str, params: Params | None = None) -> int:
-        self._run(_to_pyformat(_text(query, "postgres")), params or {})
-        return int(self._cur.rowcount)
+        cur = self._cursor()
+        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        self._sync()  # the row count is this statement's result
+        return int(cur.rowcount)
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
-        self._run(_to_pyformat(_text(query, "postgres")), params, many=True)
+        self._cursor().executemany(_to_pyformat(_text(query, "postgres")), params)
 
     def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        self._run(_to_pyformat(_text(query, "postgres")), params or {})
-        return list(self._cur.fetchall())
+        cur = self._cursor()
+        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        return list(cur.fetchall())
 
     def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        self._run(_to_pyformat(_text(query, "postgres")), params or {})
-        row = self._cur.fetchone()
+        cur = self._cursor()
+        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        row = cur.fetchone()
         return dict(row) if row is not None else None
 
     def commit(self) -> None:
-        if self._bounds is None:
+        if self._pipeline is not None:
             self._conn.execute("COMMIT")
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)  # sends what is queued and waits for it
 
-    def rollback(self) -> None:
+    def rollback(self, exc: BaseException) -> None:
         from psycopg import pq
 
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(type(exc), exc, exc.__traceback__)  # errors here are ignored
         status = self._conn.info.transaction_status
         if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
             self._conn.execute("ROLLBACK")
@@ -488,9 +493,9 @@ class PostgresDatabase:
                 try:
                     yield tx
                     tx.commit()
-                except BaseException:
+                except BaseException as exc:
                     if not conn.closed:
-                        tx.rollback()
+                        tx.rollback(exc)
                     raise
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate_postgres(exc) from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import tempfile
 from datetime import timedelta
@@ -61,7 +62,8 @@ def test_a_forked_child_opens_its_own_sqlite_connection(sqlite_url: str) -> None
 
 
 def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
-    """Round trips (ReadyForQuery messages) of one transaction, and the protocol trace."""
+    """Round trips of one transaction (flights of client messages answered by the server),
+    and the protocol trace."""
     db._ensure_open()
     with tempfile.NamedTemporaryFile("w+") as trace:
         with db._pool.connection() as conn:
@@ -73,10 +75,14 @@ def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
             elif body == "two-statements":
                 tx.fetchall("SELECT job FROM job_leases WHERE job = :job", {"job": "x"})
                 tx.execute("DELETE FROM job_leases WHERE job = :job", {"job": "x"})
+            elif body == "writes-only":
+                tx.executemany("DELETE FROM job_leases WHERE job = :job", [{"job": "x"}] * 3)
         with db._pool.connection() as conn:
             conn.pgconn.untrace()
         text = Path(trace.name).read_text()
-    return sum("ReadyForQuery" in line for line in text.splitlines()), text
+    senders = [line.split("\t", 1)[0] for line in text.splitlines() if line]
+    flights = sum(1 for a, b in itertools.pairwise(senders) if (a, b) == ("F", "B"))
+    return flights, text
 
 
 def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit(
@@ -89,6 +95,8 @@ def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit
         assert "statement_timeout" in trace and '"COMMIT"' in trace
         two, trace = _round_trips(db, "two-statements")
         assert two == 3, trace
+        writes, trace = _round_trips(db, "writes-only")
+        assert writes == 1, trace  # executemany returns nothing: it travels with the COMMIT
         nothing, trace = _round_trips(db, "nothing")
         assert nothing == 0, trace  # a transaction that runs nothing sends nothing
     finally:
