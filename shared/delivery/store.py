@@ -168,7 +168,7 @@ class DeliveryStore:
         entry_id = str(uuid.uuid4())
         lease_until = now + lease if lease is not None else None
         with self.db.transaction() as tx:
-            tx.execute(Q.insert_entry, {
+            tx.write(Q.insert_entry, {
                 "id": entry_id, "channel": channel, "recipient": recipient,
                 "subject_user_id": subject_user_id, "payload": tx.json(payload),
                 "idempotency_key": idempotency_key,

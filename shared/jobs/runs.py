@@ -97,7 +97,7 @@ class RunStore:
         history ``samples``."""
         with self.db.transaction() as tx:
             _finish(tx, run_id, outcome, result, started_at)
-            tx.execute(Q.release_lease, {"job": job, "holder": holder})
+            tx.write(Q.release_lease, {"job": job, "holder": holder})
             add_samples(tx, samples)
 
     def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
@@ -136,7 +136,7 @@ class RunStore:
     def audit(self, *, actor: str, action: str, target: str | None, outcome: str,
               ip: str | None, detail: dict[str, Any] | None = None) -> None:
         with self.db.transaction() as tx:
-            tx.execute(Q.audit, {
+            tx.write(Q.audit, {
                 "id": str(uuid.uuid4()), "actor": actor, "action": action, "target": target,
                 "outcome": outcome, "ip": ip, "at": utcnow(),
                 "detail": tx.json(detail) if detail is not None else None,
@@ -161,8 +161,8 @@ def _acquire(tx: Tx, job: str, holder: str, ttl: timedelta) -> bool:
 
 def _start(tx: Tx, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
     run_id = str(uuid.uuid4())
-    tx.execute(Q.abandon_running, {"job": job, "now": utcnow(), "result": tx.json(ABANDONED)})
-    tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
+    tx.write(Q.abandon_running, {"job": job, "now": utcnow(), "result": tx.json(ABANDONED)})
+    tx.write(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
                              "request_id": request_id, "started_at": started_at,
                              "outcome": "running"})
     return run_id
@@ -171,7 +171,7 @@ def _start(tx: Tx, job: str, trigger: Trigger, request_id: str, started_at: date
 def _finish(tx: Tx, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
             ) -> None:
     finished = utcnow()
-    tx.execute(Q.finish_run, {
+    tx.write(Q.finish_run, {
         "id": run_id, "finished_at": finished, "outcome": outcome,
         "duration_ms": int((finished - started_at).total_seconds() * 1000),
         "result": tx.json(result),
@@ -181,7 +181,7 @@ def _finish(tx: Tx, run_id: str, outcome: str, result: dict[str, Any], started_a
 def _record(tx: Tx, job: str, trigger: Trigger, request_id: str, outcome: str,
             result: dict[str, Any]) -> None:
     now = utcnow()
-    tx.execute(Q.record_run, {
+    tx.write(Q.record_run, {
         "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
         "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": outcome,
         "result": tx.json(result),

@@ -130,6 +130,12 @@ class Tx(Protocol):
 
     def execute(self, query: Query | str, params: Params | None = None) -> int: ...
 
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        """A statement whose row count is not needed: on Postgres it is sent with the next
+        statement that needs an answer, or with the ``COMMIT``; an error it raises still
+        ends the transaction."""
+        ...
+
     def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]: ...
 
     def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None: ...
@@ -187,6 +193,16 @@ def _translate_sqlite(exc: sqlite3.Error) -> StoreError:
     return PermanentStoreError(f"sqlite: {exc}")
 
 
+BUSY_STEP_MS = 250
+
+
+def _busy_step(budget_ms: int) -> int:
+    """``budget_ms`` rounded down to a step (never up): consecutive transactions of a run
+    then share one ``busy_timeout`` and skip the PRAGMA, a lock wait ending at most one
+    step before the run's time does."""
+    return budget_ms if budget_ms <= BUSY_STEP_MS else budget_ms - budget_ms % BUSY_STEP_MS
+
+
 class _SqliteTx:
     dialect: Dialect = "sqlite"
 
@@ -201,6 +217,9 @@ class _SqliteTx:
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
         self._conn.executemany(_text(query, "sqlite"), params)
+
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        self._conn.execute(_text(query, "sqlite"), params or {})
 
     def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
         cur = self._conn.execute(_text(query, "sqlite"), params or {})
@@ -232,6 +251,7 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._pid = os.getpid()
+        self._busy: dict[int, int] = {}  # id(connection) -> its busy_timeout (ms)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -248,11 +268,13 @@ class SqliteDatabase:
     def _borrow(self) -> sqlite3.Connection:
         with self._lock:
             if self._pid != os.getpid():  # forked: the parent's connections are not ours
-                self._idle = []
+                self._idle, self._busy = [], {}
                 self._pid = os.getpid()
             if self._idle:
                 return self._idle.pop()
-        return self._connect()
+        conn = self._connect()
+        self._busy[id(conn)] = int(BUSY_TIMEOUT_S * 1000)  # as _connect set it
+        return conn
 
     def _give_back(self, conn: sqlite3.Connection, healthy: bool) -> None:
         if healthy and not conn.in_transaction:
@@ -260,14 +282,17 @@ class SqliteDatabase:
                 if self._pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
                     self._idle.append(conn)
                     return
+        self._busy.pop(id(conn), None)
         conn.close()
 
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
-        busy_ms = statement_budget_ms(BUSY_TIMEOUT_S)  # a lock wait ends with the run's time
+        busy_ms = _busy_step(statement_budget_ms(BUSY_TIMEOUT_S))  # ends with the run's time
         try:
             conn = self._borrow()
-            conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+            if self._busy.get(id(conn)) != busy_ms:  # a PRAGMA only when the bound changes
+                conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+                self._busy[id(conn)] = busy_ms
         except sqlite3.Error as exc:
             raise _translate_sqlite(exc) from exc
         healthy = False
@@ -301,6 +326,7 @@ class SqliteDatabase:
             idle, self._idle = self._idle, []
             mine = self._pid == os.getpid()
         for conn in idle if mine else ():
+            self._busy.pop(id(conn), None)
             conn.close()
 
 
@@ -315,10 +341,10 @@ class _PostgresTx:
     """One transaction on an autocommit connection in pipeline mode, begun lazily.
 
     Nothing is sent until a result is needed: ``BEGIN`` and the transaction's time bounds
-    travel with its first statement, ``executemany`` (which returns nothing) waits for
-    the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight. A
+    travel with its first statement, ``write`` and ``executemany`` (which return nothing)
+    wait for the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight. A
     transaction of one statement costs two round trips, one that only writes with
-    ``executemany`` one, and one that runs nothing none. Errors surface at the next
+    ``write`` / ``executemany`` one, and one that runs nothing none. Errors surface at the next
     flight at the latest, and always inside the transaction: it rolls back as a whole.
     """
 
@@ -351,6 +377,9 @@ class _PostgresTx:
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
         self._cursor().executemany(_to_pyformat(_text(query, "postgres")), params)
+
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        self._cursor().execute(_to_pyformat(_text(query, "postgres")), params or {})
 
     def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
         cur = self._cursor()

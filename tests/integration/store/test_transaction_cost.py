@@ -9,8 +9,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import pq
 
+from shared.core.errors import ConstraintViolation
 from shared.store.db import PostgresDatabase, SqliteDatabase, open_database, utcnow
 
 
@@ -77,6 +79,7 @@ def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
                 tx.execute("DELETE FROM job_leases WHERE job = :job", {"job": "x"})
             elif body == "writes-only":
                 tx.executemany("DELETE FROM job_leases WHERE job = :job", [{"job": "x"}] * 3)
+                tx.write("DELETE FROM job_leases WHERE job = :job", {"job": "y"})
         with db._pool.connection() as conn:
             conn.pgconn.untrace()
         text = Path(trace.name).read_text()
@@ -96,7 +99,7 @@ def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit
         two, trace = _round_trips(db, "two-statements")
         assert two == 3, trace
         writes, trace = _round_trips(db, "writes-only")
-        assert writes == 1, trace  # executemany returns nothing: it travels with the COMMIT
+        assert writes == 1, trace  # write / executemany answer nothing: they go with the COMMIT
         nothing, trace = _round_trips(db, "nothing")
         assert nothing == 0, trace  # a transaction that runs nothing sends nothing
     finally:
@@ -118,3 +121,18 @@ def test_a_postgres_connection_idle_too_long_is_checked_and_replaced(pg_url: str
         assert again is not None and again["pid"] != pid["pid"]
     finally:
         db.close()
+
+
+def test_an_error_in_a_write_still_ends_the_transaction(db: SqliteDatabase | PostgresDatabase,
+                                                         ) -> None:
+    _touch_lease(db, "taken")
+    with pytest.raises(ConstraintViolation), db.transaction() as tx:
+        tx.write("DELETE FROM job_leases WHERE job = :job", {"job": "taken"})
+        now = utcnow()
+        tx.write("INSERT INTO job_leases (job, holder, acquired_at, expires_at) "
+                 "VALUES ('dup', 'h', :now, :now)", {"now": now})
+        tx.write("INSERT INTO job_leases (job, holder, acquired_at, expires_at) "
+                 "VALUES ('dup', 'h', :now, :now)", {"now": now})
+    with db.transaction() as tx:  # rolled back as a whole, and the connection is usable
+        jobs = [row["job"] for row in tx.fetchall("SELECT job FROM job_leases")]
+    assert jobs == ["taken"]
