@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.errors import LeaseLost
-from shared.jobs.registry import Trigger
+from shared.jobs.registry import JOBS, Trigger
 from shared.store.db import Database, Row, Tx, load_queries, utcnow
 from shared.store.history import Sample, add_samples
 
@@ -125,9 +125,12 @@ class RunStore:
         with self.db.transaction() as tx:
             _record(tx, job, trigger, request_id, "skipped", result)
 
-    def last_runs(self) -> dict[str, Row]:
+    def last_runs(self, jobs: Iterable[str] | None = None) -> dict[str, Row]:
+        """The latest run of each of ``jobs`` (default: every registered job), by job."""
+        names = list(JOBS if jobs is None else jobs)
         with self.db.transaction() as tx:
-            return {row["job"]: row for row in tx.fetchall(Q.last_runs)}
+            return {row["job"]: row for row in tx.fetchall(Q.last_runs,
+                                                             {"jobs": tx.json(names)})}
 
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:

@@ -11,7 +11,7 @@ from shared.core.services import Services
 from shared.jobs.registry import Job, JobContext
 from shared.jobs.runner import run_job
 from shared.jobs.runs import RunStore, lease_holder_id
-from shared.store.db import Tx
+from shared.store.db import Tx, utcnow
 
 
 class CountingDatabase:
@@ -87,3 +87,18 @@ def test_a_sample_that_cannot_be_written_does_not_fail_the_run(services: Service
     assert run["outcome"] == "ok" and run["finished_at"] is not None
     assert store.acquire_lease("test-noop", lease_holder_id(), timedelta(minutes=1))
     assert any("test-noop.history_sample" in r.getMessage() for r in caplog.records)
+
+
+def test_last_runs_gives_each_jobs_latest_run(services: Services) -> None:
+    store = RunStore(services.db)
+    base = utcnow()
+    for job_name, minutes, outcome in (("a", 3, "ok"), ("a", 1, "error"), ("a", 2, "ok"),
+                                       ("b", 5, "skipped"), ("c", 0, "ok")):
+        run_id = store.start(f"test-{job_name}", "cli", f"req-{job_name}-{minutes}",
+                             base - timedelta(minutes=minutes))
+        store.finish(run_id, outcome, {}, base - timedelta(minutes=minutes))
+    last = store.last_runs(["test-a", "test-b", "test-missing"])
+    assert set(last) == {"test-a", "test-b"}  # only the jobs asked for, and only those that ran
+    assert last["test-a"]["started_at"] == base - timedelta(minutes=1)
+    assert last["test-a"]["outcome"] == "error" and last["test-b"]["outcome"] == "skipped"
+    assert store.last_runs() == {}  # by default the registered jobs, none of which ran here
