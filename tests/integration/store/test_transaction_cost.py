@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -63,14 +64,25 @@ def test_a_forked_child_opens_its_own_sqlite_connection(sqlite_url: str) -> None
         db.close()
 
 
-def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
-    """Round trips of one transaction (flights of client messages answered by the server),
-    and the protocol trace."""
+def round_trips(db: PostgresDatabase, work: Callable[[], object]) -> tuple[int, str]:
+    """Round trips ``work`` costs (flights of client messages answered by the server), and
+    the protocol trace; ``db`` has one pooled connection."""
     db._ensure_open()
     with tempfile.NamedTemporaryFile("w+") as trace:
         with db._pool.connection() as conn:
             conn.pgconn.trace(trace.fileno())
             conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        work()
+        with db._pool.connection() as conn:
+            conn.pgconn.untrace()
+        text = Path(trace.name).read_text()
+    senders = [line.split("\t", 1)[0] for line in text.splitlines() if line]
+    flights = sum(1 for a, b in itertools.pairwise(senders) if (a, b) == ("F", "B"))
+    return flights, text
+
+
+def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
+    def work() -> None:
         with db.transaction() as tx:
             if body == "one-statement":
                 tx.execute("UPDATE job_leases SET holder = holder WHERE job = :job", {"job": "x"})
@@ -80,12 +92,7 @@ def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
             elif body == "writes-only":
                 tx.executemany("DELETE FROM job_leases WHERE job = :job", [{"job": "x"}] * 3)
                 tx.write("DELETE FROM job_leases WHERE job = :job", {"job": "y"})
-        with db._pool.connection() as conn:
-            conn.pgconn.untrace()
-        text = Path(trace.name).read_text()
-    senders = [line.split("\t", 1)[0] for line in text.splitlines() if line]
-    flights = sum(1 for a, b in itertools.pairwise(senders) if (a, b) == ("F", "B"))
-    return flights, text
+    return round_trips(db, work)
 
 
 def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit(
