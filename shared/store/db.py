@@ -584,8 +584,8 @@ def open_database(url: str, options: PgOptions | None = None,
         if path in ("", ":memory:") or path.startswith("file::memory:"):
             raise ConfigurationError(
                 "SLUICE_DATABASE_URL: an in-memory SQLite database (sqlite:///) is not supported: "
-                "every transaction opens its own connection and would find it empty; give a "
-                "file path, e.g. sqlite:///./.sluice/sluice.db")
+                "the store uses several connections and each would find its own empty "
+                "database; give a file path, e.g. sqlite:///./.sluice/sluice.db")
         return SqliteDatabase(path)
     if url.startswith(("postgresql:", "postgres:")):
         return PostgresDatabase(url, options=options)
