@@ -176,8 +176,9 @@ class DeliveryStore:
                 "attempts": 1 if lease else 0, "next_attempt_at": lease_until or now,
                 "lease_until": lease_until, "now": now,
             })
-            row = (tx.fetchone(Q.get_entry, {"id": entry_id}) if idempotency_key is None
-                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}))
+            row = (tx.fetchone(Q.get_entry, {"id": entry_id}, final=True)
+                   if idempotency_key is None
+                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True))
         assert row is not None
         entry = DeliveryEntry.from_row(row)
         return entry, entry.id == entry_id
@@ -235,7 +236,7 @@ class DeliveryStore:
                 **params: Any) -> bool:
         with self.db.transaction() as tx:
             changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
-                                         "now": now or utcnow(), **params})
+                                         "now": now or utcnow(), **params}, final=True)
         return changed == 1
 
     # --- housekeeping --------------------------------------------------------------

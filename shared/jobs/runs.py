@@ -129,8 +129,8 @@ class RunStore:
         """The latest run of each of ``jobs`` (default: every registered job), by job."""
         names = list(JOBS if jobs is None else jobs)
         with self.db.transaction() as tx:
-            return {row["job"]: row for row in tx.fetchall(Q.last_runs,
-                                                             {"jobs": tx.json(names)})}
+            rows = tx.fetchall(Q.last_runs, {"jobs": tx.json(names)}, final=True)
+        return {row["job"]: row for row in rows}
 
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:

@@ -73,7 +73,8 @@ class CompletedKeys:
         if not keys:
             return set()
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.keys_completed, {"keys": tx.json(keys), "now": now or utcnow()})
+            rows = tx.fetchall(Q.keys_completed, {"keys": tx.json(keys), "now": now or utcnow()},
+                               final=True)
         return {row["key"] for row in rows}
 
     def complete_many(self, done: list[tuple[str, str, str]], *,

@@ -128,7 +128,12 @@ class Tx(Protocol):
 
     dialect: Dialect
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int: ...
+    # ``final=True`` marks the transaction's last statement: the COMMIT is sent with it
+    # (on Postgres in the same round trip), and no statement may follow it. An exception
+    # raised in the block after it no longer rolls the transaction back.
+
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int: ...
 
     def write(self, query: Query | str, params: Params | None = None) -> None:
         """A statement whose row count is not needed: on Postgres it is sent with the next
@@ -136,9 +141,11 @@ class Tx(Protocol):
         ends the transaction."""
         ...
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]: ...
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]: ...
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None: ...
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None: ...
 
     def executemany(self, query: Query | str, params: list[Params]) -> None: ...
 
@@ -208,26 +215,46 @@ class _SqliteTx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.committed = False
 
     def json(self, value: Any) -> Any:
         return json.dumps(value, separators=(",", ":"))
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int:
-        return self._conn.execute(_text(query, "sqlite"), params or {}).rowcount
+    def _run(self, query: Query | str, params: Params | None) -> sqlite3.Cursor:
+        if self.committed:
+            raise PermanentStoreError("a statement after the transaction's final one")
+        return self._conn.execute(_text(query, "sqlite"), params or {})
+
+    def _final(self, final: bool) -> None:
+        if final:
+            self._conn.execute("COMMIT")
+            self.committed = True
+
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int:
+        count = self._run(query, params).rowcount
+        self._final(final)
+        return count
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
+        if self.committed:
+            raise PermanentStoreError("a statement after the transaction's final one")
         self._conn.executemany(_text(query, "sqlite"), params)
 
     def write(self, query: Query | str, params: Params | None = None) -> None:
-        self._conn.execute(_text(query, "sqlite"), params or {})
+        self._run(query, params)
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        cur = self._conn.execute(_text(query, "sqlite"), params or {})
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]:
+        cur = self._run(query, params)
         names = [d[0] for d in cur.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        self._final(final)
+        return rows
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        rows = self.fetchall(query, params)
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None:
+        rows = self.fetchall(query, params, final=final)
         return rows[0] if rows else None
 
 
@@ -298,8 +325,10 @@ class SqliteDatabase:
         healthy = False
         try:
             conn.execute("BEGIN IMMEDIATE")
-            yield _SqliteTx(conn)
-            conn.execute("COMMIT")
+            tx = _SqliteTx(conn)
+            yield tx
+            if not tx.committed:
+                conn.execute("COMMIT")
             healthy = True
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK") if conn.in_transaction else None
@@ -354,6 +383,7 @@ class _PostgresTx:
         self._conn = conn
         self._budget = {"ms": f"{budget_ms}ms"}
         self._pipeline: Any = None  # the pipeline's context manager, once begun
+        self.committed = False
         self._sync: Callable[[], None] = lambda: None
 
     def json(self, value: Any) -> Any:
@@ -362,6 +392,8 @@ class _PostgresTx:
         return Jsonb(value)
 
     def _cursor(self) -> Any:
+        if self.committed:
+            raise PermanentStoreError("a statement after the transaction's final one")
         if self._pipeline is None:
             self._pipeline = self._conn.pipeline()
             self._sync = self._pipeline.__enter__().sync
@@ -369,10 +401,21 @@ class _PostgresTx:
             self._conn.execute(_SET_BOUNDS, self._budget)
         return self._conn.cursor()
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int:
+    def _send(self, query: Query | str, params: Params | None, final: bool) -> Any:
         cur = self._cursor()
         cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        self._sync()  # the row count is this statement's result
+        if final:  # the COMMIT goes in the same flight; leaving the pipeline waits for both
+            self._conn.execute("COMMIT")
+            self.committed = True
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)
+        return cur
+
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int:
+        cur = self._send(query, params, final)
+        if not final:
+            self._sync()  # the row count is this statement's result
         return int(cur.rowcount)
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
@@ -381,15 +424,13 @@ class _PostgresTx:
     def write(self, query: Query | str, params: Params | None = None) -> None:
         self._cursor().execute(_to_pyformat(_text(query, "postgres")), params or {})
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        cur = self._cursor()
-        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        return list(cur.fetchall())
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]:
+        return list(self._send(query, params, final).fetchall())
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        cur = self._cursor()
-        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        row = cur.fetchone()
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None:
+        row = self._send(query, params, final).fetchone()
         return dict(row) if row is not None else None
 
     def commit(self) -> None:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from shared.core.errors import ConstraintViolation
+from shared.core.errors import ConstraintViolation, StoreError
 from shared.store.db import PostgresDatabase, SqliteDatabase, open_database, utcnow
 
 
@@ -89,6 +89,9 @@ def _round_trips(db: PostgresDatabase, body: str) -> tuple[int, str]:
             elif body == "two-statements":
                 tx.fetchall("SELECT job FROM job_leases WHERE job = :job", {"job": "x"})
                 tx.execute("DELETE FROM job_leases WHERE job = :job", {"job": "x"})
+            elif body == "final":
+                tx.execute("UPDATE job_leases SET holder = holder WHERE job = :job", {"job": "x"},
+                           final=True)
             elif body == "writes-only":
                 tx.executemany("DELETE FROM job_leases WHERE job = :job", [{"job": "x"}] * 3)
                 tx.write("DELETE FROM job_leases WHERE job = :job", {"job": "y"})
@@ -105,6 +108,8 @@ def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit
         assert "statement_timeout" in trace and '"COMMIT"' in trace
         two, trace = _round_trips(db, "two-statements")
         assert two == 3, trace
+        final, trace = _round_trips(db, "final")
+        assert final == 1, trace  # BEGIN, bounds, the statement and COMMIT in one flight
         writes, trace = _round_trips(db, "writes-only")
         assert writes == 1, trace  # write / executemany answer nothing: they go with the COMMIT
         nothing, trace = _round_trips(db, "nothing")
@@ -143,3 +148,20 @@ def test_an_error_in_a_write_still_ends_the_transaction(db: SqliteDatabase | Pos
     with db.transaction() as tx:  # rolled back as a whole, and the connection is usable
         jobs = [row["job"] for row in tx.fetchall("SELECT job FROM job_leases")]
     assert jobs == ["taken"]
+
+
+def test_a_final_statement_commits_with_it(db: SqliteDatabase | PostgresDatabase) -> None:
+    _touch_lease(db, "kept")
+    with pytest.raises(ConstraintViolation), db.transaction() as tx:  # fails: rolls back
+        tx.write("UPDATE job_leases SET holder = 'gone'")
+        tx.execute("INSERT INTO job_leases (job, holder, acquired_at, expires_at) "
+                   "SELECT job, holder, acquired_at, expires_at FROM job_leases", final=True)
+    with pytest.raises(RuntimeError), db.transaction() as tx:  # committed: stays
+        assert tx.fetchall("SELECT holder FROM job_leases") == [{"holder": "h"}]
+        assert tx.execute("UPDATE job_leases SET holder = 'after'", final=True) == 1
+        with pytest.raises(StoreError, match="after the transaction's final"):
+            tx.fetchone("SELECT 1 AS one")
+        raise RuntimeError("raised after the final statement")
+    with db.transaction() as tx:
+        assert tx.fetchall("SELECT job, holder FROM job_leases", final=True) == [
+            {"job": "kept", "holder": "after"}]
