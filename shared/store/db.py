@@ -379,9 +379,10 @@ class _PostgresTx:
 
     dialect: Dialect = "postgres"
 
-    def __init__(self, conn: Any, budget_ms: int) -> None:
+    def __init__(self, conn: Any, budget_ms: int | None) -> None:
         self._conn = conn
-        self._budget = {"ms": f"{budget_ms}ms"}
+        # None: the connection's own timeouts are the transaction's bounds.
+        self._budget = None if budget_ms is None else {"ms": f"{budget_ms}ms"}
         self._pipeline: Any = None  # the pipeline's context manager, once begun
         self.committed = False
         self._sync: Callable[[], None] = lambda: None
@@ -398,7 +399,8 @@ class _PostgresTx:
             self._pipeline = self._conn.pipeline()
             self._sync = self._pipeline.__enter__().sync
             self._conn.execute("BEGIN")
-            self._conn.execute(_SET_BOUNDS, self._budget)
+            if self._budget is not None:
+                self._conn.execute(_SET_BOUNDS, self._budget)
         return self._conn.cursor()
 
     def _send(self, query: Query | str, params: Params | None, final: bool) -> Any:
@@ -508,6 +510,7 @@ class PostgresDatabase:
             self._mark_returned(conn)  # just connected: no check needed on first use
 
         self.conninfo = conninfo
+        self._session_ms = max(1, int(options.statement_timeout_s * 1000))
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
             conninfo,
@@ -518,7 +521,8 @@ class PostgresDatabase:
                     "keepalives": 1, "keepalives_idle": options.keepalives_idle_s,
                     "keepalives_interval": options.keepalives_interval_s,
                     "keepalives_count": options.keepalives_count, "autocommit": True,
-                    "prepare_threshold": 5 if options.prepared_statements else None},
+                    "prepare_threshold": 5 if options.prepared_statements else None,
+                    **self._session_bounds(options)},
             configure=configure,
             check=self._check_if_idle,
             reset=self._mark_returned,
@@ -526,6 +530,17 @@ class PostgresDatabase:
         )
         self._opened = False
         self._returned_at: dict[int, float] = {}
+
+    @staticmethod
+    def _session_bounds(options: PgOptions) -> dict[str, str]:
+        """The ceiling as the connection's own timeouts, so that a transaction bound by the
+        ceiling alone needs no ``SET LOCAL``. Not behind PgBouncer (no prepared statements):
+        it refuses such startup options, and its server connections change between
+        transactions, so there every transaction sets its bounds."""
+        if not options.prepared_statements:
+            return {}
+        ms = max(1, int(options.statement_timeout_s * 1000))
+        return {"options": f"-c statement_timeout={ms} -c lock_timeout={ms}"}
 
     # A connection back in the pool less than this long ago is used without a check;
     # one idle longer (a frozen Lambda sandbox, a restarted server) is checked first.
@@ -558,8 +573,12 @@ class PostgresDatabase:
         try:
             # Waiting for a pooled connection is bounded by the same time left.
             wait = min(self._pool.timeout, budget_ms / 1000)
+            # The connection's own timeouts are the ceiling (see _session_bounds); a lower
+            # bound (inside a run) is set for this transaction alone.
+            lower = (budget_ms if not self.options.prepared_statements
+                     or budget_ms < self._session_ms else None)
             with self._pool.connection(timeout=wait) as conn:
-                tx = _PostgresTx(conn, budget_ms)
+                tx = _PostgresTx(conn, lower)
                 try:
                     yield tx
                     tx.commit()

@@ -14,7 +14,14 @@ import pytest
 from psycopg import pq
 
 from shared.core.errors import ConstraintViolation, StoreError
-from shared.store.db import PostgresDatabase, SqliteDatabase, open_database, utcnow
+from shared.store.db import (
+    PgOptions,
+    PostgresDatabase,
+    SqliteDatabase,
+    bounded_by,
+    open_database,
+    utcnow,
+)
 
 
 def _touch_lease(db: SqliteDatabase | PostgresDatabase, job: str) -> None:
@@ -105,7 +112,7 @@ def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit
         _touch_lease(db, "warm")
         one, trace = _round_trips(db, "one-statement")
         assert one == 2, trace  # BEGIN + time bounds + UPDATE in one flight; COMMIT
-        assert "statement_timeout" in trace and '"COMMIT"' in trace
+        assert "statement_timeout" not in trace and '"COMMIT"' in trace  # bounds: the session's
         two, trace = _round_trips(db, "two-statements")
         assert two == 3, trace
         final, trace = _round_trips(db, "final")
@@ -165,3 +172,31 @@ def test_a_final_statement_commits_with_it(db: SqliteDatabase | PostgresDatabase
     with db.transaction() as tx:
         assert tx.fetchall("SELECT job, holder FROM job_leases", final=True) == [
             {"job": "kept", "holder": "after"}]
+
+
+def test_the_ceiling_is_the_connections_own_and_a_run_lowers_it_per_transaction(
+        pg_url: str) -> None:
+    for prepared in (True, False):  # False: behind PgBouncer, every transaction sets it
+        db = PostgresDatabase(pg_url, max_size=1,
+                              options=PgOptions(statement_timeout_s=7,
+                                                prepared_statements=prepared))
+        try:
+            shown: list[dict[str, str]] = []
+
+            def show(db: PostgresDatabase = db, shown: list[dict[str, str]] = shown) -> None:
+                with db.transaction() as tx:
+                    row = tx.fetchone("SELECT current_setting('statement_timeout') AS s, "
+                                      "current_setting('lock_timeout') AS l")
+                    assert row is not None
+                    shown.append(row)
+
+            show()
+            _, trace = round_trips(db, show)
+            assert ("set_config" in trace) is not prepared, trace
+            with bounded_by(lambda: 2.0):
+                _, lowered = round_trips(db, show)
+            assert "set_config" in lowered
+            assert shown[1] == {"s": "7s", "l": "7s"}
+            assert shown[2] == {"s": "2s", "l": "2s"}
+        finally:
+            db.close()
