@@ -371,10 +371,12 @@ class _PostgresTx:
 
     Nothing is sent until a result is needed: ``BEGIN`` and the transaction's time bounds
     travel with its first statement, ``write`` and ``executemany`` (which return nothing)
-    wait for the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight. A
-    transaction of one statement costs two round trips, one that only writes with
-    ``write`` / ``executemany`` one, and one that runs nothing none. Errors surface at the next
-    flight at the latest, and always inside the transaction: it rolls back as a whole.
+    wait for the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight (or
+    travels with the ``final`` statement). A transaction of one ``final`` statement bound by
+    the connection's own timeouts runs as that statement alone, in autocommit. A
+    transaction of one statement costs at most two round trips, one that only writes with
+    ``write`` / ``executemany`` one, and one that runs nothing none. Errors surface at the
+    next flight at the latest, and always inside the transaction: it rolls back whole.
     """
 
     dialect: Dialect = "postgres"
@@ -404,6 +406,12 @@ class _PostgresTx:
         return self._conn.cursor()
 
     def _send(self, query: Query | str, params: Params | None, final: bool) -> Any:
+        if final and self._pipeline is None and self._budget is None and not self.committed:
+            # The whole transaction is this statement: autocommit runs it as one.
+            cur = self._conn.cursor()
+            self.committed = True
+            cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+            return cur
         cur = self._cursor()
         cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
         if final:  # the COMMIT goes in the same flight; leaving the pipeline waits for both
