@@ -215,30 +215,40 @@ class _SqliteTx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.begun = False
         self.committed = False
 
     def json(self, value: Any) -> Any:
         return json.dumps(value, separators=(",", ":"))
 
-    def _run(self, query: Query | str, params: Params | None) -> sqlite3.Cursor:
+    def _begin(self, final: bool = False) -> None:
         if self.committed:
             raise PermanentStoreError("a statement after the transaction's final one")
+        if not self.begun:
+            self.begun = True
+            if final:  # the whole transaction is this statement: autocommit runs it as one
+                self.committed = True
+            else:
+                self._conn.execute("BEGIN IMMEDIATE")
+
+    def _run(self, query: Query | str, params: Params | None,
+             final: bool = False) -> sqlite3.Cursor:
+        self._begin(final)
         return self._conn.execute(_text(query, "sqlite"), params or {})
 
     def _final(self, final: bool) -> None:
-        if final:
+        if final and self._conn.in_transaction:
             self._conn.execute("COMMIT")
-            self.committed = True
+        self.committed = self.committed or final
 
     def execute(self, query: Query | str, params: Params | None = None, *,
                 final: bool = False) -> int:
-        count = self._run(query, params).rowcount
+        count = self._run(query, params, final).rowcount
         self._final(final)
         return count
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
-        if self.committed:
-            raise PermanentStoreError("a statement after the transaction's final one")
+        self._begin()
         self._conn.executemany(_text(query, "sqlite"), params)
 
     def write(self, query: Query | str, params: Params | None = None) -> None:
@@ -246,7 +256,7 @@ class _SqliteTx:
 
     def fetchall(self, query: Query | str, params: Params | None = None, *,
                  final: bool = False) -> list[Row]:
-        cur = self._run(query, params)
+        cur = self._run(query, params, final)
         names = [d[0] for d in cur.description or ()]
         rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
         self._final(final)
@@ -324,10 +334,9 @@ class SqliteDatabase:
             raise _translate_sqlite(exc) from exc
         healthy = False
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            tx = _SqliteTx(conn)
+            tx = _SqliteTx(conn)  # begins (BEGIN IMMEDIATE) at its first statement
             yield tx
-            if not tx.committed:
+            if conn.in_transaction:
                 conn.execute("COMMIT")
             healthy = True
         except sqlite3.Error as exc:
