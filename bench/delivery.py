@@ -178,8 +178,9 @@ def run() -> list[Row]:
             close()
     rows.append(row("delivery: durable send+ack, Postgres vs plain psycopg",
                     rates["sluice"], rates["plain"], "msg/s", True,
-                    note=note + " (5 round trips); plain: autocommit INSERT + UPDATE, "
-                               "2 round trips, prepared"))
+                    note=note + ", 2 round trips (enqueue: BEGIN, INSERT, SELECT and COMMIT "
+                               "pipelined; ack: one autocommit UPDATE); plain: autocommit "
+                               "INSERT + UPDATE, 2 round trips, prepared"))
     return rows
 
 
