@@ -17,7 +17,7 @@ import traceback
 from typing import Any, TextIO
 
 MODULES = ("delivery", "runner", "metering", "ops", "cost", "cleanup", "redrive", "erasure",
-           "queues", "coldstart")
+           "queues", "coldstart", "rss")
 
 
 def _fmt(value: Any) -> str:

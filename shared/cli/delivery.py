@@ -10,8 +10,9 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli.main import command_group, operator, services
+from shared.cli.main import audited, command_group, operator, services
 from shared.core.errors import RequestError
+from shared.core.times import json_default
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -30,17 +31,9 @@ def _operator(args: argparse.Namespace) -> str:
     return operator(args.by)
 
 
-def _audit(services: Any, args: argparse.Namespace, action: str, target: str,
-           outcome: str) -> None:
-    from shared.jobs.runs import RunStore
-
-    RunStore(services.db).audit(actor=_operator(args), action=action, target=target,
-                                outcome=outcome, ip=None, detail=None)
-
-
 def _print(args: argparse.Namespace, body: Any) -> None:
     if args.json:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     for row in body if isinstance(body, list) else [body]:
         if "recipient" in row:
@@ -52,7 +45,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
-            print(json.dumps(row, default=str))
+            print(json.dumps(row, default=json_default))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -77,12 +70,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_redrive(args: argparse.Namespace) -> int:
     services = _services()
     if args.all_failed:
-        count = _store(services).redrive_all(channel=args.channel)
-        _audit(services, args, "delivery:redrive_all", args.channel or "*", f"redriven={count}")
+        with audited(services, _operator(args), "delivery:redrive_all",
+                     args.channel or "*") as record:
+            count = _store(services).redrive_all(channel=args.channel)
+            record["outcome"] = f"redriven={count}"
         _print(args, {"redriven": count})
     else:
-        entry = _store(services).redrive(_one_id(args))
-        _audit(services, args, "delivery:redrive", entry.id, "redriven")
+        with audited(services, _operator(args), "delivery:redrive", _one_id(args)) as record:
+            entry = _store(services).redrive(_one_id(args))
+            record["outcome"] = "redriven"
         _print(args, entry.to_json())
     return EXIT_OK
 
@@ -90,11 +86,14 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     services = _services()
     if args.all_failed:
-        count = _store(services).purge_all(channel=args.channel)
-        _audit(services, args, "delivery:purge_all", args.channel or "*", f"purged={count}")
+        with audited(services, _operator(args), "delivery:purge_all",
+                     args.channel or "*") as record:
+            count = _store(services).purge_all(channel=args.channel)
+            record["outcome"] = f"purged={count}"
     else:
-        _store(services).purge(_one_id(args))
-        _audit(services, args, "delivery:purge", args.id, "purged")
+        with audited(services, _operator(args), "delivery:purge", _one_id(args)) as record:
+            _store(services).purge(_one_id(args))
+            record["outcome"] = "purged"
         count = 1
     _print(args, {"purged": count})
     return EXIT_OK

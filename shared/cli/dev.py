@@ -14,7 +14,7 @@ from shared.jobs.schedule import Schedule, job_schedules, parse
 from shared.store.db import utcnow
 
 # Jobs fired once when the scheduler starts, before any schedule comes due: the
-# delivery queue sends what a previous process left behind (the seed's drainOnStartup).
+# delivery queue sends what a previous process left behind.
 STARTUP_JOBS: tuple[str, ...] = ("delivery-drain",)
 
 

@@ -86,6 +86,11 @@ class Settings(NamedTuple):
     queue_prefix: Annotated[str, Var("SLUICE_QUEUE_PREFIX")] = "sluice-dev-"  # sluice-<stage>-
     # erasure
     erasure_grace_days: Annotated[int, Var("SLUICE_ERASURE_GRACE_DAYS", "int", 0, 365)] = 7
+    # retention of the run log and the admin audit trail (state-cleanup)
+    job_runs_retention_days: Annotated[int, Var("SLUICE_JOB_RUNS_RETENTION_DAYS", "int",
+                                                1, 3650)] = 90
+    audit_retention_days: Annotated[int, Var("SLUICE_AUDIT_RETENTION_DAYS", "int",
+                                             30, 3650)] = 400
     # delivery queue (shared/delivery/)
     delivery_lease_s: Annotated[int, Var("SLUICE_DELIVERY_LEASE_SECONDS", "int", 1, 3600)] = 120
     delivery_retention_days: Annotated[int, Var("SLUICE_DELIVERY_RETENTION_DAYS", "int",
@@ -112,6 +117,27 @@ class Settings(NamedTuple):
     smtp_username: Annotated[str | None, Var("SLUICE_SMTP_USERNAME")] = None
     smtp_password: Annotated[str | None, Var("SLUICE_SMTP_PASSWORD", secret=True)] = None
     smtp_from: Annotated[str | None, Var("SLUICE_SMTP_FROM")] = None
+    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the SSRF check
+    feed_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_FEED_ALLOW_HOSTS", "list")] = ()
+    tenant_ingestion_budget_ms: Annotated[int, Var("SLUICE_TENANT_INGESTION_TIME_BUDGET_MS",
+                                                   "int", 1000, 900_000)] = 240_000
+    rss_fetch_timeout_s: Annotated[float, Var("SLUICE_RSS_FETCH_TIMEOUT_SECONDS", "float",
+                                              0.1, 120.0)] = 10.0
+    rss_build_deadline_s: Annotated[float, Var("SLUICE_RSS_BUILD_DEADLINE_SECONDS", "float",
+                                               1.0, 600.0)] = 40.0
+    rss_max_feed_bytes: Annotated[int, Var("SLUICE_RSS_MAX_FEED_BYTES", "int",
+                                           1024, 100_000_000)] = 5_000_000
+    rss_max_redirects: Annotated[int, Var("SLUICE_RSS_MAX_REDIRECTS", "int", 0, 20)] = 5
+    rss_fetch_concurrency: Annotated[int, Var("SLUICE_RSS_FETCH_CONCURRENCY", "int",
+                                              1, 64)] = 8
+    rss_per_host_connections: Annotated[int, Var("SLUICE_RSS_PER_HOST_CONNECTIONS", "int",
+                                                 1, 16)] = 2
+    rss_build_ttl_s: Annotated[int, Var("SLUICE_RSS_BUILD_TTL_SECONDS", "int",
+                                        60, 7 * 86400)] = 3600
+    rss_scope_min_interval_s: Annotated[int, Var("SLUICE_RSS_SCOPE_MIN_INTERVAL_SECONDS",
+                                                 "int", 0, 86400)] = 240
+    rss_lock_wait_s: Annotated[float, Var("SLUICE_RSS_LOCK_WAIT_SECONDS", "float",
+                                          0.0, 60.0)] = 5.0
     # Postgres connections (shared/store/db.py PgOptions); prepared statements off suits
     # PgBouncer's transaction pooling, where a prepared statement may land on another session
     database_connect_timeout_s: Annotated[int, Var("SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS",

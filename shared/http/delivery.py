@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 
 from shared.core.auth import Identity, is_authorized_cron
 from shared.core.errors import RequestError
+from shared.core.times import iso_z
 from shared.delivery.store import DeliveryStore, check_status
 from shared.http.app import admin_token, require, services_of
 from shared.jobs.runs import RunStore
@@ -100,4 +101,4 @@ def queue_status(request: Request) -> dict[str, Any]:
 def _iso(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return str(value.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+    return iso_z(value)

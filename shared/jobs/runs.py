@@ -17,6 +17,18 @@ from shared.store.history import Sample, add_samples
 Q = load_queries("runs")
 
 
+def storable(value: Any) -> Any:
+    """``value`` with every string safe for a ``text`` / ``jsonb`` column (no NUL, no lone
+    surrogate): an audit row must be writable whatever the caller sent."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
 def lease_holder_id() -> str:
     """``host:pid:nonce``: lets a run on the same host see that a holder's process is gone."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -137,12 +149,26 @@ class RunStore:
             return tx.fetchall(Q.recent_runs, {"job": job, "limit": limit})
 
     def audit(self, *, actor: str, action: str, target: str | None, outcome: str,
-              ip: str | None, detail: dict[str, Any] | None = None) -> None:
+              ip: str | None, detail: dict[str, Any] | None = None) -> str:
+        """Write one audit row; returns its id (``complete_audit`` settles a ``started`` row)."""
+        audit_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
             tx.write(Q.audit, {
-                "id": str(uuid.uuid4()), "actor": actor, "action": action, "target": target,
-                "outcome": outcome, "ip": ip, "at": utcnow(),
-                "detail": tx.json(detail) if detail is not None else None,
+                "id": audit_id, "actor": storable(actor), "action": storable(action),
+                "target": storable(target), "outcome": storable(outcome), "ip": storable(ip),
+                "at": utcnow(),
+                "detail": tx.json(storable(detail)) if detail is not None else None,
+            })
+        return audit_id
+
+    def complete_audit(self, audit_id: str, outcome: str,
+                       detail: dict[str, Any] | None = None, target: str | None = None) -> None:
+        """Settle a row written with outcome ``started`` before its action ran (``target``
+        when the action named it only as it ran, e.g. a created request's id)."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.complete_audit, {
+                "id": audit_id, "outcome": storable(outcome), "target": storable(target),
+                "detail": tx.json(storable(detail)) if detail is not None else None,
             })
 
     def recent_audit(self, limit: int = 50) -> list[Row]:

@@ -12,12 +12,12 @@ from fastapi import Request
 from shared.core.auth import Identity
 from shared.core.errors import Forbidden, RequestError, Unauthorized
 from shared.core.surfaces import SURFACE_ROLES, Surface
-from shared.http.app import admin_token, services_of
+from shared.http.app import admin_token, begin_audit, services_of
 
 CSRF_FIELD = "csrf"
 _CSRF_CONTEXT = b"sluice-console-csrf:v1"
 
-# The restricted page's heading and text per surface (the queues text is the seed's).
+# The restricted page's heading and text per surface.
 RESTRICTED: dict[str, tuple[str, str]] = {
     "queues": ("Queue monitoring access is restricted",
                ("This operations surface is limited to platform users with queue monitoring "
@@ -60,12 +60,14 @@ def check(request: Request, surface: Surface) -> Identity | Denied:
         return Denied(401, "invalid", f"Your session is not valid: {exc.message}", title, text)
     request.state.actor = identity.subject
     try:
-        return verifier.authorize_identity(identity, surface)
+        allowed = verifier.authorize_identity(identity, surface)
     except Forbidden:
         roles = ", ".join(sorted(identity.roles)) or "none"
         need = ", ".join(sorted(SURFACE_ROLES[surface]))
         return Denied(403, "role", f"Your session ({identity.subject}) lacks the role: this page "
                       f"needs one of {need}; you have {roles}.", title, text)
+    begin_audit(request, allowed)
+    return allowed
 
 
 def csrf_token(request: Request) -> str:

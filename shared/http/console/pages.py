@@ -23,7 +23,8 @@ from shared.core.auth import SESSION_COOKIE, Identity
 from shared.core.errors import NotFound, RequestError, SluiceError
 from shared.core.services import Services
 from shared.core.surfaces import Surface
-from shared.http.app import client_ip, request_id, services_of
+from shared.core.times import iso_z, json_default
+from shared.http.app import ACTION_OF, client_ip, request_id, services_of
 from shared.http.console.guard import (
     CSRF_FIELD,
     Denied,
@@ -33,6 +34,7 @@ from shared.http.console.guard import (
     is_https,
 )
 from shared.http.console.render import render
+from shared.http.params import check_names, checked_by_handler
 from shared.jobs.runs import RunStore
 from shared.ops import console as model
 from shared.ops.access import DEFAULT_TTL, DEV_SUBJECT, redeem_login_nonce
@@ -80,11 +82,7 @@ def _denied(request: Request, denied: Denied) -> Response:
 
 def _params(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     """The query parameters, every one of them honoured (an unknown one is a 400)."""
-    known = set(allowed)
-    unknown = sorted(set(request.query_params) - known)
-    if unknown:
-        raise RequestError(f"unknown query parameter(s): {', '.join(unknown)}; "
-                           f"accepted: {', '.join(sorted(known)) or 'none'}")
+    check_names(request.query_params.multi_items(), allowed)
     return {k: v for k, v in request.query_params.items()}
 
 
@@ -176,7 +174,7 @@ def _twin(surface: Surface) -> Callable[..., Any]:
                                                "requestId": request_id(request)}},
                                     status_code=identity.status)
             body = await handler(request, identity, **kwargs)
-            return JSONResponse(json.loads(json.dumps(body, default=str)))
+            return JSONResponse(json.loads(json.dumps(body, default=json_default)))
 
         twin.__name__ = handler.__name__ + "_json"
         twin.__doc__ = handler.__doc__
@@ -299,7 +297,7 @@ def _dead_letters(services: Services) -> Any:
 
 
 def dlq_index_model(services: Services) -> dict[str, Any]:
-    return {"generatedAt": utcnow().isoformat(), "queues": _dead_letters(services).overview()}
+    return {"generatedAt": iso_z(utcnow()), "queues": _dead_letters(services).overview()}
 
 
 def dlq_page_model(services: Services, name: str, page: int, size: int) -> dict[str, Any]:
@@ -312,7 +310,7 @@ def dlq_page_model(services: Services, name: str, page: int, size: int) -> dict[
     depth = listed["depth"]
     return {"queue": name, "depth": depth, "page": page, "size": size,
             "pages": max(1, math.ceil(min(depth, MAX_LIST) / size)),
-            "items": listed["items"][first:first + size], "generatedAt": utcnow().isoformat()}
+            "items": listed["items"][first:first + size], "generatedAt": iso_z(utcnow())}
 
 
 @router.get("/admin/dlq", name="console:dlq", include_in_schema=False)
@@ -359,7 +357,7 @@ async def dlq_show(request: Request, identity: Identity, name: str, entry_id: st
     letter = await run_in_threadpool(_dead_letters(_services(request)).show, name, entry_id)
     return _page(request, "dlq_show.html", identity=identity, title=f"Dead letter {entry_id}",
                  queue=name, letter=letter,
-                 body=json.dumps(letter.get("body"), indent=2, sort_keys=True, default=str))
+                 body=json.dumps(letter.get("body"), indent=2, sort_keys=True, default=json_default))
 
 
 def _chosen(form: Form) -> tuple[str, list[str] | None]:
@@ -374,7 +372,7 @@ def _chosen(form: Form) -> tuple[str, list[str] | None]:
     return scope, ids
 
 
-@router.post("/admin/dlq/{name}/redrive", name="console:dlq.redrive", include_in_schema=False)
+@router.post("/admin/dlq/{name}/redrive", name="dlq:redrive", include_in_schema=False)
 @_guarded("queues")
 async def dlq_redrive(request: Request, identity: Identity, name: str) -> Response:
     """Without ``confirm``: a dry run, shown as a preview with a confirm button."""
@@ -392,7 +390,7 @@ async def dlq_redrive(request: Request, identity: Identity, name: str) -> Respon
                  title=f"Redrive · {name}" + ("" if confirm else " · preview"))
 
 
-@router.post("/admin/dlq/{name}/purge", name="console:dlq.purge", include_in_schema=False)
+@router.post("/admin/dlq/{name}/purge", name="dlq:purge", include_in_schema=False)
 @_guarded("queues")
 async def dlq_purge(request: Request, identity: Identity, name: str) -> Response:
     """Without ``confirm``: what would be deleted, with a confirm button."""
@@ -435,6 +433,10 @@ def _job_surface(request: Request) -> Surface:
     return get_job(request.path_params["name"]).surface
 
 
+# Running a job from the console is the job's admin POST, audited under the same name.
+ACTION_OF["console:jobs.run"] = lambda request: f"{request.path_params.get('name')}:admin"
+
+
 @router.post("/admin/jobs/{name}/run", name="console:jobs.run", include_in_schema=False)
 @_guarded(_job_surface)
 async def job_run(request: Request, identity: Identity, name: str) -> Response:
@@ -450,7 +452,7 @@ async def job_run(request: Request, identity: Identity, name: str) -> Response:
     outcome = await run_in_threadpool(run_job, job, _services(request), "admin",
                                       request_id=request_id(request))
     return _page(request, "job_run.html", identity=identity, job=job, outcome=outcome,
-                 body=json.dumps(outcome.body, indent=2, default=str),
+                 body=json.dumps(outcome.body, indent=2, default=json_default),
                  status=outcome.status, title=f"{name}: {outcome.outcome}")
 
 
@@ -472,7 +474,7 @@ async def flags_page(request: Request, identity: Identity) -> Response:
                  saved=params.get("saved"))
 
 
-@router.post("/admin/flags", name="console:flags.set", include_in_schema=False)
+@router.post("/admin/flags", name="flags:set", include_in_schema=False)
 @_guarded("flags")
 async def flags_set(request: Request, identity: Identity) -> Response:
     from shared.store.flags import FlagStore
@@ -501,7 +503,7 @@ def erasure_model(services: Services, status: str | None, limit: int) -> dict[st
 
     store = ErasureStore(services.db)
     rows = store.list(status=check_status(status), limit=limit)
-    return {"generatedAt": utcnow().isoformat(), "summary": store.summary(),
+    return {"generatedAt": iso_z(utcnow()), "summary": store.summary(),
             "status": status, "requests": [r.to_json() for r in rows]}
 
 
@@ -526,7 +528,7 @@ async def erasure_json(request: Request, identity: Identity) -> dict[str, Any]:
     return await run_in_threadpool(erasure_model, _services(request), status, limit)
 
 
-@router.post("/admin/erasure/{request_id_}/cancel", name="console:erasure.cancel",
+@router.post("/admin/erasure/{request_id_}/cancel", name="erasure:cancel",
              include_in_schema=False)
 @_guarded("erasure")
 async def erasure_cancel(request: Request, identity: Identity, request_id_: str) -> Response:
@@ -545,7 +547,7 @@ async def erasure_cancel(request: Request, identity: Identity, request_id_: str)
                  title="Erasure request cancelled")
 
 
-@router.post("/admin/erasure/{request_id_}/confirm", name="console:erasure.confirm",
+@router.post("/admin/erasure/{request_id_}/confirm", name="erasure:confirm",
              include_in_schema=False)
 @_guarded("erasure")
 async def erasure_confirm(request: Request, identity: Identity, request_id_: str) -> Response:
@@ -571,7 +573,7 @@ def deliveries_model(services: Services, status: str | None, channel: str | None
 
     store = DeliveryStore(services.db)
     rows = store.list(status=check_status(status), channel=channel, limit=limit)
-    return {"generatedAt": utcnow().isoformat(), "stats": store.stats(), "status": status,
+    return {"generatedAt": iso_z(utcnow()), "stats": store.stats(), "status": status,
             "channel": channel, "entries": [r.to_json() for r in rows]}
 
 
@@ -634,3 +636,6 @@ def _failed() -> Any:
 
     return DeliveryStatus.FAILED
 
+
+# Every console route checks its query string with ``_params`` (names and repeats).
+checked_by_handler(router.routes)

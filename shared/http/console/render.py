@@ -10,6 +10,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup, escape
 
+from shared.core.times import iso_z
+
 OUTCOME_CLASS = {"ok": "ok", "skipped": "muted", "failures": "bad", "error": "bad",
                  "running": "muted"}
 
@@ -56,7 +58,7 @@ def when(value: Any, now: datetime) -> Markup:
     at = parse_time(value)
     if at is None:
         return Markup('<span class="muted">—</span>')
-    iso = at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    iso = iso_z(at)
     return Markup('<time datetime="{}" title="{}"><span class="rel">{}</span> '
                   '<span class="abs">{}</span></time>').format(
         iso, absolute(at), relative(at, now), absolute(at))

@@ -55,6 +55,20 @@ FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT :limit
 INSERT INTO admin_audit (id, actor, action, target, outcome, ip, at, detail)
 VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
 
+-- name: complete_audit
+UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
+WHERE id = :id
+
+-- name: delete_old_runs_batch
+DELETE FROM job_runs WHERE id IN (
+    SELECT id FROM job_runs WHERE started_at < :cutoff LIMIT :limit
+)
+
+-- name: delete_old_audit_batch
+DELETE FROM admin_audit WHERE id IN (
+    SELECT id FROM admin_audit WHERE at < :cutoff LIMIT :limit
+)
+
 -- name: recent_audit
 SELECT id, actor, action, target, outcome, ip, at, detail
 FROM admin_audit ORDER BY at DESC LIMIT :limit

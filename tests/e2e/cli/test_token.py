@@ -26,7 +26,7 @@ def test_token_is_accepted_on_the_roles_it_names(sqlite_url: str) -> None:
 
 def test_token_is_refused_without_a_secret_with_the_fix(sqlite_url: str) -> None:
     result = run_cli(["token", "--roles", "ops"], {"SLUICE_DATABASE_URL": sqlite_url})
-    assert result.returncode == 2 and result.stdout == ""
+    assert result.returncode == 78 and result.stdout == ""
     assert "no_admin_secret" in result.stderr and "SLUICE_ADMIN_JWT_SECRET" in result.stderr
     with pytest.raises(NoLocalSecret):
         mint_token(Settings(), ["ops"])
@@ -35,7 +35,7 @@ def test_token_is_refused_without_a_secret_with_the_fix(sqlite_url: str) -> None
 def test_unknown_roles_and_bad_ttls_are_refused(sqlite_url: str) -> None:
     result = run_cli(["token", "--roles", "ops,root"],
                      {"SLUICE_ADMIN_JWT_SECRET": JWT_SECRET, "SLUICE_DATABASE_URL": sqlite_url})
-    assert result.returncode == 2 and "root" in result.stderr
+    assert result.returncode == 64 and "root" in result.stderr
     assert parse_ttl("12h").total_seconds() == 43200
     for bad in ("0", "-5m", "31d", "soon"):
         with pytest.raises(Exception, match="ttl"):

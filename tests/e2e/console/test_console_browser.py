@@ -204,10 +204,10 @@ def test_the_console_in_a_browser(served: tuple[str, Services]) -> None:
     assert csp_errors == [], "nothing on the pages breaks the CSP"
     audit = {(a["action"], a["outcome"], a["actor"])
              for a in RunStore(services.db).recent_audit(100)}
-    for row in [("console:dlq.redrive", "200", "local-dev"), ("dlq.redrive", "dry_run", "local-dev"),
-                ("dlq.redrive", "ok", "local-dev"), ("console:dlq.purge", "200", "local-dev"),
-                ("dlq.purge", "ok", "local-dev"), ("console:jobs.run", "200", "local-dev"),
-                ("console:flags.set", "303", "local-dev")]:
+    for row in [("dlq:redrive", "200", "local-dev"), ("dlq:redrive", "dry_run", "local-dev"),
+                ("dlq:redrive", "ok", "local-dev"), ("dlq:purge", "200", "local-dev"),
+                ("dlq:purge", "ok", "local-dev"), ("state-cleanup:admin", "200", "local-dev"),
+                ("flags:set", "303", "local-dev")]:
         assert row in audit, row
     [run, *_] = RunStore(services.db).recent("state-cleanup")
     assert (run["trigger"], run["outcome"]) == ("admin", "ok")

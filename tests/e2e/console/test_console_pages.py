@@ -159,8 +159,8 @@ def test_a_post_without_the_csrf_token_changes_nothing(sqlite_url: str,
     assert extra.status_code == 400 and "force" in extra.text
     assert LocalDeadLetters(services.db).count("rss.ingest") == 1
     audit = RunStore(services.db).recent_audit()
-    assert {(a["action"], a["outcome"]) for a in audit} >= {("console:dlq.purge", "400"),
-                                                          ("console:dlq.purge", "403")}
+    assert {(a["action"], a["outcome"]) for a in audit} >= {("dlq:purge", "400"),
+                                                          ("dlq:purge", "403")}
 
 
 def test_redrive_previews_then_confirms_and_purge_confirms(db_url: str,
@@ -186,10 +186,10 @@ def test_redrive_previews_then_confirms_and_purge_confirms(db_url: str,
                        data={"csrf": csrf, "scope": "all", "confirm": "1"})
     assert "Purged: 1" in gone.text and LocalDeadLetters(services.db).count("rss.ingest") == 0
     actions = [(a["action"], a["outcome"], a["actor"]) for a in RunStore(services.db).recent_audit()]
-    assert ("console:dlq.redrive", "200", "admin-1") in actions
-    assert ("dlq.redrive", "dry_run", "admin-1") in actions
-    assert ("dlq.redrive", "ok", "admin-1") in actions
-    assert ("dlq.purge", "ok", "admin-1") in actions
+    assert ("dlq:redrive", "200", "admin-1") in actions
+    assert ("dlq:redrive", "dry_run", "admin-1") in actions
+    assert ("dlq:redrive", "ok", "admin-1") in actions
+    assert ("dlq:purge", "ok", "admin-1") in actions
     assert third  # purged with "all"
 
 
@@ -204,6 +204,8 @@ def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_service
     assert ran.status_code == 200 and "deletedSamples" in ran.text
     [run] = RunStore(services.db).recent("state-cleanup")
     assert (run["trigger"], run["outcome"]) == ("admin", "ok")
+    audited = [(a["action"], a["outcome"]) for a in RunStore(services.db).recent_audit()]
+    assert ("state-cleanup:admin", "200") in audited, "the same action name as the API's POST"
     jobs = client.get("/api/admin/console/jobs").json()["jobs"]
     cleanup = next(j for j in jobs if j["job"] == "state-cleanup")
     assert cleanup["runs"][0]["id"] == run["id"] and cleanup["nextRunAt"]
@@ -290,7 +292,7 @@ def test_erasure_and_deliveries_act_like_the_cli(db_url: str, make_services: Any
     client.post("/admin/deliveries/redrive", data={"csrf": csrf, "id": entry.id, "confirm": "1"})
     assert store.get(entry.id).status.value == "pending"
     actions = {a["action"] for a in RunStore(services.db).recent_audit()}
-    assert {"console:erasure.cancel", "console:deliveries.action"} <= actions
+    assert {"erasure:cancel", "console:deliveries.action"} <= actions
 
 
 def test_quarantine_has_a_card_and_refusals_are_shown(db_url: str, make_services: Any) -> None:

@@ -17,7 +17,7 @@ def test_numbers_and_durations() -> None:
 
 def test_times_are_relative_and_absolute_utc() -> None:
     html = str(when("2026-11-30T11:57:00Z", NOW))
-    assert 'datetime="2026-11-30T11:57:00Z"' in html
+    assert 'datetime="2026-11-30T11:57:00.000Z"' in html
     assert "3 min ago" in html and "2026-11-30 11:57:00 UTC" in html
     assert "—" in str(when(None, NOW))
 
