@@ -1,8 +1,12 @@
-"""metering-flush against the local Polar stand-in answering after 20 ms: rows/s with
-100 events per request versus 1 (the default), one request in flight either way.
+"""metering-flush on Postgres.
 
-Each figure is one run of the flush over its per-run limit (100 rows), on Postgres,
-repeated SLUICE_BENCH_METERING_RUNS times (default 3) and the median taken.
+- DB work per row: the flush (fenced, one row a request, as a run sends it) with Polar
+  stubbed to accept at once, against the same claim-and-count and mark as two
+  autocommit transactions a row with plain psycopg (what a pgbench script of the two
+  statements does); interleaved rounds, median.
+- batching: against the local Polar stand-in answering after 20 ms, rows/s with 100
+  events per request versus 1 (the default), one request in flight either way; each
+  figure one flush of 100 rows, repeated SLUICE_BENCH_METERING_RUNS times (default 3).
 """
 
 from __future__ import annotations
@@ -10,15 +14,23 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from datetime import timedelta
+from typing import Any
 
 from bench.common import Row, row, scratch_database
-from shared.billing.metering import DEFAULT_FLUSH_LIMIT, OutboxStore, PolarClient, flush
+from shared.billing.metering import (
+    IngestOutcome,
+    OutboxStore,
+    PolarClient,
+    flush,
+)
 from shared.billing.usage import UsageEntry, insert_entries
 from shared.jobs.registry import Deadline
 from shared.store.db import PostgresDatabase, utcnow
 
 LATENCY_S = 0.020
 RUNS = int(os.environ.get("SLUICE_BENCH_METERING_RUNS", "3"))
+RUN_ROWS = 100  # rows one flush run sends here (its limit)
 
 
 def _seed(db: PostgresDatabase, n: int, start: int) -> None:
@@ -36,17 +48,21 @@ def _rows_per_second(db: PostgresDatabase, polar_url: str, token: str, per_reque
     with httpx.Client(timeout=10) as client:
         polar = PolarClient(polar_url, token, client=client)
         for run in range(RUNS):
-            _seed(db, DEFAULT_FLUSH_LIMIT, offset + run * DEFAULT_FLUSH_LIMIT)
+            _seed(db, RUN_ROWS, offset + run * RUN_ROWS)
             started = time.perf_counter()
             result = flush(OutboxStore(db), polar, now=utcnow(), deadline=Deadline(600),
-                           events_per_request=per_request)
+                           limit=RUN_ROWS, events_per_request=per_request)
             elapsed = time.perf_counter() - started
-            assert result["processed"] == DEFAULT_FLUSH_LIMIT, result
-            samples.append(DEFAULT_FLUSH_LIMIT / elapsed)
+            assert result["processed"] == RUN_ROWS, result
+            samples.append(RUN_ROWS / elapsed)
     return statistics.median(samples)
 
 
 def run() -> list[Row]:
+    return run_db_work() + run_batching()
+
+
+def run_batching() -> list[Row]:
     from tests.providers.polar import PolarStandIn
 
     with scratch_database() as db, PolarStandIn(latency_s=LATENCY_S) as polar:
@@ -55,4 +71,76 @@ def run() -> list[Row]:
         assert polar.max_in_flight == 1
     return [row("metering: 100 vs 1 events/request", hundred, one, "rows/s", True,
                 note=f"Polar stand-in with {LATENCY_S * 1000:.0f} ms latency, "
-                     f"{DEFAULT_FLUSH_LIMIT} rows a run, one request in flight")]
+                     f"{RUN_ROWS} rows a run, one request in flight")]
+
+
+# --- DB work per row: the flush with the provider stubbed, against two transactions a row ---
+
+DB_ROWS = int(os.environ.get("SLUICE_BENCH_METERING_DB_ROWS", "200"))
+DB_ROUNDS = int(os.environ.get("SLUICE_BENCH_METERING_DB_ROUNDS", "5"))
+
+CLAIM = """UPDATE ai_usage_metering_outbox
+SET attempt_count = attempt_count + 1, status = 'failed', last_error = %s
+WHERE id = (SELECT id FROM ai_usage_metering_outbox
+            WHERE status = 'pending' OR (status = 'failed' AND attempt_count < %s)
+            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_count"""
+MARK = """UPDATE ai_usage_metering_outbox
+SET status = 'processed', processed_at = %s, last_error = NULL WHERE id = %s"""
+
+
+class _StubPolar(PolarClient):
+    """Answers every request as accepted, at once: only the store's work is measured."""
+
+    def __init__(self) -> None:
+        pass
+
+    def ingest(self, events: list[dict[str, Any]]) -> IngestOutcome:
+        return IngestOutcome("ok", 202)
+
+
+def _db_work_rates() -> tuple[float, float]:
+    import psycopg
+
+    from shared.billing.usage import MAX_METERING_ATTEMPTS
+    from shared.jobs.runs import Fence, RunStore, lease_holder_id
+
+    with scratch_database() as ours, scratch_database() as theirs:
+        holder = lease_holder_id()
+        assert RunStore(ours).acquire_lease("metering-flush", holder, timedelta(hours=1))
+        store = OutboxStore(ours, Fence("metering-flush", holder))
+        conn = psycopg.connect(theirs.conninfo, autocommit=True)
+        note = "in flight: claimed by metering-flush, outcome unknown"
+        sluice, plain = [], []
+        try:
+            for n in range(DB_ROUNDS + 1):  # the first round warms up
+                _seed(ours, DB_ROWS, n * DB_ROWS)
+                _seed(theirs, DB_ROWS, n * DB_ROWS)
+                start = time.perf_counter()
+                result = flush(store, _StubPolar(), now=utcnow(), deadline=Deadline(600),
+                               events_per_request=1)
+                ours_s = time.perf_counter() - start
+                assert result["processed"] == DB_ROWS, result
+                start = time.perf_counter()
+                for _ in range(DB_ROWS):
+                    row_ = conn.execute(CLAIM, (note, MAX_METERING_ATTEMPTS),
+                                        prepare=True).fetchone()
+                    assert row_ is not None
+                    conn.execute(MARK, (utcnow(), row_[0]), prepare=True)
+                theirs_s = time.perf_counter() - start
+                if n:
+                    sluice.append(DB_ROWS / ours_s)
+                    plain.append(DB_ROWS / theirs_s)
+        finally:
+            conn.close()
+    return statistics.median(sluice), statistics.median(plain)
+
+
+def run_db_work() -> list[Row]:
+    ours, theirs = _db_work_rates()
+    return [row("metering: DB work per row, Postgres vs two transactions a row (psycopg)",
+                ours, theirs, "rows/s", True,
+                note=f"Polar stubbed, one row a request, fenced as in a run; Sluice: claim "
+                     f"(fence, select, count) + mark (fence, mark), 5 round trips; reference: "
+                     f"claim-and-count UPDATE…RETURNING + mark UPDATE, autocommit, prepared, "
+                     f"2 round trips; median of {DB_ROUNDS} interleaved rounds of {DB_ROWS}")]

@@ -168,7 +168,7 @@ class DeliveryStore:
         entry_id = str(uuid.uuid4())
         lease_until = now + lease if lease is not None else None
         with self.db.transaction() as tx:
-            tx.execute(Q.insert_entry, {
+            tx.write(Q.insert_entry, {
                 "id": entry_id, "channel": channel, "recipient": recipient,
                 "subject_user_id": subject_user_id, "payload": tx.json(payload),
                 "idempotency_key": idempotency_key,
@@ -176,8 +176,9 @@ class DeliveryStore:
                 "attempts": 1 if lease else 0, "next_attempt_at": lease_until or now,
                 "lease_until": lease_until, "now": now,
             })
-            row = (tx.fetchone(Q.get_entry, {"id": entry_id}) if idempotency_key is None
-                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}))
+            row = (tx.fetchone(Q.get_entry, {"id": entry_id}, final=True)
+                   if idempotency_key is None
+                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True))
         assert row is not None
         entry = DeliveryEntry.from_row(row)
         return entry, entry.id == entry_id
@@ -243,7 +244,7 @@ class DeliveryStore:
                 **params: Any) -> bool:
         with self.db.transaction() as tx:
             changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
-                                         "now": now or utcnow(), **params})
+                                         "now": now or utcnow(), **params}, final=True)
         return changed == 1
 
     # --- housekeeping --------------------------------------------------------------

@@ -9,18 +9,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
-from shared.jobs.runs import Fence, RunStore, lease_holder_id
+from shared.jobs.runs import ALREADY_RUNNING, Fence, RunStore, lease_holder_id
 from shared.store.db import bounded_by, utcnow
-from shared.store.history import HistoryStore, Sample
+from shared.store.history import Sample
 
-ALREADY_RUNNING = {"skipped": "already_running"}
 # A crashed run's lease lapses this long after the job's own timeout.
 LEASE_GRACE = timedelta(seconds=10)
 
@@ -39,12 +38,18 @@ def internal_error(job: str, request_id: str, exc: BaseException) -> dict[str, A
     return {"error": body}
 
 
-def _sample(services: Services, job: str, outcome: str, duration_s: float) -> None:
-    """One history sample per finished run; a sample that cannot be written never fails the run."""
+def _end(services: Services, runs: RunStore, run_id: str, outcome: str, result: dict[str, Any],
+         started: datetime, job: str, holder: str, duration_s: float) -> None:
+    """Record the run's end, release its lease and add its history sample, in one transaction.
+
+    A sample that cannot be written never fails the run: should the transaction fail, the
+    end is recorded again without it (and the sample's failure reported if that worked).
+    """
+    sample = Sample("job", job, utcnow(), round(duration_s * 1000, 1), outcome)
     try:
-        HistoryStore(services.db).add([Sample("job", job, utcnow(), round(duration_s * 1000, 1),
-                                              outcome)])
+        runs.end(run_id, outcome, result, started, job, holder, samples=[sample])
     except SluiceError as exc:
+        runs.end(run_id, outcome, result, started, job, holder)
         services.reporter.error(f"{job}.history_sample", exc)
 
 
@@ -73,15 +78,15 @@ def run_job(
     )
     # Statements may run into the margin the deadline keeps before Lambda's end, never past.
     margin = services.settings.deadline_margin_s
-    leased = False
+    leased = False  # True while this run holds the lease and has not released it
     check_in = None
     try:
-        leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
-        if not leased:
+        began = runs.begin(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE,
+                           trigger, request_id, started)
+        if began is None:
             logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
-            runs.record_skipped(job.name, trigger, request_id, ALREADY_RUNNING)
             return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
-        run_id = runs.start(job.name, trigger, request_id, started)
+        run_id, leased = began, True
         check_in = reporter.checkin(job.name, "in_progress")
         ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
                          request_id=request_id, started_at=started, params=params or {},
@@ -93,8 +98,9 @@ def run_job(
         except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             body = internal_error(job.name, request_id, exc)
-            runs.finish(run_id, "error", body, started)
-            _sample(services, job.name, "error", time.monotonic() - clock)
+            _end(services, runs, run_id, "error", body, started, job.name, holder,
+                 time.monotonic() - clock)
+            leased = False
             reporter.checkin(job.name, "error", check_in_id=check_in,
                              duration_s=time.monotonic() - clock)
             return RunOutcome(500, body, "error")
@@ -102,9 +108,9 @@ def run_job(
         outcome = "failures" if failed else "ok"
         if failed:
             reporter.drain_failures(job.name, failed, result)
-        runs.finish(run_id, outcome, result, started)
         duration = time.monotonic() - clock
-        _sample(services, job.name, outcome, duration)
+        _end(services, runs, run_id, outcome, result, started, job.name, holder, duration)
+        leased = False
         reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
         reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
         logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
@@ -116,7 +122,7 @@ def run_job(
             reporter.checkin(job.name, "error", check_in_id=check_in)
         return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
     finally:
-        if leased:
+        if leased:  # the run's end was not recorded: release the lease on its own
             try:
                 runs.release_lease(job.name, holder)
             except SluiceError as exc:  # the lease lapses by itself; say so and move on

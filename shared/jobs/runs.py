@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.errors import LeaseLost
 from shared.jobs.registry import JOBS, Trigger
 from shared.store.db import Database, Row, Tx, load_queries, utcnow
+from shared.store.history import Sample, add_samples
 
 Q = load_queries("runs")
 
@@ -76,6 +77,8 @@ class Fence:
 
 NO_FENCE = Fence()
 
+ALREADY_RUNNING = {"skipped": "already_running"}
+
 ABANDONED = {"error": {"code": "abandoned",
                        "message": "the run never finished (killed, or hung past its lease); "
                                   "a later run took the job over"}}
@@ -85,18 +88,34 @@ class RunStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    # Each step below exists as a method of one transaction (for tests and tools) and is
+    # combined by ``begin`` / ``end``: a run's bookkeeping is two transactions, an
+    # ``already_running`` answer one.
+
+    def begin(self, job: str, holder: str, ttl: timedelta, trigger: Trigger, request_id: str,
+              started_at: datetime) -> str | None:
+        """In one transaction: take the job's lease and record the run as ``running`` (the
+        run id), or, when another run holds the lease, record this one ``skipped`` with
+        ``result`` ``already_running`` (None)."""
+        with self.db.transaction() as tx:
+            if not _acquire(tx, job, holder, ttl):
+                _record(tx, job, trigger, request_id, "skipped", ALREADY_RUNNING)
+                return None
+            return _start(tx, job, trigger, request_id, started_at)
+
+    def end(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
+            job: str, holder: str, samples: Sequence[Sample] = ()) -> None:
+        """In one transaction: record the run's outcome, release its lease and add its
+        history ``samples``."""
+        with self.db.transaction() as tx:
+            _finish(tx, run_id, outcome, result, started_at)
+            tx.write(Q.release_lease, {"job": job, "holder": holder})
+            add_samples(tx, samples)
+
     def acquire_lease(self, job: str, holder: str, ttl: timedelta) -> bool:
         """Take the job's lease if it is free, expired, or held by a dead process on this host."""
-        now = utcnow()
-        params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.acquire_lease, params)
-            if row is not None:
-                return bool(row["holder"] == holder)
-            current = tx.fetchone(Q.lease_holder, {"job": job})
-            if current is None or not _holder_is_dead(current["holder"]):
-                return False
-            return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
+            return _acquire(tx, job, holder, ttl)
 
     def release_lease(self, job: str, holder: str) -> None:
         with self.db.transaction() as tx:
@@ -105,45 +124,25 @@ class RunStore:
     def start(self, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
         """Record a run as ``running``; called with the lease held, so any other run of the
         job still ``running`` is over and is marked ``error`` (code ``abandoned``)."""
-        run_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
-            tx.execute(Q.abandon_running, {"job": job, "now": utcnow(),
-                                           "result": tx.json(ABANDONED)})
-            tx.execute(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
-                                     "request_id": request_id, "started_at": started_at,
-                                     "outcome": "running"})
-        return run_id
+            return _start(tx, job, trigger, request_id, started_at)
 
     def finish(self, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
                ) -> None:
-        finished = utcnow()
         with self.db.transaction() as tx:
-            tx.execute(Q.finish_run, {
-                "id": run_id, "finished_at": finished, "outcome": outcome,
-                "duration_ms": int((finished - started_at).total_seconds() * 1000),
-                "result": tx.json(result),
-            })
+            _finish(tx, run_id, outcome, result, started_at)
 
     def record_skipped(self, job: str, trigger: Trigger, request_id: str,
                        result: dict[str, Any]) -> None:
-        now = utcnow()
         with self.db.transaction() as tx:
-            tx.execute(Q.record_run, {
-                "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
-                "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": "skipped",
-                "result": tx.json(result),
-            })
+            _record(tx, job, trigger, request_id, "skipped", result)
 
     def last_runs(self, jobs: Iterable[str] | None = None) -> dict[str, Row]:
-        """The latest run of each job (every registered job by default), one index probe each."""
-        names = list(JOBS) if jobs is None else list(jobs)
-        found: dict[str, Row] = {}
+        """The latest run of each of ``jobs`` (default: every registered job), by job."""
+        names = list(JOBS if jobs is None else jobs)
         with self.db.transaction() as tx:
-            for name in names:
-                row = tx.fetchone(Q.last_run, {"job": name})
-                if row is not None:
-                    found[name] = row
-        return found
+            rows = tx.fetchall(Q.last_runs, {"jobs": tx.json(names)}, final=True)
+        return {row["job"]: row for row in rows}
 
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:
@@ -154,7 +153,7 @@ class RunStore:
         """Write one audit row; returns its id (``complete_audit`` settles a ``started`` row)."""
         audit_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
-            tx.execute(Q.audit, {
+            tx.write(Q.audit, {
                 "id": audit_id, "actor": storable(actor), "action": storable(action),
                 "target": storable(target), "outcome": storable(outcome), "ip": storable(ip),
                 "at": utcnow(),
@@ -175,3 +174,44 @@ class RunStore:
     def recent_audit(self, limit: int = 50) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_audit, {"limit": limit})
+
+
+def _acquire(tx: Tx, job: str, holder: str, ttl: timedelta) -> bool:
+    now = utcnow()
+    params = {"job": job, "holder": holder, "now": now, "expires_at": now + ttl}
+    row = tx.fetchone(Q.acquire_lease, params)
+    if row is not None:
+        return bool(row["holder"] == holder)
+    current = tx.fetchone(Q.lease_holder, {"job": job})
+    if current is None or not _holder_is_dead(current["holder"]):
+        return False
+    return tx.execute(Q.take_over_lease, {**params, "previous": current["holder"]}) == 1
+
+
+def _start(tx: Tx, job: str, trigger: Trigger, request_id: str, started_at: datetime) -> str:
+    run_id = str(uuid.uuid4())
+    tx.write(Q.abandon_running, {"job": job, "now": utcnow(), "result": tx.json(ABANDONED)})
+    tx.write(Q.start_run, {"id": run_id, "job": job, "trigger": trigger,
+                             "request_id": request_id, "started_at": started_at,
+                             "outcome": "running"})
+    return run_id
+
+
+def _finish(tx: Tx, run_id: str, outcome: str, result: dict[str, Any], started_at: datetime,
+            ) -> None:
+    finished = utcnow()
+    tx.write(Q.finish_run, {
+        "id": run_id, "finished_at": finished, "outcome": outcome,
+        "duration_ms": int((finished - started_at).total_seconds() * 1000),
+        "result": tx.json(result),
+    })
+
+
+def _record(tx: Tx, job: str, trigger: Trigger, request_id: str, outcome: str,
+            result: dict[str, Any]) -> None:
+    now = utcnow()
+    tx.write(Q.record_run, {
+        "id": str(uuid.uuid4()), "job": job, "trigger": trigger, "request_id": request_id,
+        "started_at": now, "finished_at": now, "duration_ms": 0, "outcome": outcome,
+        "result": tx.json(result),
+    })

@@ -73,7 +73,8 @@ class CompletedKeys:
         if not keys:
             return set()
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.keys_completed, {"keys": tx.json(keys), "now": now or utcnow()})
+            rows = tx.fetchall(Q.keys_completed, {"keys": tx.json(keys), "now": now or utcnow()},
+                               final=True)
         return {row["key"] for row in rows}
 
     def complete_many(self, done: list[tuple[str, str, str]], *,
@@ -88,7 +89,7 @@ class CompletedKeys:
             tx.executemany(Q.complete_key, [
                 {"key": key, "topic": topic, "message_id": message_id, "now": now,
                  "expires_at": now + self.retention} for key, topic, message_id in done])
-            tx.execute(Q.delete_expired_keys, {"now": now, "limit": EXPIRED_KEYS_PER_WRITE})
+            tx.write(Q.delete_expired_keys, {"now": now, "limit": EXPIRED_KEYS_PER_WRITE})
 
     def delete_expired(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         with self.db.transaction() as tx:

@@ -13,9 +13,11 @@ columns take and return Python values. Driver errors are translated here into
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -126,11 +128,24 @@ class Tx(Protocol):
 
     dialect: Dialect
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int: ...
+    # ``final=True`` marks the transaction's last statement: the COMMIT is sent with it
+    # (on Postgres in the same round trip), and no statement may follow it. An exception
+    # raised in the block after it no longer rolls the transaction back.
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]: ...
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int: ...
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None: ...
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        """A statement whose row count is not needed: on Postgres it is sent with the next
+        statement that needs an answer, or with the ``COMMIT``; an error it raises still
+        ends the transaction."""
+        ...
+
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]: ...
+
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None: ...
 
     def executemany(self, query: Query | str, params: list[Params]) -> None: ...
 
@@ -185,40 +200,95 @@ def _translate_sqlite(exc: sqlite3.Error) -> StoreError:
     return PermanentStoreError(f"sqlite: {exc}")
 
 
+BUSY_STEP_MS = 250
+
+
+def _busy_step(budget_ms: int) -> int:
+    """``budget_ms`` rounded down to a step (never up): consecutive transactions of a run
+    then share one ``busy_timeout`` and skip the PRAGMA, a lock wait ending at most one
+    step before the run's time does."""
+    return budget_ms if budget_ms <= BUSY_STEP_MS else budget_ms - budget_ms % BUSY_STEP_MS
+
+
 class _SqliteTx:
     dialect: Dialect = "sqlite"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.begun = False
+        self.committed = False
 
     def json(self, value: Any) -> Any:
         return json.dumps(value, separators=(",", ":"))
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int:
-        return self._conn.execute(_text(query, "sqlite"), params or {}).rowcount
+    def _begin(self, final: bool = False) -> None:
+        if self.committed:
+            raise PermanentStoreError("a statement after the transaction's final one")
+        if not self.begun:
+            self.begun = True
+            if final:  # the whole transaction is this statement: autocommit runs it as one
+                self.committed = True
+            else:
+                self._conn.execute("BEGIN IMMEDIATE")
+
+    def _run(self, query: Query | str, params: Params | None,
+             final: bool = False) -> sqlite3.Cursor:
+        self._begin(final)
+        return self._conn.execute(_text(query, "sqlite"), params or {})
+
+    def _final(self, final: bool) -> None:
+        if final and self._conn.in_transaction:
+            self._conn.execute("COMMIT")
+        self.committed = self.committed or final
+
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int:
+        count = self._run(query, params, final).rowcount
+        self._final(final)
+        return count
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
+        self._begin()
         self._conn.executemany(_text(query, "sqlite"), params)
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        cur = self._conn.execute(_text(query, "sqlite"), params or {})
-        names = [d[0] for d in cur.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        self._run(query, params)
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        rows = self.fetchall(query, params)
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]:
+        cur = self._run(query, params, final)
+        names = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        self._final(final)
+        return rows
+
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None:
+        rows = self.fetchall(query, params, final=final)
         return rows[0] if rows else None
 
 
 class SqliteDatabase:
-    """The embedded default. A short-lived connection per transaction, WAL mode."""
+    """The embedded default, WAL mode, with a few idle connections kept for reuse.
+
+    A transaction borrows an idle connection (or opens one) and gives it back when it
+    ends, so a connection outlives its transactions: closing the last connection of a
+    WAL database checkpoints the log and deletes its files, which would cost several
+    extra fsyncs per transaction. Connections are never shared by two transactions at
+    once, and a forked child never uses its parent's.
+    """
 
     dialect: Dialect = "sqlite"
+    MAX_IDLE = 4
 
     def __init__(self, path: str) -> None:
         self.path = path
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._busy: dict[int, int] = {}  # id(connection) -> its busy_timeout (ms)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -232,27 +302,53 @@ class SqliteDatabase:
         conn.execute("PRAGMA case_sensitive_like=ON")
         return conn
 
+    def _borrow(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's connections are not ours
+                self._idle, self._busy = [], {}
+                self._pid = os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        conn = self._connect()
+        self._busy[id(conn)] = int(BUSY_TIMEOUT_S * 1000)  # as _connect set it
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection, healthy: bool) -> None:
+        if healthy and not conn.in_transaction:
+            with self._lock:
+                if self._pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+                    self._idle.append(conn)
+                    return
+        self._busy.pop(id(conn), None)
+        conn.close()
+
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
-        busy_ms = statement_budget_ms(BUSY_TIMEOUT_S)  # a lock wait ends with the run's time
+        busy_ms = _busy_step(statement_budget_ms(BUSY_TIMEOUT_S))  # ends with the run's time
         try:
-            conn = self._connect()
-            conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+            conn = self._borrow()
+            if self._busy.get(id(conn)) != busy_ms:  # a PRAGMA only when the bound changes
+                conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+                self._busy[id(conn)] = busy_ms
         except sqlite3.Error as exc:
             raise _translate_sqlite(exc) from exc
+        healthy = False
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield _SqliteTx(conn)
-            conn.execute("COMMIT")
+            tx = _SqliteTx(conn)  # begins (BEGIN IMMEDIATE) at its first statement
+            yield tx
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+            healthy = True
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK") if conn.in_transaction else None
             raise _translate_sqlite(exc) from exc
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            healthy = not conn.in_transaction
             raise
         finally:
-            conn.close()
+            self._give_back(conn, healthy)
 
     def run_script(self, script: str) -> None:
         conn = self._connect()
@@ -264,38 +360,113 @@ class SqliteDatabase:
             conn.close()
 
     def close(self) -> None:
-        pass
+        with self._lock:
+            idle, self._idle = self._idle, []
+            mine = self._pid == os.getpid()
+        for conn in idle if mine else ():
+            self._busy.pop(id(conn), None)
+            conn.close()
 
 
 # --- Postgres ---------------------------------------------------------------
 
 
+_SET_BOUNDS = ("SELECT set_config('statement_timeout', %(ms)s, true), "
+               "set_config('lock_timeout', %(ms)s, true)")
+
+
 class _PostgresTx:
+    """One transaction on an autocommit connection in pipeline mode, begun lazily.
+
+    Nothing is sent until a result is needed: ``BEGIN`` and the transaction's time bounds
+    travel with its first statement, ``write`` and ``executemany`` (which return nothing)
+    wait for the next statement or the ``COMMIT``, and ``COMMIT`` ends the last flight (or
+    travels with the ``final`` statement). A transaction of one ``final`` statement bound by
+    the connection's own timeouts runs as that statement alone, in autocommit. A
+    transaction of one statement costs at most two round trips, one that only writes with
+    ``write`` / ``executemany`` one, and one that runs nothing none. Errors surface at the
+    next flight at the latest, and always inside the transaction: it rolls back whole.
+    """
+
     dialect: Dialect = "postgres"
 
-    def __init__(self, cursor: Any) -> None:
-        self._cur = cursor
+    def __init__(self, conn: Any, budget_ms: int | None) -> None:
+        self._conn = conn
+        # None: the connection's own timeouts are the transaction's bounds.
+        self._budget = None if budget_ms is None else {"ms": f"{budget_ms}ms"}
+        self._pipeline: Any = None  # the pipeline's context manager, once begun
+        self.committed = False
+        self._sync: Callable[[], None] = lambda: None
 
     def json(self, value: Any) -> Any:
         from psycopg.types.json import Jsonb
 
         return Jsonb(value)
 
-    def execute(self, query: Query | str, params: Params | None = None) -> int:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        return int(self._cur.rowcount)
+    def _cursor(self) -> Any:
+        if self.committed:
+            raise PermanentStoreError("a statement after the transaction's final one")
+        if self._pipeline is None:
+            self._pipeline = self._conn.pipeline()
+            self._sync = self._pipeline.__enter__().sync
+            self._conn.execute("BEGIN")
+            if self._budget is not None:
+                self._conn.execute(_SET_BOUNDS, self._budget)
+        return self._conn.cursor()
+
+    def _send(self, query: Query | str, params: Params | None, final: bool) -> Any:
+        if final and self._pipeline is None and self._budget is None and not self.committed:
+            # The whole transaction is this statement: autocommit runs it as one.
+            cur = self._conn.cursor()
+            self.committed = True
+            cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+            return cur
+        cur = self._cursor()
+        cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
+        if final:  # the COMMIT goes in the same flight; leaving the pipeline waits for both
+            self._conn.execute("COMMIT")
+            self.committed = True
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)
+        return cur
+
+    def execute(self, query: Query | str, params: Params | None = None, *,
+                final: bool = False) -> int:
+        cur = self._send(query, params, final)
+        if not final:
+            self._sync()  # the row count is this statement's result
+        return int(cur.rowcount)
 
     def executemany(self, query: Query | str, params: list[Params]) -> None:
-        self._cur.executemany(_to_pyformat(_text(query, "postgres")), params)
+        self._cursor().executemany(_to_pyformat(_text(query, "postgres")), params)
 
-    def fetchall(self, query: Query | str, params: Params | None = None) -> list[Row]:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        return list(self._cur.fetchall())
+    def write(self, query: Query | str, params: Params | None = None) -> None:
+        self._cursor().execute(_to_pyformat(_text(query, "postgres")), params or {})
 
-    def fetchone(self, query: Query | str, params: Params | None = None) -> Row | None:
-        self._cur.execute(_to_pyformat(_text(query, "postgres")), params or {})
-        row = self._cur.fetchone()
+    def fetchall(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> list[Row]:
+        return list(self._send(query, params, final).fetchall())
+
+    def fetchone(self, query: Query | str, params: Params | None = None, *,
+                 final: bool = False) -> Row | None:
+        row = self._send(query, params, final).fetchone()
         return dict(row) if row is not None else None
+
+    def commit(self) -> None:
+        if self._pipeline is not None:
+            self._conn.execute("COMMIT")
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)  # sends what is queued and waits for it
+
+    def rollback(self, exc: BaseException) -> None:
+        from psycopg import pq
+
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(type(exc), exc, exc.__traceback__)  # errors here are ignored
+        status = self._conn.info.transaction_status
+        if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+            self._conn.execute("ROLLBACK")
 
 
 def _translate_postgres(exc: Exception) -> StoreError:
@@ -353,8 +524,10 @@ class PostgresDatabase:
         def configure(conn: Any) -> None:
             conn.adapters.register_dumper(dict, JsonbDumper)
             conn.adapters.register_dumper(list, JsonbDumper)
+            self._mark_returned(conn)  # just connected: no check needed on first use
 
         self.conninfo = conninfo
+        self._session_ms = max(1, int(options.statement_timeout_s * 1000))
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
             conninfo,
@@ -364,13 +537,41 @@ class PostgresDatabase:
             kwargs={"row_factory": dict_row, "connect_timeout": options.connect_timeout_s,
                     "keepalives": 1, "keepalives_idle": options.keepalives_idle_s,
                     "keepalives_interval": options.keepalives_interval_s,
-                    "keepalives_count": options.keepalives_count,
-                    "prepare_threshold": 5 if options.prepared_statements else None},
+                    "keepalives_count": options.keepalives_count, "autocommit": True,
+                    "prepare_threshold": 5 if options.prepared_statements else None,
+                    **self._session_bounds(options)},
             configure=configure,
-            check=ConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._mark_returned,
             open=False,
         )
         self._opened = False
+        self._returned_at: dict[int, float] = {}
+
+    @staticmethod
+    def _session_bounds(options: PgOptions) -> dict[str, str]:
+        """The ceiling as the connection's own timeouts, so that a transaction bound by the
+        ceiling alone needs no ``SET LOCAL``. Not behind PgBouncer (no prepared statements):
+        it refuses such startup options, and its server connections change between
+        transactions, so there every transaction sets its bounds."""
+        if not options.prepared_statements:
+            return {}
+        ms = max(1, int(options.statement_timeout_s * 1000))
+        return {"options": f"-c statement_timeout={ms} -c lock_timeout={ms}"}
+
+    # A connection back in the pool less than this long ago is used without a check;
+    # one idle longer (a frozen Lambda sandbox, a restarted server) is checked first.
+    IDLE_CHECK_S = 5.0
+
+    def _mark_returned(self, conn: Any) -> None:
+        self._returned_at[id(conn)] = time.monotonic()
+
+    def _check_if_idle(self, conn: Any) -> None:
+        from psycopg_pool import ConnectionPool
+
+        returned = self._returned_at.pop(id(conn), None)
+        if returned is None or time.monotonic() - returned > self.IDLE_CHECK_S:
+            ConnectionPool.check_connection(conn)
 
     def _ensure_open(self) -> None:
         if not self._opened:
@@ -389,11 +590,19 @@ class PostgresDatabase:
         try:
             # Waiting for a pooled connection is bounded by the same time left.
             wait = min(self._pool.timeout, budget_ms / 1000)
-            with self._pool.connection(timeout=wait) as conn, conn.transaction(), \
-                    conn.cursor() as cur:
-                cur.execute("SELECT set_config('statement_timeout', %(ms)s, true), "
-                            "set_config('lock_timeout', %(ms)s, true)", {"ms": f"{budget_ms}ms"})
-                yield _PostgresTx(cur)
+            # The connection's own timeouts are the ceiling (see _session_bounds); a lower
+            # bound (inside a run) is set for this transaction alone.
+            lower = (budget_ms if not self.options.prepared_statements
+                     or budget_ms < self._session_ms else None)
+            with self._pool.connection(timeout=wait) as conn:
+                tx = _PostgresTx(conn, lower)
+                try:
+                    yield tx
+                    tx.commit()
+                except BaseException as exc:
+                    if not conn.closed:
+                        tx.rollback(exc)
+                    raise
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate_postgres(exc) from exc
 
@@ -452,8 +661,8 @@ def open_database(url: str, options: PgOptions | None = None,
         if path in ("", ":memory:") or path.startswith("file::memory:"):
             raise ConfigurationError(
                 "SLUICE_DATABASE_URL: an in-memory SQLite database (sqlite:///) is not supported: "
-                "every transaction opens its own connection and would find it empty; give a "
-                "file path, e.g. sqlite:///./.sluice/sluice.db")
+                "the store uses several connections and each would find its own empty "
+                "database; give a file path, e.g. sqlite:///./.sluice/sluice.db")
         return SqliteDatabase(path)
     if url.startswith(("postgresql:", "postgres:")):
         return PostgresDatabase(url, options=options)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-from shared.store.db import Database, load_queries
+from shared.store.db import Database, Tx, load_queries
 
 Q = load_queries("history")
 
@@ -24,17 +24,24 @@ class Sample(NamedTuple):
     outcome: str | None = None
 
 
+def add_samples(tx: Tx, samples: Iterable[Sample]) -> None:
+    """Add ``samples`` inside the caller's transaction."""
+    rows: list[Mapping[str, Any]] = [{"id": str(uuid.uuid4()), "kind": s.kind, "name": s.name, "at": s.at,
+             "value": s.value, "outcome": s.outcome} for s in samples]
+    if rows:
+        tx.executemany(Q.add_sample, rows)
+
+
 class HistoryStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
     def add(self, samples: Iterable[Sample]) -> int:
-        rows: list[Mapping[str, Any]] = [{"id": str(uuid.uuid4()), "kind": s.kind, "name": s.name, "at": s.at,
-                 "value": s.value, "outcome": s.outcome} for s in samples]
-        if rows:
+        samples = list(samples)
+        if samples:
             with self.db.transaction() as tx:
-                tx.executemany(Q.add_sample, rows)
-        return len(rows)
+                add_samples(tx, samples)
+        return len(samples)
 
     def latest_at(self, kind: Kind) -> datetime | None:
         with self.db.transaction() as tx:

@@ -31,10 +31,21 @@ WHERE id = :id
 INSERT INTO job_runs (id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result)
 VALUES (:id, :job, :trigger, :request_id, :started_at, :finished_at, :duration_ms, :outcome, :result)
 
--- name: last_run
--- One index probe on job_runs_job_started_idx (job, started_at DESC) per job.
-SELECT job, trigger, started_at, finished_at, duration_ms, outcome, result
-FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT 1
+-- name: last_runs @postgres
+-- The latest run of each job in :jobs (a JSON array): one index probe per job
+-- (job_runs_job_started_idx), whatever the length of the history.
+SELECT r.job, r.trigger, r.started_at, r.finished_at, r.duration_ms, r.outcome, r.result
+FROM jsonb_array_elements_text(:jobs) AS j(job)
+CROSS JOIN LATERAL (
+    SELECT * FROM job_runs WHERE job = j.job ORDER BY started_at DESC LIMIT 1
+) r
+
+-- name: last_runs @sqlite
+SELECT r.job, r.trigger, r.started_at, r.finished_at, r.duration_ms, r.outcome, r.result
+FROM json_each(:jobs) j
+JOIN job_runs r ON r.id = (
+    SELECT id FROM job_runs WHERE job = j.value ORDER BY started_at DESC LIMIT 1
+)
 
 -- name: recent_runs
 SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result

@@ -43,21 +43,25 @@ class _KillingTx:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             self._owner.killed += 1
 
-    def execute(self, query: Query | str, params: Any = None) -> int:
+    def execute(self, query: Query | str, params: Any = None, *, final: bool = False) -> int:
         self._maybe_kill(query)
-        return int(self._tx.execute(query, params))
+        return int(self._tx.execute(query, params, final=final))
+
+    def write(self, query: Query | str, params: Any = None) -> None:
+        self._maybe_kill(query)
+        self._tx.write(query, params)
 
     def executemany(self, query: Query | str, params: Any) -> None:
         self._maybe_kill(query)
         self._tx.executemany(query, params)
 
-    def fetchall(self, query: Query | str, params: Any = None) -> Any:
+    def fetchall(self, query: Query | str, params: Any = None, *, final: bool = False) -> Any:
         self._maybe_kill(query)
-        return self._tx.fetchall(query, params)
+        return self._tx.fetchall(query, params, final=final)
 
-    def fetchone(self, query: Query | str, params: Any = None) -> Any:
+    def fetchone(self, query: Query | str, params: Any = None, *, final: bool = False) -> Any:
         self._maybe_kill(query)
-        return self._tx.fetchone(query, params)
+        return self._tx.fetchone(query, params, final=final)
 
 
 class KillingDatabase:

@@ -25,16 +25,17 @@ def test_last_runs_returns_the_latest_run_of_every_job(db: Database) -> None:
 
 
 def test_the_last_run_query_is_an_index_probe(db: Database) -> None:
-    sql = Q.last_run.for_dialect(db.dialect)
+    sql = Q.last_runs.for_dialect(db.dialect)
     with db.transaction() as tx:
+        jobs = {"jobs": tx.json(["x", "y"])}
         if db.dialect == "sqlite":
             plan = " ".join(str(r["detail"]) for r in
-                            tx.fetchall("EXPLAIN QUERY PLAN " + sql, {"job": "x"}))
+                            tx.fetchall("EXPLAIN QUERY PLAN " + sql, jobs))
             assert "USING INDEX job_runs_job_started_idx" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
         else:
             tx.execute("SET LOCAL enable_seqscan = off")
             plan = " ".join(str(next(iter(r.values()))) for r in
-                            tx.fetchall("EXPLAIN " + sql, {"job": "x"}))
+                            tx.fetchall("EXPLAIN " + sql, jobs))
             assert "job_runs_job_started_idx" in plan, plan
             assert "Sort" not in plan and "SubPlan" not in plan, plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -44,3 +45,22 @@ def test_runner_prints_rows_and_fails_at_the_end_on_a_broken_module(
     assert "fake_broken: FAILED" in err and "boom" in err
     assert "no_such_bench: FAILED" in err
     assert main(["fake_ok"]) == 0
+
+
+def test_json_prints_only_the_rows_as_a_list_on_stdout(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    ok = types.ModuleType("bench.fake_ok")
+
+    def produce() -> list[dict[str, object]]:
+        print("a log line the code under test prints")
+        return [row("fake thing", 2.0, 4.0, "ms", False, note="n")]
+
+    ok.run = produce  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.fake_ok", ok)
+
+    assert main(["fake_ok", "--json"]) == 0
+
+    out, err = capfd.readouterr()
+    assert json.loads(out) == [{"benchmark": "fake thing", "sluice": 2.0, "baseline": 4.0,
+                                "unit": "ms", "ratio": 2.0}]
+    assert "a log line" in err and "2.00x" in err  # logs and the table go to stderr
