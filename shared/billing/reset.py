@@ -18,7 +18,8 @@ import uuid
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from shared.billing.metering import AUTH_STATUSES, IN_FLIGHT_NOTE, TRANSIENT_STATUSES
+from shared.billing.metering import IN_FLIGHT_NOTE
+from shared.billing.polar import AUTH_STATUSES, TRANSIENT_STATUSES
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.store.db import Database, load_queries, utcnow
 

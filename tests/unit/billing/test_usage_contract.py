@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shared.billing.ledger_redrive import MAX_ATTEMPTS, Settlement
-from shared.billing.metering import _event_errors, classify, polar_event, retry_after_seconds
+from shared.billing.polar import _event_errors, classify, polar_event, retry_after_seconds
 from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, iso, metering_row
 from shared.core.errors import ConfigurationError, RequestError
 from shared.core.settings import Settings
