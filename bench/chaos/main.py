@@ -1,0 +1,51 @@
+"""``python -m bench chaos``: run the sweep and print one table of figures.
+
+Exit status 1 when anything was lost, left stuck, duplicated where nothing
+deduplicates it, or charged an attempt because of a fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench.chaos.kill import Plan, Tally, sweep
+from bench.chaos.stores import BACKENDS
+
+HEADER = ("scenario", "runs", "lost", "duplicated effects", "stuck", "attempts burned by faults")
+
+
+def table(tallies: list[Tally]) -> str:
+    rows = [HEADER] + [
+        (t.scenario, f"{t.runs} ({t.reached} killed)", str(t.lost),
+         f"{t.duplicated} ({t.unexpected} unexpected)" if t.duplicated else "0",
+         str(t.stuck), str(t.burned))
+        for t in tallies]
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("---" for _ in HEADER) + "|")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench chaos", description=__doc__)
+    parser.add_argument("--backend", action="append", choices=BACKENDS,
+                        help="store backend (repeatable; default both)")
+    parser.add_argument("--positions", default="1,2,3",
+                        help="crash positions N of SLUICE_CRASH_AT=point@N (default 1,2,3)")
+    parser.add_argument("--point", action="append",
+                        help="only this crash point (repeatable; default every one found)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each run")
+    args = parser.parse_args(argv)
+    plan = Plan(backends=tuple(args.backend or BACKENDS),
+                positions=tuple(int(n) for n in args.positions.split(",")))
+
+    def progress(line: str) -> None:
+        if args.verbose:
+            print(line, file=sys.stderr, flush=True)
+
+    tallies = sweep(plan, points=args.point, progress=progress)
+    print(table(tallies))
+    for tally in tallies:
+        for note in dict.fromkeys(tally.notes):
+            print(f"note: {tally.scenario}: {note}", file=sys.stderr)
+    return 1 if any(t.bad for t in tallies) else 0
