@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from bench.chaos.points import discover
 from bench.chaos.stores import DEFAULT_REDIS_URL, REDIS_URL_ENV, ScratchStores, redis_prefix
-from shared.core.crash import CRASH_EXIT_CODE, ENV as CRASH_ENV
+from shared.core.crash import CRASH_EXIT_CODE
+from shared.core.crash import ENV as CRASH_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 CRON_SECRET = "chaos-cron-secret-0123456789"
@@ -204,7 +205,7 @@ class Metering:
                             "WHERE status <> 'processed'")
 
     def check(self, url: str) -> Counts:
-        from shared.billing.metering import MAX_METERING_ATTEMPTS
+        from shared.billing.usage import MAX_METERING_ATTEMPTS
 
         db = _db(url)
         with db.transaction() as tx:
@@ -214,8 +215,7 @@ class Metering:
         for row_id in self.ids:
             row = rows.get(row_id)
             sent = self.polar.received.get(row_id, 0)
-            if row is None or (sent == 0 and (row["status"] != "failed"
-                                             or not row["last_error"])):
+            if row is None or (row["status"] == "processed" and sent == 0):
                 counts.lost += 1
             elif row["status"] != "processed":
                 counts.stuck += 1
@@ -357,7 +357,7 @@ class Delivery:
                             "WHERE status IN ('pending', 'in_flight')")
 
     def check(self, url: str) -> Counts:
-        from shared.delivery.store import DeliveryStore, DeliveryStatus
+        from shared.delivery.store import DeliveryStatus, DeliveryStore
 
         db = _db(url)
         entries = {e.idempotency_key: e for e in DeliveryStore(db).list(limit=500)}

@@ -38,7 +38,7 @@ def points_in(source: str, filename: str = "<source>") -> set[str]:
         elif isinstance(arg, ast.Name):
             forwarded.add(arg.id)
         else:
-            raise ValueError(f"{filename}:{node.lineno}: crash point name is not readable")
+            raise ValueError(f"{filename}:{node.lineno}: crash point name is not readable")  # noqa: TRY004
     if forwarded:
         given = {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
                  for kw in node.keywords

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from bench.common import ADMIN_URL
 
@@ -79,7 +79,7 @@ class ScratchStores:
         if name in self._pg_made:
             self._pg_made.remove(name)
 
-    def __enter__(self) -> ScratchStores:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
