@@ -234,8 +234,8 @@ class Redrive:
     prefix = "redrive."
     ENTRIES = 230  # three pages of 100
 
-    def __init__(self, stack: ExitStack) -> None:
-        self.redis_url = os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL)
+    def __init__(self, stack: ExitStack, *, redis_url: str | None = None) -> None:
+        self.redis_url = redis_url or os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL)
         self.stack = stack
         self.prefix_now = ""
 
@@ -276,6 +276,23 @@ class Redrive:
         client = self._client()
         try:
             return int(client.llen(LEDGER_RETRY_QUEUE) + client.llen(LEDGER_RETRY_PROCESSING))
+        finally:
+            client.close()
+
+    def attempts_charged(self) -> int:
+        """Attempts counted on the envelopes still in the lists (seeded with none)."""
+        from shared.billing.usage import RetryEnvelope
+        from shared.store.redis_clients import (
+            LEDGER_RETRY_DLQ,
+            LEDGER_RETRY_PROCESSING,
+            LEDGER_RETRY_QUEUE,
+        )
+
+        client = self._client()
+        try:
+            return sum(RetryEnvelope.parse(raw).attempts
+                       for name in (LEDGER_RETRY_QUEUE, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_DLQ)
+                       for raw in client.lrange(name, 0, -1))
         finally:
             client.close()
 
@@ -322,7 +339,7 @@ class Delivery:
         self.hook = stack.enter_context(WebhookReceiver(WEBHOOK_SECRET))
         self.keys: list[str] = []
 
-    def prepare(self, url: str) -> dict[str, str]:
+    def prepare(self, url: str, *, recipient: str | None = None) -> dict[str, str]:
         from shared.delivery.store import DeliveryStore
 
         self.hook.received.clear()
@@ -331,7 +348,8 @@ class Delivery:
         store = DeliveryStore(db)
         self.keys = [f"chaos:{i}" for i in range(self.ENTRIES)]
         for key in self.keys:
-            store.enqueue("webhook", self.hook.url, {"text": key}, idempotency_key=key)
+            store.enqueue("webhook", recipient or self.hook.url, {"text": key},
+                          idempotency_key=key)
         db.close()
         self.keys.append("chaos:sent-inline")
         return {"SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
@@ -344,12 +362,14 @@ class Delivery:
         return ["run", self.job, "--json"]
 
     def between(self, url: str) -> None:
-        # A dead sender's lease lapses with time; move the clock instead of waiting.
+        # A dead sender's lease lapses, and a backoff ends, with time: move the clock
+        # instead of waiting.
         db = _db(url)
         with db.transaction() as tx:
             tx.execute("UPDATE delivery_queue SET lease_until = :past, next_attempt_at = :past "
-                       "WHERE status = 'in_flight'",
-                       {"past": _utc_past()})
+                       "WHERE status = 'in_flight'", {"past": _utc_past()})
+            tx.execute("UPDATE delivery_queue SET next_attempt_at = :past "
+                       "WHERE status = 'pending'", {"past": _utc_past()})
         db.close()
 
     def left(self, url: str) -> int:

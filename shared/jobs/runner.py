@@ -65,47 +65,50 @@ def run_job(
     margin = services.settings.deadline_margin_s
     leased = False
     check_in = None
-    try:
-        leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
-        if not leased:
-            logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
-            runs.record_skipped(job.name, trigger, request_id, ALREADY_RUNNING)
-            return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
-        run_id = runs.start(job.name, trigger, request_id, started)
-        check_in = reporter.checkin(job.name, "in_progress")
-        ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
-                         request_id=request_id, started_at=started, params=params or {},
-                         progress=progress or (lambda message: None),
-                         fence=Fence(job.name, holder))
+    # The run's own bookkeeping (lease, run record) is bounded by the same time as the
+    # drain: a store that hangs or is gone answers a typed error before Lambda's end.
+    with bounded_by(lambda: deadline.remaining() + margin):
         try:
-            with bounded_by(lambda: deadline.remaining() + margin):
-                result = job.resolve()(ctx)
-        except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
-            reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
-            body = internal_error(job.name, request_id, exc)
-            runs.finish(run_id, "error", body, started)
-            reporter.checkin(job.name, "error", check_in_id=check_in,
-                             duration_s=time.monotonic() - clock)
-            return RunOutcome(500, body, "error")
-        failed = job.failures(result)
-        outcome = "failures" if failed else "ok"
-        if failed:
-            reporter.drain_failures(job.name, failed, result)
-        runs.finish(run_id, outcome, result, started)
-        duration = time.monotonic() - clock
-        reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
-        reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
-        logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
-                    extra={"trigger": trigger, "result": result, "requestId": request_id})
-        return RunOutcome(200, result, outcome)
-    except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
-        reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
-        if check_in:
-            reporter.checkin(job.name, "error", check_in_id=check_in)
-        return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
-    finally:
-        if leased:
+            leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
+            if not leased:
+                logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
+                runs.record_skipped(job.name, trigger, request_id, ALREADY_RUNNING)
+                return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
+            run_id = runs.start(job.name, trigger, request_id, started)
+            check_in = reporter.checkin(job.name, "in_progress")
+            ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
+                             request_id=request_id, started_at=started, params=params or {},
+                             progress=progress or (lambda message: None),
+                             fence=Fence(job.name, holder))
             try:
-                runs.release_lease(job.name, holder)
-            except SluiceError as exc:  # the lease lapses by itself; say so and move on
-                reporter.error(f"{job.name}.release_lease", exc)
+                with bounded_by(lambda: deadline.remaining() + margin):
+                    result = job.resolve()(ctx)
+            except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
+                reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+                body = internal_error(job.name, request_id, exc)
+                runs.finish(run_id, "error", body, started)
+                reporter.checkin(job.name, "error", check_in_id=check_in,
+                                 duration_s=time.monotonic() - clock)
+                return RunOutcome(500, body, "error")
+            failed = job.failures(result)
+            outcome = "failures" if failed else "ok"
+            if failed:
+                reporter.drain_failures(job.name, failed, result)
+            runs.finish(run_id, outcome, result, started)
+            duration = time.monotonic() - clock
+            reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
+            reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
+            logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
+                        extra={"trigger": trigger, "result": result, "requestId": request_id})
+            return RunOutcome(200, result, outcome)
+        except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
+            reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+            if check_in:
+                reporter.checkin(job.name, "error", check_in_id=check_in)
+            return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
+        finally:
+            if leased:
+                try:
+                    runs.release_lease(job.name, holder)
+                except SluiceError as exc:  # the lease lapses by itself; say so and move on
+                    reporter.error(f"{job.name}.release_lease", exc)
