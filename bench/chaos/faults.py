@@ -174,10 +174,11 @@ def run_in_process(url: str, job_name: str, env: dict[str, str], *, budget_s: fl
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             outcome = run_job(job, services, "cli")
+        seconds = time.monotonic() - started  # until the answer, not the pool's shutdown
     finally:
         logger.setLevel(level)
         services.close()
-    return StoreRun(outcome.status, outcome.body, time.monotonic() - started)
+    return StoreRun(outcome.status, outcome.body, seconds)
 
 
 def _typed(run: StoreRun, budget_s: float, notes: list[str], what: str) -> int:
@@ -225,6 +226,7 @@ def pg_terminated(stores: ScratchStores) -> Counts:
             run = run_in_process(url, scenario.job, env, budget_s=STORE_BUDGET_S)
             scenario.polar.on_request = None
             _admin_sql(url, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            _lapse_leases(url)  # a lease its run could not release lapses with time
             stuck = _typed(run, STORE_BUDGET_S, notes, "postgres terminated")
             full = _env(url, env)
             _complete(scenario, url, full, notes)
@@ -236,6 +238,15 @@ def pg_terminated(stores: ScratchStores) -> Counts:
             return counts
         finally:
             stores.drop(url)
+
+
+def _lapse_leases(url: str) -> None:
+    from bench.chaos.kill import _utc_past
+
+    db = _db(url)
+    with db.transaction() as tx:
+        tx.execute("UPDATE job_leases SET expires_at = :past", {"past": _utc_past()})
+    db.close()
 
 
 def pg_table_locked(stores: ScratchStores) -> Counts:

@@ -63,11 +63,15 @@ def run_job(
     )
     # Statements may run into the margin the deadline keeps before Lambda's end, never past.
     margin = services.settings.deadline_margin_s
+
+    def time_left() -> float:  # not floored at 0: past the margin it goes negative
+        return deadline.at + margin - deadline_clock()
+
     leased = False
     check_in = None
     # The run's own bookkeeping (lease, run record) is bounded by the same time as the
     # drain: a store that hangs or is gone answers a typed error before Lambda's end.
-    with bounded_by(lambda: deadline.remaining() + margin):
+    with bounded_by(time_left):
         try:
             leased = runs.acquire_lease(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE)
             if not leased:
@@ -81,7 +85,7 @@ def run_job(
                              progress=progress or (lambda message: None),
                              fence=Fence(job.name, holder))
             try:
-                with bounded_by(lambda: deadline.remaining() + margin):
+                with bounded_by(time_left):
                     result = job.resolve()(ctx)
             except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
                 reporter.error(job.name, exc, requestId=request_id, trigger=trigger)

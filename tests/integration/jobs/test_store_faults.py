@@ -55,3 +55,18 @@ def test_a_store_locked_under_the_run_record_answers_a_typed_error_in_time(
     assert elapsed < ANSWER_WITHIN_S, f"answered after {elapsed:.1f} s"
     again = run_job(JOBS["state-cleanup"], services, "cli")
     assert again.outcome == "ok", "the next run is not blocked by the one that failed"
+
+
+def test_past_its_deadline_and_margin_a_run_starts_no_statement(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    """The time left keeps counting down past the deadline: each statement does not get
+    a fresh margin of its own."""
+    services = make_services(db_url, SLUICE_DEADLINE_MARGIN_SECONDS="2")
+    ticks = iter([0.0] + [53.0] * 1000)  # 50 s budget, 2 s margin: 1 s past both
+    with run_tables_locked(db_url):
+        outcome = run_job(JOBS["state-cleanup"], services, "cli",
+                          deadline_clock=lambda: next(ticks))
+
+    assert outcome.outcome == "error"
+    assert outcome.body["error"]["cause"] == "store_unavailable"
+    assert "time is up" in outcome.body["error"]["message"], outcome.body
