@@ -67,6 +67,9 @@ def run_job(
     def time_left() -> float:  # not floored at 0: past the margin it goes negative
         return deadline.at + margin - deadline_clock()
 
+    def drain_time_left() -> float:  # half the margin stays for the run's own record
+        return time_left() - margin / 2
+
     leased = False
     check_in = None
     # The run's own bookkeeping (lease, run record) is bounded by the same time as the
@@ -85,7 +88,7 @@ def run_job(
                              progress=progress or (lambda message: None),
                              fence=Fence(job.name, holder))
             try:
-                with bounded_by(time_left):
+                with bounded_by(drain_time_left):
                     result = job.resolve()(ctx)
             except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
                 reporter.error(job.name, exc, requestId=request_id, trigger=trigger)

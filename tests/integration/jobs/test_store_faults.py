@@ -14,6 +14,7 @@ import psycopg
 from shared.core.services import Services
 from shared.jobs.registry import JOBS
 from shared.jobs.runner import run_job
+from shared.jobs.runs import RunStore
 
 # The run starts at 0, then finds 0.3 s of its 50 s budget left; without the bound a
 # lock wait lasts the store's 30 s ceiling.
@@ -21,7 +22,7 @@ ANSWER_WITHIN_S = 10.0
 
 
 @contextmanager
-def run_tables_locked(db_url: str) -> Iterator[None]:
+def run_tables_locked(db_url: str, table: str = "job_runs") -> Iterator[None]:
     if db_url.startswith("sqlite:///"):
         holder = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")  # the one writer: every other write waits
@@ -33,7 +34,7 @@ def run_tables_locked(db_url: str) -> Iterator[None]:
         return
     pg = psycopg.connect(db_url)
     try:
-        pg.execute("LOCK TABLE job_runs IN ACCESS EXCLUSIVE MODE")
+        pg.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         yield
     finally:
         pg.rollback()
@@ -70,3 +71,19 @@ def test_past_its_deadline_and_margin_a_run_starts_no_statement(
     assert outcome.outcome == "error"
     assert outcome.body["error"]["cause"] == "store_unavailable"
     assert "time is up" in outcome.body["error"]["message"], outcome.body
+
+
+def test_a_drain_held_by_a_lock_past_its_time_is_still_recorded_and_releases_its_lease(
+        pg_url: str, make_services: Callable[..., Services]) -> None:
+    """The drain's statements end half a margin before the run's own record is due.
+    (Postgres: SQLite has no table locks; its one write lock holds the record too.)"""
+    services = make_services(pg_url, SLUICE_DEADLINE_MARGIN_SECONDS="2")
+    job = JOBS["state-cleanup"]._replace(budget_s=1.0)
+    with run_tables_locked(pg_url, table="platform_state"):
+        outcome = run_job(job, services, "cli")
+
+    assert outcome.outcome == "error"
+    assert outcome.body["error"]["cause"] == "store_unavailable"
+    [run] = RunStore(services.db).recent("state-cleanup")
+    assert run["outcome"] == "error" and run["finished_at"] is not None
+    assert run_job(job, services, "cli").outcome == "ok", "the lease was released"
