@@ -88,6 +88,9 @@ def metering_fault(stores: ScratchStores, backend: str, fault: str) -> Counts:
                 if down.returncode not in (0, 2):
                     notes.append(f"{fault}: run during the outage exited {down.returncode}: "
                                  f"{down.stderr[-300:]}")
+            if proxy.connections == 0 or scenario.polar.events:
+                notes.append(f"{fault}: the outage was not met (nothing reached the proxy, "
+                             "or Polar took events while down)")
             scenario.polar.answers = []
             proxy.set("pass")
             _complete(scenario, url, env, notes)
@@ -121,6 +124,9 @@ def delivery_fault(stores: ScratchStores, backend: str, fault: str) -> Counts:
                 if down.returncode not in (0, 2):
                     notes.append(f"{fault}: run during the outage exited {down.returncode}: "
                                  f"{down.stderr[-300:]}")
+            if proxy.connections == 0 or scenario.hook.delivered:
+                notes.append(f"{fault}: the outage was not met (nothing reached the proxy, "
+                             "or the receiver took deliveries while down)")
             scenario.hook.answers = []
             scenario.hook.received.clear()
             proxy.set("pass")
@@ -200,7 +206,7 @@ def _admin_sql(url: str, sql: str) -> None:
 
     del url
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(sql)  # type: ignore[arg-type]
+        admin.execute(sql)
 
 
 def pg_terminated(stores: ScratchStores) -> Counts:
