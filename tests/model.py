@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-
 from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
