@@ -399,7 +399,7 @@ def provider_faults(backends: tuple[str, ...], faults: tuple[str, ...] = PROVIDE
         for backend in backends:
             for name, fn in (("metering-flush", metering_fault),
                              ("delivery-drain", delivery_fault)):
-                tally = Tally(f"provider faults: {name} [{backend}]")
+                tally = Tally(f"provider faults: {name} [{backend}]", verb="faulted")
                 for fault in faults:
                     counts = fn(stores, backend, fault)
                     tally.add(counts)
@@ -418,7 +418,7 @@ def store_faults(backends: tuple[str, ...], progress: Any = None) -> list[Tally]
                               pg_terminated),
                              ("store fault: outbox table locked past the budget",
                               pg_table_locked)):
-                tally = Tally(name)
+                tally = Tally(name, verb="faulted")
                 counts = fn(stores)
                 tally.add(counts)
                 tally.reached += 1
@@ -426,7 +426,8 @@ def store_faults(backends: tuple[str, ...], progress: Any = None) -> list[Tally]
                     progress(f"{name}: {counts}")
                 tallies.append(tally)
         for backend in backends:
-            tally = Tally(f"store fault: redis stopped mid ledger-redrive [{backend}]")
+            tally = Tally(f"store fault: redis stopped mid ledger-redrive [{backend}]",
+                          verb="faulted")
             counts = redis_stopped(stores, backend)
             tally.add(counts)
             tally.reached += 1

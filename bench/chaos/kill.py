@@ -57,6 +57,7 @@ class Tally:
     burned: int = 0
     notes: list[str] = field(default_factory=list)
     points_reached: set[str] = field(default_factory=set)
+    verb: str = "killed"  # what ``reached`` counts: runs killed, or runs that met the fault
 
     def add(self, counts: Counts) -> None:
         self.runs += 1
@@ -570,3 +571,70 @@ def sweep(plan: Plan, *, points: list[str] | None = None,
 def result_json(tallies: list[Tally]) -> str:
     return json.dumps([{**t.__dict__, "points_reached": sorted(t.points_reached)}
                        for t in tallies], indent=2)
+
+
+# --- kills from outside at random moments -----------------------------------------------
+
+
+def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
+                        delay_s: float) -> tuple[Counts, bool]:
+    """The drain SIGKILLed ``delay_s`` after it started (if still running), then finished."""
+    url = stores.fresh(backend)
+    try:
+        env = {"CRON_SECRET": CRON_SECRET, "SLUICE_STAGE": "chaos", "SLUICE_DATABASE_URL": url,
+               **scenario.prepare(url)}
+        full = {k: v for k, v in os.environ.items()
+                if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
+        full.update(env)
+        proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "run", scenario.job,
+                                 "--json"], env=full, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=delay_s)
+            killed = False
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            killed = True
+        notes: list[str] = []
+        for _ in range(MAX_COMPLETION_RUNS):
+            scenario.between(url)
+            done = sluice(["run", scenario.job, "--json"], env)
+            if done.returncode not in (0, 2):
+                notes.append(f"after a kill at {delay_s:.2f} s: completion run exited "
+                             f"{done.returncode}: {done.stderr.strip()[-300:]}")
+            if scenario.left(url) == 0:
+                break
+        counts = scenario.check(url)
+        counts.notes = notes + counts.notes
+        return counts, killed
+    finally:
+        stores.drop(url)
+
+
+def random_kills(backends: tuple[str, ...], *, seed: int = 14, per_drain: int = 4,
+                 progress: Any = None) -> list[Tally]:
+    """``per_drain`` kills per drain and store, at moments drawn from ``seed``: the same
+    moments every run (where the drain is at that moment depends on the machine)."""
+    import random
+
+    rng = random.Random(seed)
+    tallies = []
+    with _scenarios() as scenarios, ScratchStores() as stores:
+        for backend in backends:
+            for scenario in scenarios:
+                if isinstance(scenario, Metering):
+                    scenario.polar.latency_s = 0.05  # a run long enough to be cut
+                tally = Tally(f"{scenario.name.replace('kill:', 'kill -9 at random:')} "
+                              f"[{backend}]")
+                for _ in range(per_drain):
+                    delay = rng.uniform(0.15, 0.7)
+                    counts, killed = killed_from_outside(scenario, stores, backend, delay)
+                    tally.add(counts)
+                    tally.reached += int(killed)
+                    if progress is not None:
+                        progress(f"{tally.scenario} at {delay:.2f} s: killed={killed} {counts}")
+                if isinstance(scenario, Metering):
+                    scenario.polar.latency_s = 0.0
+                tallies.append(tally)
+    return tallies

@@ -11,16 +11,16 @@ import argparse
 import sys
 
 from bench.chaos.faults import PROVIDER_FAULTS, provider_faults, store_faults
-from bench.chaos.kill import Plan, Tally, sweep
+from bench.chaos.kill import Plan, Tally, random_kills, sweep
 from bench.chaos.stores import BACKENDS
 
-SUITES = ("kill", "provider", "store")
+SUITES = ("kill", "random", "provider", "store")
 HEADER = ("scenario", "runs", "lost", "duplicated effects", "stuck", "attempts burned by faults")
 
 
 def table(tallies: list[Tally]) -> str:
     rows = [HEADER] + [
-        (t.scenario, f"{t.runs} ({t.reached} killed)", str(t.lost),
+        (t.scenario, f"{t.runs} ({t.reached} {t.verb})", str(t.lost),
          f"{t.duplicated} ({t.unexpected} unexpected)" if t.duplicated else "0",
          str(t.stuck), str(t.burned))
         for t in tallies]
@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--point", action="append",
                         help="only this crash point (repeatable; default every one found)")
     parser.add_argument("--suite", action="append", choices=SUITES,
-                        help="kill sweep, provider faults, store faults (repeatable; default all)")
+                        help="kill sweep, kills at random moments, provider faults, store faults "
+                             "(repeatable; default all)")
+    parser.add_argument("--seed", type=int, default=14, help="seed of the random kill moments")
     parser.add_argument("--fault", action="append", choices=PROVIDER_FAULTS,
                         help="only this provider fault (repeatable; default all)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run")
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     tallies: list[Tally] = []
     if "kill" in suites:
         tallies += sweep(plan, points=args.point, progress=progress)
+    if "random" in suites:
+        tallies += random_kills(plan.backends, seed=args.seed, progress=progress)
     if "provider" in suites:
         tallies += provider_faults(plan.backends, tuple(args.fault or PROVIDER_FAULTS),
                                    progress=progress)

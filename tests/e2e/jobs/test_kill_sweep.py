@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from bench.chaos.kill import SCENARIOS, Metering, Plan, one_run, sluice, sweep
+from bench.chaos.kill import SCENARIOS, Metering, Plan, one_run, random_kills, sluice, sweep
 from bench.chaos.points import discover
 from bench.chaos.stores import ScratchStores
 from shared.core.crash import CRASH_EXIT_CODE
@@ -45,3 +45,12 @@ def test_the_checker_sees_work_a_killed_drain_left_undone(pg_template: str) -> N
 
         finished, reached = one_run(scenario, stores, "sqlite", "metering.after_send", 1)
         assert reached and (finished.lost, finished.stuck, finished.duplicated) == (0, 0, 1)
+
+
+def test_kills_from_outside_at_seeded_moments_lose_nothing(
+        redis_server: str, pg_template: str) -> None:
+    tallies = random_kills(("postgres",), seed=14, per_drain=1)
+    assert len(tallies) == len(SCENARIOS)
+    for tally in tallies:
+        assert (tally.lost, tally.stuck, tally.unexpected, tally.burned) == (0, 0, 0, 0), tally
+        assert tally.notes == []
