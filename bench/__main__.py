@@ -11,7 +11,7 @@ import sys
 import traceback
 from typing import Any
 
-MODULES = ("cleanup", "redrive", "metering", "erasure", "queues", "coldstart")
+MODULES = ("cleanup", "redrive", "metering", "erasure", "queues", "coldstart", "rss")
 
 
 def _fmt(value: Any) -> str:

@@ -1,8 +1,9 @@
 """Thin Lambda entry points; everything that decides anything lives in shared/.
 
 Importing any handler first loads the configured secrets (SSM / Secrets Manager) into
-the environment, before a handler module builds its Settings; with none configured
-this costs nothing.
+the environment, before a handler module builds its Settings: every settings field
+marked ``secret`` (delivery channel credentials included). With none configured this
+costs nothing.
 """
 
 from shared.core.secrets import load_secrets

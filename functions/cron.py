@@ -1,6 +1,8 @@
 """Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path).
 
-One handler serves every job; each function names its job in ``SLUICE_JOB``.
+One handler serves every job; each function names its job in ``SLUICE_JOB``. A run
+that errored is recorded and reported first, then fails the invocation
+(``JobErrored``), so Lambda's ``Errors`` metric counts it.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shared.core.errors import ConfigurationError
+from shared.core.errors import ConfigurationError, SluiceError
 from shared.core.events import kind_of
 from shared.core.observe import logger
 from shared.core.services import Services
@@ -22,6 +24,12 @@ JOB.resolve()  # import the drain during init, not on the first tick
 SERVICES = Services.from_env()
 
 
+class JobErrored(SluiceError):
+    """The job's run errored (recorded in job_runs and reported)."""
+
+    code = "job_error"
+
+
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if kind_of(event) != "schedule":
@@ -29,4 +37,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         raise ConfigurationError(f"{JOB.name}: not a scheduled event; refusing to run")
     outcome = run_job(JOB, SERVICES, "schedule", request_id=context.aws_request_id,
                       lambda_remaining_ms=context.get_remaining_time_in_millis)
+    if outcome.outcome == "error":
+        raise JobErrored(f"{JOB.name}: the run errored", body=outcome.body)
     return {"statusCode": outcome.status, "outcome": outcome.outcome, "body": outcome.body}

@@ -25,6 +25,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from shared.core.errors import RequestError, TransientStoreError
+from shared.core.times import iso_z
 from shared.store.db import Database, load_queries, utcnow
 
 if TYPE_CHECKING:
@@ -60,9 +61,7 @@ class OutboxStatus(str, Enum):
     FAILED = "failed"
 
 
-def iso(moment: datetime) -> str:
-    """``2026-01-31T12:00:00.123456Z``: the contract's timestamp form."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+iso = iso_z
 
 
 def _store_ts(moment: datetime) -> str:

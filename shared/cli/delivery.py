@@ -10,8 +10,9 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli.main import command_group, operator, services
+from shared.cli.main import audited, command_group, operator, services
 from shared.core.errors import RequestError
+from shared.core.times import json_default
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -30,17 +31,9 @@ def _operator(args: argparse.Namespace) -> str:
     return operator(args.by)
 
 
-def _audit(services: Any, args: argparse.Namespace, action: str, target: str,
-           outcome: str) -> None:
-    from shared.jobs.runs import RunStore
-
-    RunStore(services.db).audit(actor=_operator(args), action=action, target=target,
-                                outcome=outcome, ip=None, detail=None)
-
-
 def _print(args: argparse.Namespace, body: Any) -> None:
     if args.json:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     for row in body if isinstance(body, list) else [body]:
         if "recipient" in row:
@@ -52,7 +45,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
-            print(json.dumps(row, default=str))
+            print(json.dumps(row, default=json_default))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -77,12 +70,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_redrive(args: argparse.Namespace) -> int:
     services = _services()
     if args.all_failed:
-        count = _store(services).redrive_all(channel=args.channel)
-        _audit(services, args, "delivery:redrive_all", args.channel or "*", f"redriven={count}")
+        with audited(services, _operator(args), "delivery:redrive_all",
+                     args.channel or "*") as record:
+            count = _store(services).redrive_all(channel=args.channel)
+            record["outcome"] = f"redriven={count}"
         _print(args, {"redriven": count})
     else:
-        entry = _store(services).redrive(_one_id(args))
-        _audit(services, args, "delivery:redrive", entry.id, "redriven")
+        with audited(services, _operator(args), "delivery:redrive", _one_id(args)) as record:
+            entry = _store(services).redrive(_one_id(args))
+            record["outcome"] = "redriven"
         _print(args, entry.to_json())
     return EXIT_OK
 
@@ -90,11 +86,14 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     services = _services()
     if args.all_failed:
-        count = _store(services).purge_all(channel=args.channel)
-        _audit(services, args, "delivery:purge_all", args.channel or "*", f"purged={count}")
+        with audited(services, _operator(args), "delivery:purge_all",
+                     args.channel or "*") as record:
+            count = _store(services).purge_all(channel=args.channel)
+            record["outcome"] = f"purged={count}"
     else:
-        _store(services).purge(_one_id(args))
-        _audit(services, args, "delivery:purge", args.id, "purged")
+        with audited(services, _operator(args), "delivery:purge", _one_id(args)) as record:
+            _store(services).purge(_one_id(args))
+            record["outcome"] = "purged"
         count = 1
     _print(args, {"purged": count})
     return EXIT_OK
@@ -109,7 +108,7 @@ def _one_id(args: argparse.Namespace) -> str:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     import httpx
 
-    from shared.delivery.drain import Deliverer, Outcome
+    from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
@@ -118,7 +117,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise RequestError(f"--payload is not JSON: {exc}") from None
     if args.subject_line:
+        if not isinstance(payload, dict):
+            raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
+    check_enqueue(args.channel, payload)
     services = _services()
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
@@ -131,7 +133,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)
     _print(args, entry.to_json())
-    return EXIT_OK if outcome in (None, Outcome.ACKED, Outcome.RETRY) else EXIT_FAILED
+    waiting = (None, SendOutcome.ACKED, SendOutcome.RETRY, SendOutcome.UNKNOWN,
+               SendOutcome.UNCONFIGURED)
+    return EXIT_OK if outcome in waiting else EXIT_FAILED
 
 
 def register(sub: Any) -> None:
@@ -150,7 +154,9 @@ def register(sub: Any) -> None:
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
-    p.add_argument("channel", help="webhook, slack, telegram or email")
+    from shared.delivery.channels import channels
+
+    p.add_argument("channel", choices=list(channels()))
     p.add_argument("recipient", help="URL, Slack channel, Telegram chat id or email address")
     p.add_argument("--text")
     p.add_argument("--payload", help="the whole payload as a JSON object")

@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-from shared.cli.main import command_group, operator, services
+from shared.cli.main import audited, command_group, operator, services
+from shared.core.times import json_default
 
 EXIT_OK, EXIT_ABORTED, EXIT_FAILED = 0, 1, 2
 
@@ -24,17 +25,9 @@ def _operator(args: argparse.Namespace) -> str:
     return operator(args.by)
 
 
-def _audit(services: Any, actor: str, action: str, target: str, outcome: str,
-           detail: dict[str, Any] | None = None) -> None:
-    from shared.jobs.runs import RunStore
-
-    RunStore(services.db).audit(actor=actor, action=action, target=target, outcome=outcome,
-                                ip=None, detail=detail)
-
-
 def _print(args: argparse.Namespace, body: Any) -> None:
     if args.json:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     rows = body if isinstance(body, list) else [body]
     for row in rows:
@@ -46,7 +39,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("result") and not isinstance(body, list):
                 print(f"  result: {json.dumps(row['result'])}")
         else:
-            print(json.dumps(row, indent=2, default=str))
+            print(json.dumps(row, indent=2, default=json_default))
 
 
 def cmd_request(args: argparse.Namespace) -> int:
@@ -62,9 +55,10 @@ def cmd_request(args: argparse.Namespace) -> int:
     tenant = check_optional_id(args.tenant, "--tenant")
     grace = check_grace_days(args.grace_days, services.settings.erasure_grace_days)
     actor = _operator(args)
-    request, created = ErasureStore(services.db).create(subject, requested_by=actor,
-                                                         grace_days=grace, tenant_id=tenant)
-    _audit(services, actor, "erasure:create", request.id, "created" if created else "existing")
+    with audited(services, actor, "erasure:create", None) as record:
+        request, created = ErasureStore(services.db).create(subject, requested_by=actor,
+                                                             grace_days=grace, tenant_id=tenant)
+        record.update(target=request.id, outcome="created" if created else "existing")
     if not args.json and not created:
         print("an open request already exists for this subject:", file=sys.stderr)
     _print(args, request.to_json())
@@ -90,8 +84,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from shared.erasure.requests import ErasureStore
 
     services = _services()
-    request = ErasureStore(services.db).cancel(args.id)
-    _audit(services, _operator(args), "erasure:cancel", args.id, "cancelled")
+    with audited(services, _operator(args), "erasure:cancel", args.id) as record:
+        request = ErasureStore(services.db).cancel(args.id)
+        record["outcome"] = "cancelled"
     _print(args, request.to_json())
     return EXIT_OK
 
@@ -118,11 +113,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         return EXIT_ABORTED
     services = _services()
     actor = _operator(args)
-    request, outcome = confirm(services, args.id, confirmed_by=actor, dry_run=args.dry_run)
     if args.dry_run:
+        request, outcome = confirm(services, args.id, confirmed_by=actor, dry_run=True)
         _print(args, {"id": request.id, "dryRun": True, "wouldPurge": outcome.tables})
         return EXIT_OK
-    _audit(services, actor, "erasure:confirm", args.id, outcome.status, outcome.to_json())
+    with audited(services, actor, "erasure:confirm", args.id) as record:
+        request, outcome = confirm(services, args.id, confirmed_by=actor, dry_run=False)
+        record.update(outcome=outcome.status, detail=outcome.to_json())
     _print(args, request.to_json())
     return EXIT_OK if outcome.status == "purged" else EXIT_FAILED
 
@@ -133,7 +130,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     outcome = run_job(get_job("erasure-purge"), _services(), "cli",
                       params={"dryRun": "true"} if args.dry_run else {})
-    print(json.dumps(outcome.body, default=str, indent=None if args.json else 2))
+    print(json.dumps(outcome.body, default=json_default, indent=None if args.json else 2))
     return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
 
 

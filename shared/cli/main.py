@@ -2,6 +2,11 @@
 
 Feature modules add subcommands through ``COMMAND_MODULES``: each module has
 ``register(subparsers)`` that adds its parsers with ``func=`` set.
+
+Exit codes (the README's table): 0 done; 1 error (the run errored, a store or
+provider failed); 2 the command ran and reported failures; 64 usage (bad
+arguments, an unknown job, topic, flag, channel or id, invalid input, a refused
+state change); 78 configuration (a setting is missing or invalid).
 """
 
 from __future__ import annotations
@@ -12,14 +17,34 @@ import importlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from shared.core.errors import SluiceError
+from shared.core.errors import ConfigurationError, RequestError, SluiceError
+from shared.core.times import iso_z, json_default
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
-                               "shared.cli.billing"]
+                              "shared.cli.billing", "shared.cli.token", "shared.cli.rss"]
+
+EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the usage exit code of the table above (argparse's own is 2)."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def exit_code(exc: SluiceError) -> int:
+    if isinstance(exc, RequestError):
+        return EXIT_USAGE
+    if isinstance(exc, ConfigurationError):
+        return EXIT_CONFIG
+    return EXIT_ERROR
 
 
 def operator(by: str | None = None) -> str:
@@ -47,6 +72,26 @@ def command_group(sub: Any, name: str, help: str) -> Callable[[str, Any, str],
         return p
 
     return add
+
+
+@contextmanager
+def audited(services: Any, actor: str, action: str, target: str | None,
+            detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """An operator's action, audited like the API's: the row is written (outcome
+    ``started``) before the block runs and settled after it with ``record["outcome"]``
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    from shared.jobs.runs import RunStore
+
+    runs = RunStore(services.db)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
+    audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
+                          ip=None, detail=detail)
+    try:
+        yield record
+    except SluiceError as exc:
+        runs.complete_audit(audit_id, exc.code, record["detail"], record["target"])
+        raise
+    runs.complete_audit(audit_id, str(record["outcome"]), record["detail"], record["target"])
 
 
 def services(*, migrate_embedded: bool = True) -> Any:
@@ -92,12 +137,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if progress:
         sys.stderr.write("\r\x1b[2K")
     if args.json:
-        print(json.dumps(outcome.body, default=str))
+        print(json.dumps(outcome.body, default=json_default))
     else:
         print(f"{job.name}: {outcome.outcome}")
         for key, value in outcome.body.items():
-            print(f"  {key}: {json.dumps(value, default=str)}")
-    return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
+            print(f"  {key}: {json.dumps(value, default=json_default)}")
+    return {"ok": EXIT_OK, "skipped": EXIT_OK, "failures": EXIT_FAILURES}.get(outcome.outcome,
+                                                                             EXIT_ERROR)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -129,7 +175,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         rows.append({
             "job": job.name, "route": job.route,
             "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
-            "lastRun": run["started_at"].isoformat() if run else None,
+            "lastRun": iso_z(run["started_at"]) if run else None,
             "lastOutcome": run["outcome"] if run else None,
         })
     if args.json:
@@ -146,7 +192,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
     data = queue_figures(_services(args, migrate_embedded=True))
     if args.json:
-        print(json.dumps(data, default=str))
+        print(json.dumps(data, default=json_default))
         return 0
     for section, figures in data.items():
         if section in ("generatedAt", "jobs"):
@@ -156,7 +202,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
                 print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
                       f"dlq={json.dumps(item['dlq'])}")
         else:
-            print(f"{section:<15} {json.dumps(figures, default=str)}")
+            print(f"{section:<15} {json.dumps(figures, default=json_default)}")
     return 0
 
 
@@ -169,7 +215,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sluice", description=__doc__.splitlines()[0])
+    parser = Parser(prog="sluice", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
@@ -207,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except SluiceError as exc:
         print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
-from shared.cli.main import operator, services
+from shared.cli.main import audited, operator, services
 from shared.core.errors import RequestError
+from shared.core.times import json_default
 
 
 def _services() -> Any:
@@ -24,7 +25,7 @@ def _read_json(what: str) -> Any:
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=json_default))
 
 
 def _actor() -> str:
@@ -66,14 +67,17 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
-    _print(publisher_of(_services()).publish(args.topic, fields).to_dict())
-    return 0
+    published = publisher_of(_services()).publish(args.topic, fields)
+    _print(published.to_dict())
+    return 0 if published.dispatched else 2
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
+    from shared.jobs.runs import RunStore
     from shared.store.flags import FlagStore
 
-    flags = FlagStore(_services().state)
+    services = _services()
+    flags = FlagStore(services.state)
     if args.key is None:
         _print({"flags": flags.all()})
         return 0
@@ -85,14 +89,14 @@ def cmd_flags(args: argparse.Namespace) -> int:
         body["clearOverride"] = True
     else:
         body["enabled"] = args.value == "on"
-    _print(flags.apply(body, actor=_actor()))
+    _print(flags.apply(body, actor=_actor(), audit=RunStore(services.db)))
     return 0
 
 
-def _dead_letters() -> Any:
+def _dead_letters(services: Any = None) -> Any:
     from shared.ops.deadletters import DeadLetters
 
-    return DeadLetters(_services())
+    return DeadLetters(services or _services())
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
@@ -118,8 +122,11 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_redrive(args: argparse.Namespace) -> int:
-    result = _dead_letters().redrive(args.name, ids=args.id or None, limit=args.limit,
-                                     dry_run=args.dry_run, actor=_actor())
+    services = _services()
+    with audited(services, _actor(), "dlq:redrive", f"dlq:{args.name}") as record:
+        result = _dead_letters(services).redrive(args.name, ids=args.id or None, limit=args.limit,
+                                         dry_run=args.dry_run, actor=_actor())
+        record.update(outcome="dry_run" if args.dry_run else f"redriven={result['count']}")
     _print(result)
     return 2 if result["failed"] or result["refused"] else 0
 
@@ -127,7 +134,11 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> int:
 def cmd_dlq_purge(args: argparse.Namespace) -> int:
     if not args.id and not args.all:
         raise RequestError("give --id ID (repeatable) or --all")
-    _print(_dead_letters().purge(args.name, ids=args.id or None, actor=_actor()))
+    services = _services()
+    with audited(services, _actor(), "dlq:purge", f"dlq:{args.name}") as record:
+        result = _dead_letters(services).purge(args.name, ids=args.id or None, actor=_actor())
+        record["outcome"] = f"purged={result['purged']}"
+    _print(result)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from shared.core.errors import Forbidden, Unauthorized, UpstreamUnavailable
 from shared.core.settings import Settings
@@ -13,8 +14,15 @@ from shared.core.surfaces import SURFACE_ROLES, Surface
 SESSION_COOKIE = "__session"
 
 
+class CrossSiteRequest(Forbidden):
+    """A cookie-authenticated write must come from this site's own pages."""
+
+    code = "cross_site_request"
+
+
 def is_authorized_cron(authorization: str | None, secret: str | None) -> bool:
-    """``Authorization: Bearer $CRON_SECRET``, compared in constant time on bytes.
+    """``Authorization: Bearer $CRON_SECRET`` (the scheme in any case, RFC 7235), the
+    credential compared in constant time on bytes.
 
     The length check cannot leak the secret: the expected length is fixed by the
     configured value and does not vary with the input. No secret: nothing passes.
@@ -25,10 +33,27 @@ def is_authorized_cron(authorization: str | None, secret: str | None) -> bool:
         given = authorization.encode("ascii")
     except UnicodeEncodeError:
         return False
-    expected = b"Bearer " + secret.encode("ascii")
-    if len(given) != len(expected):
+    scheme, _, credential = given.partition(b" ")
+    if scheme.lower() != b"bearer":
         return False
-    return hmac.compare_digest(given, expected)
+    expected = secret.encode("ascii")
+    if len(credential) != len(expected):
+        return False
+    return hmac.compare_digest(credential, expected)
+
+
+def check_same_origin(origin: str | None, referer: str | None, host: str | None) -> None:
+    """A write authenticated by the session cookie must name this host as its ``Origin``
+    (or, without one, its ``Referer``): a browser sends the cookie on a request that
+    another site started, but the Origin then names that other site."""
+    claimed = origin if origin is not None else referer
+    if not claimed or not host:
+        raise CrossSiteRequest("a cookie-authenticated write needs an Origin header naming "
+                               "this site; use Authorization: Bearer from scripts")
+    parts = urlsplit(claimed)
+    if parts.scheme not in ("http", "https") or parts.netloc.lower() != host.lower():
+        raise CrossSiteRequest(f"a cookie-authenticated write from another origin "
+                               f"({claimed[:100]!r}) is refused")
 
 
 class Identity(NamedTuple):
@@ -91,10 +116,13 @@ class AdminVerifier:
             raise Unauthorized(f"admin token key not found: {exc}") from exc
         except jwt.InvalidTokenError as exc:
             raise Unauthorized(f"invalid admin token: {exc}") from exc
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject.strip():
+            raise Unauthorized("invalid admin token: the sub claim must be a non-empty string")
         roles = claims.get("roles", [])
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise Unauthorized("the roles claim must be a list of strings")
-        return Identity(subject=str(claims["sub"]), roles=frozenset(roles), claims=claims)
+        return Identity(subject=subject, roles=frozenset(roles), claims=claims)
 
     def authorize(self, token: str | None, surface: Surface) -> Identity:
         return self.authorize_identity(self.verify(token), surface)

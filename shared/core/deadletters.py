@@ -44,7 +44,9 @@ class DeadLetter:
 
     def to_dict(self, now: datetime, *, full: bool = False) -> dict[str, Any]:
         item: dict[str, Any] = {"id": self.id, "queue": self.queue, "reason": self.reason,
-                                "failedAt": self.failed_at, "ageSeconds": self.age_s(now)}
+                                "failedAt": self.failed_at, "ageSeconds": self.age_s(now),
+                                "deliveryCount": self.body.get("deliveryCount",
+                                                               self.body.get("attempts"))}
         if full:
             item["body"] = self.body
         return item

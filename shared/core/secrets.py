@@ -2,7 +2,8 @@
 
 On Lambda the template carries only where secrets live, never their values:
 ``SLUICE_SECRETS_PATH`` names an SSM path (``/sluice/<stage>/``) under which each known
-secret is a parameter of the same name (``/sluice/prod/CRON_SECRET``, SecureString), and
+secret (a settings field marked ``secret``: credentials, tokens, connection URLs) is a
+parameter of the same name (``/sluice/prod/CRON_SECRET``, SecureString), and
 ``<NAME>_PARAM`` points one secret elsewhere: an SSM parameter name, or a Secrets Manager
 secret as ``secretsmanager:<id or ARN>``. ``load_secrets`` reads them through Powertools
 Parameters (cached for ``POWERTOOLS_PARAMETERS_MAX_AGE``) and sets the variables that
@@ -19,21 +20,13 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from shared.core.errors import ConfigurationError
+from shared.core.settings import secret_variables
 
 PATH_VAR = "SLUICE_SECRETS_PATH"
 PARAM_SUFFIX = "_PARAM"
 SECRETS_MANAGER = "secretsmanager:"
-SECRET_NAMES = (
-    "CRON_SECRET",
-    "SLUICE_QUEUE_SIGNING_SECRET",
-    "SLUICE_DATABASE_URL",
-    "SLUICE_REDIS_URL",
-    "UPSTASH_REDIS_REST_URL",
-    "UPSTASH_REDIS_REST_TOKEN",
-    "SLUICE_ADMIN_JWT_SECRET",
-    "POLAR_ACCESS_TOKEN",
-    "SENTRY_DSN",
-)
+# Every settings field marked ``secret``, and only those: the table decides what is loadable.
+SECRET_NAMES = secret_variables()
 
 
 def configured(env: MutableMapping[str, str]) -> bool:

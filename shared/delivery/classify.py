@@ -1,12 +1,15 @@
 """Delivery errors: the typed pair adapters raise, and the classifier for everything else.
 
 A send fails *permanently* when repeating it cannot help (the chat is gone, the
-bot was blocked, the message is too long); anything else is *transient* and is
+bot was blocked, the recipient is malformed); anything else is *transient* and is
 retried on the schedule. Adapters say which with ``PermanentDeliveryError`` /
 ``TransientDeliveryError``; errors nobody typed (a driver exception, a string
 read back from ``last_error``) are matched against ``PERMANENT_PATTERNS``. When
 in doubt, transient: a wrong "transient" costs a few retries, a wrong
-"permanent" loses a message.
+"permanent" loses a message. Two more verdicts stop short of judging the entry:
+*fatal* (the process ran out of memory: stop the run, leave the entry pending)
+and *configuration* (no adapter for the channel: the entry waits for its
+credential, no attempt counted).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Literal
 
 from shared.core.errors import SluiceError
 
-Verdict = Literal["permanent", "transient"]
+Verdict = Literal["permanent", "transient", "fatal"]
 MAX_DEPTH = 10
 
 
@@ -44,10 +47,24 @@ class TransientDeliveryError(DeliveryError):
         self.retry_after_s = retry_after_s
 
 
-class MissingAdapter(PermanentDeliveryError):
-    """No adapter is configured for this entry's channel."""
+class OutcomeUnknown(TransientDeliveryError):
+    """The request was sent but no answer came in time: the receiver may have the message.
+
+    Retried with the same idempotency key; never counted towards failing the entry."""
+
+    code = "delivery_outcome_unknown"
+
+
+class MissingAdapter(DeliveryError):
+    """No adapter is configured for this entry's channel (configuration, not the entry's fault)."""
 
     code = "delivery_no_adapter"
+
+
+class FatalDeliveryError(DeliveryError):
+    """The process cannot go on sending (out of memory): the run stops, the entry stays pending."""
+
+    code = "delivery_fatal"
 
 
 # Case-insensitive; matched anywhere in an error's text. Telegram phrases its errors
@@ -96,12 +113,15 @@ def classify(error: BaseException | str) -> Verdict:
     The graph is ``__cause__``, ``__context__`` and the members of exception groups,
     walked with a visited set (cycles end) and a depth limit: a graph deeper than
     ``MAX_DEPTH`` is transient, whatever it holds (fail open: retry rather than drop).
+    A ``MemoryError`` anywhere makes it ``fatal``, before anything else.
     A ``TransientDeliveryError`` anywhere wins over permanent evidence elsewhere (an
     adapter said "later" explicitly); otherwise a ``PermanentDeliveryError`` or a
     node whose text matches ``PERMANENT_PATTERNS`` makes it permanent.
     """
     if isinstance(error, str):
         return "permanent" if matches_permanent(error) else "transient"
+    if is_fatal(error):
+        return "fatal"
     seen: set[int] = set()
     permanent = False
     stack: list[tuple[BaseException, int]] = [(error, 0)]
@@ -118,6 +138,29 @@ def classify(error: BaseException | str) -> Verdict:
             permanent = True
         stack.extend((child, depth + 1) for child in _children(node))
     return "permanent" if permanent else "transient"
+
+
+def _walk(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack: list[tuple[BaseException, int]] = [(error, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen or depth >= MAX_DEPTH:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend((child, depth + 1) for child in _children(node))
+
+
+def is_fatal(error: BaseException) -> bool:
+    """Out of memory anywhere in the cause graph (``MemoryError``, or an adapter's own
+    ``FatalDeliveryError``)."""
+    return any(isinstance(node, MemoryError | FatalDeliveryError) for node in _walk(error))
+
+
+def is_unknown(error: BaseException) -> bool:
+    """The send may have reached the receiver (timed out after the request went out)."""
+    return any(isinstance(node, OutcomeUnknown) for node in _walk(error))
 
 
 def retry_after_s(error: BaseException) -> float | None:

@@ -5,46 +5,83 @@ lease) before it calls the adapter, then settles it. If the process dies between
 the two, the lease lapses and the next drain sends it: at-least-once, and a
 webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
-The drain returns lapsed leases to ``pending``, then claims due entries one at a
-time and sends each, until none is due or the deadline is near; finally it
-prunes settled entries past their retention. Its result, following the seed's
-``RecoverySummary``:
+The drain fails pending entries past the expiry (reason ``expired``), returns
+lapsed leases to ``pending``, then claims due entries one at a time and sends
+each, until none is due or the deadline is near; finally it prunes settled
+entries past their retention. What is not the entry's fault never costs it an
+attempt: an entry whose channel has no adapter (configuration), an entry for a
+channel or host that failed transiently ``outage_threshold`` times in a row this
+run (an outage: those failures are given back too, and nothing more is sent there
+this run), and the entry being sent when the process ran out of memory (the run
+stops) all go back to ``pending`` with the attempt returned. A send that timed out
+after the request went out is *unknown*: retried with the same idempotency key,
+never failed for it.
+
+Its result, as the seed's ``RecoverySummary`` means it:
 
 - ``recovered``: entries delivered (acked) by this run;
-- ``failed``: entries failed by this run for a permanent error or a missing adapter;
-- ``skippedMaxRetries``: entries failed by this run because their last attempt
-  (the fifth) failed transiently, or its sender died holding the lease;
-- ``deferredBackoff``: entries left ``pending`` for a later run when it ended:
-  waiting out their backoff (those it just retried among them) or not reached
-  before the deadline. Waiting is not failing: only the first two are failures.
+- ``failed``: entries failed for good by this run (a permanent error, or ``expired``);
+- ``skippedMaxRetries``: entries failed by this run because their last attempt (the
+  fifth) failed transiently, or their sender died holding the lease;
+- ``deferredBackoff``: entries this run skipped because they were still in backoff;
+
+and beside it ``expired``, ``unknown`` (left pending after an unknown outcome),
+``leftDue`` (due, not reached before the deadline), ``unconfigured`` and
+``outages`` (count and reason), and ``fatal`` (1 when the run stopped out of memory,
+with ``fatalError``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import httpx
 
 from shared.core.crash import crash_point
-from shared.core.observe import logger
+from shared.core.errors import RequestError
+from shared.core.observe import Reporter, logger
 from shared.core.services import Services
-from shared.delivery.channels import ChannelAdapter, build_adapters
-from shared.delivery.classify import MissingAdapter, classify, describe, retry_after_s
+from shared.delivery.channels import ChannelAdapter, build_adapters, channels
+from shared.delivery.classify import (
+    MissingAdapter,
+    classify,
+    describe,
+    is_unknown,
+    retry_after_s,
+)
+from shared.delivery.payload import parse
+from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
 from shared.store.db import utcnow
 
+# The sleep of in-process retries in a drain run (tests replace it: no real waiting).
+SLEEP: Callable[[float], None] = time.sleep
 
-class Outcome(StrEnum):
+
+class SendOutcome(StrEnum):
     ACKED = "acked"
     RETRY = "retry"  # back to pending, on the schedule
-    FAILED = "failed"  # permanent error or no adapter
+    UNKNOWN = "unknown"  # sent, no answer: back to pending, retried with the same key
+    FAILED = "failed"  # permanent error
     GAVE_UP = "gave_up"  # the last attempt failed
     STALE = "stale"  # the entry was no longer ours to settle (our lease lapsed meanwhile)
+    UNCONFIGURED = "unconfigured"  # no adapter: back to pending, attempt given back
+    HELD = "held"  # failed transiently; settled once the run knows whether it is an outage
+    FATAL = "fatal"  # out of memory: back to pending, attempt given back, run stops
+
+
+class Sent(NamedTuple):
+    """What one send came to, before it is settled."""
+
+    verdict: str  # acked | permanent | transient | fatal
+    duration_ms: int
+    message_id: str | None = None
+    error: BaseException | None = None
 
 
 class DrainSummary(TypedDict):
@@ -52,30 +89,63 @@ class DrainSummary(TypedDict):
     failed: int
     skippedMaxRetries: int
     deferredBackoff: int
+    expired: int
+    unknown: int
+    leftDue: int
+    unconfigured: dict[str, Any]
+    outages: dict[str, Any]
+    fatal: int
+    fatalError: str | None
+
+
+def check_enqueue(channel: str, payload: Any) -> None:
+    """A channel Sluice has and a payload it can send: ``RequestError`` (400) naming the field."""
+    if channel not in channels():
+        raise RequestError(f"unknown channel {channel!r}; known: {', '.join(channels())}",
+                           field="channel")
+    parse(channel, payload)
 
 
 class Deliverer:
     def __init__(self, store: DeliveryStore, adapters: Mapping[str, ChannelAdapter], *,
                  lease: timedelta, send_timeout_s: float = 10.0,
+                 expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
+                 reporter: Reporter | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.adapters = adapters
         self.lease = lease
         self.send_timeout_s = send_timeout_s
+        self.expire = expire
+        self.outage_threshold = outage_threshold
+        self.reporter = reporter
         self.clock = clock
 
     @classmethod
-    def from_services(cls, services: Services, client: httpx.Client) -> Deliverer:
+    def from_services(cls, services: Services, client: httpx.Client, *,
+                      deadline: Deadline | None = None,
+                      sleep: Callable[[float], None] | None = None,
+                      policy: RetryPolicy = DEFAULT_POLICY) -> Deliverer:
+        """Adapters retry in-process on ``policy``, never waiting past ``deadline``."""
         settings = services.settings
-        return cls(DeliveryStore(services.db), build_adapters(settings, client),
+        retrier = Retrier(policy, sleep=sleep or SLEEP,
+                          remaining=deadline.remaining if deadline else None,
+                          reserve_s=settings.delivery_send_timeout_s)
+        return cls(DeliveryStore(services.db), build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
-                   send_timeout_s=settings.delivery_send_timeout_s)
+                   send_timeout_s=settings.delivery_send_timeout_s,
+                   expire=timedelta(seconds=settings.delivery_expire_s),
+                   outage_threshold=settings.delivery_outage_threshold,
+                   reporter=services.reporter)
+
+    # --- one entry -----------------------------------------------------------------
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any], *,
                 idempotency_key: str | None = None,
-                subject_user_id: str | None = None) -> tuple[DeliveryEntry, Outcome | None]:
-        """Enqueue, send, settle. With a key already stored, nothing is sent again:
+                subject_user_id: str | None = None) -> tuple[DeliveryEntry, SendOutcome | None]:
+        """Check, enqueue, send, settle. With a key already stored, nothing is sent again:
         ``(that entry, None)``."""
+        check_enqueue(channel, payload)
         entry, created = self.store.enqueue(channel, recipient, payload,
                                             idempotency_key=idempotency_key,
                                             subject_user_id=subject_user_id, lease=self.lease)
@@ -85,75 +155,201 @@ class Deliverer:
         outcome = self.attempt(entry)
         return self.store.get(entry.id), outcome
 
-    def attempt(self, entry: DeliveryEntry) -> Outcome:
+    def attempt(self, entry: DeliveryEntry) -> SendOutcome:
         """Send one claimed (``in_flight``) entry and settle it."""
         adapter = self.adapters.get(entry.channel)
         if adapter is None:
-            error = MissingAdapter(f"no adapter configured for channel {entry.channel!r}")
-            return self._failed(entry, error, None)
+            return self._unconfigured(entry, timedelta(0))
+        sent = self._send(adapter, entry)
+        if sent.verdict == "fatal":
+            return self._fatal(entry, sent)
+        return self._settle(entry, sent)
+
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()
         try:
             message_id = adapter.send(entry)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
-            duration = self._ms(started)
-            if classify(exc) == "permanent":
-                return self._failed(entry, exc, duration)
-            status = self.store.nack(entry, describe(exc), duration_ms=duration,
-                                     retry_after_s=retry_after_s(exc))
-            logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
-                           f"failed: {describe(exc)}", extra={"next": status})
-            if status is None:
-                return Outcome.STALE
-            return Outcome.RETRY if status is DeliveryStatus.PENDING else Outcome.GAVE_UP
+            return Sent(classify(exc), self._ms(started), error=exc)
         crash_point("delivery.after_send")
-        if self.store.ack(entry, message_id, self._ms(started)):
-            return Outcome.ACKED
-        logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
-                       "another attempt may send it again")
-        return Outcome.STALE
+        return Sent("acked", self._ms(started), message_id)
 
-    def _failed(self, entry: DeliveryEntry, error: BaseException, duration: int | None) -> Outcome:
-        reason = describe(error)
-        logger.warning(f"[delivery] {entry.channel} {entry.id} failed for good: {reason}")
-        return Outcome.FAILED if self.store.fail(entry, reason, duration_ms=duration) \
-            else Outcome.STALE
+    def _settle(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
+        if sent.verdict == "acked":
+            if self.store.ack(entry, sent.message_id, sent.duration_ms):
+                return SendOutcome.ACKED
+            logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
+                           "another attempt may send it again")
+            return SendOutcome.STALE
+        assert sent.error is not None
+        reason = describe(sent.error)
+        if sent.verdict == "permanent":
+            logger.warning(f"[delivery] {entry.channel} {entry.id} failed for good: {reason}")
+            return SendOutcome.FAILED if self.store.fail(entry, reason,
+                                                     duration_ms=sent.duration_ms) \
+                else SendOutcome.STALE
+        unknown = is_unknown(sent.error)
+        status = self.store.nack(entry, reason, duration_ms=sent.duration_ms,
+                                 retry_after_s=retry_after_s(sent.error), unknown=unknown)
+        logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
+                       f"failed: {reason}", extra={"next": status, "unknown": unknown})
+        if status is None:
+            return SendOutcome.STALE
+        if status is DeliveryStatus.FAILED:
+            return SendOutcome.GAVE_UP
+        return SendOutcome.UNKNOWN if unknown else SendOutcome.RETRY
+
+    def _unconfigured(self, entry: DeliveryEntry, hold: timedelta) -> SendOutcome:
+        error = MissingAdapter(f"no adapter configured for channel {entry.channel!r}: "
+                               "set its credential (see Configuration)")
+        self.store.release(entry, describe(error), delay=hold)
+        return SendOutcome.UNCONFIGURED
+
+    def _fatal(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
+        assert sent.error is not None
+        self.store.release(entry, f"not sent: the sender stopped: {describe(sent.error)}")
+        if self.reporter is not None:
+            self.reporter.error("delivery-drain", sent.error, entry=entry.id)
+        return SendOutcome.FATAL
 
     def _ms(self, started: float) -> int:
         return int((self.clock() - started) * 1000)
 
+    # --- the drain -----------------------------------------------------------------
+
     def drain(self, deadline: Deadline,
               progress: Callable[[str], None] = lambda message: None) -> DrainSummary:
-        summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0, deferredBackoff=0)
+        return _Run(self, deadline, progress).run()
+
+
+class _Run:
+    """One drain: the summary, the channels/hosts found down, the failures held per key."""
+
+    def __init__(self, deliverer: Deliverer, deadline: Deadline,
+                 progress: Callable[[str], None]) -> None:
+        self.d = deliverer
+        self.store = deliverer.store
+        self.deadline = deadline
+        self.progress = progress
+        self.summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0,
+                                    deferredBackoff=0, expired=0, unknown=0, leftDue=0,
+                                    unconfigured={"count": 0, "channels": {}},
+                                    outages={"count": 0, "down": {}}, fatal=0, fatalError=None)
+        self.down: dict[str, str] = {}
+        self.held: dict[str, list[tuple[DeliveryEntry, Sent]]] = {}
+
+    def _hold(self) -> timedelta:
+        """Set aside until after this run (so it is not claimed again before it ends)."""
+        return timedelta(seconds=self.deadline.remaining() + 1)
+
+    def run(self) -> DrainSummary:
+        started: datetime = utcnow()
+        summary = self.summary
+        expired = self.store.expire(self.d.expire, now=started)
+        summary["expired"] = expired
+        summary["failed"] += expired
+        if expired:
+            logger.warning(f"[delivery] {expired} entries expired undelivered "
+                           f"(older than {int(self.d.expire.total_seconds())} s)")
         back, lost = self.store.recover()
         summary["skippedMaxRetries"] += lost
         if back or lost:
             logger.info(f"[delivery] {back} lapsed lease(s) back to pending, {lost} failed")
         # Stop while a whole send (its timeout) still fits before the deadline.
-        while deadline.remaining() > self.send_timeout_s:
-            claimed = self.store.claim(self.lease)
+        while self.deadline.remaining() > self.d.send_timeout_s:
+            claimed = self.store.claim(self.d.lease)
             if not claimed:
                 break
             crash_point("delivery.after_claim")
-            outcome = self.attempt(claimed[0])
-            if outcome is Outcome.ACKED:
-                summary["recovered"] += 1
-            elif outcome is Outcome.FAILED:
-                summary["failed"] += 1
-            elif outcome is Outcome.GAVE_UP:
-                summary["skippedMaxRetries"] += 1
-            progress(f"delivery-drain: {summary['recovered']} delivered, "
-                     f"{summary['failed'] + summary['skippedMaxRetries']} failed")
-        summary["deferredBackoff"] = self.store.count_pending()
+            if not self._one(claimed[0]):
+                break
+            self.progress(f"delivery-drain: {summary['recovered']} delivered, "
+                          f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+        for key in list(self.held):
+            self._settle_held(key)
+        summary["deferredBackoff"] = self.store.count_backoff(since=started)
+        summary["leftDue"] = self.store.count_due()
         return summary
+
+    def _one(self, entry: DeliveryEntry) -> bool:
+        """Send and settle one entry; False when the run must stop."""
+        summary = self.summary
+        adapter = self.d.adapters.get(entry.channel)
+        if adapter is None:
+            self.d._unconfigured(entry, self._hold())
+            unconfigured = summary["unconfigured"]
+            unconfigured["count"] += 1
+            unconfigured["channels"][entry.channel] = (
+                f"no adapter configured for channel {entry.channel!r}")
+            return True
+        key = adapter.outage_key(entry)
+        if key in self.down:
+            self._set_aside(entry, key)
+            return True
+        sent = self.d._send(adapter, entry)
+        if sent.verdict == "fatal":
+            self.d._fatal(entry, sent)
+            summary["fatal"] = 1
+            summary["fatalError"] = describe(sent.error) if sent.error else "fatal"
+            return False
+        if sent.verdict == "transient":
+            held = self.held.setdefault(key, [])
+            held.append((entry, sent))
+            if len(held) >= self.d.outage_threshold:
+                assert sent.error is not None
+                self.down[key] = (f"{len(held)} consecutive transient failures; last: "
+                                  f"{describe(sent.error)}")
+                summary["outages"]["down"][key] = self.down[key]
+                logger.warning(f"[delivery] {key} looks down: {self.down[key]}; "
+                               "nothing more is sent there this run, no attempt counted")
+                for held_entry, _ in self.held.pop(key):
+                    self._set_aside(held_entry, key)
+            return True
+        self._settle_held(key)  # the streak ended: those failures were the entries' own
+        self._count(self.d._settle(entry, sent))
+        return True
+
+    def _set_aside(self, entry: DeliveryEntry, key: str) -> None:
+        self.store.release(entry, f"not sent: {key} was down during the run "
+                                  f"({self.down[key]})", delay=self._hold())
+        self.summary["outages"]["count"] += 1
+
+    def _settle_held(self, key: str) -> None:
+        for entry, sent in self.held.pop(key, []):
+            self._count(self.d._settle(entry, sent))
+
+    def _count(self, outcome: SendOutcome) -> None:
+        if outcome is SendOutcome.ACKED:
+            self.summary["recovered"] += 1
+        elif outcome is SendOutcome.FAILED:
+            self.summary["failed"] += 1
+        elif outcome is SendOutcome.GAVE_UP:
+            self.summary["skippedMaxRetries"] += 1
+        elif outcome is SendOutcome.UNKNOWN:
+            self.summary["unknown"] += 1
+
+
+def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
+    """The ``queue_drained`` log record and metrics, after every drain."""
+    logger.info("queue_drained", extra={"event": "queue_drained", "summary": dict(summary)})
+    reporter.metrics({f"QueueDrained.{key}": float(value) for key, value in summary.items()
+                      if isinstance(value, int)} | {
+        "QueueDrained.unconfigured": float(summary["unconfigured"]["count"]),
+        "QueueDrained.outages": float(summary["outages"]["count"])}, event="queue_drained")
 
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
     with httpx.Client(timeout=settings.delivery_send_timeout_s) as client:
-        deliverer = Deliverer.from_services(ctx.services, client)
+        deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
+    report_drained(summary, ctx.services.reporter)
     pruned = deliverer.store.prune(utcnow() - timedelta(days=settings.delivery_retention_days))
     if pruned:
         logger.info(f"[delivery] pruned {pruned} settled entries older than "
                     f"{settings.delivery_retention_days} days")
     return dict(summary)
+
+
+__all__ = ["Deliverer", "DrainSummary", "SendOutcome", "check_enqueue", "report_drained",
+           "run_delivery_drain"]

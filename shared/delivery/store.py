@@ -5,11 +5,13 @@ inline path that sends it at once); ``claim`` takes due ``pending`` entries
 ``in_flight`` under a lease and counts the attempt; the sender then settles the
 entry with exactly one of ``ack`` (platform message id, duration), ``nack``
 (transient: back to ``pending`` at the next time of ``RetrySchedule``, or
-``failed`` on the last attempt) or ``fail`` (permanent). Each settle is one
+``failed`` on the last attempt), ``fail`` (permanent) or ``release`` (nothing judged
+the entry: back to ``pending`` with the attempt given back). Each settle is one
 UPDATE guarded by ``in_flight`` and the attempt it claimed, so it is whole or
 nothing, and a sender whose lease lapsed cannot overwrite the next one's work.
-``recover`` returns lapsed leases to ``pending``; ``prune`` deletes old settled
-entries. Admins list, show, redrive and purge failed entries.
+``recover`` returns lapsed leases to ``pending``; ``expire`` fails pending entries
+past the expiry (reason ``expired``); ``prune`` deletes old settled entries. Admins
+list, show, redrive and purge failed entries.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from shared.core.errors import Conflict, NotFound, RequestError
+from shared.core.times import iso_z_or_none
 from shared.store.db import Database, Row, load_queries, utcnow
 
 Q = load_queries("delivery")
@@ -35,6 +38,13 @@ class DeliveryStatus(StrEnum):
     FAILED = "failed"
 
 
+class FailureReason(StrEnum):
+    PERMANENT = "permanent"
+    MAX_ATTEMPTS = "max_attempts"
+    LEASE_LOST = "lease_lost"
+    EXPIRED = "expired"
+
+
 class RetryDecision(NamedTuple):
     retry: bool
     delay: timedelta  # zero when not retrying
@@ -47,10 +57,13 @@ class RetrySchedule(NamedTuple):
     delays_s: tuple[float, ...] = (5.0, 25.0, 120.0, 600.0)
     max_attempts: int = 5
 
-    def decide(self, attempts: int, retry_after_s: float | None = None) -> RetryDecision:
+    def decide(self, attempts: int, retry_after_s: float | None = None, *,
+               unknown: bool = False) -> RetryDecision:
         """What to do after ``attempts`` failed attempts (a provider's ``retry_after`` can
-        only lengthen the wait, never shorten it)."""
-        if attempts >= self.max_attempts:
+        only lengthen the wait, never shorten it). An ``unknown`` outcome (the receiver may
+        have the message) is always retried, at the capped delay once past the limit: only
+        the expiry ends it."""
+        if attempts >= self.max_attempts and not unknown:
             return RetryDecision(False, timedelta(0))
         delay = self.delays_s[min(max(attempts, 1), len(self.delays_s)) - 1]
         if retry_after_s is not None:
@@ -66,8 +79,7 @@ class RetrySchedule(NamedTuple):
 DEFAULT_SCHEDULE = RetrySchedule()
 
 
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+iso = iso_z_or_none
 
 
 class DeliveryEntry(NamedTuple):
@@ -88,6 +100,7 @@ class DeliveryEntry(NamedTuple):
     updated_at: datetime
     acked_at: datetime | None
     failed_at: datetime | None
+    failure_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -108,6 +121,7 @@ class DeliveryEntry(NamedTuple):
             "platformMessageId": self.platform_message_id, "durationMs": self.duration_ms,
             "enqueuedAt": iso(self.enqueued_at), "updatedAt": iso(self.updated_at),
             "ackedAt": iso(self.acked_at), "failedAt": iso(self.failed_at),
+            "failureReason": self.failure_reason,
         }
 
 
@@ -187,24 +201,35 @@ class DeliveryStore:
                             duration_ms=duration_ms)
 
     def nack(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
-             retry_after_s: float | None = None,
+             retry_after_s: float | None = None, unknown: bool = False,
              now: datetime | None = None) -> DeliveryStatus | None:
         """A transient failure: ``pending`` at the schedule's next time, or ``failed`` when
-        that was the last attempt. The new status, or None if the entry was not ours."""
+        that was the last attempt (never for an ``unknown`` outcome). The new status, or None
+        if the entry was not ours."""
         now = now or utcnow()
-        decision = self.schedule.decide(entry.attempts, retry_after_s)
+        decision = self.schedule.decide(entry.attempts, retry_after_s, unknown=unknown)
         if not decision.retry:
             reason = f"gave up after {entry.attempts} attempts; last error: {error}"
-            return DeliveryStatus.FAILED if self.fail(entry, reason, duration_ms=duration_ms,
-                                                      now=now) else None
+            return DeliveryStatus.FAILED if self.fail(
+                entry, reason, duration_ms=duration_ms, now=now,
+                reason=FailureReason.MAX_ATTEMPTS) else None
         settled = self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
                                next_attempt_at=now + decision.delay)
         return DeliveryStatus.PENDING if settled else None
 
-    def fail(self, entry: DeliveryEntry, reason: str, *, duration_ms: int | None = None,
-             now: datetime | None = None) -> bool:
-        """A permanent failure (or no adapter, or the last attempt): ``failed``, never retried."""
-        return self._settle(Q.fail, entry, now, error=reason, duration_ms=duration_ms)
+    def fail(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
+             now: datetime | None = None,
+             reason: FailureReason = FailureReason.PERMANENT) -> bool:
+        """A permanent failure (or the last attempt): ``failed``, never retried."""
+        return self._settle(Q.fail, entry, now, error=error, duration_ms=duration_ms,
+                            reason=reason.value)
+
+    def release(self, entry: DeliveryEntry, why: str, *, delay: timedelta = timedelta(0),
+                now: datetime | None = None) -> bool:
+        """Back to ``pending`` after ``delay``, the claimed attempt given back: for what was
+        not the entry's fault (no adapter, the channel down, the process out of memory)."""
+        now = now or utcnow()
+        return self._settle(Q.release, entry, now, error=why, next_attempt_at=now + delay)
 
     def _settle(self, query: Any, entry: DeliveryEntry, now: datetime | None,
                 **params: Any) -> bool:
@@ -239,10 +264,40 @@ class DeliveryStore:
         with self.db.transaction() as tx:
             return tx.execute(Q.prune, {"before": before, "limit": limit})
 
-    def count_pending(self) -> int:
+    def expire(self, older_than: timedelta, *, now: datetime | None = None) -> int:
+        """Pending entries enqueued more than ``older_than`` ago: ``failed``, reason
+        ``expired`` (they stay visible to the DLQ tooling until pruned)."""
+        now = now or utcnow()
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.count_deferred)
+            return tx.execute(Q.expire, {"now": now, "before": now - older_than,
+                                         "expire_s": str(int(older_than.total_seconds()))})
+
+    def count_backoff(self, *, since: datetime, now: datetime | None = None) -> int:
+        """Pending entries still in their backoff, untouched since ``since``."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.count_deferred, {"now": now or utcnow(), "since": since})
         return int(row["n"]) if row else 0
+
+    def count_due(self, *, now: datetime | None = None) -> int:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.count_due, {"now": now or utcnow()})
+        return int(row["n"]) if row else 0
+
+    def queue_status(self, *, now: datetime | None = None) -> dict[str, Any]:
+        """Depth per status, pending entries in backoff, the oldest pending entry's age."""
+        now = now or utcnow()
+        with self.db.transaction() as tx:
+            counts = {row["status"]: int(row["n"]) for row in tx.fetchall(Q.status_counts)}
+            row = tx.fetchone(Q.queue_status, {"now": now})
+        oldest = row["oldest_pending"] if row else None
+        if isinstance(oldest, str):  # SQLite does not type aggregates
+            oldest = datetime.fromisoformat(oldest)
+        return {
+            "depth": {status.value: counts.get(status.value, 0) for status in DeliveryStatus},
+            "inBackoff": int(row["in_backoff"] or 0) if row else 0,
+            "oldestPendingAgeS": (round((now - oldest).total_seconds(), 3)
+                                  if oldest is not None else None),
+        }
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per status: count and the oldest ``enqueued_at`` (for the operations page)."""

@@ -100,6 +100,12 @@ EXEMPTIONS: tuple[Exemption, ...] = (
               "ids and feed ids, never a user"),
     Exemption("queue_dead_letters", "", "in-process dead letters of the rss.* topics, whose "
               "messages name feeds, not users (the SQS -dlq topics likewise)"),
+    Exemption("rss_sources", "", "publishers' feed URLs, titles and fetch state; no user"),
+    Exemption("rss_scopes", "", "a tenant's source set and locale: tenant ids are "
+              "organisations, never a person"),
+    Exemption("rss_stories", "", "public articles as published by the feed"),
+    Exemption("rss_builds", "", "catalog builds: the stories above, per source set"),
+    Exemption("rss_build_locks", "", "build leases: a key and a random token"),
 )
 
 # Column-name tokens that mark a user reference; "*_by" columns name an actor too.
@@ -229,8 +235,8 @@ class RedisJsonLists:
 LEDGER_RETRY_LISTS = ("ai:ledger:retry:queue", "ai:ledger:retry:processing",
                       "ai:ledger:retry:dlq")
 
-# Extension point: the topic DLQs and the delivery queue (issue 5) join this tuple
-# when they exist — a RedisJsonLists for Redis-held lists, or a store of their own.
+# Extension point: a store outside the database that holds a subject joins this tuple
+# (a RedisJsonLists for Redis-held lists, or a store of its own).
 EXTERNAL_STORES: tuple[ExternalStore, ...] = (
     RedisJsonLists("ledger-retry", LEDGER_RETRY_LISTS),
 )

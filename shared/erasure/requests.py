@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from shared.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
+from shared.core.times import iso_z_or_none
 from shared.store.db import Database, Row, load_queries, utcnow
 
 Q = load_queries("erasure")
@@ -31,8 +32,7 @@ class ErasureStatus(StrEnum):
     FAILED = "failed"
 
 
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+iso = iso_z_or_none
 
 
 class ErasureRequest(NamedTuple):

@@ -7,7 +7,9 @@ routers through ``ROUTERS`` ("module:attribute" of an ``APIRouter``).
 from __future__ import annotations
 
 import importlib
+import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -15,20 +17,34 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from shared.core.auth import SESSION_COOKIE, Identity, bearer_token, is_authorized_cron
+from shared.core.auth import (
+    SESSION_COOKIE,
+    Identity,
+    bearer_token,
+    check_same_origin,
+    is_authorized_cron,
+)
 from shared.core.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.core.surfaces import Surface
+from shared.core.times import jsonable
+from shared.http.guard import InputGuard
+from shared.http.params import QueryParam, openapi_query, strict_query
 from shared.jobs.registry import JOBS, Job
 from shared.jobs.runner import run_job
 from shared.jobs.runs import RunStore
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
-                     "shared.http.delivery:router", "shared.http.ops:router"]
+                     "shared.http.delivery:router", "shared.http.delivery:status_router",
+                     "shared.http.ops:router", "shared.http.console:router",
+                     "shared.http.rss:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+AUDIT_STARTED = "started"
 
 
 def request_id(request: Request) -> str:
@@ -37,14 +53,40 @@ def request_id(request: Request) -> str:
 
 
 def client_ip(request: Request) -> str | None:
+    """Who connected: API Gateway's ``requestContext`` source IP on Lambda (Mangum passes
+    the event in the scope), the socket's peer locally. ``X-Forwarded-For`` is the
+    caller's own claim and never used here."""
+    event = request.scope.get("aws.event")
+    if isinstance(event, dict):
+        context = event.get("requestContext") or {}
+        source = (context.get("http") or {}).get("sourceIp") \
+            or (context.get("identity") or {}).get("sourceIp")
+        if isinstance(source, str) and source:
+            return source
+    return request.client.host if request.client else None
+
+
+def is_audited(request: Request) -> bool:
+    return request.method in AUDITED_METHODS and request.url.path.startswith(
+        ("/api/admin", "/admin/"))
+
+
+def audit_detail(request: Request) -> dict[str, Any]:
+    detail: dict[str, Any] = {"requestId": request_id(request),
+                              "query": dict(request.query_params)}
     forwarded = request.headers.get("x-forwarded-for")
     if forwarded:
-        return forwarded.split(",")[0].strip()
-    return request.client.host if request.client else None
+        detail["forwardedFor"] = forwarded
+    return detail
 
 
 def admin_token(request: Request) -> str | None:
     return bearer_token(request.headers.get("authorization")) or request.cookies.get(SESSION_COOKIE)
+
+
+def _cookie_authenticated(request: Request) -> bool:
+    return bearer_token(request.headers.get("authorization")) is None \
+        and bool(request.cookies.get(SESSION_COOKIE))
 
 
 def services_of(request: Request) -> Services:
@@ -56,15 +98,52 @@ def require(surface: Surface) -> Any:
     """A dependency: the admin identity allowed on ``surface`` (401 / 403 otherwise)."""
 
     def dependency(request: Request) -> Identity:
-        verifier = services_of(request).admin
+        services = services_of(request)
+        verifier = services.admin
         identity = verifier.verify(admin_token(request))
         request.state.actor = identity.subject  # audited as this actor even when forbidden
-        return verifier.authorize_identity(identity, surface)
+        if request.method in AUDITED_METHODS and _cookie_authenticated(request):
+            check_same_origin(request.headers.get("origin"), request.headers.get("referer"),
+                              request.headers.get("host"))
+        verifier.authorize_identity(identity, surface)
+        begin_audit(request, identity)
+        return identity
 
     return Depends(dependency)
 
 
+def begin_audit(request: Request, identity: Identity) -> None:
+    """For an authorised admin write: its audit row, written (outcome ``started``) before
+    the action runs and settled by the middleware after it. An action whose row cannot
+    be written does not run."""
+    if is_audited(request) and getattr(request.state, "audit_id", None) is None:
+        request.state.audit_id = RunStore(services_of(request).db).audit(
+            actor=identity.subject, action=action_name(request), target=request.url.path,
+            outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
+
+
+# Routes that do what another route does, under that route's action name (by route name).
+ACTION_OF: dict[str, Callable[[Request], str]] = {}
+
+
+def action_name(request: Request) -> str:
+    """The audit action: the matched route's name (``area:verb``), or the name of the route
+    it does the same as (``ACTION_OF``), else method and path."""
+    name = getattr(request.scope.get("route"), "name", None)
+    if not isinstance(name, str):
+        return f"{request.method} {request.url.path}"
+    same_as = ACTION_OF.get(name)
+    return same_as(request) if same_as is not None else name
+
+
+def _query_params(job: Job, *, cron: bool) -> list[QueryParam]:
+    return [QueryParam(p.name, p.kind, p.minimum, p.maximum)
+            for p in job.params if p.cron or not cron]
+
+
 def _job_routes(job: Job) -> APIRouter:
+    """``GET`` (cron bearer) and ``POST`` (admin) of one job. Each honours exactly the
+    parameters the registry declares for it (``strict_query`` refuses any other)."""
     router = APIRouter()
 
     def cron(request: Request) -> JSONResponse:
@@ -73,7 +152,8 @@ def _job_routes(job: Job) -> APIRouter:
                                   services.settings.cron_secret):
             raise Unauthorized("cron bearer missing or wrong")
         outcome = run_job(job, services, "cron_http", request_id=request_id(request),
-                          lambda_remaining_ms=_remaining(request))
+                          lambda_remaining_ms=_remaining(request),
+                          params=dict(request.query_params))
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def admin(request: Request, identity: Identity = require(job.surface)) -> JSONResponse:
@@ -82,8 +162,10 @@ def _job_routes(job: Job) -> APIRouter:
                           params=dict(request.query_params))
         return JSONResponse(outcome.body, status_code=outcome.status)
 
-    router.add_api_route(job.route, cron, methods=["GET"], name=f"{job.name}:cron")
-    router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin")
+    router.add_api_route(job.route, cron, methods=["GET"], name=f"{job.name}:cron",
+                         openapi_extra=openapi_query(_query_params(job, cron=True)))
+    router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin",
+                         openapi_extra=openapi_query(_query_params(job, cron=False)))
     return router
 
 
@@ -100,15 +182,20 @@ def _error_response(request: Request, exc: SluiceError) -> JSONResponse:
 
 def create_app(services: Services) -> FastAPI:
     app = FastAPI(title="Sluice", version="0.1.0", docs_url="/api/docs", redoc_url=None,
-                  openapi_url="/api/openapi.json")
+                  openapi_url="/api/openapi.json", dependencies=[Depends(strict_query)])
     app.state.services = services
+    # Innermost of the middleware: undecodable input is refused before any route
+    # runs, and that refusal is still audited by ``context_and_audit`` around it.
+    app.add_middleware(InputGuard)
 
     @app.middleware("http")
     async def context_and_audit(request: Request, call_next: Any) -> Any:
         context = request.scope.get("aws.context")
+        given = request.headers.get("x-request-id")
         request.state.request_id = (getattr(context, "aws_request_id", None)
-                                    or request.headers.get("x-request-id") or str(uuid.uuid4()))
-        audited = request.method in AUDITED_METHODS and request.url.path.startswith("/api/admin")
+                                    or (given if given and _REQUEST_ID.match(given) else None)
+                                    or str(uuid.uuid4()))
+        audited = is_audited(request)
         try:
             response = await call_next(request)
         except Exception:
@@ -121,16 +208,33 @@ def create_app(services: Services) -> FastAPI:
         return response
 
     async def _audit(request: Request, outcome: str) -> None:
-        await run_in_threadpool(
-            RunStore(services.db).audit,
-            actor=getattr(request.state, "actor", None) or "anonymous",
-            action=getattr(request.scope.get("route"), "name", None)
-            or f"{request.method} {request.url.path}",
-            target=request.url.path,
-            outcome=outcome,
-            ip=client_ip(request),
-            detail={"requestId": request.state.request_id, "query": dict(request.query_params)},
-        )
+        """Settle the row written before the action, or record a refused request."""
+        runs = RunStore(services.db)
+        audit_id = getattr(request.state, "audit_id", None)
+        try:
+            if audit_id is not None:
+                await run_in_threadpool(runs.complete_audit, audit_id, outcome,
+                                        audit_detail(request))
+            else:
+                known = getattr(request.state, "actor", None)
+                actor = known if isinstance(known, str) and known else \
+                    await run_in_threadpool(_presented_subject, request)
+                await run_in_threadpool(
+                    runs.audit, actor=actor,
+                    action=action_name(request), target=request.url.path, outcome=outcome,
+                    ip=client_ip(request), detail=audit_detail(request))
+        except SluiceError as exc:
+            # The action (if any) ran after its row was written; the response stands.
+            services.reporter.error("http.audit", exc, path=request.url.path,
+                                    auditId=audit_id, outcome=outcome)
+
+    def _presented_subject(request: Request) -> str:
+        """Who a request refused before authentication claims to be, when its token
+        verifies (a refused query string, say); else ``anonymous``."""
+        try:
+            return services.admin.verify(admin_token(request)).subject
+        except SluiceError:
+            return "anonymous"
 
     @app.exception_handler(SluiceError)
     async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
@@ -163,7 +267,7 @@ def create_app(services: Services) -> FastAPI:
         last = RunStore(services.db).last_runs()
         return {"jobs": [
             {"name": job.name, "route": job.route, "schedule": job.schedule,
-             "surface": job.surface, "lastRun": _jsonable(last.get(job.name))}
+             "surface": job.surface, "lastRun": jsonable(last.get(job.name))}
             for job in JOBS.values()
         ]}
 
@@ -174,9 +278,3 @@ def create_app(services: Services) -> FastAPI:
         app.include_router(getattr(importlib.import_module(module), attr))
     logger.debug("http app built", extra={"routes": len(app.routes)})
     return app
-
-
-def _jsonable(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}

@@ -3,6 +3,9 @@
 Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
 reset) and purge them. Every POST is audited by the app's middleware. The drain's
 own route, ``/api/admin/delivery/drain``, comes from the job registry.
+``GET /api/queue/status`` (the cron bearer, or an admin on ``delivery``) is the
+queue's health: depth per status, entries in backoff, the oldest pending entry's
+age, and the last drain's summary.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from shared.core.auth import Identity
+from shared.core.auth import Identity, is_authorized_cron
+from shared.core.errors import RequestError
+from shared.core.times import iso_z
 from shared.delivery.store import DeliveryStore, check_status
-from shared.http.app import require, services_of
+from shared.http.app import admin_token, require, services_of
+from shared.jobs.runs import RunStore
 
 router = APIRouter(prefix="/api/admin/delivery", tags=["delivery"])
+status_router = APIRouter(tags=["delivery"])
+DRAIN_JOB = "delivery-drain"
 
 
 def _store(request: Request) -> DeliveryStore:
@@ -69,3 +77,28 @@ def purge_all(request: Request, channel: str | None = None,
               identity: Identity = require("delivery")) -> dict[str, Any]:
     """Delete every failed entry (of ``channel``, if given)."""
     return {"purged": _store(request).purge_all(channel=channel or None)}
+
+
+@status_router.get("/api/queue/status", name="delivery:queue_status")
+def queue_status(request: Request) -> dict[str, Any]:
+    """Queue health for monitoring: the cron bearer or an admin allowed on ``delivery``."""
+    services = services_of(request)
+    if not is_authorized_cron(request.headers.get("authorization"),
+                              services.settings.cron_secret):
+        identity = services.admin.verify(admin_token(request))
+        services.admin.authorize_identity(identity, "delivery")
+    if request.query_params:
+        raise RequestError(f"unknown query parameter {min(request.query_params)!r}")
+    status = DeliveryStore(services.db).queue_status()
+    last = next((run for run in RunStore(services.db).recent(DRAIN_JOB, 10)
+                 if run["outcome"] in ("ok", "failures")), None)
+    status["lastSummary"] = None if last is None else {
+        "finishedAt": _iso(last["finished_at"]), "outcome": last["outcome"],
+        "summary": last["result"]}
+    return status
+
+
+def _iso(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return iso_z(value)

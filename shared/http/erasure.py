@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
-from shared.erasure.purge import TRUE, confirm, count_subject
+from shared.erasure.purge import confirm, count_subject
 from shared.erasure.registry import EXEMPTIONS, EXTERNAL_STORES, TARGETS
 from shared.erasure.requests import (
     ErasureStore,
@@ -71,10 +71,10 @@ def cancel_request(request: Request, request_id: str,
 
 
 @router.post("/requests/{request_id}/confirm", name="erasure:confirm")
-def confirm_request(request: Request, request_id: str, dryRun: str = "",
+def confirm_request(request: Request, request_id: str, dryRun: bool = False,
                     identity: Identity = require("erasure")) -> dict[str, Any]:
     """Purge now, skipping the rest of the grace window; ``?dryRun=true`` only counts."""
-    dry_run = dryRun.lower() in TRUE
+    dry_run = dryRun
     current, outcome = confirm(services_of(request), request_id, confirmed_by=identity.subject,
                                dry_run=dry_run)
     body = current.to_json()

@@ -13,8 +13,9 @@ from fastapi import APIRouter, Body, Query, Request
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
 from shared.http.app import require, services_of
+from shared.http.params import known_fields
 from shared.ops.deadletters import DEFAULT_REDRIVE, DeadLetters
-from shared.store.flags import FlagStore
+from shared.store.flags import FLAG_ACTION, FlagStore
 
 router = APIRouter()
 JsonBody = Annotated[dict[str, Any] | None, Body()]
@@ -34,7 +35,7 @@ def list_flags(request: Request, identity: Identity = require("flags")) -> dict[
     return {"flags": FlagStore(services_of(request).state).all()}
 
 
-@router.put("/api/admin/flags", name="flags:set")
+@router.put("/api/admin/flags", name=FLAG_ACTION)
 def set_flag(request: Request, body: Annotated[dict[str, Any], Body()],
              identity: Identity = require("flags")) -> dict[str, Any]:
     return {"flag": FlagStore(services_of(request).state).apply(body, actor=identity.subject)}
@@ -61,6 +62,7 @@ def dlq_show(request: Request, name: str, entry_id: str,
 def dlq_redrive(request: Request, name: str, body: JsonBody = None,
                 identity: Identity = require("queues")) -> dict[str, Any]:
     body = body or {}
+    known_fields(body, ("ids", "limit", "dryRun"))
     limit = body.get("limit", DEFAULT_REDRIVE)
     dry_run = body.get("dryRun", False)
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -75,6 +77,7 @@ def dlq_redrive(request: Request, name: str, body: JsonBody = None,
 def dlq_purge(request: Request, name: str, body: JsonBody = None,
               identity: Identity = require("queues")) -> dict[str, Any]:
     body = body or {}
+    known_fields(body, ("ids", "all"))
     ids = _ids(body)
     if ids is None and body.get("all") is not True:
         raise RequestError('give "ids", or "all": true to purge every dead letter')

@@ -1,4 +1,5 @@
-"""state-cleanup: delete expired platform_state rows and stale threshold-firing hash rows.
+"""state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows, old
+operations history samples, and job_runs / admin_audit rows past their retention.
 
 Deletes run in bounded batches, each its own short transaction, so a table with
 millions of expired rows never holds one long lock. Rows not yet expired, and
@@ -13,11 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.crash import crash_point
+from shared.core.times import iso_z
 from shared.jobs.registry import Deadline, JobContext, Result
+from shared.jobs.runs import Q as RUNS_Q
 from shared.store.db import Database, Query, load_queries
+from shared.store.history import RETENTION as HISTORY_RETENTION
 from shared.store.state import like_prefix
 
 Q = load_queries("state")
+HISTORY = load_queries("history")
 
 THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
 THRESHOLD_FIRING_RETENTION_DAYS = 90
@@ -47,7 +52,8 @@ def delete_in_batches(db: Database, query: Query, params: dict[str, Any], *,
 
 def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                   batch_size: int = DEFAULT_BATCH_SIZE,
-                  observe: BatchObserver | None = None) -> Result:
+                  observe: BatchObserver | None = None,
+                  runs_retention_days: int = 90, audit_retention_days: int = 400) -> Result:
     deleted = delete_in_batches(db, Q.delete_expired_batch, {"now": now},
                                 batch_size=batch_size, deadline=deadline,
                                 point="state-cleanup.after_state_batch", observe=observe)
@@ -58,8 +64,21 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
         batch_size=batch_size, deadline=deadline, point="state-cleanup.after_hash_batch",
         observe=observe,
     )
+    samples_deleted = delete_in_batches(
+        db, HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION}, batch_size=batch_size,
+        deadline=deadline, point="state-cleanup.after_history_batch", observe=observe)
+    runs_deleted = delete_in_batches(
+        db, RUNS_Q.delete_old_runs_batch, {"cutoff": now - timedelta(days=runs_retention_days)},
+        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_runs_batch",
+        observe=observe)
+    audit_deleted = delete_in_batches(
+        db, RUNS_Q.delete_old_audit_batch, {"cutoff": now - timedelta(days=audit_retention_days)},
+        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_audit_batch",
+        observe=observe)
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
-            "processedAt": now.isoformat().replace("+00:00", "Z")}
+            "deletedSamples": samples_deleted,
+            "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
+            "processedAt": iso_z(now)}
 
 
 def run_state_cleanup(ctx: JobContext) -> Result:
@@ -70,5 +89,8 @@ def run_state_cleanup(ctx: JobContext) -> Result:
         total += deleted
         ctx.progress(f"state-cleanup: {total} rows deleted")
 
+    settings = ctx.services.settings
     return cleanup_state(ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
-                         observe=progress)
+                         observe=progress,
+                         runs_retention_days=settings.job_runs_retention_days,
+                         audit_retention_days=settings.audit_retention_days)

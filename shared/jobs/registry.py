@@ -87,6 +87,17 @@ def _no_progress(message: str) -> None:
 Drain = Callable[[JobContext], Result]
 
 
+class Param(NamedTuple):
+    """A query parameter a job's routes honour; ``ctx.params`` carries it as given
+    (``true`` / ``false``, digits), already checked against this declaration."""
+
+    name: str
+    kind: Literal["boolean", "integer"]
+    cron: bool = False  # honoured on the cron GET as well as on the admin POST
+    minimum: int | None = None
+    maximum: int | None = None
+
+
 class Job(NamedTuple):
     name: str
     route: str
@@ -98,6 +109,7 @@ class Job(NamedTuple):
     timeout_s: int = 60
     # Push-queue topics the job publishes to (its function gets a role that may send there).
     publishes: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
 
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")
@@ -139,6 +151,7 @@ JOBS: dict[str, Job] = {
             failure_keys=("failed",),
             budget_s=240.0,
             timeout_s=300,
+            params=(Param("dryRun", "boolean", cron=True),),
         ),
         Job(
             name="metering-flush",
@@ -159,6 +172,7 @@ JOBS: dict[str, Job] = {
             failure_keys=("deadLettered", "errors"),
             budget_s=50.0,
             timeout_s=60,
+            params=(Param("batches", "integer", minimum=1, maximum=1_000),),
         ),
         Job(
             name="delivery-drain",
@@ -166,9 +180,21 @@ JOBS: dict[str, Job] = {
             schedule="rate(1 minute)",
             surface="delivery",
             target="shared.delivery.drain:run_delivery_drain",
-            failure_keys=("failed", "skippedMaxRetries"),
+            failure_keys=("failed", "skippedMaxRetries", "fatal"),
             budget_s=45.0,
             timeout_s=60,
+        ),
+        Job(
+            name="rss-refresh",
+            route="/api/admin/rss/refresh",
+            schedule="rate(10 minutes)",
+            surface="ingestion",
+            target="shared.rss.tick:run_rss_refresh",
+            failure_keys=("failed",),
+            budget_s=290.0,
+            timeout_s=300,
+            publishes=("rss.ingest",),
+            params=(),
         ),
     )
 }

@@ -18,6 +18,7 @@ from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
 from shared.jobs.runs import Fence, RunStore, lease_holder_id
 from shared.store.db import bounded_by, utcnow
+from shared.store.history import HistoryStore, Sample
 
 ALREADY_RUNNING = {"skipped": "already_running"}
 # A crashed run's lease lapses this long after the job's own timeout.
@@ -36,6 +37,15 @@ def internal_error(job: str, request_id: str, exc: BaseException) -> dict[str, A
         body["message"] = exc.message
         body["cause"] = exc.code
     return {"error": body}
+
+
+def _sample(services: Services, job: str, outcome: str, duration_s: float) -> None:
+    """One history sample per finished run; a sample that cannot be written never fails the run."""
+    try:
+        HistoryStore(services.db).add([Sample("job", job, utcnow(), round(duration_s * 1000, 1),
+                                              outcome)])
+    except SluiceError as exc:
+        services.reporter.error(f"{job}.history_sample", exc)
 
 
 def run_job(
@@ -94,6 +104,7 @@ def run_job(
                 reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
                 body = internal_error(job.name, request_id, exc)
                 runs.finish(run_id, "error", body, started)
+                _sample(services, job.name, "error", time.monotonic() - clock)
                 reporter.checkin(job.name, "error", check_in_id=check_in,
                                  duration_s=time.monotonic() - clock)
                 return RunOutcome(500, body, "error")
@@ -103,6 +114,7 @@ def run_job(
                 reporter.drain_failures(job.name, failed, result)
             runs.finish(run_id, outcome, result, started)
             duration = time.monotonic() - clock
+            _sample(services, job.name, outcome, duration)
             reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
             reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
             logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",

@@ -5,14 +5,27 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.errors import LeaseLost
-from shared.jobs.registry import Trigger
+from shared.jobs.registry import JOBS, Trigger
 from shared.store.db import Database, Row, Tx, load_queries, utcnow
 
 Q = load_queries("runs")
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every string safe for a ``text`` / ``jsonb`` column (no NUL, no lone
+    surrogate): an audit row must be writable whatever the caller sent."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
 
 
 def lease_holder_id() -> str:
@@ -121,21 +134,42 @@ class RunStore:
                 "result": tx.json(result),
             })
 
-    def last_runs(self) -> dict[str, Row]:
+    def last_runs(self, jobs: Iterable[str] | None = None) -> dict[str, Row]:
+        """The latest run of each job (every registered job by default), one index probe each."""
+        names = list(JOBS) if jobs is None else list(jobs)
+        found: dict[str, Row] = {}
         with self.db.transaction() as tx:
-            return {row["job"]: row for row in tx.fetchall(Q.last_runs)}
+            for name in names:
+                row = tx.fetchone(Q.last_run, {"job": name})
+                if row is not None:
+                    found[name] = row
+        return found
 
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_runs, {"job": job, "limit": limit})
 
     def audit(self, *, actor: str, action: str, target: str | None, outcome: str,
-              ip: str | None, detail: dict[str, Any] | None = None) -> None:
+              ip: str | None, detail: dict[str, Any] | None = None) -> str:
+        """Write one audit row; returns its id (``complete_audit`` settles a ``started`` row)."""
+        audit_id = str(uuid.uuid4())
         with self.db.transaction() as tx:
             tx.execute(Q.audit, {
-                "id": str(uuid.uuid4()), "actor": actor, "action": action, "target": target,
-                "outcome": outcome, "ip": ip, "at": utcnow(),
-                "detail": tx.json(detail) if detail is not None else None,
+                "id": audit_id, "actor": storable(actor), "action": storable(action),
+                "target": storable(target), "outcome": storable(outcome), "ip": storable(ip),
+                "at": utcnow(),
+                "detail": tx.json(storable(detail)) if detail is not None else None,
+            })
+        return audit_id
+
+    def complete_audit(self, audit_id: str, outcome: str,
+                       detail: dict[str, Any] | None = None, target: str | None = None) -> None:
+        """Settle a row written with outcome ``started`` before its action ran (``target``
+        when the action named it only as it ran, e.g. a created request's id)."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.complete_audit, {
+                "id": audit_id, "outcome": storable(outcome), "target": storable(target),
+                "detail": tx.json(storable(detail)) if detail is not None else None,
             })
 
     def recent_audit(self, limit: int = 50) -> list[Row]:

@@ -116,7 +116,7 @@ class DeadLetters:
                                   "notFound": report.not_found, "count": len(report.redriven)}
         outcome = "dry_run" if dry_run else ("failures" if report.failed or report.refused
                                              else "ok")
-        self._audit("dlq.redrive", name, actor, outcome,
+        self._audit("dlq:redrive", name, actor, outcome,
                     {"ids": [r["id"] for r in (*report.redriven, *report.refused,
                                                *report.failed)],
                      "dryRun": dry_run, "count": result["count"], "failed": report.failed,
@@ -127,5 +127,5 @@ class DeadLetters:
               actor: str = "unknown") -> dict[str, Any]:
         """Delete the given dead letters, or every one when ``ids`` is None."""
         purged = self.source(name).purge(ids)
-        self._audit("dlq.purge", name, actor, "ok", {"ids": ids, "purged": purged})
+        self._audit("dlq:purge", name, actor, "ok", {"ids": ids, "purged": purged})
         return {"queue": name, "purged": purged}

@@ -12,6 +12,7 @@ from typing import Any
 
 from shared.core.errors import SluiceError
 from shared.core.services import Services
+from shared.core.times import jsonable
 from shared.jobs.registry import JOBS
 from shared.jobs.runs import RunStore
 from shared.store.db import utcnow
@@ -20,7 +21,7 @@ OLDEST_AGE_METRIC = "ApproximateAgeOfOldestMessage"
 
 
 def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
+    return jsonable(value)
 
 
 def _section(measure: Callable[[], Any]) -> Any:

@@ -57,7 +57,9 @@ ERROR_MESSAGE_LIMIT = 500
 DEADLINE_MARGIN_S = 5.0
 
 
-class Outcome(Enum):
+class MessageOutcome(Enum):
+    """What the consumer did with one received queue message."""
+
     DONE = "done"
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
@@ -66,7 +68,7 @@ class Outcome(Enum):
 
 
 class Decision(NamedTuple):
-    outcome: Outcome
+    outcome: MessageOutcome
     delay_s: int = 0
     reason: str | None = None
 
@@ -193,23 +195,23 @@ class Consumer:
         if self._completed(key):
             logger.info(f"[{self._context}] already completed; acknowledged",
                         extra={"messageId": inbound.message_id, "dedupeKey": key})
-            return Decision(Outcome.DUPLICATE)
+            return Decision(MessageOutcome.DUPLICATE)
         try:
             self.handler(message, inbound)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             reporter.error(self._context, exc, messageId=inbound.message_id,
                            deliveryCount=inbound.delivery_count)
             if inbound.delivery_count < self.max_attempts:
-                return Decision(Outcome.RETRY, backoff_s(inbound.delivery_count), str(exc))
+                return Decision(MessageOutcome.RETRY, backoff_s(inbound.delivery_count), str(exc))
             self._dead_letter(dead_letter_summary(message, inbound, exc, js_iso(self._now())),
                               idempotency_key(message))
             reporter.metric("QueueDeadLettered", 1, topic=self.topic)
-            return Decision(Outcome.DEAD_LETTERED, reason=str(exc))
+            return Decision(MessageOutcome.DEAD_LETTERED, reason=str(exc))
         # Recorded as soon as it completed: a batch cut short later does not run it again.
         self.keys.complete(key, self.topic, inbound.message_id)
         if self._batch is not None:
             self._batch.done.add(key)
-        return Decision(Outcome.DONE)
+        return Decision(MessageOutcome.DONE)
 
     def _completed(self, key: str) -> bool:
         if self._batch is not None:  # every key of the batch was looked up with it
@@ -225,7 +227,7 @@ class Consumer:
                                      messageId=inbound.message_id,
                                      deliveryCount=inbound.delivery_count)
         self.services.reporter.metric("QueueMessagesRejected", 1, topic=self.topic)
-        return Decision(Outcome.REJECTED, reason=reason)
+        return Decision(MessageOutcome.REJECTED, reason=reason)
 
     def _now(self) -> Any:
         from shared.store.db import utcnow
@@ -274,7 +276,7 @@ class Consumer:
         finally:
             if batch is not None:
                 batch.longest_s = max(batch.longest_s, self.clock() - started)
-        if decision.outcome is Outcome.RETRY:
+        if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
 
@@ -314,11 +316,11 @@ class Consumer:
     # --- in process (not provisioned) ----------------------------------------
 
     def deliver_local(self, body: str, message_id: str) -> Decision:
-        decision = Decision(Outcome.RETRY)
+        decision = Decision(MessageOutcome.RETRY)
         parsed = parse(body)
         for attempt in range(1, self.max_attempts + 1):
             decision = self.handle(body, InboundMessage(message_id, self.topic, attempt), parsed)
-            if decision.outcome is not Outcome.RETRY:
+            if decision.outcome is not MessageOutcome.RETRY:
                 break
             logger.warning(f"[{self._context}] retrying in process",
                            extra={"messageId": message_id, "attempt": attempt,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 PIPELINE_FLAG = "rssQueuePipeline"
 # Where the rss-refresh feature puts the global catalog refresh, imported when
 # none was registered explicitly: "module:function(services)".
-CATALOG_REFRESH_TARGET = "shared.rss_refresh:refresh_global_catalog"
+CATALOG_REFRESH_TARGET = "shared.rss.catalog:refresh_global_catalog"
 
 CatalogRefresh = Callable[["Services"], Any]
 _catalog_refresh: list[CatalogRefresh] = []

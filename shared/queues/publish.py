@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
 from shared.core.errors import Conflict
 from shared.core.observe import logger
 from shared.core.settings import Settings
+from shared.core.times import iso_z
 from shared.queues.keys import idempotency_key
 from shared.queues.signing import SIGNATURE_FIELD, Signer
 from shared.queues.sqs import Sqs
@@ -27,8 +28,7 @@ Mode = Literal["local", "sqs"]
 
 def js_iso(moment: datetime) -> str:
     """``Date.prototype.toISOString()``: millisecond precision, ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{moment.astimezone(UTC).microsecond // 1000:03d}Z"
+    return iso_z(moment)
 
 
 class InProcess(Protocol):
@@ -54,18 +54,24 @@ class Registry:
 REGISTRY = Registry()
 
 
+# In-process outcomes that mean the message was handled.
+LOCAL_HANDLED = frozenset({"done", "duplicate"})
+
+
 class Published(NamedTuple):
     topic: str
     message_id: str | None
     idempotency_key: str
     mode: Mode
-    dispatched: bool
+    dispatched: bool  # sent to SQS, or handled by the in-process consumer (done / duplicate)
     message: dict[str, Any]
+    outcome: str = "sent"  # sqs: sent; local: the consumer's outcome, or no_handler
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "messageId": self.message_id,
                 "idempotencyKey": self.idempotency_key, "mode": self.mode,
-                "dispatched": self.dispatched}
+                "dispatched": self.dispatched, "outcome": self.outcome, "reason": self.reason}
 
 
 class Publisher:
@@ -122,6 +128,8 @@ class Publisher:
         if consumer is None:
             logger.warning(f"[queues:{topic}] no in-process handler registered; message dropped",
                            extra={"messageId": message_id, "idempotencyKey": key})
-            return Published(topic, message_id, key, "local", False, message)
-        consumer.deliver_local(body, message_id)
-        return Published(topic, message_id, key, "local", True, message)
+            return Published(topic, message_id, key, "local", False, message, "no_handler")
+        decision = consumer.deliver_local(body, message_id)
+        outcome = str(decision.outcome.value)
+        return Published(topic, message_id, key, "local", outcome in LOCAL_HANDLED, message,
+                         outcome, decision.reason)

@@ -7,12 +7,24 @@ read-modify-write a shared value.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from shared.core.errors import NotFound, RequestError
+from shared.core.errors import NotFound, RequestError, SluiceError
 from shared.store.state import StateStore
 
 PREFIX = "platform:flags:"
+# The audit action of every flag change (set, or clear an override), on every surface.
+FLAG_ACTION = "flags:set"
+
+
+class AuditTrail(Protocol):
+    """Where a change is recorded: a row written before it, settled after it."""
+
+    def audit(self, *, actor: str, action: str, target: str | None, outcome: str,
+              ip: str | None, detail: dict[str, Any] | None = None) -> str: ...
+
+    def complete_audit(self, audit_id: str, outcome: str,
+                       detail: dict[str, Any] | None = None) -> None: ...
 
 
 class Flag(NamedTuple):
@@ -102,13 +114,36 @@ class FlagStore:
     def all(self) -> list[dict[str, Any]]:
         return [self.describe(key) for key in FLAGS]
 
-    def apply(self, body: Any, actor: str | None = None) -> dict[str, Any]:
-        """``{key, enabled, tenantScopeId?, clearOverride?}`` (the PUT body and the CLI)."""
+    def apply(self, body: Any, actor: str | None = None,
+              audit: AuditTrail | None = None) -> dict[str, Any]:
+        """``{key, enabled, tenantScopeId?, clearOverride?}`` (the PUT body and the CLI).
+
+        With ``audit``, the change is recorded as ``FLAG_ACTION`` before it is made and
+        settled after (the HTTP surface audits in its middleware and passes none)."""
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
+        unknown = set(body) - {"key", "enabled", "tenantScopeId", "clearOverride"}
+        if unknown:
+            raise RequestError(f"unknown field(s): {', '.join(sorted(unknown))}")
         key = body.get("key")
         if not isinstance(key, str):
             raise RequestError("key is required")
+        if audit is None:
+            return self._apply(body, key)
+        detail = {"key": key, "enabled": body.get("enabled"),
+                  "tenantScopeId": body.get("tenantScopeId"),
+                  "clearOverride": body.get("clearOverride") is True}
+        audit_id = audit.audit(actor=actor or "unknown", action=FLAG_ACTION, target=key,
+                               outcome="started", ip=None, detail=detail)
+        try:
+            described = self._apply(body, key)
+        except SluiceError as exc:
+            audit.complete_audit(audit_id, exc.code, detail)
+            raise
+        audit.complete_audit(audit_id, "ok", detail)
+        return described
+
+    def _apply(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         tenant = body.get("tenantScopeId")
         if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
             raise RequestError("tenantScopeId must be a non-empty string")
@@ -120,5 +155,5 @@ class FlagStore:
             enabled = body.get("enabled")
             if not isinstance(enabled, bool):
                 raise RequestError("enabled must be true or false")
-            self.set(key, enabled, tenant, actor)
+            self.set(key, enabled, tenant)
         return self.describe(key)

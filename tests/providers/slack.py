@@ -5,7 +5,9 @@ and a JSON body ``{channel, text, …}``. Success is ``200 {"ok": true, "channel
 "message"}``; errors are *also* HTTP 200, ``{"ok": false, "error": "<code>"}``
 (``invalid_auth``, ``channel_not_found``, ``is_archived``, ``msg_too_long``, ``no_text``);
 rate limiting is ``429`` with ``Retry-After`` seconds and ``{"ok": false, "error":
-"ratelimited"}``. Tests script extra answers in ``answers``.
+"ratelimited"}``. ``blocks`` are at most 50, a section's text at most 3000 characters
+(else ``invalid_blocks``); ``thread_ts`` answers in a thread. Tests script extra
+answers in ``answers``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from tests.providers.http import ProviderServer, StandIn, json_response
 
 MAX_TEXT = 40_000
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
 
 
 class SlackStandIn(StandIn):
@@ -51,8 +55,17 @@ class SlackStandIn(StandIn):
             return json_response(200, {"ok": False, "error": "no_text"})
         if len(text or "") > MAX_TEXT:
             return json_response(200, {"ok": False, "error": "msg_too_long"})
+        blocks = data.get("blocks") or []
+        if len(blocks) > MAX_BLOCKS or any(
+                len(str((b.get("text") or {}).get("text", ""))) > MAX_SECTION_TEXT
+                for b in blocks if isinstance(b, dict)):
+            return json_response(200, {"ok": False, "error": "invalid_blocks"})
         with self._lock:
             ts = f"1700000000.{len(self.messages) + 1:06d}"
-            self.messages.append({"channel": channel, "text": text, "ts": ts})
+            message: dict[str, Any] = {"channel": channel, "text": text, "ts": ts}
+            for key in ("thread_ts", "blocks"):
+                if key in data:
+                    message[key] = data[key]
+            self.messages.append(message)
         return json_response(200, {"ok": True, "channel": channel, "ts": ts,
                                    "message": {"type": "message", "text": text, "ts": ts}})

@@ -1,17 +1,21 @@
 """A local stand-in for the Telegram Bot API's ``sendMessage``.
 
 As documented: ``POST /bot<token>/sendMessage`` with ``{chat_id, text, parse_mode?,
-disable_notification?}``. Success is ``{"ok": true, "result": Message}``; failure is
-``{"ok": false, "error_code", "description"}`` with the HTTP status equal to
-``error_code``: ``401 Unauthorized`` (wrong token), ``400 Bad Request: chat not found``,
-``400 Bad Request: message is too long`` (over 4096 characters), ``403 Forbidden: bot was
-blocked by the user``, and ``429 Too Many Requests: retry after N`` with
-``parameters.retry_after``.
+disable_notification?, message_thread_id?, reply_parameters?}``. Success is ``{"ok":
+true, "result": Message}``; failure is ``{"ok": false, "error_code", "description"}``
+with the HTTP status equal to ``error_code``: ``401 Unauthorized`` (wrong token),
+``400 Bad Request: chat not found``, ``400 Bad Request: message is too long`` (over 4096
+characters of text after entity parsing), ``400 Bad Request: can't parse entities: …``
+(``parse_mode=HTML`` with an unsupported or unclosed tag, or a bare ``<``, ``>`` or
+``&``), ``403 Forbidden: bot was blocked by the user``, and ``429 Too Many Requests:
+retry after N`` with ``parameters.retry_after``.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -19,6 +23,37 @@ from typing import Any
 from tests.providers.http import ProviderServer, StandIn, json_response
 
 MAX_TEXT = 4096
+_TAGS = ("b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "code", "pre",
+         "tg-spoiler", "blockquote", "a")
+_TOKEN = re.compile(r"<(/?)([a-z-]+)(\s[^<>]*)?>|&(#\d+|#x[0-9a-fA-F]+|lt|gt|amp|quot);|[<>&]")
+
+
+def parse_html(text: str) -> str:
+    """Telegram's HTML parse mode: the visible text, or ValueError as Telegram words it."""
+    out, stack, at = [], [], 0
+    for match in _TOKEN.finditer(text):
+        out.append(text[at:match.start()])
+        at = match.end()
+        closing, tag, entity = match.group(1), match.group(2), match.group(4)
+        if entity is not None:
+            out.append(html.unescape(match.group(0)))
+        elif tag is None:
+            raise ValueError(f"can't parse entities: unexpected {match.group(0)!r} at byte "
+                             f"offset {match.start()}")
+        elif tag not in _TAGS:
+            raise ValueError(f"can't parse entities: Unsupported start tag \"{tag}\" at byte "
+                             f"offset {match.start()}")
+        elif closing:
+            if not stack or stack.pop() != tag:
+                raise ValueError(f"can't parse entities: Unmatched end tag at byte offset "
+                                 f"{match.start()}, expected \"</{stack[-1] if stack else ''}>\"")
+        else:
+            stack.append(tag)
+    if stack:
+        raise ValueError(f"can't parse entities: Can't find end tag corresponding to start tag "
+                         f"\"{stack[-1]}\"")
+    out.append(text[at:])
+    return "".join(out)
 
 
 def error(code: int, description: str, **parameters: Any) -> tuple[int, dict[str, str], bytes]:
@@ -59,11 +94,22 @@ class TelegramStandIn(StandIn):
             return error(400, "Bad Request: chat not found")
         if not text:
             return error(400, "Bad Request: message text is empty")
-        if len(text) > MAX_TEXT:
+        mode = data.get("parse_mode")
+        if mode not in (None, "HTML"):
+            return error(400, f"Bad Request: unsupported parse_mode {mode!r} in this stand-in")
+        try:
+            visible = parse_html(text) if mode == "HTML" else text
+        except ValueError as exc:
+            return error(400, f"Bad Request: {exc}")
+        if len(visible) > MAX_TEXT:
             return error(400, "Bad Request: message is too long")
         with self._lock:
             message_id = len(self.messages) + 1
-            self.messages.append({"chat_id": chat, "text": text, "message_id": message_id})
+            self.messages.append({
+                "chat_id": chat, "text": visible, "raw": text, "message_id": message_id,
+                "parse_mode": mode, "silent": bool(data.get("disable_notification")),
+                "thread_id": data.get("message_thread_id"),
+                "reply_to": (data.get("reply_parameters") or {}).get("message_id")})
         return json_response(200, {"ok": True, "result": {
             "message_id": message_id, "date": int(time.time()),
             "chat": {"id": int(chat), "type": "private"}, "text": text}})

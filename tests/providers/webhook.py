@@ -2,7 +2,9 @@
 
 ``received`` keeps every request; ``delivered`` keeps one payload per key (what a
 receiver that dedupes acts on). A bad or stale signature is ``401``. Tests script
-statuses in ``answers`` (e.g. a 503 then a 200).
+statuses in ``answers`` (e.g. a 503 then a 200), and ``slow`` answers: the request is
+taken (counted, and delivered when its scripted status is 200) but the answer waits on
+``release`` (an event the test sets), so the sender times out after sending.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from shared.delivery.channels import IDEMPOTENCY_HEADER, verify_webhook
+from shared.delivery.channels.webhook import IDEMPOTENCY_HEADER, verify_webhook
 from tests.providers.http import ProviderServer, StandIn, json_response
 
 
@@ -24,6 +26,8 @@ class WebhookReceiver(StandIn):
         self.received: list[dict[str, Any]] = []
         self.delivered: dict[str, dict[str, Any]] = {}
         self.rejected = 0
+        self.slow = 0  # how many of the next requests answer only after ``release`` is set
+        self.release = threading.Event()
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
 
@@ -38,9 +42,13 @@ class WebhookReceiver(StandIn):
         key = headers.get(IDEMPOTENCY_HEADER, "")
         with self._lock:
             self.received.append({"key": key, "headers": headers, "body": json.loads(body)})
-            if self.answers:
+            slow = self.slow > 0
+            self.slow -= 1 if slow else 0
+            if self.answers and not slow:
                 return json_response(self.answers.pop(0), {"error": "scripted"})
             self.delivered.setdefault(key, json.loads(body))
             event_id = f"evt_{list(self.delivered).index(key) + 1}"
+        if slow:
+            self.release.wait(30)
         return json_response(200, {"id": event_id, "duplicate": len(
             [r for r in self.received if r["key"] == key]) > 1})

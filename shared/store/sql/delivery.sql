@@ -60,9 +60,26 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: fail
 UPDATE delivery_queue
-SET status = 'failed', last_error = :error, duration_ms = :duration_ms, lease_until = NULL,
-    failed_at = :now, updated_at = :now
+SET status = 'failed', last_error = :error, failure_reason = :reason,
+    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: release
+-- Back to pending without counting the attempt it claimed: nothing judged this entry
+-- (no adapter, the channel is down, the process is out of memory). last_error says why.
+UPDATE delivery_queue
+SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
+    lease_until = NULL, last_error = :error, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: expire
+-- Pending entries not delivered within the expiry: failed, reason expired, never deleted
+-- here (pruning takes settled entries past the retention, like any failed entry).
+UPDATE delivery_queue
+SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at = :now,
+    last_error = 'expired: not delivered within ' || :expire_s || ' s'
+        || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
+WHERE status = 'pending' AND enqueued_at < :before
 
 -- name: expired_leases
 SELECT id, attempts FROM delivery_queue
@@ -77,12 +94,25 @@ LIMIT :limit
 UPDATE delivery_queue
 SET status = CASE WHEN attempts >= :max_attempts THEN 'failed' ELSE 'pending' END,
     failed_at = CASE WHEN attempts >= :max_attempts THEN :now ELSE failed_at END,
+    failure_reason = CASE WHEN attempts >= :max_attempts THEN 'lease_lost' ELSE NULL END,
     next_attempt_at = :now, lease_until = NULL, last_error = :error, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND next_attempt_at < :now
 RETURNING status
 
 -- name: count_deferred
-SELECT count(*) AS n FROM delivery_queue WHERE status = 'pending'
+-- Pending entries still in their backoff that this run left alone (it did not touch them
+-- since :since): what the drain skipped because they were not due.
+SELECT count(*) AS n FROM delivery_queue
+WHERE status = 'pending' AND next_attempt_at > :now AND updated_at < :since
+
+-- name: count_due
+SELECT count(*) AS n FROM delivery_queue WHERE status = 'pending' AND next_attempt_at <= :now
+
+-- name: queue_status
+SELECT count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > :now) AS in_backoff,
+       min(enqueued_at) FILTER (WHERE status = 'pending') AS oldest_pending
+FROM delivery_queue
+WHERE status = 'pending'
 
 -- name: prune
 DELETE FROM delivery_queue
@@ -103,13 +133,15 @@ LIMIT :limit
 -- name: redrive
 UPDATE delivery_queue
 SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
-    failed_at = NULL, lease_until = NULL, updated_at = :now
+    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
+    updated_at = :now
 WHERE id = :id AND status = 'failed'
 
 -- name: redrive_all
 UPDATE delivery_queue
 SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
-    failed_at = NULL, lease_until = NULL, updated_at = :now
+    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
+    updated_at = :now
 WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 
 -- name: purge

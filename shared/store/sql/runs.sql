@@ -31,10 +31,10 @@ WHERE id = :id
 INSERT INTO job_runs (id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result)
 VALUES (:id, :job, :trigger, :request_id, :started_at, :finished_at, :duration_ms, :outcome, :result)
 
--- name: last_runs
-SELECT r.job, r.trigger, r.started_at, r.finished_at, r.duration_ms, r.outcome, r.result
-FROM job_runs r
-WHERE r.started_at = (SELECT max(started_at) FROM job_runs WHERE job = r.job)
+-- name: last_run
+-- One index probe on job_runs_job_started_idx (job, started_at DESC) per job.
+SELECT job, trigger, started_at, finished_at, duration_ms, outcome, result
+FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT 1
 
 -- name: recent_runs
 SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result
@@ -43,6 +43,20 @@ FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT :limit
 -- name: audit
 INSERT INTO admin_audit (id, actor, action, target, outcome, ip, at, detail)
 VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
+
+-- name: complete_audit
+UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
+WHERE id = :id
+
+-- name: delete_old_runs_batch
+DELETE FROM job_runs WHERE id IN (
+    SELECT id FROM job_runs WHERE started_at < :cutoff LIMIT :limit
+)
+
+-- name: delete_old_audit_batch
+DELETE FROM admin_audit WHERE id IN (
+    SELECT id FROM admin_audit WHERE at < :cutoff LIMIT :limit
+)
 
 -- name: recent_audit
 SELECT id, actor, action, target, outcome, ip, at, detail

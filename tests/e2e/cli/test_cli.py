@@ -18,7 +18,8 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     done = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
+                           "deletedAuditRecords", "processedAt"}
     assert "applied migration 0001 foundation" in done.stderr
     assert (tmp_path / ".sluice" / "sluice.db").exists()
 
@@ -36,9 +37,13 @@ def test_run_human_summary_and_records(pg_url: str) -> None:
 
 def test_unknown_job_and_bad_settings_fail_clearly(tmp_path: Path) -> None:
     done = run_cli(["run", "nope"], {}, cwd=tmp_path)
-    assert done.returncode == 2 and "no job named 'nope'" in done.stderr
+    assert done.returncode == 64 and "no job named 'nope'" in done.stderr, "a usage error"
     done = run_cli(["run", "state-cleanup"], {"CRON_SECRET": "short"}, cwd=tmp_path)
-    assert done.returncode == 2 and "CRON_SECRET" in done.stderr
+    assert done.returncode == 78 and "CRON_SECRET" in done.stderr, "a configuration error"
+    done = run_cli(["frobnicate"], {}, cwd=tmp_path)
+    assert done.returncode == 64 and "invalid choice" in done.stderr
+    done = run_cli(["run"], {}, cwd=tmp_path)
+    assert done.returncode == 64
 
 
 def test_migrate_and_jobs(tmp_path: Path) -> None:

@@ -17,8 +17,16 @@ from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
 from tests.providers.telegram import TelegramStandIn
 
 BASE = "/api/admin/delivery"
-OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
-BILLING = {"authorization": f"Bearer {admin_token(['billing'], subject='bill-1')}"}
+
+
+def ops() -> dict[str, str]:
+    """Minted per request: a token minted at import expires on a slow run."""
+    return {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
+
+
+def billing() -> dict[str, str]:
+    """Minted per request: a token minted at import expires on a slow run."""
+    return {"authorization": f"Bearer {admin_token(['billing'], subject='bill-1')}"}
 
 
 @pytest.fixture
@@ -53,33 +61,34 @@ def test_failed_entries_over_http_list_show_redrive_purge(
     store.enqueue("telegram", "1001", {"text": "c"})
     cron = client.get(f"{BASE}/drain", headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert cron.status_code == 200
-    assert cron.json() == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0,
-                           "deferredBackoff": 0}
+    counts = {k: cron.json()[k] for k in ("recovered", "failed", "skippedMaxRetries",
+                                          "deferredBackoff")}
+    assert counts == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0, "deferredBackoff": 0}
 
-    listed = client.get(f"{BASE}/entries", params={"status": "failed"}, headers=OPS)
+    listed = client.get(f"{BASE}/entries", params={"status": "failed"}, headers=ops())
     assert listed.status_code == 200
     assert {e["id"] for e in listed.json()["entries"]} == {blocked.id, gone.id}
-    shown = client.get(f"{BASE}/entries/{blocked.id}", headers=OPS).json()
+    shown = client.get(f"{BASE}/entries/{blocked.id}", headers=ops()).json()
     assert shown["status"] == "failed" and "bot was blocked" in shown["lastError"]
-    stats = client.get(f"{BASE}/stats", headers=OPS).json()["statuses"]
+    stats = client.get(f"{BASE}/stats", headers=ops()).json()["statuses"]
     assert (stats["failed"]["count"], stats["acked"]["count"]) == (2, 1)
 
     # The user unblocked the bot: redrive, and the next drain delivers.
     telegram.blocked.clear()
     telegram.chats.add("1002")
-    redriven = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=OPS)
+    redriven = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=ops())
     assert redriven.status_code == 200
     assert (redriven.json()["status"], redriven.json()["attempts"]) == ("pending", 0)
-    again = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=OPS)
+    again = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=ops())
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
-    assert client.post(f"{BASE}/drain", headers=OPS).json()["recovered"] == 1
+    assert client.post(f"{BASE}/drain", headers=ops()).json()["recovered"] == 1
     assert store.get(blocked.id).status is DeliveryStatus.ACKED
 
-    assert client.post(f"{BASE}/entries/{gone.id}/purge", headers=OPS).json() == {
+    assert client.post(f"{BASE}/entries/{gone.id}/purge", headers=ops()).json() == {
         "purged": 1, "id": gone.id}
-    assert client.get(f"{BASE}/entries/{gone.id}", headers=OPS).status_code == 404
-    assert client.post(f"{BASE}/purge", headers=OPS).json() == {"purged": 0}
-    assert client.post(f"{BASE}/redrive", headers=OPS).json() == {"redriven": 0}
+    assert client.get(f"{BASE}/entries/{gone.id}", headers=ops()).status_code == 404
+    assert client.post(f"{BASE}/purge", headers=ops()).json() == {"purged": 0}
+    assert client.post(f"{BASE}/redrive", headers=ops()).json() == {"redriven": 0}
 
     audit = [(a["actor"], a["action"], a["outcome"]) for a in RunStore(svc.db).recent_audit()]
     assert ("ops-1", "delivery:redrive", "200") in audit
@@ -89,12 +98,12 @@ def test_failed_entries_over_http_list_show_redrive_purge(
 
 def test_roles_and_bad_input(client: TestClient, svc: Services) -> None:
     assert client.get(f"{BASE}/entries").status_code == 401
-    assert client.get(f"{BASE}/entries", headers=BILLING).status_code == 403
-    assert client.post(f"{BASE}/redrive", headers=BILLING).status_code == 403
-    bad = client.get(f"{BASE}/entries", params={"status": "lost"}, headers=OPS)
+    assert client.get(f"{BASE}/entries", headers=billing()).status_code == 403
+    assert client.post(f"{BASE}/redrive", headers=billing()).status_code == 403
+    bad = client.get(f"{BASE}/entries", params={"status": "lost"}, headers=ops())
     assert bad.status_code == 400 and "status must be one of" in bad.json()["error"]["message"]
-    assert client.get(f"{BASE}/entries", params={"limit": 0}, headers=OPS).status_code == 400
-    assert client.post(f"{BASE}/entries/nope/redrive", headers=OPS).status_code == 404
+    assert client.get(f"{BASE}/entries", params={"limit": 0}, headers=ops()).status_code == 400
+    assert client.post(f"{BASE}/entries/nope/redrive", headers=ops()).status_code == 404
     audit = {(a["actor"], a["outcome"]) for a in RunStore(svc.db).recent_audit()}
     assert ("bill-1", "403") in audit, "a refused admin action is audited too"
 
@@ -121,10 +130,10 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     redriven = run_cli(["delivery", "redrive", entry["id"], "--by", "oncall", "--json"], env)
     assert json.loads(redriven.stdout)["status"] == "pending"
     conflict = run_cli(["delivery", "purge", entry["id"]], env)
-    assert conflict.returncode == 2 and "only a failed entry can be purged" in conflict.stderr
-    assert run_cli(["delivery", "redrive"], env).returncode == 2
+    assert conflict.returncode == 64 and "only a failed entry can be purged" in conflict.stderr
+    assert run_cli(["delivery", "redrive"], env).returncode == 64
     assert run_cli(["delivery", "enqueue", "telegram", "1", "--payload", "[1]"],
-                   env).returncode == 2
+                   env).returncode == 64
 
     drained = run_cli(["run", "delivery-drain", "--json"], env)
     assert drained.returncode == 2 and json.loads(drained.stdout)["failed"] == 1
@@ -134,3 +143,55 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     assert (stats["acked"]["count"], stats["failed"]["count"]) == (1, 0)
     actions = {(a["actor"], a["action"]) for a in RunStore(svc.db).recent_audit()}
     assert {("oncall", "delivery:redrive"), ("oncall", "delivery:purge_all")} <= actions
+
+
+def test_queue_status_for_monitoring(client: TestClient, svc: Services,
+                                     telegram: TelegramStandIn) -> None:
+    store = DeliveryStore(svc.db)
+    cron = {"authorization": f"Bearer {CRON_SECRET}"}
+    empty = client.get("/api/queue/status", headers=cron)
+    assert empty.status_code == 200
+    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0},
+                            "inBackoff": 0, "oldestPendingAgeS": None, "lastSummary": None}
+
+    # longer than the in-process retries wait: the first entry goes to its backoff at once
+    telegram.flood_wait.append(60)
+    store.enqueue("telegram", "1001", {"text": "later"})
+    store.enqueue("telegram", "1002", {"text": "blocked"})
+    drained = client.get(f"{BASE}/drain", headers=cron).json()
+    store.enqueue("telegram", "1001", {"text": "not yet drained"})
+
+    status = client.get("/api/queue/status", headers=ops())
+
+    assert status.status_code == 200
+    body = status.json()
+    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1}
+    assert body["inBackoff"] == 1
+    assert body["oldestPendingAgeS"] >= 0
+    assert body["lastSummary"]["outcome"] == "failures"
+    assert body["lastSummary"]["summary"] == drained
+    assert body["lastSummary"]["finishedAt"].endswith("Z")
+
+
+def test_queue_status_refuses_strangers_and_unknown_parameters(client: TestClient) -> None:
+    assert client.get("/api/queue/status").status_code == 401
+    assert client.get("/api/queue/status", headers=billing()).status_code == 403
+    wrong = client.get("/api/queue/status", headers={"authorization": "Bearer not-the-secret"})
+    assert wrong.status_code == 401
+    bad = client.get("/api/queue/status", params={"verbose": "true"},
+                     headers={"authorization": f"Bearer {CRON_SECRET}"})
+    assert bad.status_code == 400 and "verbose" in bad.json()["error"]["message"]
+
+
+def test_enqueue_refuses_unknown_channels_and_unsupported_fields(env: dict[str, str]) -> None:
+    unknown = run_cli(["delivery", "enqueue", "sms", "+46", "--text", "x"], env)
+    assert unknown.returncode == 64 and "invalid choice: 'sms'" in unknown.stderr
+    field = run_cli(["delivery", "enqueue", "telegram", "1001", "--payload",
+                     '{"text": "x", "parseMode": "MarkdownV2"}'], env)
+    assert field.returncode == 64
+    assert "payload.parseMode is not supported by the telegram channel" in field.stderr
+    parts = run_cli(["delivery", "enqueue", "telegram", "1001", "--json", "--payload",
+                     '{"payloads": ["one", {"text": "two"}], "threadId": "7", "silent": true}'],
+                    env)
+    assert parts.returncode == 0, parts.stderr
+    assert json.loads(parts.stdout)["payload"]["payloads"] == ["one", {"text": "two"}]

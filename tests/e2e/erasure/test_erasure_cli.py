@@ -133,7 +133,7 @@ def test_confirm_refuses_without_yes_when_stdin_is_not_a_terminal(
     seed_subject(svc.db, "u3")
     request_id = str(_cli(["request", "u3"], env)["id"])
     refused = run_cli(["erasure", "confirm", request_id], env, stdin="yes\n")
-    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert refused.returncode == 64 and "--yes" in refused.stderr
     assert ErasureStore(svc.db).get(request_id).status is ErasureStatus.REQUESTED
     assert count_subject(svc, "u3")["ai_usage_ledger"] == 3
 
@@ -171,11 +171,11 @@ def test_the_command_line_lifecycle(env: dict[str, str], svc: Services) -> None:
     assert run_cli(["erasure", "purge", "--dry-run", "--json"], env).returncode == 0
 
     refused = run_cli(["erasure", "cancel", request_id], env)
-    assert refused.returncode == 2 and "conflict" in refused.stderr
+    assert refused.returncode == 64 and "conflict" in refused.stderr
     missing = run_cli(["erasure", "show", "nope"], env)
-    assert missing.returncode == 2 and "no erasure request 'nope'" in missing.stderr
+    assert missing.returncode == 64 and "no erasure request 'nope'" in missing.stderr
     bad = run_cli(["erasure", "request", "u8", "--grace-days", "-3"], env)
-    assert bad.returncode == 2 and "graceDays must be between 0 and 365" in bad.stderr
+    assert bad.returncode == 64 and "graceDays must be between 0 and 365" in bad.stderr
 
     actions = {(a["actor"], a["action"]) for a in RunStore(svc.db).recent_audit()}
     assert {("dpo", "erasure:create"), ("dpo", "erasure:confirm")} <= actions

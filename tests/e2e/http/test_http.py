@@ -16,6 +16,8 @@ from shared.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token
 
 ROUTE = "/api/admin/state/cleanup"
+CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
+                "deletedAuditRecords", "processedAt"}
 
 
 @pytest.fixture
@@ -28,23 +30,25 @@ def _expired_row(services: Services) -> None:
 
 
 @pytest.mark.parametrize(
-    "headers",
+    ("headers", "status"),
     [
-        [],
-        [(b"authorization", b"Bearer wrong-secret-wrong-secret-00")],
-        [(b"authorization", b"Bearer " + CRON_SECRET[:-1].encode())],
-        [(b"authorization", CRON_SECRET.encode())],
-        [(b"authorization", b"Basic " + CRON_SECRET.encode())],
-        [(b"authorization", b"Bearer " + "é".encode("latin-1") * 32)],
-        [(b"authorization", b"Bearer " + CRON_SECRET.encode() + b"\x00")],
+        ([], 401),
+        ([(b"authorization", b"Bearer wrong-secret-wrong-secret-00")], 401),
+        ([(b"authorization", b"Bearer " + CRON_SECRET[:-1].encode())], 401),
+        ([(b"authorization", CRON_SECRET.encode())], 401),
+        ([(b"authorization", b"Basic " + CRON_SECRET.encode())], 401),
+        ([(b"authorization", b"Bearer  " + CRON_SECRET.encode())], 401),
+        ([(b"authorization", b"Bearer " + "é".encode("latin-1") * 32)], 401),
+        ([(b"authorization", b"Bearer " + CRON_SECRET.encode() + b"\x00")], 400),
     ],
 )
 def test_cron_get_refuses_anything_but_the_bearer(client: TestClient, services: Services,
-                                                  headers: list[tuple[bytes, bytes]]) -> None:
+                                                  headers: list[tuple[bytes, bytes]],
+                                                  status: int) -> None:
     _expired_row(services)
     response = client.get(ROUTE, headers=headers)
-    assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == ("unauthorized" if status == 401 else "bad_request")
     assert services.state.keys_with_prefix("") == [] and _count(services) == 1, "nothing ran"
 
 
@@ -59,7 +63,7 @@ def test_cron_get_with_the_bearer_runs_the_job(client: TestClient, services: Ser
     response = client.get(ROUTE, headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"deleted", "deletedHashRecords", "processedAt"}
+    assert set(body) == CLEANUP_KEYS
     assert body["deleted"] == 1
     assert RunStore(services.db).recent("state-cleanup")[0]["trigger"] == "cron_http"
 
@@ -89,6 +93,7 @@ def test_admin_post(client: TestClient, services: Services, how: str, roles: lis
         headers["authorization"] = f"Bearer {admin_token(roles, subject='alice')}"
     elif how == "cookie":
         headers["cookie"] = f"__session={admin_token(roles, subject='alice')}"
+        headers["origin"] = "http://testserver"
     elif how == "garbage":
         headers["authorization"] = "Bearer not.a.jwt"
     response = client.post(ROUTE, headers=headers)
@@ -99,7 +104,7 @@ def test_admin_post(client: TestClient, services: Services, how: str, roles: lis
     assert audit["action"] == "state-cleanup:admin"
     assert audit["actor"] == ("alice" if how in ("header", "cookie") else "anonymous")
     if status == 200:
-        assert set(response.json()) == {"deleted", "deletedHashRecords", "processedAt"}
+        assert set(response.json()) == CLEANUP_KEYS
     else:
         assert response.json()["error"]["code"] in ("unauthorized", "forbidden")
 

@@ -32,7 +32,7 @@ def test_sign_then_verify(sqlite_url: str) -> None:
     closed = run_cli(["verify"], unset, stdin=signed.stdout)
     assert closed.returncode == 1 and "no signing secret is configured" in closed.stderr
     refused = run_cli(["sign"], unset, stdin=json.dumps(MESSAGE))
-    assert refused.returncode == 2 and "SLUICE_QUEUE_SIGNING_SECRET" in refused.stderr
+    assert refused.returncode == 78 and "SLUICE_QUEUE_SIGNING_SECRET" in refused.stderr
 
 
 def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
@@ -45,7 +45,7 @@ def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
     cleared = run_cli(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear"], env)
     assert json.loads(cleared.stdout)["overrides"] == {}
     unknown = run_cli(["flags", "nope", "on"], env)
-    assert unknown.returncode == 2 and "unknown_flag" in unknown.stderr
+    assert unknown.returncode == 64 and "unknown_flag" in unknown.stderr
 
 
 def test_publish_in_process_and_refusals(sqlite_url: str) -> None:
@@ -57,7 +57,7 @@ def test_publish_in_process_and_refusals(sqlite_url: str) -> None:
     assert result["idempotencyKey"].startswith("rss.ingest:b-local:")
     assert "rssQueuePipeline is off; acknowledged without work batch=b-local" in done.stderr
     reserved = run_cli(["publish", "rss.enrich"], env, stdin="{}")
-    assert reserved.returncode == 2 and "reserved_topic" in reserved.stderr
+    assert reserved.returncode == 64 and "reserved_topic" in reserved.stderr
 
 
 @pytest.mark.aws
@@ -90,7 +90,7 @@ def test_publish_to_sqs_and_work_the_dlq(aws_env: dict[str, str], sqlite_url: st
     assert redriven.returncode == 0 and json.loads(redriven.stdout)["count"] == 1
     assert bodies(urls["rss.ingest-dlq"]) == []
     assert len(receive(urls["rss.ingest"], visibility=0)) == 2
-    assert run_cli(["dlq", "purge", "rss.ingest"], env).returncode == 2
+    assert run_cli(["dlq", "purge", "rss.ingest"], env).returncode == 64
     purged = run_cli(["dlq", "purge", "rss.ingest", "--all"], env)
     assert json.loads(purged.stdout) == {"queue": "rss.ingest", "purged": 0}
 

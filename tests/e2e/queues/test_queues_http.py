@@ -123,9 +123,9 @@ def test_dlq_routes_list_show_redrive_and_purge(
                        json={"all": True}).json() == {"queue": "ledger", "purged": 1}
 
     actions = [(r["action"], r["target"]) for r in RunStore(services.db).recent_audit()]
-    assert ("dlq.redrive", "dlq:rss.ingest") in actions
+    assert ("dlq:redrive", "dlq:rss.ingest") in actions
     assert ("dlq:redrive", "/api/admin/dlq/rss.ingest/redrive") in actions
-    assert ("dlq.purge", "dlq:ledger") in actions
+    assert ("dlq:purge", "dlq:ledger") in actions
 
 
 def test_dlq_routes_show_the_quarantine_and_refuse_what_does_not_verify(

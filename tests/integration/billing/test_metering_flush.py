@@ -56,7 +56,7 @@ def test_each_row_is_sent_once_oldest_first_one_request_at_a_time(
     assert list(polar.events) == [f"use-{i:05d}:metering" for i in range(12)]
     assert polar.events["use-00003:metering"] == {
         "name": "ai_usage", "external_customer_id": "t0", "external_id": "use-00003:metering",
-        "timestamp": "2026-03-01T12:00:03Z",
+        "timestamp": "2026-03-01T12:00:03.000Z",
         "metadata": {"model": "gpt-4.1-mini", "input_tokens": 103, "output_tokens": 20,
                      "total_tokens": 123, "cost_micros": 1003, "ledger_id": "use-00003"}}
     for row in rows(store).values():

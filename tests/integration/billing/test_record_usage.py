@@ -72,11 +72,11 @@ def test_an_unreachable_postgres_parks_the_entry_in_redis(
     [raw] = redis_client.lrange(LEDGER_RETRY_QUEUE, 0, -1)
     item = json.loads(raw)
     assert item["id"] == "use-00004" and item["attempts"] == 0
-    assert item["enqueuedAt"] == "2026-03-01T12:00:00Z"
+    assert item["enqueuedAt"] == "2026-03-01T12:00:00.000Z"
     assert item["lastError"].startswith("store_unavailable: ")
     assert item["entry"] == {"id": "use-00004", "tenantId": "t1", "userId": "u4",
                              "model": "gpt-4.1-mini", "inputTokens": 104, "outputTokens": 20,
-                             "costMicros": 1004, "occurredAt": "2026-03-01T12:00:04Z"}
+                             "costMicros": 1004, "occurredAt": "2026-03-01T12:00:04.000Z"}
     # ... and the redrive later writes what the producer would have written.
     pg = open_database(pg_url)
     result = redrive(redis_client, pg, now=T0, deadline=Deadline(30))

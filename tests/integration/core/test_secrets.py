@@ -8,11 +8,13 @@ import sys
 import uuid
 
 import boto3
+import httpx
 import pytest
 
 from shared.core.errors import ConfigurationError
 from shared.core.secrets import load_secrets
 from shared.core.settings import Settings
+from shared.delivery.channels import build_adapters
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.aws
@@ -121,3 +123,41 @@ def test_cold_start_without_secrets_imports_no_powertools_parameters() -> None:
                   "or m == 'boto3' for m in sys.modules))", {})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_delivery_credentials_come_from_the_stage_path(aws_env: dict[str, str]) -> None:
+    # GIVEN every secret field of the settings table stored under the stage's path
+    path = f"/sluice/t{uuid.uuid4().hex[:8]}/"
+    ssm = boto3.client("ssm")
+    stored = {
+        "SLUICE_SLACK_BOT_TOKEN": "xoxb-from-ssm",
+        "SLUICE_TELEGRAM_BOT_TOKEN": "123:from-ssm",
+        "SLUICE_WEBHOOK_SIGNING_SECRET": "webhook-secret-from-ssm-0123",
+        "SLUICE_SMTP_PASSWORD": "smtp-password-from-ssm",
+    }
+    for name, value in stored.items():
+        ssm.put_parameter(Name=path + name, Value=value, Type="SecureString")
+    env = {"SLUICE_SECRETS_PATH": path, "SLUICE_SMTP_HOST": "127.0.0.1",
+           "SLUICE_SMTP_FROM": "a@sluice.test", "SLUICE_SMTP_USERNAME": "alerts"}
+
+    # WHEN they are loaded at cold start
+    loaded = load_secrets(env)
+
+    # THEN each reaches its setting, and every channel has its adapter
+    assert loaded == sorted(stored)
+    settings = Settings.from_env(env)
+    assert (settings.slack_bot_token, settings.telegram_bot_token, settings.smtp_password,
+            settings.webhook_signing_secret) == tuple(stored[k] for k in (
+                "SLUICE_SLACK_BOT_TOKEN", "SLUICE_TELEGRAM_BOT_TOKEN", "SLUICE_SMTP_PASSWORD",
+                "SLUICE_WEBHOOK_SIGNING_SECRET"))
+    with httpx.Client() as client:
+        assert sorted(build_adapters(settings, client)) == ["email", "slack", "telegram",
+                                                             "webhook"]
+
+
+def test_a_delivery_token_can_live_in_secrets_manager(aws_env: dict[str, str]) -> None:
+    secret_id = f"sluice/test/{uuid.uuid4().hex[:8]}/telegram"
+    boto3.client("secretsmanager").create_secret(Name=secret_id, SecretString="456:from-sm")
+    env = {"SLUICE_TELEGRAM_BOT_TOKEN_PARAM": f"secretsmanager:{secret_id}"}
+    assert load_secrets(env) == ["SLUICE_TELEGRAM_BOT_TOKEN"]
+    assert Settings.from_env(env).telegram_bot_token == "456:from-sm"

@@ -1,76 +1,22 @@
 """The adapters against local stand-ins speaking each platform's documented shapes, and the
-delivery-drain job end to end on both backends."""
+delivery-drain job end to end on both backends. In-process retries sleep through
+``drain.SLEEP``, replaced here by a recorder: no test waits for real."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Callable
 
 import httpx
-import pytest
 
 from shared.core.services import Services
-from shared.delivery.drain import Deliverer, Outcome
+from shared.delivery.drain import Deliverer, SendOutcome
 from shared.delivery.store import DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, get_job
 from shared.jobs.runner import run_job
 from shared.store.db import utcnow
 from tests.conftest import free_port
-from tests.providers.slack import SlackStandIn
-from tests.providers.smtp import SmtpServer
-from tests.providers.telegram import TelegramStandIn
-from tests.providers.webhook import WebhookReceiver
-
-WEBHOOK_SECRET = "webhook-secret-for-tests-0123456789"
-
-
-@dataclass
-class Providers:
-    webhook: WebhookReceiver
-    slack: SlackStandIn
-    telegram: TelegramStandIn
-    smtp: SmtpServer
-
-    def env(self) -> dict[str, str]:
-        return {
-            "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
-            "SLUICE_SLACK_BOT_TOKEN": self.slack.token, "SLUICE_SLACK_API_URL": self.slack.url,
-            "SLUICE_TELEGRAM_BOT_TOKEN": self.telegram.token,
-            "SLUICE_TELEGRAM_API_URL": self.telegram.url,
-            "SLUICE_SMTP_HOST": "127.0.0.1", "SLUICE_SMTP_PORT": str(self.smtp.port),
-            "SLUICE_SMTP_SECURITY": "none", "SLUICE_SMTP_FROM": "alerts@sluice.test",
-            "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "5",
-        }
-
-
-@pytest.fixture
-def providers() -> Iterator[Providers]:
-    with (WebhookReceiver(WEBHOOK_SECRET) as webhook, SlackStandIn(archived=("C0OLD",)) as slack,
-          TelegramStandIn(chats=("1001", "1002"), blocked=("1002",)) as telegram,
-          SmtpServer() as smtp):
-        smtp.unknown.add("gone@example.com")
-        smtp.busy.add("busy@example.com")
-        yield Providers(webhook, slack, telegram, smtp)
-
-
-@pytest.fixture
-def svc(db_url: str, providers: Providers, make_services: Callable[..., Services]) -> Services:
-    return make_services(db_url, **providers.env())
-
-
-def _drain(services: Services) -> dict[str, int]:
-    outcome = run_job(get_job("delivery-drain"), services, "cli")
-    assert outcome.status == 200, outcome.body
-    return outcome.body
-
-
-def _due_now(services: Services) -> None:
-    """Time travel: every pending entry's backoff has passed."""
-    with services.db.transaction() as tx:
-        tx.execute("UPDATE delivery_queue SET next_attempt_at = :now WHERE status = 'pending'",
-                   {"now": utcnow() - timedelta(seconds=1)})
+from tests.integration.delivery.helpers import Providers, drain_once, due_now, seed
 
 
 def test_the_drain_delivers_to_every_channel(svc: Services, providers: Providers) -> None:
@@ -82,9 +28,10 @@ def test_the_drain_delivers_to_every_channel(svc: Services, providers: Providers
     mail, _ = store.enqueue("email", "ops@example.com",
                             {"subject": "Alert", "text": "plain", "html": "<b>html</b>"})
 
-    result = _drain(svc)
+    result = drain_once(svc)
 
-    assert result == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    assert seed(result) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}
     [received] = providers.webhook.received
     assert received["key"] == "alert:cpu:1" and received["body"] == {"alert": "cpu",
                                                                       "text": "hot"}
@@ -103,8 +50,8 @@ def test_the_drain_delivers_to_every_channel(svc: Services, providers: Providers
                for e in store.list())
 
 
-def test_permanent_errors_and_missing_adapters_fail_at_once_with_their_reason(
-        svc: Services, providers: Providers) -> None:
+def test_permanent_errors_fail_at_once_with_their_reason_without_retrying(
+        svc: Services, providers: Providers, sleeps: list[float]) -> None:
     store = DeliveryStore(svc.db)
     cases = {
         ("telegram", "999"): "telegram 400: Bad Request: chat not found",
@@ -113,50 +60,106 @@ def test_permanent_errors_and_missing_adapters_fail_at_once_with_their_reason(
         ("slack", "C0OLD"): "slack: is_archived",
         ("email", "gone@example.com"): "email: recipient address rejected: 550 5.1.1 user unknown",
         ("webhook", providers.webhook.http.url + "/nowhere"): "webhook answered 404",
-        ("sms", "+4670000000"): "MissingAdapter: no adapter configured for channel 'sms'",
     }
     for channel, recipient in cases:
         store.enqueue(channel, recipient, {"text": "x"})
-    store.enqueue("telegram", "1001", {"text": "y" * 5000})
 
-    result = _drain(svc)
+    result = drain_once(svc)
 
-    assert result == {"recovered": 0, "failed": 8, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    assert seed(result) == {"recovered": 0, "failed": 6, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}
     failed = {(e.channel, e.recipient): e for e in store.list(status=DeliveryStatus.FAILED)}
     for key, reason in cases.items():
         assert reason in (failed[key].last_error or ""), failed[key].last_error
-        assert failed[key].attempts == 1
-    assert "message is too long" in (failed[("telegram", "1001")].last_error or "")
-    assert _drain(svc)["failed"] == 0, "a failed entry is never tried again"
+        assert failed[key].attempts == 1 and failed[key].failure_reason == "permanent"
+    assert sleeps == [], "a permanent refusal is never retried in-process"
+    assert drain_once(svc)["failed"] == 0, "a failed entry is never tried again"
 
 
-def test_transient_errors_wait_out_the_schedule_then_deliver(
-        svc: Services, providers: Providers) -> None:
+def test_a_channel_without_adapter_waits_pending_and_is_reported_not_failed(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    # GIVEN a deployment whose Telegram token never arrived
+    env = {k: v for k, v in providers.env().items() if "TELEGRAM" not in k}
+    unconfigured = make_services(db_url, **env)
+    store = DeliveryStore(unconfigured.db)
+    entry, _ = store.enqueue("telegram", "1001", {"text": "hello"})
+    store.enqueue("slack", "C0ALERTS", {"text": "still sent"})
+
+    # WHEN the drain runs (twice)
+    outcome = run_job(get_job("delivery-drain"), unconfigured, "cli")
+    again = run_job(get_job("delivery-drain"), unconfigured, "cli")
+
+    # THEN the entry waits, no attempt counted, and each run says why
+    assert outcome.outcome == "ok" and seed(outcome.body) == {
+        "recovered": 1, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    assert outcome.body["unconfigured"] == {
+        "count": 1, "channels": {"telegram": "no adapter configured for channel 'telegram'"}}
+    assert again.body["unconfigured"]["count"] == 0, "set aside until after the run ended"
+    waiting = store.get(entry.id)
+    assert waiting.status is DeliveryStatus.PENDING and waiting.attempts == 0
+    assert "no adapter configured for channel 'telegram'" in (waiting.last_error or "")
+
+    # AND once the credential is configured, it is delivered on its first attempt
+    due_now(unconfigured)
+    configured = make_services(db_url, **providers.env())
+    assert drain_once(configured)["recovered"] == 1
+    delivered = store.get(entry.id)
+    assert delivered.status is DeliveryStatus.ACKED and delivered.attempts == 1
+    assert [m["text"] for m in providers.telegram.messages] == ["hello"]
+
+
+def test_short_blips_are_retried_in_process_honouring_retry_after(
+        svc: Services, providers: Providers, sleeps: list[float]) -> None:
     store = DeliveryStore(svc.db)
-    providers.telegram.flood_wait.append(30)
+    providers.telegram.flood_wait.append(3)
     providers.webhook.answers.append(503)
     providers.slack.answers.append((429, {"ok": False, "error": "ratelimited"},
-                                    {"retry-after": "12"}))
+                                    {"retry-after": "2"}))
+    for channel, recipient in (("telegram", "1001"), ("webhook", providers.webhook.url),
+                               ("slack", "C0ALERTS")):
+        store.enqueue(channel, recipient, {"text": f"to {channel}"})
+
+    result = drain_once(svc)
+
+    assert seed(result) == {"recovered": 3, "failed": 0, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}
+    assert sleeps == [3.0, 0.3, 2.0], "Retry-After when longer than the policy's 300 ms"
+    assert {e.attempts for e in store.list()} == {1}, "one queue attempt each"
+    assert len(providers.webhook.received) == 2
+
+
+def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
+        svc: Services, providers: Providers, sleeps: list[float]) -> None:
+    store = DeliveryStore(svc.db)
+    providers.telegram.flood_wait.extend([30, 30, 30])
+    providers.webhook.answers.extend([503] * 3)
+    providers.slack.answers.extend([(429, {"ok": False, "error": "ratelimited"},
+                                     {"retry-after": "12"})] * 3)
     for channel, recipient in (("telegram", "1001"), ("webhook", providers.webhook.url),
                                ("slack", "C0ALERTS"), ("email", "busy@example.com")):
         store.enqueue(channel, recipient, {"text": f"to {channel}"})
     started = utcnow()
 
-    first = _drain(svc)
+    first = drain_once(svc)
 
-    assert first == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 4}
+    assert seed(first) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
+                           "deferredBackoff": 0}, "attempted this run: not deferred"
+    assert len(sleeps) == 8, "three tries each, two waits each"
     waits = {e.channel: (e.next_attempt_at - started).total_seconds()
              for e in store.list(status=DeliveryStatus.PENDING)}
     assert 30 <= waits["telegram"] < 35, "Telegram's retry_after lengthens the 5 s step"
     assert 12 <= waits["slack"] < 17, "Slack's Retry-After too"
     assert 5 <= waits["webhook"] < 10 and 5 <= waits["email"] < 10
     assert "retry after 30" in (store.list(channel="telegram")[0].last_error or "")
-    assert _drain(svc)["deferredBackoff"] == 4, "not due yet: nothing is sent"
+    second = drain_once(svc)
+    assert second["deferredBackoff"] == 4, "not due yet: skipped because in backoff"
+    assert second["leftDue"] == 0
 
     providers.smtp.busy.clear()
-    _due_now(svc)
-    second = _drain(svc)
-    assert second == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0}
+    due_now(svc)
+    third = drain_once(svc)
+    assert seed(third) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
+                           "deferredBackoff": 0}
     assert {e.attempts for e in store.list()} == {2}
 
 
@@ -164,24 +167,25 @@ def test_the_fifth_transient_failure_ends_the_entry_as_skipped_max_retries(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
     entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"})
-    providers.webhook.answers.extend([503] * 5)
+    providers.webhook.answers.extend([503] * 15)
     results = []
     for _ in range(5):
-        results.append(_drain(svc))
-        _due_now(svc)
-    assert [r["deferredBackoff"] for r in results] == [1, 1, 1, 1, 0]
-    assert results[-1] == {"recovered": 0, "failed": 0, "skippedMaxRetries": 1,
-                           "deferredBackoff": 0}
+        results.append(drain_once(svc))
+        due_now(svc)
+    assert [r["skippedMaxRetries"] for r in results] == [0, 0, 0, 0, 1]
+    assert seed(results[-1]) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 1,
+                                 "deferredBackoff": 0}
     dead = store.get(entry.id)
     assert dead.status is DeliveryStatus.FAILED and dead.attempts == 5
+    assert dead.failure_reason == "max_attempts"
     assert "gave up after 5 attempts" in (dead.last_error or "")
-    assert len(providers.webhook.received) == 5
+    assert len(providers.webhook.received) == 15, "5 queue attempts of 3 tries each"
     assert run_job(get_job("delivery-drain"), svc, "cli").outcome == "ok", \
         "nothing left to fail in a later run"
 
 
 def test_a_run_with_failures_is_reported_as_failures(svc: Services) -> None:
-    DeliveryStore(svc.db).enqueue("sms", "+46", {"text": "x"})
+    DeliveryStore(svc.db).enqueue("telegram", "999", {"text": "x"})
     outcome = run_job(get_job("delivery-drain"), svc, "cli")
     assert outcome.outcome == "failures" and outcome.body["failed"] == 1
 
@@ -195,7 +199,9 @@ def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(
         deliverer = Deliverer.from_services(svc, client)
         assert deliverer.send_timeout_s == 5
         result = deliverer.drain(Deadline(4.0))
-    assert result == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 3}
+    assert seed(result) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}, "due, not in backoff"
+    assert result["leftDue"] == 3
     assert providers.slack.messages == [], "less than one send timeout left: nothing started"
 
 
@@ -207,7 +213,7 @@ def test_inline_delivery_is_write_ahead_and_a_repeated_key_is_not_resent(
                                            idempotency_key="notice:7", subject_user_id="u7")
         again, second = deliverer.deliver("webhook", providers.webhook.url, {"text": "now"},
                                           idempotency_key="notice:7")
-    assert outcome is Outcome.ACKED and entry.status is DeliveryStatus.ACKED
+    assert outcome is SendOutcome.ACKED and entry.status is DeliveryStatus.ACKED
     assert entry.attempts == 1 and entry.subject_user_id == "u7"
     assert second is None and again.id == entry.id
     assert len(providers.webhook.received) == 1
@@ -218,7 +224,7 @@ def test_a_webhook_receiver_rejects_a_wrong_signature(
     env = {**providers.env(), "SLUICE_WEBHOOK_SIGNING_SECRET": "another-secret-0123456789"}
     services = make_services(db_url, **env)
     entry, _ = DeliveryStore(services.db).enqueue("webhook", providers.webhook.url, {"a": 1})
-    result = _drain(services)
+    result = drain_once(services)
     assert providers.webhook.rejected == 1 and providers.webhook.received == []
     assert result["failed"] == 1, "401 is a 4xx that repeating cannot fix"
     assert "webhook answered 401" in (DeliveryStore(services.db).get(entry.id).last_error or "")
@@ -231,7 +237,9 @@ def test_an_unreachable_platform_is_transient_and_never_leaks_the_bot_token(
                              SLUICE_TELEGRAM_API_URL=f"http://127.0.0.1:{free_port()}",
                              SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS="2")
     entry, _ = DeliveryStore(services.db).enqueue("telegram", "1001", {"text": "x"})
-    assert _drain(services)["deferredBackoff"] == 1
+    assert seed(drain_once(services)) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
+                                      "deferredBackoff": 0}
     stored = DeliveryStore(services.db).get(entry.id)
     assert stored.status is DeliveryStatus.PENDING and "ConnectError" in (stored.last_error or "")
+    assert stored.attempts == 1, "one entry failing alone is its own attempt"
     assert token not in json.dumps(stored.to_json())

@@ -54,3 +54,42 @@ def test_an_expired_deadline_stops_before_the_first_batch(db) -> None:  # type: 
     result = cleanup_state(db, now=now, deadline=Deadline(0), batch_size=4)
     assert (result["deleted"], result["deletedHashRecords"]) == (0, 0)
     assert len(_keys(db, "platform_state")) == 27
+
+
+def _seed_runs_and_audit(db, now) -> None:  # type: ignore[no-untyped-def]
+    with db.transaction() as tx:
+        runs = [{"id": f"r{i}", "at": now - timedelta(days=days)}
+                for i, days in enumerate([1, 89, 91, 200, 500])]
+        tx.executemany("INSERT INTO job_runs (id, job, trigger, started_at, outcome) "
+                       "VALUES (:id, 'state-cleanup', 'cli', :at, 'ok')", runs)
+        audit = [{"id": f"a{i}", "at": now - timedelta(days=days)}
+                 for i, days in enumerate([1, 399, 401, 900])]
+        tx.executemany("INSERT INTO admin_audit (id, actor, action, outcome, at) "
+                       "VALUES (:id, 'x', 'flags:set', '200', :at)", audit)
+
+
+def _ids(db, table: str) -> set[str]:  # type: ignore[no-untyped-def]
+    with db.transaction() as tx:
+        return {r["id"] for r in tx.fetchall(f"SELECT id FROM {table}")}
+
+
+def test_cleanup_prunes_job_runs_and_the_audit_trail_past_their_retention(db) -> None:  # type: ignore[no-untyped-def]
+    now = utcnow()
+    _seed_runs_and_audit(db, now)
+    result = cleanup_state(db, now=now, deadline=Deadline(60), batch_size=2)
+    assert (result["deletedJobRuns"], result["deletedAuditRecords"]) == (3, 2)
+    assert _ids(db, "job_runs") == {"r0", "r1"}
+    assert _ids(db, "admin_audit") == {"a0", "a1"}
+    shorter = cleanup_state(db, now=now, deadline=Deadline(60), runs_retention_days=1,
+                            audit_retention_days=30)
+    assert (shorter["deletedJobRuns"], shorter["deletedAuditRecords"]) == (1, 1)
+
+
+def test_the_retention_settings_default_long_for_the_audit_trail() -> None:
+    from shared.core.settings import Settings
+
+    assert Settings.from_env({}).audit_retention_days == 400
+    assert Settings.from_env({}).job_runs_retention_days == 90
+    custom = Settings.from_env({"SLUICE_AUDIT_RETENTION_DAYS": "730",
+                                "SLUICE_JOB_RUNS_RETENTION_DAYS": "30"})
+    assert (custom.audit_retention_days, custom.job_runs_retention_days) == (730, 30)

@@ -94,7 +94,7 @@ def test_sqs_dlq_list_show_redrive_once_and_purge(
     poll(urls["rss.ingest"], rotated_consumer.lambda_handler)
     assert handler.runs["poison-1"] == 2
 
-    audit = [r for r in RunStore(services.db).recent_audit() if r["action"] == "dlq.redrive"]
+    audit = [r for r in RunStore(services.db).recent_audit() if r["action"] == "dlq:redrive"]
     assert [r["outcome"] for r in audit] == ["ok", "dry_run"]
     assert audit[0]["actor"] == "admin-1" and audit[0]["target"] == "dlq:rss.ingest"
 
@@ -129,7 +129,8 @@ def test_in_process_dlq_and_redrive(sqlite_url: str,
     Consumer("rss.ingest", handler, services, registry=registry)
     publisher = Publisher(services.settings, registry=registry)
     published = publisher.publish("rss.ingest", {"batchId": "local-1"})
-    assert published.mode == "local" and published.dispatched
+    assert published.mode == "local" and not published.dispatched
+    assert (published.outcome, published.reason) == ("dead_lettered", "downstream is down")
     assert handler.runs == {"local-1": 5}
     dlq = DeadLetters(services, publisher=publisher, sleep=lambda s: None)
     [item] = dlq.list_letters("rss.ingest")["items"]
@@ -234,8 +235,8 @@ def test_failed_deliveries_are_a_dlq_too(db_url: str,
     assert dead.purge("delivery", actor="ops-1") == {"queue": "delivery", "purged": 1}
     assert dead.depth("delivery") == 0
     actions = [(a["action"], a["target"], a["actor"]) for a in RunStore(services.db).recent_audit()]
-    assert ("dlq.purge", "dlq:delivery", "ops-1") in actions
-    assert ("dlq.redrive", "dlq:delivery", "ops-1") in actions
+    assert ("dlq:purge", "dlq:delivery", "ops-1") in actions
+    assert ("dlq:redrive", "dlq:delivery", "ops-1") in actions
 
 
 OLD_SECRET = "retired-queue-secret-0123456789ab"
@@ -287,7 +288,7 @@ def test_quarantine_is_its_own_source_and_redrives_only_what_verifies(
     assert again.depth("quarantine") == 0
     audit = [(a["action"], a["outcome"]) for a in RunStore(services.db).recent_audit()
              if a["target"] == "dlq:quarantine"]
-    assert audit == [("dlq.purge", "ok"), ("dlq.redrive", "ok"), ("dlq.redrive", "failures")]
+    assert audit == [("dlq:purge", "ok"), ("dlq:redrive", "ok"), ("dlq:redrive", "failures")]
 
 
 def test_a_dead_letter_that_does_not_verify_is_refused_not_re_signed(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.core.services import Services
-from shared.queues.consumer import Consumer, InboundMessage, Outcome
+from shared.queues.consumer import Consumer, InboundMessage, MessageOutcome
 from shared.queues.deadletters import Quarantine
 from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, CompletedKeys, dedupe_key, idempotency_key
 from shared.queues.publish import Publisher, Registry
@@ -62,8 +62,8 @@ def test_a_rejected_message_is_quarantined_and_never_runs(
     handler = Recorder()
     consumer = Consumer("rss.ingest", handler, services, registry=None)
     forged = Signer(["another-secret-0123456789abcdef"]).sign(_message("forged"))
-    assert consumer.deliver_local(json.dumps(forged), "m-forged").outcome is Outcome.REJECTED
-    assert consumer.deliver_local("{nope", "m-malformed").outcome is Outcome.REJECTED
+    assert consumer.deliver_local(json.dumps(forged), "m-forged").outcome is MessageOutcome.REJECTED
+    assert consumer.deliver_local("{nope", "m-malformed").outcome is MessageOutcome.REJECTED
     assert handler.batches == []
     rows = {row["id"]: row for row in Quarantine(services.db).list(10)}
     assert set(rows) == {"m-forged", "m-malformed"}

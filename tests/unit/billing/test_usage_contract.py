@@ -53,12 +53,12 @@ def test_the_polar_event_shape() -> None:
            "metadata": {"a": 1}, "occurred_at": None, "created_at": T0}
     assert polar_event(row) == {"name": "ai_usage", "external_customer_id": "t",
                                 "metadata": {"a": 1}, "external_id": "e1:metering",
-                                "timestamp": "2026-03-01T12:00:00Z"}
+                                "timestamp": "2026-03-01T12:00:00.000Z"}
 
 
 def test_iso_is_utc_with_z() -> None:
     assert iso(datetime(2026, 1, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))) == \
-        "2026-01-01T12:00:00Z"
+        "2026-01-01T12:00:00.000Z"
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -80,7 +80,7 @@ def test_entries_are_validated(changes: dict[str, object], message: str) -> None
 def test_the_contract_entry_round_trips_and_accepts_offsets() -> None:
     data = ENTRY.to_contract()
     assert data == {"id": "e1", "tenantId": "t", "userId": "u", "model": "m", "inputTokens": 3,
-                    "outputTokens": 4, "costMicros": 50, "occurredAt": "2026-03-01T12:00:00Z"}
+                    "outputTokens": 4, "costMicros": 50, "occurredAt": "2026-03-01T12:00:00.000Z"}
     assert UsageEntry.from_contract(data) == ENTRY
     offset = {**data, "occurredAt": "2026-03-01T13:00:00+01:00"}
     assert UsageEntry.from_contract(offset).occurred_at == T0
@@ -102,14 +102,14 @@ def test_malformed_envelopes_say_why(raw: str, reason: str) -> None:
 def test_envelopes_round_trip() -> None:
     env = RetryEnvelope.for_entry(ENTRY, last_error="down", now=T0)
     assert json.loads(env.to_json()) == {"id": "e1", "attempts": 0,
-                                         "enqueuedAt": "2026-03-01T12:00:00Z",
+                                         "enqueuedAt": "2026-03-01T12:00:00.000Z",
                                          "lastError": "down", "entry": ENTRY.to_contract()}
     assert RetryEnvelope.parse(env.to_json()) == env
 
 
 def test_dead_letters_keep_the_item_and_say_why() -> None:
     assert json.loads(dead_letter('{"id": "a", "x": 1}', "max_attempts", T0)) == {
-        "id": "a", "x": 1, "reason": "max_attempts", "deadLetteredAt": "2026-03-01T12:00:00Z"}
+        "id": "a", "x": 1, "reason": "max_attempts", "deadLetteredAt": "2026-03-01T12:00:00.000Z"}
     assert json.loads(dead_letter("[1]", "malformed: not a JSON object", T0))["raw"] == "[1]"
 
 

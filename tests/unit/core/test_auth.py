@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jwt
 import pytest
@@ -22,7 +23,9 @@ SECRET = "a-cron-secret-of-enough-length"
         (f"Bearer {SECRET}", "", False),
         (None, SECRET, False),
         ("", SECRET, False),
-        (f"bearer {SECRET}", SECRET, False),
+        (f"bearer {SECRET}", SECRET, True),
+        (f"BEARER {SECRET}", SECRET, True),
+        (f"Bearer  {SECRET}", SECRET, False),
         (f"Bearer {SECRET} ", SECRET, False),
         (f"Bearer {SECRET[:-1]}x", SECRET, False),
         (f"Basic {SECRET}", SECRET, False),
@@ -77,23 +80,28 @@ def test_surface_roles(roles: list[str], surface: str, allowed: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    "token",
+    "make_token",  # factories: each token is minted when its case runs, never at import
     [
-        None,
-        "",
-        "not-a-jwt",
-        admin_token(["ops"], secret="another-secret-of-sufficient-length-000"),
-        admin_token(["ops"], expires_in=-60),
-        admin_token(["ops"], nbf=int(time.time()) + 600),
-        admin_token("ops"),  # type: ignore[arg-type]
-        jwt.encode({"sub": "x", "roles": ["ops"]}, JWT_SECRET, algorithm="HS256"),  # no exp
-        jwt.encode({"sub": "x", "roles": ["ops"], "exp": int(time.time()) + 60}, None,
-                   algorithm="none"),
+        lambda: None,
+        lambda: "",
+        lambda: "not-a-jwt",
+        lambda: admin_token(["ops"], secret="another-secret-of-sufficient-length-000"),
+        lambda: admin_token(["ops"], expires_in=-60),
+        lambda: admin_token(["ops"], nbf=int(time.time()) + 600),
+        lambda: admin_token("ops"),  # type: ignore[arg-type]
+        lambda: jwt.encode({"sub": "x", "roles": ["ops"]}, JWT_SECRET,
+                           algorithm="HS256"),  # no exp
+        lambda: jwt.encode({"sub": "x", "roles": ["ops"], "exp": int(time.time()) + 60}, None,
+                           algorithm="none"),
+        lambda: admin_token(["ops"], subject=""),
+        lambda: admin_token(["ops"], subject="  "),
+        lambda: jwt.encode({"sub": 7, "roles": ["ops"], "exp": int(time.time()) + 60},
+                           JWT_SECRET, algorithm="HS256"),
     ],
 )
-def test_bad_tokens_are_unauthorized(token: str | None) -> None:
+def test_bad_tokens_are_unauthorized(make_token: Callable[[], str | None]) -> None:
     with pytest.raises(Unauthorized):
-        _verifier().authorize(token, "state")
+        _verifier().authorize(make_token(), "state")
 
 
 def test_no_provider_configured_authorises_nobody() -> None:

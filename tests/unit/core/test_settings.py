@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.core.errors import ConfigurationError
-from shared.core.settings import DEFAULT_DATABASE_URL, Settings
+from shared.core.secrets import SECRET_NAMES
+from shared.core.settings import DEFAULT_DATABASE_URL, Settings, fields, secret_variables
 
 
 def test_defaults_are_the_embedded_runtime() -> None:
@@ -50,3 +53,53 @@ def test_signing_secrets_are_a_comma_list() -> None:
     settings = Settings.from_env(
         {"SLUICE_QUEUE_SIGNING_SECRET": "first-secret-0123456, second-secret-012345"})
     assert settings.queue_signing_secrets == ("first-secret-0123456", "second-secret-012345")
+
+
+def test_every_field_is_read_from_one_variable_of_its_own() -> None:
+    table = fields()
+    assert list(table) == list(Settings._fields)
+    names = [var.name for var in table.values()]
+    assert len(names) == len(set(names))
+
+
+def test_secret_fields_are_exactly_the_loadable_secrets() -> None:
+    secrets = secret_variables()
+    assert {"SLUICE_SLACK_BOT_TOKEN", "SLUICE_TELEGRAM_BOT_TOKEN", "SLUICE_SMTP_PASSWORD",
+            "SLUICE_WEBHOOK_SIGNING_SECRET", "CRON_SECRET", "POLAR_ACCESS_TOKEN"} <= set(secrets)
+    assert secrets == tuple(v.name for v in fields().values() if v.secret)
+    assert "SLUICE_SMTP_HOST" not in secrets and "SLUICE_STAGE" not in secrets
+    assert SECRET_NAMES == secrets, "the cold-start loader reads the table, no list of its own"
+
+
+def test_the_queue_prefix_follows_the_stage_unless_set() -> None:
+    assert Settings.from_env({"SLUICE_STAGE": "prod"}).queue_prefix == "sluice-prod-"
+    assert Settings.from_env({"SLUICE_QUEUE_PREFIX": "x-"}).queue_prefix == "x-"
+
+
+def test_delivery_expiry_and_outage_threshold() -> None:
+    settings = Settings.from_env({})
+    assert (settings.delivery_expire_s, settings.delivery_outage_threshold) == (86400, 3)
+    with pytest.raises(ConfigurationError, match="SLUICE_DELIVERY_EXPIRE_SECONDS must be "
+                                                 "between 60 and 2592000, got 5"):
+        Settings.from_env({"SLUICE_DELIVERY_EXPIRE_SECONDS": "5"})
+
+
+def test_messages_keep_their_wording() -> None:
+    cases = {
+        "SLUICE_METERING_EVENTS_PER_REQUEST": ("x", "must be a whole number, got 'x'"),
+        "SLUICE_DEADLINE_MARGIN_SECONDS": ("99", "must be between 0.0 and 60.0, got 99.0"),
+        "SLUICE_QUEUE_MODE": ("kafka", "must be 'local' or 'sqs', got 'kafka'"),
+        "CRON_SECRET": ("short", "must be at least 16 characters"),
+        "SLUICE_QUEUE_SIGNING_SECRET": ("ok-length-secret-1,short",
+                                        "each SLUICE_QUEUE_SIGNING_SECRET entry must be at least"),
+    }
+    for name, (value, message) in cases.items():
+        with pytest.raises(ConfigurationError, match=message):
+            Settings.from_env({name: value})
+
+
+def test_every_variable_is_documented_under_configuration() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = [var.name for var in fields().values() if f"`{var.name}`" not in section]
+    assert missing == []

@@ -9,11 +9,14 @@ import pytest
 from shared.core.errors import SluiceError
 from shared.delivery.classify import (
     MAX_DEPTH,
+    FatalDeliveryError,
     MissingAdapter,
+    OutcomeUnknown,
     PermanentDeliveryError,
     TransientDeliveryError,
     classify,
     describe,
+    is_unknown,
     retry_after_s,
 )
 from shared.delivery.store import DEFAULT_SCHEDULE, RetrySchedule
@@ -59,9 +62,10 @@ def test_anything_else_is_transient(text: str) -> None:
 
 def test_typed_errors_belong_to_the_one_tree() -> None:
     assert issubclass(PermanentDeliveryError, SluiceError)
-    assert issubclass(MissingAdapter, PermanentDeliveryError)
+    assert issubclass(MissingAdapter, SluiceError)
+    assert not issubclass(MissingAdapter, PermanentDeliveryError), \
+        "a missing adapter is configuration, never the entry's permanent failure"
     assert classify(PermanentDeliveryError("whatever the text")) == "permanent"
-    assert classify(MissingAdapter()) == "permanent"
     assert classify(TransientDeliveryError("chat not found")) == "transient", \
         "an adapter's explicit 'later' wins over a pattern"
 
@@ -148,3 +152,17 @@ def test_a_providers_wait_only_lengthens_the_delay() -> None:
     assert DEFAULT_SCHEDULE.decide(2, retry_after_s=3).delay == timedelta(seconds=25)
     assert DEFAULT_SCHEDULE.decide(1, retry_after_s=86400).delay == timedelta(seconds=600)
     assert not DEFAULT_SCHEDULE.decide(5, retry_after_s=1).retry
+
+
+def test_out_of_memory_anywhere_in_the_graph_is_fatal_not_transient() -> None:
+    assert classify(MemoryError()) == "fatal"
+    wrapped = _raise_from(TransientDeliveryError("send failed"), MemoryError())
+    assert classify(wrapped) == "fatal", "fatal wins even over an explicit transient"
+    assert classify(FatalDeliveryError("worker out of memory")) == "fatal"
+    assert classify(OSError("connection reset")) == "transient"
+
+
+def test_a_timeout_after_sending_is_unknown_and_still_transient() -> None:
+    error = _raise_from(RuntimeError("send"), OutcomeUnknown("read timeout"))
+    assert is_unknown(error) and classify(error) == "transient"
+    assert not is_unknown(TransientDeliveryError("connect refused"))

@@ -11,9 +11,11 @@ import pytest
 from shared.core.errors import ConfigurationError
 from shared.core.settings import Settings
 from shared.delivery.channels import (
+    CHANNEL_MODULES,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     build_adapters,
+    channels,
     verify_webhook,
     webhook_signature,
 )
@@ -66,3 +68,9 @@ def test_a_receiver_accepts_only_a_fresh_untampered_signature() -> None:
     assert not verify_webhook("another-secret-0123456789", headers, body)
     assert not verify_webhook(SECRET, headers, body, now=now + 301), "a replay is stale"
     assert not verify_webhook(SECRET, {**headers, TIMESTAMP_HEADER: "x"}, body)
+
+
+def test_the_registry_lists_one_module_per_channel() -> None:
+    assert list(channels()) == list(CHANNEL_MODULES) == ["webhook", "slack", "telegram",
+                                                         "email"]
+    assert all(channel.recipient for channel in channels().values())

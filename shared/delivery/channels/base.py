@@ -1,0 +1,122 @@
+"""What every channel module shares: the adapter protocol, its registration, typed refusals.
+
+An adapter's ``send(entry)`` returns the platform's message id (several, comma-joined,
+when the message went out in chunks) or raises ``PermanentDeliveryError`` (the
+platform refused it for good) or ``TransientDeliveryError`` (later), with the
+platform's own wait when it gave one; ``OutcomeUnknown`` when the request went out
+and no answer came. Each HTTP request or SMTP session goes through the ``Retrier``
+(immediate in-process retries). ``outage_key(entry)`` names what an outage takes
+down (the channel, or a webhook's host), so the drain can stop sending there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+
+import httpx
+
+from shared.core.observe import logger
+from shared.delivery.classify import (
+    OutcomeUnknown,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+    classify,
+    matches_permanent,
+)
+from shared.delivery.payload import Message, parse
+from shared.delivery.retry import Retrier
+from shared.delivery.store import DeliveryEntry
+
+if TYPE_CHECKING:
+    from shared.core.settings import Settings
+
+# 4xx answers that say "later", not "never".
+RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+T = TypeVar("T")
+
+
+class ChannelAdapter(Protocol):
+    name: str
+
+    def send(self, entry: DeliveryEntry) -> str: ...
+
+    def outage_key(self, entry: DeliveryEntry) -> str: ...
+
+
+class Channel(NamedTuple):
+    """One channel module's registration: its name, what a recipient is, how to build it
+    (None when its credential is not configured)."""
+
+    name: str
+    recipient: str
+    build: Callable[[Settings, httpx.Client, Retrier], ChannelAdapter | None]
+
+
+def refused(text: str, *, status: int | None = None,
+            retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
+    """The typed error for a platform's refusal: permanent by pattern or by a final 4xx."""
+    if retry_after_s is None and (
+            matches_permanent(text)
+            or (status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX)):
+        return PermanentDeliveryError(text, status=status)
+    return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status)
+
+
+def transport_error(label: str, exc: httpx.TransportError,
+                    redact: str | None = None) -> TransientDeliveryError:
+    """Not connected (refused, DNS, connect timeout, no pooled connection): the request never
+    left, plain transient. Anything later (read or write timeout, the peer closing without an
+    answer) may have reached the receiver: ``OutcomeUnknown``."""
+    text = f"{label}: {type(exc).__name__}: {exc}"
+    if redact:
+        text = text.replace(redact, "<token>")
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return TransientDeliveryError(text)
+    return OutcomeUnknown(f"{text} (sent; no answer)")
+
+
+def retry_after(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def json_of(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    return data if isinstance(data, dict) else {}
+
+
+def message_of(entry: DeliveryEntry) -> Message:
+    """The entry's payload as a message; one that no longer parses can never be sent."""
+    try:
+        return parse(entry.channel, entry.payload)
+    except Exception as exc:  # noqa: BLE001 - a RequestError from parse, stored before a check
+        raise PermanentDeliveryError(f"{entry.channel}: {exc}") from None
+
+
+def send_chunks(chunks: Sequence[T], send_one: Callable[[T], str], *, retrier: Retrier,
+                label: str, best_effort: bool) -> str:
+    """Send each chunk in order (each with its own in-process retries); the ids, comma-joined.
+
+    A chunk that fails stops the rest and fails the send, except with ``best_effort``,
+    where a chunk refused for good is skipped (logged) and the send succeeds if any chunk
+    went out. A send retried later starts again from the first chunk."""
+    ids: list[str] = []
+    refusals: list[BaseException] = []
+    for i, item in enumerate(chunks, 1):
+        part = f"{label} chunk {i}/{len(chunks)}" if len(chunks) > 1 else label
+        try:
+            ids.append(retrier.call(lambda item=item: send_one(item), label=part))  # type: ignore[misc]
+        except Exception as exc:
+            if not (best_effort and classify(exc) == "permanent"):
+                raise
+            logger.warning(f"[delivery] {part} refused, skipped (bestEffort): {exc}")
+            refusals.append(exc)
+    if not ids:
+        raise refusals[0] if refusals else PermanentDeliveryError(f"{label}: nothing to send")
+    return ",".join(ids)

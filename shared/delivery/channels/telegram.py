@@ -1,0 +1,100 @@
+"""The ``telegram`` channel: Bot API ``sendMessage``; the recipient is a chat id.
+
+Each part is converted to Telegram HTML (``parse_mode=HTML``: ``&``, ``<``, ``>``
+escaped; ``**bold**`` -> ``<b>``, ```code``` -> ``<code>``) and split into messages
+of at most 4096 characters. ``silent`` -> ``disable_notification``, ``threadId`` ->
+``message_thread_id`` (forum topics), ``replyToId`` -> ``reply_parameters`` of the
+first message (sent anyway if that message is gone); ``accountId`` is ignored (one bot
+per deployment). Errors: ``{"ok": false, "error_code": 400, "description": "Bad
+Request: chat not found"}``; 429 carries ``parameters.retry_after``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from shared.delivery.channels.base import (
+    Channel,
+    ChannelAdapter,
+    json_of,
+    message_of,
+    refused,
+    retry_after,
+    send_chunks,
+    transport_error,
+)
+from shared.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
+from shared.delivery.classify import TransientDeliveryError
+from shared.delivery.retry import Retrier
+from shared.delivery.store import DeliveryEntry
+
+if TYPE_CHECKING:
+    from shared.core.settings import Settings
+
+
+def _int_or_str(value: str) -> int | str:
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+class TelegramAdapter:
+    name = "telegram"
+
+    def __init__(self, client: httpx.Client, token: str,
+                 base_url: str = "https://api.telegram.org",
+                 retrier: Retrier | None = None) -> None:
+        self.client = client
+        self.token = token
+        self.base_url = base_url.rstrip("/")
+        self.retrier = retrier or Retrier()
+
+    def outage_key(self, entry: DeliveryEntry) -> str:
+        return "telegram"
+
+    def send(self, entry: DeliveryEntry) -> str:
+        message = message_of(entry)
+        texts = [c for part in message.parts
+                 for c in chunk(part, TELEGRAM_MAX_TEXT, to_telegram_html)]
+        bodies: list[dict[str, Any]] = []
+        for text in texts:
+            body: dict[str, Any] = {"chat_id": entry.recipient, "text": text,
+                                    "parse_mode": "HTML"}
+            if message.silent:
+                body["disable_notification"] = True
+            if message.thread_id:
+                body["message_thread_id"] = _int_or_str(message.thread_id)
+            bodies.append(body)
+        if message.reply_to_id and bodies:
+            bodies[0]["reply_parameters"] = {"message_id": _int_or_str(message.reply_to_id),
+                                             "allow_sending_without_reply": True}
+        return send_chunks(bodies, self._post, retrier=self.retrier,
+                           label=f"telegram {entry.id}", best_effort=message.best_effort)
+
+    def _post(self, body: dict[str, Any]) -> str:
+        try:
+            response = self.client.post(f"{self.base_url}/bot{self.token}/sendMessage", json=body)
+        except httpx.TransportError as exc:
+            # The URL holds the bot token: keep it out of last_error.
+            raise transport_error("telegram", exc, redact=self.token) from None
+        data = json_of(response)
+        if data.get("ok") is True and isinstance(data.get("result"), dict):
+            return str(data["result"].get("message_id"))
+        status = int(data.get("error_code") or response.status_code)
+        description = str(data.get("description") or f"HTTP {response.status_code}")
+        parameters = data.get("parameters")
+        wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
+        if status == 401:  # a wrong token is configuration, not this message's fault
+            raise TransientDeliveryError(f"telegram {status}: {description}")
+        raise refused(f"telegram {status}: {description}", status=status,
+                      retry_after_s=retry_after(wait))
+
+
+def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+    if not settings.telegram_bot_token:
+        return None
+    return TelegramAdapter(client, settings.telegram_bot_token, settings.telegram_api_url,
+                           retrier)
+
+
+CHANNEL = Channel("telegram", "a chat id", build)

@@ -1,0 +1,121 @@
+"""The delivery payload: a list of parts plus the addressing options, checked at enqueue.
+
+A payload is a JSON object::
+
+    {"payloads": ["first part", {"text": "second part"}],
+     "accountId": "…", "threadId": "…", "replyToId": "…",
+     "silent": false, "bestEffort": false,
+     "subject": "…", "html": "…",          # email
+     "blocks": [...]}                      # slack, sent with the first chunk
+
+``text`` (one string) is still accepted and is the same as ``payloads: [text]``.
+Each part's text is plain text with two marks, ``**bold**`` and ```code```, which
+each channel converts to its own markup (``shared.delivery.chunking``). Any other key
+is refused with a 400 naming it, except for ``webhook``, whose receiver gets the
+payload as it is (so it may carry anything).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from shared.core.errors import RequestError
+
+COMMON_KEYS = frozenset({"payloads", "text", "accountId", "threadId", "replyToId", "silent",
+                         "bestEffort"})
+CHANNEL_KEYS: dict[str, frozenset[str]] = {
+    "email": frozenset({"subject", "html"}),
+    "slack": frozenset({"blocks"}),
+}
+FREE_FORM = frozenset({"webhook"})
+MAX_PARTS = 100
+MAX_SLACK_BLOCKS = 50
+
+
+class Message(NamedTuple):
+    parts: tuple[str, ...]
+    account_id: str | None = None
+    thread_id: str | None = None
+    reply_to_id: str | None = None
+    silent: bool = False
+    best_effort: bool = False
+    subject: str | None = None
+    html: str | None = None
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
+def _optional_str(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # Telegram ids are numbers
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"payload.{key} must be a non-empty string", field=key)
+    return value
+
+
+def _flag(payload: dict[str, Any], key: str) -> bool:
+    value = payload.get(key, False)
+    if not isinstance(value, bool):
+        raise RequestError(f"payload.{key} must be true or false", field=key)
+    return value
+
+
+def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
+    if "payloads" in payload and "text" in payload:
+        raise RequestError("give payload.payloads or payload.text, not both", field="text")
+    raw = payload.get("payloads")
+    if raw is None:
+        raw = [payload["text"]] if "text" in payload else []
+    if not isinstance(raw, list) or len(raw) > MAX_PARTS:
+        raise RequestError(f"payload.payloads must be a list of at most {MAX_PARTS} parts",
+                           field="payloads")
+    parts = []
+    for i, part in enumerate(raw):
+        if isinstance(part, dict):
+            extra = sorted(set(part) - {"text"})
+            if extra:
+                raise RequestError(f"payload.payloads[{i}].{extra[0]} is not supported",
+                                   field=f"payloads[{i}].{extra[0]}")
+            part = part.get("text")
+        if not isinstance(part, str):
+            raise RequestError(f"payload.payloads[{i}] must be a string or {{\"text\": …}}",
+                               field=f"payloads[{i}]")
+        if part.strip():
+            parts.append(part)
+    return tuple(parts)
+
+
+def parse(channel: str, payload: Any) -> Message:
+    """The message a channel sends; ``RequestError`` (400) naming the first bad key."""
+    if not isinstance(payload, dict):
+        raise RequestError("a delivery payload must be a JSON object")
+    if channel not in FREE_FORM:
+        allowed = COMMON_KEYS | CHANNEL_KEYS.get(channel, frozenset())
+        unknown = sorted(set(payload) - allowed)
+        if unknown:
+            raise RequestError(f"payload.{unknown[0]} is not supported by the {channel} channel",
+                               field=unknown[0])
+    parts = _parts(payload) if channel not in FREE_FORM or "payloads" in payload \
+        or isinstance(payload.get("text"), str) else ()
+    html = _optional_str(payload, "html") if channel == "email" else None
+    blocks = payload.get("blocks", []) if channel == "slack" else []
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks) \
+            or len(blocks) > MAX_SLACK_BLOCKS:
+        raise RequestError(f"payload.blocks must be a list of at most {MAX_SLACK_BLOCKS} "
+                           "block objects", field="blocks")
+    if channel not in FREE_FORM and not parts and not html and not blocks:
+        raise RequestError("payload has no text: give payload.payloads (or payload.text)",
+                           field="payloads")
+    return Message(
+        parts=parts,
+        account_id=_optional_str(payload, "accountId"),
+        thread_id=_optional_str(payload, "threadId"),
+        reply_to_id=_optional_str(payload, "replyToId"),
+        silent=_flag(payload, "silent"),
+        best_effort=_flag(payload, "bestEffort"),
+        subject=_optional_str(payload, "subject") if channel == "email" else None,
+        html=html,
+        blocks=tuple(blocks),
+    )

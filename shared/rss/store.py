@@ -1,0 +1,281 @@
+"""Sources, tenant scopes, stories and catalog builds in the SQL store (both backends).
+
+A *build* is the story list of one source set in one content locale; every scope
+with that set and locale shares it through ``build_key``. Queries are in
+``shared/rss/rss.sql``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from shared.core.errors import Conflict, ConstraintViolation, NotFound
+from shared.store.db import Database, Queries, Row, utcnow
+
+Q = Queries.parse((Path(__file__).parent / "rss.sql").read_text())
+
+GLOBAL_KEY = "global"
+GLOBAL_LOCALE = "*"
+
+
+class Story(NamedTuple):
+    id: str
+    title: str
+    link: str | None
+    published_at: datetime | None
+    summary: str
+    source_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "link": self.link,
+                "publishedAt": _iso(self.published_at), "summary": self.summary,
+                "sourceId": self.source_id}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Story:
+        published = data.get("publishedAt")
+        return cls(id=data["id"], title=data["title"], link=data.get("link"),
+                   published_at=datetime.fromisoformat(published) if published else None,
+                   summary=data.get("summary", ""), source_id=data["sourceId"])
+
+
+class CatalogBuild(NamedTuple):
+    key: str
+    source_ids: tuple[str, ...]
+    locale: str
+    built_at: datetime
+    stories: tuple[Story, ...]
+
+    def to_json(self, limit: int | None = None) -> dict[str, Any]:
+        return {"key": self.key, "sourceIds": list(self.source_ids), "locale": self.locale,
+                "builtAt": _iso(self.built_at),
+                "stories": [s.to_json() for s in self.stories[:limit]]}
+
+
+class Source(NamedTuple):
+    id: str
+    url: str
+    title: str | None
+    is_global: bool
+    etag: str | None
+    last_modified: str | None
+    last_fetched_at: datetime | None
+    last_success_at: datetime | None
+    last_status: int | None
+    last_error: str | None
+    consecutive_failures: int
+    next_attempt_at: datetime | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row) -> Source:
+        return cls(**{**{k: row[k] for k in cls._fields}, "is_global": bool(row["is_global"])})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "url": self.url, "title": self.title, "global": self.is_global,
+                "fetchState": {
+                    "etag": self.etag, "lastModified": self.last_modified,
+                    "lastFetchedAt": _iso(self.last_fetched_at),
+                    "lastSuccessAt": _iso(self.last_success_at),
+                    "lastStatus": self.last_status, "lastError": self.last_error,
+                    "consecutiveFailures": self.consecutive_failures,
+                    "nextAttemptAt": _iso(self.next_attempt_at)},
+                "createdAt": _iso(self.created_at)}
+
+
+class Scope(NamedTuple):
+    scope_id: str
+    tenant_id: str
+    source_ids: tuple[str, ...]
+    locale: str
+    build_key: str
+    completed: bool
+    last_refreshed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Scope:
+        return cls(scope_id=row["scope_id"], tenant_id=row["tenant_id"],
+                   source_ids=tuple(row["source_ids"]), locale=row["locale"],
+                   build_key=row["build_key"], completed=bool(row["completed"]),
+                   last_refreshed_at=row["last_refreshed_at"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scopeId": self.scope_id, "tenantId": self.tenant_id,
+                "sourceIds": list(self.source_ids), "locale": self.locale,
+                "completed": self.completed, "buildKey": self.build_key,
+                "lastRefreshedAt": _iso(self.last_refreshed_at)}
+
+
+class FetchState(NamedTuple):
+    """What one fetch leaves on its source: success (with validators) or a failure."""
+
+    ok: bool
+    status: int | None
+    etag: str | None = None
+    last_modified: str | None = None
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat() if moment is not None else None
+
+
+def build_key(source_ids: Iterable[str], locale: str) -> str:
+    """The key every scope with this source set and locale shares (order-insensitive)."""
+    ids = ",".join(sorted(set(source_ids)))
+    return f"{locale}:{hashlib.sha256(ids.encode()).hexdigest()[:24]}"
+
+
+class RssStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- sources ---------------------------------------------------------------
+
+    def add_source(self, url: str, title: str | None = None, is_global: bool = False) -> Source:
+        source_id = f"src_{uuid.uuid4().hex[:16]}"
+        try:
+            with self.db.transaction() as tx:
+                tx.execute(Q.source_insert, {"id": source_id, "url": url, "title": title,
+                                             "is_global": is_global, "now": utcnow()})
+        except ConstraintViolation:
+            raise Conflict(f"a source with this url already exists: {url}", field="url") from None
+        return self.source(source_id)
+
+    def source(self, source_id: str) -> Source:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.source_get, {"id": source_id})
+        if row is None:
+            raise NotFound(f"no source {source_id!r}", field="sourceId")
+        return Source.from_row(row)
+
+    def sources(self) -> list[Source]:
+        with self.db.transaction() as tx:
+            return [Source.from_row(r) for r in tx.fetchall(Q.source_list)]
+
+    def sources_by_ids(self, ids: Iterable[str]) -> list[Source]:
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.sources_by_ids, {"ids": tx.json(sorted(set(ids)))})
+        return [Source.from_row(r) for r in rows]
+
+    def global_source_ids(self) -> tuple[str, ...]:
+        with self.db.transaction() as tx:
+            return tuple(r["id"] for r in tx.fetchall(Q.source_global_ids))
+
+    def remove_source(self, source_id: str) -> None:
+        """Delete a source and its stories; refused (409) while a scope uses it."""
+        with self.db.transaction() as tx:
+            users = [r["scope_id"] for r in tx.fetchall(Q.scopes_using_source,
+                                                         {"source_id": source_id})]
+            if users:
+                raise Conflict(f"source {source_id} is used by scopes: {', '.join(users)}",
+                               scopes=users)
+            if tx.execute(Q.source_delete, {"id": source_id}) == 0:
+                raise NotFound(f"no source {source_id!r}", field="sourceId")
+
+    def record_fetch(self, source_id: str, state: FetchState, now: datetime) -> None:
+        with self.db.transaction() as tx:
+            if state.ok:
+                tx.execute(Q.source_fetched, {"id": source_id, "etag": state.etag,
+                                              "last_modified": state.last_modified,
+                                              "status": state.status, "now": now})
+            else:
+                tx.execute(Q.source_failed, {"id": source_id, "status": state.status,
+                                             "error": (state.error or "")[:500], "now": now,
+                                             "next_attempt_at": state.next_attempt_at})
+
+    # --- stories ---------------------------------------------------------------
+
+    def save_stories(self, source_id: str, stories: list[Story], now: datetime,
+                     keep: int) -> None:
+        if not stories:
+            return
+        with self.db.transaction() as tx:
+            tx.executemany(Q.story_upsert, [
+                {"source_id": source_id, "id": s.id, "title": s.title, "link": s.link,
+                 "published_at": s.published_at, "summary": s.summary, "now": now}
+                for s in stories])
+            tx.execute(Q.stories_prune, {"source_id": source_id, "keep": keep})
+
+    def stories_of(self, source_ids: Iterable[str]) -> list[Row]:
+        with self.db.transaction() as tx:
+            return tx.fetchall(Q.stories_of_sources, {"ids": tx.json(sorted(set(source_ids)))})
+
+    # --- scopes ----------------------------------------------------------------
+
+    def put_scope(self, scope_id: str, tenant_id: str, source_ids: tuple[str, ...],
+                  locale: str, completed: bool) -> Scope:
+        key = build_key(source_ids, locale)
+        with self.db.transaction() as tx:
+            tx.execute(Q.scope_upsert, {"scope_id": scope_id, "tenant_id": tenant_id,
+                                        "source_ids": tx.json(list(source_ids)),
+                                        "locale": locale, "build_key": key,
+                                        "completed": completed, "now": utcnow()})
+        return self.scope(scope_id)
+
+    def scope(self, scope_id: str) -> Scope:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.scope_get, {"scope_id": scope_id})
+        if row is None:
+            raise NotFound(f"no scope {scope_id!r}", field="scopeId")
+        return Scope.from_row(row)
+
+    def scopes(self) -> list[Scope]:
+        with self.db.transaction() as tx:
+            return [Scope.from_row(r) for r in tx.fetchall(Q.scope_list)]
+
+    def completed_scope_ids(self) -> list[str]:
+        with self.db.transaction() as tx:
+            return [r["scope_id"] for r in tx.fetchall(Q.scope_completed_ids)]
+
+    def scope_ids_for_build(self, key: str) -> list[str]:
+        with self.db.transaction() as tx:
+            return [r["scope_id"] for r in tx.fetchall(Q.scope_ids_for_build,
+                                                        {"build_key": key})]
+
+    def remove_scope(self, scope_id: str) -> None:
+        with self.db.transaction() as tx:
+            if tx.execute(Q.scope_delete, {"scope_id": scope_id}) == 0:
+                raise NotFound(f"no scope {scope_id!r}", field="scopeId")
+
+    def mark_refreshed(self, scope_id: str, now: datetime) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.scope_refreshed, {"scope_id": scope_id, "now": now})
+
+    # --- builds ----------------------------------------------------------------
+
+    def build(self, key: str, now: datetime | None = None) -> CatalogBuild | None:
+        """The stored build of ``key`` unless it expired (``now`` given) or never existed."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.build_get, {"key": key})
+        if row is None or (now is not None and row["expires_at"] <= now):
+            return None
+        return CatalogBuild(key=row["key"], source_ids=tuple(row["source_ids"]),
+                            locale=row["locale"], built_at=row["built_at"],
+                            stories=tuple(Story.from_json(s) for s in row["stories"]))
+
+    def save_build(self, build: CatalogBuild, ttl: timedelta) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.build_save, {
+                "key": build.key, "source_ids": tx.json(list(build.source_ids)),
+                "locale": build.locale, "built_at": build.built_at,
+                "expires_at": build.built_at + ttl,
+                "stories": tx.json([s.to_json() for s in build.stories])})
+
+    # --- the database lease (used when Redis is not configured) ---------------
+
+    def acquire_lock(self, key: str, token: str, ttl: timedelta, now: datetime) -> bool:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.lock_acquire, {"key": key, "token": token, "now": now,
+                                               "expires_at": now + ttl})
+        return row is not None and row["token"] == token
+
+    def release_lock(self, key: str, token: str) -> bool:
+        with self.db.transaction() as tx:
+            return tx.execute(Q.lock_release, {"key": key, "token": token}) == 1

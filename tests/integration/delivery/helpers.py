@@ -1,0 +1,58 @@
+"""Helpers of the delivery integration tests: the four provider stand-ins and their
+environment, the seed's counts of a result, one drain run, time travel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from shared.core.services import Services
+from shared.jobs.registry import get_job
+from shared.jobs.runner import run_job
+from shared.store.db import utcnow
+from tests.providers.slack import SlackStandIn
+from tests.providers.smtp import SmtpServer
+from tests.providers.telegram import TelegramStandIn
+from tests.providers.webhook import WebhookReceiver
+
+WEBHOOK_SECRET = "webhook-secret-for-tests-0123456789"
+
+
+@dataclass
+class Providers:
+    webhook: WebhookReceiver
+    slack: SlackStandIn
+    telegram: TelegramStandIn
+    smtp: SmtpServer
+
+    def env(self) -> dict[str, str]:
+        return {
+            "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+            "SLUICE_SLACK_BOT_TOKEN": self.slack.token, "SLUICE_SLACK_API_URL": self.slack.url,
+            "SLUICE_TELEGRAM_BOT_TOKEN": self.telegram.token,
+            "SLUICE_TELEGRAM_API_URL": self.telegram.url,
+            "SLUICE_SMTP_HOST": "127.0.0.1", "SLUICE_SMTP_PORT": str(self.smtp.port),
+            "SLUICE_SMTP_SECURITY": "none", "SLUICE_SMTP_FROM": "alerts@sluice.test",
+            "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "5",
+        }
+
+
+SEED_KEYS = ("recovered", "failed", "skippedMaxRetries", "deferredBackoff")
+
+
+def seed(result: dict[str, object]) -> dict[str, object]:
+    """The seed's four counts of a drain result."""
+    return {key: result[key] for key in SEED_KEYS}
+
+
+def drain_once(services: Services) -> dict[str, int]:
+    outcome = run_job(get_job("delivery-drain"), services, "cli")
+    assert outcome.status == 200, outcome.body
+    return outcome.body
+
+
+def due_now(services: Services) -> None:
+    """Time travel: every pending entry's backoff has passed."""
+    with services.db.transaction() as tx:
+        tx.execute("UPDATE delivery_queue SET next_attempt_at = :now WHERE status = 'pending'",
+                   {"now": utcnow() - timedelta(seconds=1)})

@@ -1,0 +1,207 @@
+"""What is not an entry's fault never costs it an attempt: a channel or host outage, a
+send whose answer never came (unknown, retried with the same key), the process running
+out of memory. And what is never delivered expires as failed, never deleted. Both
+backends, real stand-ins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from shared.core.observe import Reporter
+from shared.core.services import Services
+from shared.delivery.drain import Deliverer, report_drained
+from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from shared.jobs.registry import Deadline, get_job
+from shared.ops.deadletters import DeadLetters
+from shared.store.db import utcnow
+from tests.integration.delivery.helpers import Providers, drain_once, due_now, seed
+
+
+def test_a_receiver_outage_stops_sending_there_and_counts_no_attempt(
+        svc: Services, providers: Providers, sleeps: list[float]) -> None:
+    # GIVEN a webhook receiver that answers 503 to everything, and a healthy Slack
+    store = DeliveryStore(svc.db)
+    providers.webhook.answers.extend([503] * 100)
+    hooks = [store.enqueue("webhook", providers.webhook.url, {"text": str(i)})[0]
+             for i in range(6)]
+    store.enqueue("slack", "C0ALERTS", {"text": "unaffected"})
+
+    # WHEN the drain runs
+    result = drain_once(svc)
+
+    # THEN three consecutive failures mark the host down: nothing more is sent to it, and
+    # none of the six entries lost an attempt
+    assert seed(result) == {"recovered": 1, "failed": 0, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}
+    [(key, reason)] = result["outages"]["down"].items()
+    assert key.startswith("webhook:127.0.0.1:") and "3 consecutive transient failures" in reason
+    assert result["outages"]["count"] == 6
+    assert len(providers.webhook.received) == 9, "3 entries x 3 in-process tries, then stop"
+    for entry in hooks:
+        stored = store.get(entry.id)
+        assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
+        assert stored.last_error and "was down during the run" in stored.last_error
+
+    # AND a whole outage longer than five runs fails nothing
+    for _ in range(6):
+        due_now(svc)
+        again = drain_once(svc)
+        assert again["failed"] == 0 and again["skippedMaxRetries"] == 0
+    assert {store.get(e.id).attempts for e in hooks} == {0}
+
+    # AND once the receiver is back, everything is delivered on its first counted attempt
+    providers.webhook.answers.clear()
+    due_now(svc)
+    assert drain_once(svc)["recovered"] == 6
+    assert {store.get(e.id).attempts for e in hooks} == {1}
+
+
+def test_a_failure_followed_by_a_success_is_the_entrys_own(
+        svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    providers.webhook.answers.extend([503] * 3)  # the first entry's three tries
+    first, _ = store.enqueue("webhook", providers.webhook.url, {"text": "a"})
+    second, _ = store.enqueue("webhook", providers.webhook.url, {"text": "b"})
+
+    result = drain_once(svc)
+
+    assert result["outages"] == {"count": 0, "down": {}}
+    assert result["recovered"] == 1
+    stored = store.get(first.id)
+    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 1, "counted"
+    assert store.get(second.id).status is DeliveryStatus.ACKED
+
+
+@pytest.fixture
+def slow_svc(db_url: str, providers: Providers,
+             make_services: Callable[..., Services]) -> Iterator[Services]:
+    yield make_services(db_url, **{**providers.env(),
+                                   "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "0.5"})
+    providers.webhook.release.set()
+
+
+def test_a_timeout_after_sending_is_unknown_and_retried_with_the_same_key(
+        slow_svc: Services, providers: Providers) -> None:
+    # GIVEN a receiver that takes the first request but answers too late
+    providers.webhook.slow = 1
+    store = DeliveryStore(slow_svc.db)
+    entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"},
+                             idempotency_key="alert:slow:1")
+
+    result = drain_once(slow_svc)
+
+    # THEN it is retried with the same key, and the receiver acts on it once
+    assert result["recovered"] == 1
+    assert [r["key"] for r in providers.webhook.received] == ["alert:slow:1"] * 2
+    assert list(providers.webhook.delivered) == ["alert:slow:1"]
+    assert store.get(entry.id).status is DeliveryStatus.ACKED
+
+
+def test_an_unknown_outcome_never_fails_the_entry_at_the_attempt_limit(
+        slow_svc: Services, providers: Providers) -> None:
+    providers.webhook.slow = 3
+    store = DeliveryStore(slow_svc.db)
+    entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"})
+    with slow_svc.db.transaction() as tx:  # four attempts already used
+        tx.execute("UPDATE delivery_queue SET attempts = 4 WHERE id = :id", {"id": entry.id})
+
+    result = drain_once(slow_svc)
+
+    assert result["unknown"] == 1 and result["skippedMaxRetries"] == 0
+    stored = store.get(entry.id)
+    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 5
+    assert "sent; no answer" in (stored.last_error or "")
+    wait = (stored.next_attempt_at - utcnow()).total_seconds()
+    assert 590 < wait <= 600, "past the limit an unknown outcome waits the capped delay"
+
+
+def test_an_entry_not_delivered_in_time_expires_as_failed_and_stays_visible(
+        svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    old, _ = store.enqueue("telegram", "1001", {"text": "stale"},
+                           now=utcnow() - timedelta(seconds=86401))
+    with svc.db.transaction() as tx:
+        tx.execute("UPDATE delivery_queue SET last_error = 'telegram 429: slow down' "
+                   "WHERE id = :id", {"id": old.id})
+    fresh, _ = store.enqueue("telegram", "1001", {"text": "fresh"})
+
+    result = drain_once(svc)
+
+    assert result["expired"] == 1 and result["failed"] == 1 and result["recovered"] == 1
+    expired = store.get(old.id)
+    assert expired.status is DeliveryStatus.FAILED and expired.failure_reason == "expired"
+    assert expired.last_error == ("expired: not delivered within 86400 s; "
+                                  "last error: telegram 429: slow down")
+    assert [m["text"] for m in providers.telegram.messages] == ["fresh"], "never sent"
+    letters = DeadLetters(svc).list_letters("delivery")
+    assert [(i["id"], i["reason"][:8]) for i in letters["items"]] == [(old.id, "expired:")]
+    assert store.get(fresh.id).status is DeliveryStatus.ACKED
+
+
+class OutOfMemory:
+    """An adapter whose send exhausts memory (what a huge payload does to a small Lambda)."""
+
+    name = "webhook"
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def outage_key(self, entry: DeliveryEntry) -> str:
+        return "webhook"
+
+    def send(self, entry: DeliveryEntry) -> str:
+        self.sent.append(entry.id)
+        raise MemoryError()
+
+
+class Recording(Reporter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+        self.recorded: list[tuple[dict[str, float], dict[str, str]]] = []
+
+    def error(self, context: str, exc: BaseException | None = None, **extra: object) -> None:
+        self.errors.append(f"{context}: {type(exc).__name__}")
+
+    def metrics(self, values: dict[str, float], unit: str = "Count", **dims: str) -> None:
+        self.recorded.append((values, dims))
+
+
+def test_out_of_memory_stops_the_run_and_leaves_the_entry_pending(svc: Services) -> None:
+    store = DeliveryStore(svc.db)
+    first, _ = store.enqueue("webhook", "http://127.0.0.1:9/a", {"text": "a"})
+    second, _ = store.enqueue("webhook", "http://127.0.0.1:9/b", {"text": "b"})
+    adapter, reporter = OutOfMemory(), Recording()
+    deliverer = Deliverer(store, {"webhook": adapter}, lease=timedelta(seconds=60),
+                          send_timeout_s=1, reporter=reporter)
+
+    result = deliverer.drain(Deadline(30))
+
+    assert result["fatal"] == 1 and result["fatalError"] == "MemoryError"
+    assert adapter.sent == [first.id], "the run stopped at the first"
+    assert reporter.errors == ["delivery-drain: MemoryError"]
+    for entry in (first, second):
+        stored = store.get(entry.id)
+        assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
+    assert seed(result) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
+                            "deferredBackoff": 0}
+    assert get_job("delivery-drain").failures(dict(result)) == 1, "reported as a failure"
+
+
+def test_each_drain_emits_queue_drained_with_its_summary(svc: Services,
+                                                         providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    store.enqueue("slack", "C0ALERTS", {"text": "x"})
+    reporter = Recording()
+    with httpx.Client(timeout=5) as client:
+        summary = Deliverer.from_services(svc, client).drain(Deadline(30))
+    report_drained(summary, reporter)
+    [(values, dims)] = reporter.recorded
+    assert dims == {"event": "queue_drained"}
+    assert values["QueueDrained.recovered"] == 1.0
+    assert {"QueueDrained.failed", "QueueDrained.skippedMaxRetries",
+            "QueueDrained.deferredBackoff", "QueueDrained.outages"} <= set(values)

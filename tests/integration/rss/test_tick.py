@@ -1,0 +1,219 @@
+"""The rss-refresh tick end to end on the stores: the fixed order and result keys, the
+budget and rotation with an injected clock, per-tenant isolation, the admin path, and the
+pipeline flag: publish to rss.ingest (in process, and on moto SQS) and the consumer
+builds the global catalog without touching tenant scopes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from shared.core.services import Services
+from shared.jobs.registry import JOBS, Deadline
+from shared.jobs.runner import run_job
+from shared.queues.publish import REGISTRY
+from shared.queues.runtime import consumers_for
+from shared.rss.catalog import Catalog, peek, peek_scope
+from shared.rss.store import GLOBAL_KEY, RssStore
+from shared.rss.tick import ROTATION_WINDOW_MS, refresh_tick
+from shared.store.flags import FlagStore
+from tests.providers.feeds import FeedServer
+from tests.rss_support import FakeClock, catalog, feed_services
+from tests.sqs_helpers import bodies, create_queues, new_prefix, poll
+
+SECRET = "queue-secret-for-tests-0123456789"
+KEYS = {"published", "pipelineEnabled", "inlineRefreshed", "tenantIngestion", "alertSweep",
+        "refreshedAt"}
+
+
+@pytest.fixture
+def feeds() -> Iterator[FeedServer]:
+    with FeedServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    yield
+    REGISTRY.clear()
+
+
+def seed(svc: Services, feeds: FeedServer, scopes: int = 4) -> tuple[str, list[str]]:
+    """One global source, and ``scopes`` completed scopes over two sets (+ one incomplete)."""
+    store = RssStore(svc.db)
+    store.add_source(feeds.add_rss("/global", items=3), "Global wire", True)
+    sets = [tuple(store.add_source(feeds.add_rss(f"/t{k}/{j}", items=2)).id for j in range(2))
+            for k in range(2)]
+    ids = [f"scope-{n}" for n in range(scopes)]
+    for n, scope_id in enumerate(ids):
+        store.put_scope(scope_id, f"tenant-{n}", sets[n % 2], "en", True)
+    store.put_scope("onboarding", "tenant-x", sets[0], "fr", False)
+    return GLOBAL_KEY, ids
+
+
+def test_the_tick_refreshes_global_then_tenants_then_sweeps(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    _, scopes = seed(svc, feeds)
+    outcome = run_job(JOBS["rss-refresh"], svc, "cron_http")
+    assert outcome.status == 200 and outcome.outcome == "ok"
+    body = outcome.body
+    assert KEYS <= set(body)
+    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (
+        False, False, True)
+    tenants = body["tenantIngestion"]
+    assert set(tenants) == {"tenantScopes", "refreshed", "failed", "skippedTimeBudget",
+                            "elapsedMs"}
+    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["failed"],
+            tenants["skippedTimeBudget"]) == (4, 4, 0, 0)
+    assert body["alertSweep"] == {"tenantsWithRules": 0, "evaluated": 0,
+                                  "skippedNoFeedCache": 0, "failed": 0}
+    assert body["refreshedAt"].endswith("Z")
+    assert body["catalog"]["builds"] == 3  # global + two shared tenant sets
+    global_build = peek(svc, GLOBAL_KEY)
+    assert global_build is not None and len(global_build.stories) == 3
+    assert all(peek_scope(svc, s) is not None for s in scopes)
+    assert peek_scope(svc, "onboarding") is None  # not completed: not ingested
+    assert all(count == 1 for count in feeds.hits.values())
+
+
+def test_the_admin_post_refreshes_global_and_sweeps_without_tenant_ingestion(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    _, scopes = seed(svc, feeds)
+    body = run_job(JOBS["rss-refresh"], svc, "admin").body
+    assert body["inlineRefreshed"] is True
+    assert body["tenantIngestion"]["tenantScopes"] == 0
+    assert peek(svc, GLOBAL_KEY) is not None
+    assert all(peek_scope(svc, s) is None for s in scopes)
+    assert set(feeds.hits) == {"/global"}
+
+
+def test_the_budget_with_an_injected_clock(db_url: str, make_services: Callable[..., Services],
+                                           feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    _, scopes = seed(svc, feeds, scopes=6)
+    clock = FakeClock()
+    order: list[str] = []
+    with catalog(svc, clock) as cat:
+        real = cat.refresh_scope
+
+        def slow_refresh(scope_id: str, *, force: bool = True) -> Any:
+            order.append(scope_id)
+            clock.advance(100)  # each scope takes 100 s of the 240 s budget
+            return real(scope_id, force=force)
+
+        cat.refresh_scope = slow_refresh  # type: ignore[method-assign]
+        started = clock.now().replace(microsecond=0)
+        result = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(600),
+                              started_at=started, catalog=cat, monotonic=clock.monotonic)
+    tenants = result["tenantIngestion"]
+    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["skippedTimeBudget"]) == (
+        6, 3, 3)
+    assert tenants["elapsedMs"] == 300_000
+    offset = (int(started.timestamp() * 1000) // ROTATION_WINDOW_MS) % 6
+    assert order == (scopes[offset:] + scopes[:offset])[:3]
+    unreached = set(scopes) - set(order)
+    assert all(RssStore(svc.db).scope(s).last_refreshed_at is None for s in unreached)
+
+
+def test_the_budget_never_outlasts_the_run_deadline(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    seed(svc, feeds)
+    clock = FakeClock()
+    with catalog(svc, clock) as cat:
+        result = refresh_tick(svc, tenant_ingestion=True,
+                              deadline=Deadline(0, clock=clock.monotonic),
+                              started_at=clock.now(), catalog=cat, monotonic=clock.monotonic)
+    assert result["tenantIngestion"]["skippedTimeBudget"] == 4
+    assert result["tenantIngestion"]["refreshed"] == 0
+
+
+def test_one_failing_tenant_is_isolated_and_reported(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer,
+        caplog: pytest.LogCaptureFixture) -> None:
+    svc = feed_services(make_services, db_url)
+    seed(svc, feeds)
+    caplog.set_level("ERROR", logger="sluice")
+    with catalog(svc) as cat:
+        real = cat.refresh_scope
+
+        def flaky(scope_id: str, *, force: bool = True) -> Any:
+            if scope_id == "scope-2":
+                raise RuntimeError("tenant store exploded")
+            return real(scope_id, force=force)
+
+        cat.refresh_scope = flaky  # type: ignore[method-assign]
+        result = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(60),
+                              started_at=FakeClock().now(), catalog=cat)
+    assert result["tenantIngestion"]["failed"] == 1 and result["failed"] == 1
+    assert result["tenantIngestion"]["refreshed"] == 3
+    assert [r.getMessage() for r in caplog.records if "ingestion failed" in r.getMessage()] == [
+        "[rss-refresh] tenant ingestion failed for scope-2: tenant store exploded"]
+
+
+def test_a_failing_drain_is_reported_through_the_cron_contract(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = feed_services(make_services, db_url)
+    seed(svc, feeds)
+    monkeypatch.setattr(Catalog, "refresh_scope", lambda self, scope_id, force=True: 1 / 0)
+    outcome = run_job(JOBS["rss-refresh"], svc, "schedule")
+    assert outcome.status == 200 and outcome.outcome == "failures"
+    assert outcome.body["tenantIngestion"]["failed"] == 4
+
+
+def test_flag_on_publishes_in_process_and_the_consumer_builds_the_global_catalog(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    seed(svc, feeds)
+    FlagStore(svc.state).set("rssQueuePipeline", True)
+    body = run_job(JOBS["rss-refresh"], svc, "admin").body
+    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (
+        True, True, False)
+    assert peek(svc, GLOBAL_KEY) is not None and feeds.hits["/global"] == 1
+
+
+def test_flag_on_but_no_publish_refreshes_inline(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)  # no signing secret: publish refuses
+    seed(svc, feeds)
+    FlagStore(svc.state).set("rssQueuePipeline", True)
+    body = run_job(JOBS["rss-refresh"], svc, "admin").body
+    assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (
+        False, True, True)
+    assert peek(svc, GLOBAL_KEY) is not None
+
+
+@pytest.mark.aws
+def test_flag_on_publishes_to_sqs_and_the_consumer_builds_only_the_global_catalog(
+        aws_env: dict[str, str], sqlite_url: str, make_services: Callable[..., Services],
+        feeds: FeedServer, caplog: pytest.LogCaptureFixture) -> None:
+    svc = feed_services(make_services, sqlite_url, SLUICE_QUEUE_MODE="sqs",
+                        SLUICE_QUEUE_SIGNING_SECRET=SECRET, SLUICE_QUEUE_PREFIX=new_prefix())
+    urls = create_queues(svc.settings.queue_prefix)
+    _, scopes = seed(svc, feeds)
+    FlagStore(svc.state).set("rssQueuePipeline", True)
+
+    body = run_job(JOBS["rss-refresh"], svc, "admin").body
+    assert (body["published"], body["inlineRefreshed"]) == (True, False)
+    [message] = bodies(urls["rss.ingest"])
+    assert (message["topic"], message["sourceId"], message["feedUrl"]) == (
+        "rss.ingest", "all-sources", "")
+    assert peek(svc, GLOBAL_KEY) is None  # nothing built until the consumer runs
+
+    caplog.set_level("INFO", logger="sluice")
+    consumer = consumers_for(svc, registry=None)["rss.ingest"]
+    polled = poll(urls["rss.ingest"], consumer.lambda_handler)
+    assert polled.failed_ids == [] and len(polled.deleted_ids) == 1
+    build = peek(svc, GLOBAL_KEY)
+    assert build is not None and [s.title for s in build.stories] == [
+        "global story 2", "global story 1", "global story 0"]
+    assert any(f"running aggregation refresh batch={message['batchId']}" in r.getMessage()
+               for r in caplog.records)
+    assert all(peek_scope(svc, s) is None for s in scopes)  # never touches tenant scopes
+    assert set(feeds.hits) == {"/global"}
+    assert bodies(urls["rss.ingest-dlq"]) == []

@@ -1,0 +1,58 @@
+"""Helpers for the rss tests: an injected clock, services pointed at the local feed server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.core.services import Services
+from shared.rss.catalog import Catalog
+from shared.rss.fetch import AddressGuard, Fetcher, feed_client
+
+FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SECONDS": "1",
+            "SLUICE_RSS_MAX_FEED_BYTES": "100000", "SLUICE_RSS_LOCK_WAIT_SECONDS": "20"}
+
+
+class FakeClock:
+    """Wall time and monotonic time that move only when a test says so."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        # Starts at the real time so builds stored under it are unexpired for peeks.
+        self.wall = start or datetime.now(UTC)
+        self.mono = 1000.0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self.wall
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self.mono
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.wall += timedelta(seconds=seconds)
+            self.mono += seconds
+
+
+def feed_services(make_services: Callable[..., Services], db_url: str, **env: str) -> Services:
+    return make_services(db_url, **{**FEED_ENV, **env})
+
+
+def catalog(services: Services, clock: FakeClock | None = None, **kwargs: Any) -> Catalog:
+    """A catalog on the real HTTP client; with ``clock``, its wall time is the fake one (fetch
+    timeouts stay on real monotonic time: they guard real sockets)."""
+    settings = services.settings
+    guard = AddressGuard(settings.feed_allow_hosts)
+    fetcher = Fetcher(feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
+                                  max_connections=settings.rss_fetch_concurrency),
+                      timeout_s=settings.rss_fetch_timeout_s,
+                      max_bytes=settings.rss_max_feed_bytes,
+                      max_redirects=settings.rss_max_redirects,
+                      per_host=settings.rss_per_host_connections)
+    if clock is not None:
+        kwargs.setdefault("now", clock.now)
+    return Catalog(services, fetcher, **kwargs)

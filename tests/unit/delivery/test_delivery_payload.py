@@ -1,0 +1,53 @@
+"""The payload: parts, addressing options, the old single-text shape, and a 400 naming any
+field a channel does not take."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.core.errors import RequestError
+from shared.delivery.drain import check_enqueue
+from shared.delivery.payload import Message, parse
+
+
+def test_parts_and_options() -> None:
+    message = parse("telegram", {"payloads": ["a", {"text": "b"}, "  "], "accountId": "bot2",
+                                 "threadId": 42, "replyToId": "7", "silent": True,
+                                 "bestEffort": True})
+    assert message == Message(parts=("a", "b"), account_id="bot2", thread_id="42",
+                              reply_to_id="7", silent=True, best_effort=True)
+
+
+def test_the_single_text_shape_is_one_part() -> None:
+    assert parse("slack", {"text": "hello"}).parts == ("hello",)
+
+
+def test_the_webhook_takes_any_json_object() -> None:
+    assert parse("webhook", {"alert": "cpu", "nested": {"a": 1}}).parts == ()
+
+
+@pytest.mark.parametrize(("channel", "payload", "field"), [
+    ("telegram", {"text": "x", "parseMode": "HTML"}, "parseMode"),
+    ("slack", {"text": "x", "threadTs": "1.2"}, "threadTs"),
+    ("telegram", {"text": "x", "subject": "s"}, "subject"),
+    ("email", {"text": "x", "blocks": []}, "blocks"),
+    ("slack", {"payloads": [{"text": "x", "media": "y"}]}, "payloads[0].media"),
+    ("slack", {"payloads": [3]}, "payloads[0]"),
+    ("slack", {"payloads": "x"}, "payloads"),
+    ("slack", {"text": "x", "payloads": ["y"]}, "text"),
+    ("telegram", {"text": "x", "silent": "yes"}, "silent"),
+    ("telegram", {"text": "x", "threadId": ""}, "threadId"),
+    ("telegram", {}, "payloads"),
+    ("telegram", {"payloads": ["   "]}, "payloads"),
+])
+def test_a_field_a_channel_does_not_take_is_a_400_naming_it(
+        channel: str, payload: dict[str, object], field: str) -> None:
+    with pytest.raises(RequestError) as info:
+        parse(channel, payload)
+    assert info.value.status == 400 and info.value.context == {"field": field}
+
+
+def test_an_unknown_channel_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(RequestError, match="unknown channel 'sms'; known: webhook, slack, "
+                                           "telegram, email"):
+        check_enqueue("sms", {"text": "x"})
