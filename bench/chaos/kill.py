@@ -122,6 +122,7 @@ class Cleanup:
     prefix = "state-cleanup."
     EXPIRED = 5_000 * 2 + 17
     KEPT = 40
+    OTHERS = 25  # audit rows and run records, old (purged) and new (kept)
 
     def __init__(self, stack: ExitStack) -> None:
         pass
@@ -145,6 +146,18 @@ class Cleanup:
                 "VALUES (:key, :field, '1', :at)",
                 [{"key": "platform:ai-envelope-threshold-firings:t1", "field": f"f{i}",
                   "at": old} for i in range(30)])
+            ancient = now - timedelta(days=3 * 365)
+            for prefix, at in (("old", ancient), ("new", now)):
+                tx.executemany(
+                    "INSERT INTO admin_audit (id, actor, action, outcome, at) "
+                    "VALUES (:id, 'chaos', 'x', '200', :at)",
+                    [{"id": f"{prefix}-audit-{i}", "at": at} for i in range(self.OTHERS)])
+                tx.executemany(
+                    "INSERT INTO job_runs (id, job, trigger, request_id, started_at, "
+                    "finished_at, duration_ms, outcome, result) VALUES (:id, 'state-cleanup', "
+                    "'cli', :id, :at, :at, 0, 'ok', :result)",
+                    [{"id": f"{prefix}-run-{i}", "at": at, "result": tx.json({})}
+                     for i in range(self.OTHERS)])
         db.close()
         return {}
 
@@ -160,7 +173,12 @@ class Cleanup:
     def check(self, url: str) -> Counts:
         kept = _scalar(url, "SELECT count(*) AS n FROM platform_state WHERE key LIKE 'keep%'")
         hashes = _scalar(url, "SELECT count(*) AS n FROM platform_state_hash")
-        return Counts(lost=self.KEPT - kept, stuck=self.left(url) + hashes)
+        audit = "SELECT count(*) AS n FROM admin_audit WHERE id LIKE :p"
+        runs = "SELECT count(*) AS n FROM job_runs WHERE id LIKE :p"
+        kept_others = sum(_scalar(url, q, {"p": "new-%"}) for q in (audit, runs))
+        old_others = sum(_scalar(url, q, {"p": "old-%"}) for q in (audit, runs))
+        return Counts(lost=self.KEPT - kept + 2 * self.OTHERS - kept_others,
+                      stuck=self.left(url) + hashes + old_others)
 
 
 # --- metering-flush ---------------------------------------------------------------------
