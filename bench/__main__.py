@@ -49,6 +49,10 @@ def as_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
+    if args and args[0] == "chaos":  # the reliability sweep prints its own table
+        from bench.chaos.main import main as chaos
+
+        return chaos(args[1:])
     want_json = "--json" in args
     names = [a for a in args if a != "--json"] or list(MODULES)
     stdout = None

@@ -78,52 +78,63 @@ def run_job(
     )
     # Statements may run into the margin the deadline keeps before Lambda's end, never past.
     margin = services.settings.deadline_margin_s
+
+    def time_left() -> float:  # not floored at 0: past the margin it goes negative
+        return deadline.at + margin - deadline_clock()
+
+    def drain_time_left() -> float:  # half the margin stays for the run's own record
+        return time_left() - margin / 2
+
     leased = False  # True while this run holds the lease and has not released it
     check_in = None
-    try:
-        began = runs.begin(job.name, holder, timedelta(seconds=job.timeout_s) + LEASE_GRACE,
-                           trigger, request_id, started)
-        if began is None:
-            logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
-            return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
-        run_id, leased = began, True
-        check_in = reporter.checkin(job.name, "in_progress")
-        ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
-                         request_id=request_id, started_at=started, params=params or {},
-                         progress=progress or (lambda message: None),
-                         fence=Fence(job.name, holder))
+    # The run's own bookkeeping (lease, run record) is bounded by the same time as the
+    # drain: a store that hangs or is gone answers a typed error before Lambda's end.
+    with bounded_by(time_left):
         try:
-            with bounded_by(lambda: deadline.remaining() + margin):
-                result = job.resolve()(ctx)
-        except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
-            reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
-            body = internal_error(job.name, request_id, exc)
-            _end(services, runs, run_id, "error", body, started, job.name, holder,
-                 time.monotonic() - clock)
-            leased = False
-            reporter.checkin(job.name, "error", check_in_id=check_in,
-                             duration_s=time.monotonic() - clock)
-            return RunOutcome(500, body, "error")
-        failed = job.failures(result)
-        outcome = "failures" if failed else "ok"
-        if failed:
-            reporter.drain_failures(job.name, failed, result)
-        duration = time.monotonic() - clock
-        _end(services, runs, run_id, outcome, result, started, job.name, holder, duration)
-        leased = False
-        reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
-        reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
-        logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
-                    extra={"trigger": trigger, "result": result, "requestId": request_id})
-        return RunOutcome(200, result, outcome)
-    except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
-        reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
-        if check_in:
-            reporter.checkin(job.name, "error", check_in_id=check_in)
-        return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
-    finally:
-        if leased:  # the run's end was not recorded: release the lease on its own
+            began = runs.begin(job.name, holder,
+                               timedelta(seconds=job.timeout_s) + LEASE_GRACE,
+                               trigger, request_id, started)
+            if began is None:
+                logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
+                return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
+            run_id, leased = began, True
+            check_in = reporter.checkin(job.name, "in_progress")
+            ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
+                             request_id=request_id, started_at=started, params=params or {},
+                             progress=progress or (lambda message: None),
+                             fence=Fence(job.name, holder))
             try:
-                runs.release_lease(job.name, holder)
-            except SluiceError as exc:  # the lease lapses by itself; say so and move on
-                reporter.error(f"{job.name}.release_lease", exc)
+                with bounded_by(drain_time_left):
+                    result = job.resolve()(ctx)
+            except Exception as exc:  # noqa: BLE001 - the guard: any drain crash becomes a typed 500
+                reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+                body = internal_error(job.name, request_id, exc)
+                _end(services, runs, run_id, "error", body, started, job.name, holder,
+                     time.monotonic() - clock)
+                leased = False
+                reporter.checkin(job.name, "error", check_in_id=check_in,
+                                 duration_s=time.monotonic() - clock)
+                return RunOutcome(500, body, "error")
+            failed = job.failures(result)
+            outcome = "failures" if failed else "ok"
+            if failed:
+                reporter.drain_failures(job.name, failed, result)
+            duration = time.monotonic() - clock
+            _end(services, runs, run_id, outcome, result, started, job.name, holder, duration)
+            leased = False
+            reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
+            reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
+            logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
+                        extra={"trigger": trigger, "result": result, "requestId": request_id})
+            return RunOutcome(200, result, outcome)
+        except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
+            reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
+            if check_in:
+                reporter.checkin(job.name, "error", check_in_id=check_in)
+            return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
+        finally:
+            if leased:  # the run's end was not recorded: release the lease on its own
+                try:
+                    runs.release_lease(job.name, holder)
+                except SluiceError as exc:  # the lease lapses by itself; say so and move on
+                    reporter.error(f"{job.name}.release_lease", exc)

@@ -296,11 +296,13 @@ class Consumer:
         written as its record finishes. When Lambda's remaining time runs short, the
         records not yet started are reported as item failures and delivered again.
         """
-        parsed: dict[str, Parsed | str] = {}
-        for record in event.get("Records") or ():
-            parsed[record.get("messageId", "")] = parse(record.get("body") or "")
-        keys = [dedupe_key(self.topic, p.payload) for p in parsed.values()
-                if not isinstance(p, str)]
+        every: list[tuple[str, Parsed | str]] = [
+            (record.get("messageId", ""), parse(record.get("body") or ""))
+            for record in event.get("Records") or ()]
+        keys = [dedupe_key(self.topic, p.payload) for _, p in every if not isinstance(p, str)]
+        # A message id seen twice in one batch is parsed again from its own record's body.
+        ids = [message_id for message_id, _ in every]
+        parsed = {message_id: p for message_id, p in every if ids.count(message_id) == 1}
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         self._batch = _Batch(self.keys.done_many(keys), parsed, remaining, self.margin_s)
         try:

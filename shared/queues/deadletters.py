@@ -16,6 +16,7 @@ the reason and stays where it is.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -84,8 +85,18 @@ class LocalDeadLetters:
             return tx.execute(Q.dead_letter_purge, {"topic": topic})
 
 
+# Characters neither store can hold in text (Postgres refuses NUL; lone surrogates are not
+# UTF-8): a quarantined body keeps them as ``\\uXXXX`` escapes.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class Quarantine:
-    """Rejected messages, kept as received (``queue_quarantine``), one row per message id."""
+    """Rejected messages, kept as received (``queue_quarantine``), one row per message id;
+    characters no store can hold are kept as escapes (``storable``)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -96,7 +107,8 @@ class Quarantine:
         with self.db.transaction() as tx:
             tx.execute(Q.quarantine_add, {"id": entry_id, "topic": topic,
                                           "message_id": message_id, "reason": reason,
-                                          "body": body, "received_at": now or utcnow()})
+                                          "body": storable(body),
+                                          "received_at": now or utcnow()})
         return entry_id
 
     def list(self, limit: int) -> list[dict[str, Any]]:

@@ -1,0 +1,1 @@
+"""Reliability evidence: the kill sweep and fault scenarios behind ``python -m bench chaos``."""
