@@ -55,6 +55,14 @@ class OutcomeUnknown(TransientDeliveryError):
     code = "delivery_outcome_unknown"
 
 
+class CredentialsRefused(TransientDeliveryError):
+    """The receiver refused Sluice's credentials (401/403: a wrong token, a rotated signing
+    secret): configuration, not the message. The channel is set aside for the run and no
+    entry loses an attempt."""
+
+    code = "delivery_credentials_refused"
+
+
 class MissingAdapter(DeliveryError):
     """No adapter is configured for this entry's channel (configuration, not the entry's fault)."""
 

@@ -47,6 +47,7 @@ from shared.core.observe import Reporter, logger
 from shared.core.services import Services
 from shared.delivery.channels import ChannelAdapter, build_adapters, channels
 from shared.delivery.classify import (
+    CredentialsRefused,
     MissingAdapter,
     classify,
     describe,
@@ -163,6 +164,9 @@ class Deliverer:
         sent = self._send(adapter, entry)
         if sent.verdict == "fatal":
             return self._fatal(entry, sent)
+        if isinstance(sent.error, CredentialsRefused):  # configuration: no attempt counted
+            self.store.release(entry, f"not sent: {describe(sent.error)}")
+            return SendOutcome.UNCONFIGURED
         return self._settle(entry, sent)
 
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
@@ -295,10 +299,14 @@ class _Run:
         if sent.verdict == "transient":
             held = self.held.setdefault(key, [])
             held.append((entry, sent))
-            if len(held) >= self.d.outage_threshold:
+            if len(held) >= self.d.outage_threshold or isinstance(sent.error,
+                                                                   CredentialsRefused):
                 assert sent.error is not None
-                self.down[key] = (f"{len(held)} consecutive transient failures; last: "
-                                  f"{describe(sent.error)}")
+                self.down[key] = (
+                    f"credentials refused: {describe(sent.error)}"
+                    if isinstance(sent.error, CredentialsRefused)
+                    else f"{len(held)} consecutive transient failures; last: "
+                         f"{describe(sent.error)}")
                 summary["outages"]["down"][key] = self.down[key]
                 logger.warning(f"[delivery] {key} looks down: {self.down[key]}; "
                                "nothing more is sent there this run, no attempt counted")

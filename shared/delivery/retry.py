@@ -27,7 +27,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from shared.core.observe import logger
-from shared.delivery.classify import classify, retry_after_s
+from shared.delivery.classify import CredentialsRefused, classify, retry_after_s
 
 T = TypeVar("T")
 
@@ -49,7 +49,9 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 def transient(error: BaseException) -> bool:
-    return classify(error) == "transient"
+    """Retried in process: a transient error, but not refused credentials (a second try with
+    the same credentials is refused the same way)."""
+    return classify(error) == "transient" and not isinstance(error, CredentialsRefused)
 
 
 class _StopBeforeLongWait(stop_base):

@@ -18,6 +18,7 @@ import httpx
 
 from shared.core.observe import logger
 from shared.delivery.classify import (
+    CredentialsRefused,
     OutcomeUnknown,
     PermanentDeliveryError,
     TransientDeliveryError,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 # 4xx answers that say "later", not "never".
 RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+CREDENTIAL_STATUSES = frozenset({401, 403})
 T = TypeVar("T")
 
 
@@ -55,7 +57,16 @@ class Channel(NamedTuple):
 
 def refused(text: str, *, status: int | None = None,
             retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
-    """The typed error for a platform's refusal: permanent by pattern or by a final 4xx."""
+    """The typed error for a platform's refusal: permanent by pattern or by a final 4xx.
+
+    A 401/403 that names no recipient problem is the receiver refusing Sluice's
+    credentials (a wrong token or a rotated signing secret): configuration, not the
+    message, so it is transient and the channel's outage rule stops the run before any
+    entry loses an attempt.
+    """
+    if (status in CREDENTIAL_STATUSES and retry_after_s is None
+            and not matches_permanent(text)):
+        return CredentialsRefused(text, status=status)
     if retry_after_s is None and (
             matches_permanent(text)
             or (status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX)):

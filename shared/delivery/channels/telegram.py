@@ -26,7 +26,7 @@ from shared.delivery.channels.base import (
     transport_error,
 )
 from shared.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
-from shared.delivery.classify import TransientDeliveryError
+from shared.delivery.classify import CredentialsRefused
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
 
@@ -85,7 +85,7 @@ class TelegramAdapter:
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
         if status == 401:  # a wrong token is configuration, not this message's fault
-            raise TransientDeliveryError(f"telegram {status}: {description}")
+            raise CredentialsRefused(f"telegram {status}: {description}", status=status)
         raise refused(f"telegram {status}: {description}", status=status,
                       retry_after_s=retry_after(wait))
 

@@ -30,7 +30,7 @@ def test_a_polar_outage_fails_nothing_for_good_and_burns_no_attempt(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fault", ["429", "500", "timeout", "reset"])
+@pytest.mark.parametrize("fault", ["429", "500", "timeout", "reset", "401"])
 def test_a_webhook_outage_fails_nothing_for_good_and_burns_no_attempt(
         backend: str, fault: str, pg_template: str) -> None:
     with ScratchStores() as stores:

@@ -60,6 +60,31 @@ def test_a_receiver_outage_stops_sending_there_and_counts_no_attempt(
     assert {store.get(e.id).attempts for e in hooks} == {1}
 
 
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_receiver_refusing_our_credentials_fails_nothing(
+        svc: Services, providers: Providers, sleeps: list[float], status: int) -> None:
+    # GIVEN a webhook receiver that refuses Sluice's signature (a rotated or wrong secret)
+    store = DeliveryStore(svc.db)
+    providers.webhook.answers.extend([status] * 100)
+    hooks = [store.enqueue("webhook", providers.webhook.url, {"text": str(i)})[0]
+             for i in range(5)]
+
+    # WHEN the drain runs more often than the attempt limit
+    for _ in range(6):
+        due_now(svc)
+        result = drain_once(svc)
+        # THEN the refusal is configuration, not the entries' fault: nothing fails for good
+        assert result["failed"] == 0 and result["skippedMaxRetries"] == 0
+
+    assert {store.get(e.id).status for e in hooks} == {DeliveryStatus.PENDING}
+    assert {store.get(e.id).attempts for e in hooks} == {0}
+
+    # AND once the credential is fixed, every entry is delivered
+    providers.webhook.answers.clear()
+    due_now(svc)
+    assert drain_once(svc)["recovered"] == 5
+
+
 def test_a_failure_followed_by_a_success_is_the_entrys_own(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
