@@ -126,7 +126,7 @@ def _topic_alarms(topic: Topic) -> str:
     name = topic.name.replace(".", "-")
     return _alarm(
         f"{base}DlqDepthAlarm", f"{name}-dlq-depth",
-        f"Messages in the {name} DLQ; read and redrive them (README, Deployment runbook).",
+        f"Messages in the {name} DLQ; read and redrive them (docs/deployment.md).",
         "AWS/SQS", "ApproximateNumberOfMessagesVisible",
         [("QueueName", f"!GetAtt {base}Dlq.QueueName")], "Maximum", "0",
     ) + _alarm(
@@ -165,7 +165,7 @@ def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
         "# and any message its consumer rejected into the quarantine. Per scheduled job: its function's Lambda Errors, and the DrainFailures",
         "# metric the runner emits when a run reports failed items (namespace and dimensions",
         "# as shared/core/observe.py writes them). All notify the SNS topic below; subscribe",
-        "# the on-call address to it (see the README runbook).",
+        "# the on-call address to it (see docs/deployment.md).",
         "Resources:",
         "  AlarmTopic:",
         "    Type: AWS::SNS::Topic",

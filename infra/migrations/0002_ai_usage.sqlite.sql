@@ -1,6 +1,6 @@
 -- AI usage: the ledger (one row per model call, idempotent on the client-supplied id)
 -- and the metering outbox that metering-flush drains to Polar. Public contract:
--- a TypeScript producer writes these tables too (see README, "Contracts").
+-- a TypeScript producer writes these tables too (see docs/billing.md).
 
 CREATE TABLE IF NOT EXISTS ai_usage_ledger (
     id text PRIMARY KEY,

@@ -12,7 +12,7 @@ brings no outbox row), so a copy that waited in Redis through the purge does not
 bring the data back.
 
 The formats here are public contracts (a TypeScript producer writes them too); the
-README's "Contracts" section documents them.
+docs/billing.md documents them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Feature modules add subcommands through ``COMMAND_MODULES``: each module has
 ``register(subparsers)`` that adds its parsers with ``func=`` set.
 
-Exit codes (the README's table): 0 done; 1 error (the run errored, a store or
+Exit codes (docs/cli.md): 0 done; 1 error (the run errored, a store or
 provider failed); 2 the command ran and reported failures; 64 usage (bad
 arguments, an unknown job, topic, flag, channel or id, invalid input, a refused
 state change); 78 configuration (a setting is missing or invalid).

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from shared.core.errors import ConfigurationError, PermanentStoreError, TransientStoreError
 from shared.core.settings import Settings
 
-# The AI usage ledger retry lists (public contract; see README "Contracts").
+# The AI usage ledger retry lists (public contract; see docs/billing.md).
 LEDGER_RETRY_QUEUE = "ai:ledger:retry:queue"
 LEDGER_RETRY_PROCESSING = "ai:ledger:retry:processing"
 LEDGER_RETRY_DLQ = "ai:ledger:retry:dlq"

@@ -1,4 +1,4 @@
--- The AI usage ledger and its metering outbox (public contract: see README, "Contracts").
+-- The AI usage ledger and its metering outbox (public contract: see docs/billing.md).
 -- Batches travel as one JSON array parameter (:rows / :ids), so 100 rows cost one statement.
 
 -- name: insert_ledger_rows @postgres
