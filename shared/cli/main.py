@@ -112,7 +112,7 @@ def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> An
     return services
 
 
-def _progress() -> Any:
+def progress_line() -> Any:
     """A one-line progress indicator on a terminal; silent otherwise."""
     if not sys.stderr.isatty():
         return None
@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     job = get_job(args.job)
     services = _services(args, migrate_embedded=True)
-    progress = _progress()
+    progress = progress_line()
     if progress:
         progress(f"running {job.name}…")
     outcome = run_job(job, services, "cli", progress=progress)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
-from shared.cli.main import command_group, operator, services
+from shared.cli.main import command_group, operator, progress_line, services
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -127,25 +126,12 @@ def cmd_stories(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress() -> Any:
-    """One line rewritten in place on a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        return None
-    started = time.monotonic()
-
-    def show(message: str) -> None:
-        sys.stderr.write(f"\r\x1b[2K[{time.monotonic() - started:6.1f}s] {message}")
-        sys.stderr.flush()
-
-    return show
-
-
 def cmd_refresh(args: argparse.Namespace) -> int:
     from shared.jobs.registry import get_job
     from shared.jobs.runner import run_job
 
     svc = services()
-    progress = _progress()
+    progress = progress_line()
     outcome = run_job(get_job("rss-refresh"), svc, "cli", progress=progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
