@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from shared.store.db import Database, Query, Tx, load_queries
+from shared.store.state import like_escape
 
 if TYPE_CHECKING:
     from shared.store.redis_clients import RedisClient
@@ -163,13 +164,10 @@ def stale(columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def subject_params(subject: str, pseudonym: str) -> dict[str, str]:
     """Parameters shared by every count_/purge_ query (see shared/store/sql/erasure.sql)."""
     segment = f"user:{subject}"
-    escaped = subject.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = like_escape(segment)
     return {
-        "subject": subject, "pseudonym": pseudonym,
-        "s_exact": segment, "s_prefix": f"{segment}:", "s_infix": f":{segment}:",
-        "s_suffix": f":{segment}",
-        "p_prefix": f"user:{escaped}:%", "p_infix": f"%:user:{escaped}:%",
-        "p_suffix": f"%:user:{escaped}",
+        "subject": subject, "pseudonym": pseudonym, "s_exact": segment,
+        "p_prefix": f"{escaped}:%", "p_infix": f"%:{escaped}:%", "p_suffix": f"%:{escaped}",
     }
 
 

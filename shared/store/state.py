@@ -10,10 +10,14 @@ from shared.store.db import Database, load_queries, utcnow
 Q = load_queries("state")
 
 
+def like_escape(text: str) -> str:
+    """``text`` as a literal inside a LIKE pattern (with ``\\`` as escape)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def like_prefix(prefix: str) -> str:
     """A LIKE pattern matching keys that start with ``prefix`` (with ``\\`` as escape)."""
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped + "%"
+    return like_escape(prefix) + "%"
 
 
 class StateStore:

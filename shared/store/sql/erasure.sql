@@ -121,47 +121,27 @@ WHERE id IN (
 -- --- Targets: platform_state keys scoped to the user ------------------------
 -- A key belongs to user U when one of its ':'-separated segment pairs is
 -- 'user:U': 'user:U', 'user:U:…', '…:user:U:…' or '…:user:U'. Compared
--- case-sensitively on both engines (SQLite's LIKE is not, hence instr/substr).
+-- case-sensitively on both engines (the store turns on SQLite's case_sensitive_like).
 
--- name: count_state @postgres
+-- name: count_state
 SELECT count(*) AS n FROM platform_state
 WHERE key = :s_exact OR key LIKE :p_prefix ESCAPE '\'
    OR key LIKE :p_infix ESCAPE '\' OR key LIKE :p_suffix ESCAPE '\'
 
--- name: count_state @sqlite
-SELECT count(*) AS n FROM platform_state
-WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
-   OR instr(key, :s_infix) > 0 OR substr(key, -length(:s_suffix)) = :s_suffix
-
--- name: purge_state @postgres
+-- name: purge_state
 DELETE FROM platform_state
 WHERE key = :s_exact OR key LIKE :p_prefix ESCAPE '\'
    OR key LIKE :p_infix ESCAPE '\' OR key LIKE :p_suffix ESCAPE '\'
 
--- name: purge_state @sqlite
-DELETE FROM platform_state
-WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
-   OR instr(key, :s_infix) > 0 OR substr(key, -length(:s_suffix)) = :s_suffix
-
--- name: count_state_hash @postgres
+-- name: count_state_hash
 SELECT count(*) AS n FROM platform_state_hash
 WHERE key = :s_exact OR key LIKE :p_prefix ESCAPE '\'
    OR key LIKE :p_infix ESCAPE '\' OR key LIKE :p_suffix ESCAPE '\'
 
--- name: count_state_hash @sqlite
-SELECT count(*) AS n FROM platform_state_hash
-WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
-   OR instr(key, :s_infix) > 0 OR substr(key, -length(:s_suffix)) = :s_suffix
-
--- name: purge_state_hash @postgres
+-- name: purge_state_hash
 DELETE FROM platform_state_hash
 WHERE key = :s_exact OR key LIKE :p_prefix ESCAPE '\'
    OR key LIKE :p_infix ESCAPE '\' OR key LIKE :p_suffix ESCAPE '\'
-
--- name: purge_state_hash @sqlite
-DELETE FROM platform_state_hash
-WHERE key = :s_exact OR substr(key, 1, length(:s_prefix)) = :s_prefix
-   OR instr(key, :s_infix) > 0 OR substr(key, -length(:s_suffix)) = :s_suffix
 
 -- --- Targets: the delivery queue (entries addressed to the subject) -----------
 
