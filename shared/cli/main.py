@@ -127,17 +127,23 @@ def progress_line() -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from shared.jobs.registry import get_job
+
+    return run_and_print(get_job(args.job), _services(args, migrate_embedded=True),
+                         as_json=args.json)
+
+
+def run_and_print(job: Any, services: Any, *, as_json: bool) -> int:
+    """Run ``job`` now (with a progress line on a terminal), print its result, and answer
+    the exit code its outcome means."""
     from shared.jobs.runner import run_job
 
-    job = get_job(args.job)
-    services = _services(args, migrate_embedded=True)
     progress = progress_line()
     if progress:
         progress(f"running {job.name}…")
     outcome = run_job(job, services, "cli", progress=progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    if args.json:
+    if as_json:
         print(json.dumps(outcome.body, default=json_default))
     else:
         print(f"{job.name}: {outcome.outcome}")

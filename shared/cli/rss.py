@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from shared.cli.main import command_group, operator, progress_line, services
-
-EXIT_OK, EXIT_FAILED = 0, 2
+from shared.cli.main import EXIT_OK, command_group, operator, run_and_print, services
+from shared.core.times import json_default
 
 
 def _audit(svc: Any, args: argparse.Namespace, action: str, target: str, outcome: str) -> None:
@@ -30,7 +28,7 @@ def _store(svc: Any) -> Any:
 
 def _print(args: argparse.Namespace, body: Any, line: Any = None) -> None:
     if args.json or line is None:
-        print(json.dumps(body, default=str))
+        print(json.dumps(body, default=json_default))
         return
     for row in body if isinstance(body, list) else [body]:
         print(line(row))
@@ -128,20 +126,8 @@ def cmd_stories(args: argparse.Namespace) -> int:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     from shared.jobs.registry import get_job
-    from shared.jobs.runner import run_job
 
-    svc = services()
-    progress = progress_line()
-    outcome = run_job(get_job("rss-refresh"), svc, "cli", progress=progress)
-    if progress:
-        sys.stderr.write("\r\x1b[2K")
-    if args.json:
-        print(json.dumps(outcome.body, default=str))
-    else:
-        print(f"rss-refresh: {outcome.outcome}")
-        for key, value in outcome.body.items():
-            print(f"  {key}: {json.dumps(value, default=str)}")
-    return {"ok": EXIT_OK, "skipped": EXIT_OK, "failures": EXIT_FAILED}.get(outcome.outcome, 1)
+    return run_and_print(get_job("rss-refresh"), services(), as_json=args.json)
 
 
 def register(sub: Any) -> None:

@@ -173,16 +173,9 @@ def is_unknown(error: BaseException) -> bool:
 
 def retry_after_s(error: BaseException) -> float | None:
     """The provider's own wait (Telegram ``retry_after``, Slack ``Retry-After``), if any."""
-    seen: set[int] = set()
-    stack: list[tuple[BaseException, int]] = [(error, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if id(node) in seen or depth >= MAX_DEPTH:
-            continue
-        seen.add(id(node))
+    for node in _walk(error):
         if isinstance(node, TransientDeliveryError) and node.retry_after_s is not None:
             return node.retry_after_s
-        stack.extend((child, depth + 1) for child in _children(node))
     return None
 
 
