@@ -1,6 +1,58 @@
 -- The AI usage ledger and its metering outbox (public contract: see docs/billing.md).
 -- Batches travel as one JSON array parameter (:rows / :ids), so 100 rows cost one statement.
 
+-- name: write_usage
+-- Postgres only (a SQLite statement inserts into one table: there write_entries runs
+-- erased_subjects, insert_ledger_rows and insert_outbox_rows). write_entries in one
+-- statement: the run's fence (as in claim_outbox; nothing is written when the lease is
+-- not held), the erasure tombstones (an entry whose user was erased is dropped, an
+-- outbox row whose customer was erased is not written), the ledger rows (ids already
+-- there are skipped) and the outbox rows of those inserted now, built here as
+-- usage.metering_row builds them: billable when there is a customer (the tenant, else
+-- the user) and some usage; id = ledger id + :id_suffix. Returns lease_held, the ids
+-- inserted now and the ids erased.
+WITH lease AS (
+    SELECT 1 FROM job_leases
+    WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+    FOR SHARE
+), fence AS (
+    SELECT (:fence_job::text IS NULL OR EXISTS (SELECT 1 FROM lease)) AS held
+), batch AS (
+    SELECT r.* FROM jsonb_to_recordset(:rows) AS r(
+        id text, tenant_id text, user_id text, model text, input_tokens integer,
+        output_tokens integer, cost_micros bigint, occurred_at timestamptz)
+    WHERE (SELECT held FROM fence)
+), gone AS (
+    SELECT t.subject_user_id AS subject FROM erasure_tombstones t
+    WHERE t.subject_user_id IN (SELECT user_id FROM batch UNION SELECT tenant_id FROM batch)
+), ledger AS (
+    INSERT INTO ai_usage_ledger
+        (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+    SELECT b.id, b.tenant_id, b.user_id, b.model, b.input_tokens, b.output_tokens,
+           b.cost_micros, b.occurred_at
+    FROM batch b
+    WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.subject = b.user_id)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, coalesce(nullif(tenant_id, ''), nullif(user_id, '')) AS customer, model,
+              input_tokens, output_tokens, cost_micros
+), outbox AS (
+    INSERT INTO ai_usage_metering_outbox
+        (id, ledger_id, external_customer_id, event_name, metadata)
+    SELECT l.id || :id_suffix, l.id, l.customer, :event_name,
+           jsonb_build_object('model', l.model, 'input_tokens', l.input_tokens,
+                              'output_tokens', l.output_tokens,
+                              'total_tokens', l.input_tokens + l.output_tokens,
+                              'cost_micros', l.cost_micros, 'ledger_id', l.id)
+    FROM ledger l
+    WHERE l.customer IS NOT NULL
+      AND (l.input_tokens <> 0 OR l.output_tokens <> 0 OR l.cost_micros <> 0)
+      AND NOT EXISTS (SELECT 1 FROM gone WHERE gone.subject = l.customer)
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT f.held AS lease_held, ARRAY(SELECT id FROM ledger) AS inserted,
+       ARRAY(SELECT b.id FROM batch b JOIN gone ON gone.subject = b.user_id) AS erased
+FROM fence f
+
 -- name: insert_ledger_rows @postgres
 INSERT INTO ai_usage_ledger
     (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)

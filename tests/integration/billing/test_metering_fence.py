@@ -3,8 +3,6 @@ the settle statements, and a run without its lease claims and marks nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -15,46 +13,11 @@ from shared.billing.usage import insert_entries
 from shared.core.errors import LeaseLost
 from shared.jobs.registry import Deadline
 from shared.jobs.runs import Fence, RunStore
-from shared.store.db import Database, PostgresDatabase, Query
+from shared.store.db import Database, PostgresDatabase
+from tests.integration.billing.counting import CountingDatabase
 from tests.integration.billing.usage_data import T0, entry
 
 JOB = "metering-flush"
-
-
-class _CountingTx:
-    def __init__(self, tx: Any, seen: list[str]) -> None:
-        self._tx = tx
-        self._seen = seen
-        self.dialect = tx.dialect
-
-    def json(self, value: Any) -> Any:
-        return self._tx.json(value)
-
-    def __getattr__(self, method: str) -> Any:
-        call = getattr(self._tx, method)
-
-        def counted(query: Query | str, *args: Any, **kwargs: Any) -> Any:
-            self._seen.append(query.name if isinstance(query, Query) else query)
-            return call(query, *args, **kwargs)
-
-        return counted
-
-
-class CountingDatabase:
-    """The real store, recording the name of every statement it is asked to run."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.dialect = db.dialect
-        self.statements: list[str] = []
-
-    @contextmanager
-    def transaction(self) -> Iterator[_CountingTx]:
-        with self.db.transaction() as tx:
-            yield _CountingTx(tx, self.statements)
-
-    def close(self) -> None:
-        self.db.close()
 
 
 class AcceptingPolar(PolarClient):
