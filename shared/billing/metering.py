@@ -51,8 +51,10 @@ Charge = Literal["exhaust", "count", "refund"]
 
 
 class OutboxStore:
-    """The outbox as the flush uses it: a claim and a settle are one statement each,
-    with the run's fence inside (``Fence.bind``), so a row costs two round trips."""
+    """The outbox as the flush uses it: a claim and a settle are one statement each with
+    the run's fence inside (``Fence.bind``), so a row costs two round trips. A fenced
+    statement changes nothing without the lease; when one changes nothing at all, a
+    separate check tells a lost lease from an empty outbox."""
 
     def __init__(self, db: Database, fence: Fence | None = None) -> None:
         self.db = db
@@ -64,10 +66,10 @@ class OutboxStore:
             rows = tx.fetchall(Q.claim_outbox, {
                 **self.fence.bind(tx), "limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
                 "tried": tx.json(list(tried)), "note": IN_FLIGHT_NOTE}, final=True)
-        self.fence.confirm(rows)
-        claimed = [row for row in rows if row["id"] is not None]
-        claimed.sort(key=lambda row: (row["created_at"], row["id"]))
-        return claimed
+        if not rows:
+            self._check_fence()
+        rows.sort(key=lambda row: (row["created_at"], row["id"]))
+        return rows
 
     def settle(self, processed: list[str], failed: dict[str, tuple[str, Charge]],
                now: datetime, *, refund: Collection[str] = ()) -> None:
@@ -80,10 +82,15 @@ class OutboxStore:
         if not rows:
             return
         with self.db.transaction() as tx:
-            result = tx.fetchall(Q.settle_outbox, {
+            settled = tx.fetchall(Q.settle_outbox, {
                 **self.fence.bind(tx), "rows": tx.json(rows), "now": now,
                 "max_attempts": MAX_METERING_ATTEMPTS}, final=True)
-        self.fence.confirm(result)
+        if not settled:
+            self._check_fence()
+
+    def _check_fence(self) -> None:
+        with self.db.transaction() as tx:
+            self.fence.check(tx)
 
     def eligible_count(self, *, tried: Collection[str] = ()) -> int:
         with self.db.transaction() as tx:

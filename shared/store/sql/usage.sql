@@ -91,43 +91,31 @@ FROM json_each(:rows) WHERE true
 ON CONFLICT (id) DO NOTHING
 
 -- name: claim_outbox @postgres
--- Claims up to :limit eligible rows, oldest first, in one statement with the run's fence
--- (the lease CTE is runs.sql's lease_is_mine, share lock included: a takeover waits
--- until this commits). The attempt is counted at the claim, and the row is left
+-- Claims up to :limit eligible rows, oldest first, in one statement with the run's fence:
+-- rows are claimed only while the run holds its lease (the lease check is runs.sql's
+-- lease_is_mine, share lock included, so a takeover waits until this commits; a NULL
+-- :fence_job is no fence). The attempt is counted at the claim, and the row is left
 -- 'failed' with an in-flight note: a process that dies while the row is in flight still
 -- uses up one attempt; the mark after the send gives it back when Polar did not judge
 -- the row. :tried holds the ids this run already sent (a failed row waits for the next
 -- run). SKIP LOCKED keeps a concurrent claimer (there should be none: the job is
--- single-flight) off these rows. Always one row at least: lease_held, and the claimed
--- row's columns (NULL when nothing was claimed). Nothing is claimed when the lease is
--- not held.
-WITH lease AS (
-    SELECT 1 FROM job_leases
-    WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
-    FOR SHARE
-), fence AS (
-    SELECT (:fence_job::text IS NULL OR EXISTS (SELECT 1 FROM lease)) AS held
-), picked AS (
-    SELECT o.id FROM ai_usage_metering_outbox o
-    WHERE (SELECT held FROM fence)
-      AND (o.status = 'pending' OR (o.status = 'failed' AND o.attempt_count < :max_attempts))
-      AND o.id NOT IN (SELECT jsonb_array_elements_text(:tried))
-    ORDER BY o.created_at, o.id
+-- single-flight) off these rows. No row back: nothing eligible, or no lease.
+UPDATE ai_usage_metering_outbox o
+SET attempt_count = o.attempt_count + 1, status = 'failed', last_error = :note
+WHERE o.id IN (
+    SELECT p.id FROM ai_usage_metering_outbox p
+    WHERE (p.status = 'pending' OR (p.status = 'failed' AND p.attempt_count < :max_attempts))
+      AND p.id NOT IN (SELECT jsonb_array_elements_text(:tried))
+      AND (:fence_job::text IS NULL OR EXISTS (
+          SELECT 1 FROM job_leases
+          WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+          FOR SHARE))
+    ORDER BY p.created_at, p.id
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE ai_usage_metering_outbox o
-    SET attempt_count = o.attempt_count + 1, status = 'failed', last_error = :note
-    FROM picked WHERE o.id = picked.id
-    RETURNING o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata,
-              o.attempt_count, o.created_at
-)
-SELECT f.held AS lease_held, c.id, c.ledger_id, c.external_customer_id, c.event_name,
-       c.metadata, c.attempt_count, c.created_at, l.occurred_at
-FROM fence f
-LEFT JOIN claimed c ON true
-LEFT JOIN ai_usage_ledger l ON l.id = c.ledger_id
-ORDER BY c.created_at, c.id
+    FOR UPDATE OF p SKIP LOCKED)
+RETURNING o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata,
+          o.attempt_count, o.created_at,
+          (SELECT l.occurred_at FROM ai_usage_ledger l WHERE l.id = o.ledger_id) AS occurred_at
 
 -- name: claim_outbox @sqlite
 -- The fence was checked by its own statement (Fence.bind) in this transaction.
@@ -139,8 +127,8 @@ WHERE id IN (
       AND id NOT IN (SELECT value FROM json_each(:tried))
     ORDER BY created_at, id
     LIMIT :limit)
-RETURNING 1 AS lease_held, id, ledger_id, external_customer_id, event_name, metadata,
-          attempt_count, created_at,
+RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_count,
+          created_at,
           (SELECT l.occurred_at FROM ai_usage_ledger l
            WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
 
@@ -156,35 +144,32 @@ WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempt
 
 -- name: settle_outbox @postgres
 -- Settles the rows of one send in one statement with the run's fence (as in
--- claim_outbox; nothing changes when the lease is not held). :rows is a JSON object
+-- claim_outbox: nothing changes without the lease). :rows is a JSON object
 -- id -> {op, error, charge}: op 'processed'; op 'failed' with charge 'exhaust' (every
 -- attempt used up), 'count' (the attempt counted at the claim stands) or 'refund' (given
 -- back); op 'refund': the attempt of a row settled earlier in the run, given back (it
 -- was part of an outage). The rows are found by their ids through the primary key.
-WITH lease AS (
-    SELECT 1 FROM job_leases
-    WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
-    FOR SHARE
-), fence AS (
-    SELECT (:fence_job::text IS NULL OR EXISTS (SELECT 1 FROM lease)) AS held
-), settled AS (
-    UPDATE ai_usage_metering_outbox o
-    SET status = CASE s.op WHEN 'refund' THEN o.status ELSE s.op END,
-        processed_at = CASE s.op WHEN 'processed' THEN :now ELSE o.processed_at END,
-        last_error = CASE s.op WHEN 'processed' THEN NULL
-                               WHEN 'failed' THEN s.error ELSE o.last_error END,
-        attempt_count = CASE WHEN s.op = 'failed' AND s.charge = 'exhaust' THEN :max_attempts
-                             WHEN (s.op = 'refund' OR s.charge = 'refund')
-                                  AND o.attempt_count > 0 THEN o.attempt_count - 1
-                             ELSE o.attempt_count END
-    FROM (SELECT key AS id, value ->> 'op' AS op, value ->> 'error' AS error,
-                 value ->> 'charge' AS charge
-          FROM jsonb_each(:rows)) AS s
-    WHERE o.id = ANY (ARRAY(SELECT jsonb_object_keys(:rows))) AND o.id = s.id
-      AND (SELECT held FROM fence) AND (s.op <> 'refund' OR o.status = 'failed')
-    RETURNING o.id
-)
-SELECT f.held AS lease_held, (SELECT count(*) FROM settled) AS settled FROM fence f
+UPDATE ai_usage_metering_outbox o
+SET status = CASE :rows -> o.id ->> 'op' WHEN 'refund' THEN o.status
+                                         ELSE :rows -> o.id ->> 'op' END,
+    processed_at = CASE :rows -> o.id ->> 'op' WHEN 'processed' THEN :now
+                                               ELSE o.processed_at END,
+    last_error = CASE :rows -> o.id ->> 'op' WHEN 'processed' THEN NULL
+                                             WHEN 'failed' THEN :rows -> o.id ->> 'error'
+                                             ELSE o.last_error END,
+    attempt_count = CASE WHEN :rows -> o.id ->> 'op' = 'failed'
+                              AND :rows -> o.id ->> 'charge' = 'exhaust' THEN :max_attempts
+                         WHEN (:rows -> o.id ->> 'op' = 'refund'
+                               OR :rows -> o.id ->> 'charge' = 'refund')
+                              AND o.attempt_count > 0 THEN o.attempt_count - 1
+                         ELSE o.attempt_count END
+WHERE o.id = ANY (ARRAY(SELECT jsonb_object_keys(:rows)))
+  AND (:rows -> o.id ->> 'op' <> 'refund' OR o.status = 'failed')
+  AND (:fence_job::text IS NULL OR EXISTS (
+      SELECT 1 FROM job_leases
+      WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+      FOR SHARE))
+RETURNING o.id
 
 -- name: settle_outbox @sqlite
 -- The fence was checked by its own statement (Fence.bind) in this transaction.
@@ -201,7 +186,7 @@ FROM (SELECT key AS id, json_extract(value, '$.op') AS op,
              json_extract(value, '$.error') AS error, json_extract(value, '$.charge') AS charge
       FROM json_each(:rows)) AS s
 WHERE o.id = s.id AND (s.op <> 'refund' OR o.status = 'failed')
-RETURNING 1 AS lease_held
+RETURNING id
 
 -- name: exhausted_outbox
 -- Rows out of attempts, oldest first, for `sluice billing reset-attempts`.

@@ -56,7 +56,9 @@ def test_a_fenced_row_costs_one_claim_and_one_settle_statement_on_postgres(
     finally:
         db.close()
     assert result["processed"] == 3
-    assert counting.statements == ["claim_outbox", "settle_outbox"] * 3 + ["claim_outbox"]
+    assert counting.statements == ["claim_outbox", "settle_outbox"] * 3 + [
+        "claim_outbox", "lease_is_mine"], "the empty claim that ends the run is told apart " \
+        "from a lost lease by a check of its own"
 
 
 def test_a_run_without_its_lease_claims_nothing(db: Database) -> None:
