@@ -82,9 +82,13 @@ class OutboxStore:
         if not rows:
             return
         with self.db.transaction() as tx:
-            settled = tx.fetchall(Q.settle_outbox, {
-                **self.fence.bind(tx), "rows": tx.json(rows), "now": now,
-                "max_attempts": MAX_METERING_ATTEMPTS}, final=True)
+            if len(processed) == 1 and len(rows) == 1:  # the usual case, kept simple
+                settled = tx.fetchall(Q.mark_outbox_processed, {
+                    **self.fence.bind(tx), "id": processed[0], "now": now}, final=True)
+            else:
+                settled = tx.fetchall(Q.settle_outbox, {
+                    **self.fence.bind(tx), "rows": tx.json(rows), "now": now,
+                    "max_attempts": MAX_METERING_ATTEMPTS}, final=True)
         if not settled:
             self._check_fence()
 

@@ -142,6 +142,24 @@ SELECT count(*) AS n FROM ai_usage_metering_outbox
 WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))
   AND id NOT IN (SELECT value FROM json_each(:tried))
 
+-- name: mark_outbox_processed @postgres
+-- settle_outbox's usual case, one row Polar accepted, by its primary key (fenced likewise).
+UPDATE ai_usage_metering_outbox
+SET status = 'processed', processed_at = :now, last_error = NULL
+WHERE id = :id
+  AND (:fence_job::text IS NULL OR EXISTS (
+      SELECT 1 FROM job_leases
+      WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+      FOR SHARE))
+RETURNING id
+
+-- name: mark_outbox_processed @sqlite
+-- The fence was checked by its own statement (Fence.bind) in this transaction.
+UPDATE ai_usage_metering_outbox
+SET status = 'processed', processed_at = :now, last_error = NULL
+WHERE id = :id
+RETURNING id
+
 -- name: settle_outbox @postgres
 -- Settles the rows of one send in one statement with the run's fence (as in
 -- claim_outbox: nothing changes without the lease). :rows is a JSON object

@@ -56,7 +56,7 @@ def test_a_fenced_row_costs_one_claim_and_one_settle_statement_on_postgres(
     finally:
         db.close()
     assert result["processed"] == 3
-    assert counting.statements == ["claim_outbox", "settle_outbox"] * 3 + [
+    assert counting.statements == ["claim_outbox", "mark_outbox_processed"] * 3 + [
         "claim_outbox", "lease_is_mine"], "the empty claim that ends the run is told apart " \
         "from a lost lease by a check of its own"
 

@@ -131,7 +131,7 @@ def test_redrive_insert_killed_mid_transaction(pg: PostgresDatabase, redis_env: 
 
 def test_metering_mark_killed_mid_transaction(pg: PostgresDatabase, polar: PolarStandIn) -> None:
     insert_entries(pg, [entry(i) for i in range(5)])
-    killing = KillingDatabase(pg, "settle_outbox")
+    killing = KillingDatabase(pg, "mark_outbox_processed")
     env = {"POLAR_ACCESS_TOKEN": polar.token, "POLAR_API_URL": polar.url}
     outcome = run_job(JOBS["metering-flush"], services_on(killing, **env), "cli")
     assert killing.killed == 1
