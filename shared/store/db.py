@@ -542,7 +542,9 @@ class PostgresDatabase:
                     **self._session_bounds(options)},
             configure=configure,
             check=self._check_if_idle,
-            reset=self._mark_returned,
+            # No reset callback: with one, the pool hands every returned connection to its
+            # worker thread, and the next transaction waits for that thread (or opens
+            # another connection). The return time is noted in transaction() instead.
             open=False,
         )
         self._opened = False
@@ -603,6 +605,8 @@ class PostgresDatabase:
                     if not conn.closed:
                         tx.rollback(exc)
                     raise
+                finally:
+                    self._mark_returned(conn)
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate_postgres(exc) from exc
 
