@@ -571,9 +571,7 @@ class PostgresDatabase:
     def _check_if_idle(self, conn: Any) -> None:
         from psycopg_pool import ConnectionPool
 
-        # The mark of its last transaction() (kept: a direct use of the pool in between,
-        # as by migrations, does not refresh it, so at worst it costs a needless check).
-        returned = self._returned_at.get(id(conn))
+        returned = self._returned_at.pop(id(conn), None)
         if returned is None or time.monotonic() - returned > self.IDLE_CHECK_S:
             ConnectionPool.check_connection(conn)
 
