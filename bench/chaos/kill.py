@@ -3,15 +3,19 @@
 One run: a fresh database (and Redis prefix), a known workload seeded, the drain run
 in its own interpreter with ``SLUICE_CRASH_AT=point@N`` (it dies there with
 ``os._exit``), then run again until it has nothing left, and the store and the
-provider stand-in compared with what was seeded.
+provider stand-in compared with what was seeded. The push-queue consumer is driven the
+same way, by an event source mapping in miniature over SQS on a moto server.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +34,8 @@ WEBHOOK_SECRET = "chaos-webhook-secret-0123456789"
 POLAR_TOKEN = "chaos-polar-token"
 MAX_COMPLETION_RUNS = 6
 SUBPROCESS_TIMEOUT_S = 120
+CLI = "shared.cli.main"
+QUEUE_SECRET = "chaos-queue-secret-0123456789abcdef"
 
 
 @dataclass
@@ -73,16 +79,31 @@ class Tally:
         return bool(self.lost or self.stuck or self.unexpected or self.burned)
 
 
-def sluice(args: list[str], env: dict[str, str], *, crash_at: str | None = None,
-           ) -> subprocess.CompletedProcess[str]:
-    """``sluice ARGS`` in a fresh interpreter with only ``env`` as Sluice's settings."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
+def _env(env: dict[str, str]) -> dict[str, str]:
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLUICE_", "CRON_", "POLAR_", "AWS_", "CHAOS_"))}
     full.update(env)
+    return full
+
+
+def sluice(args: list[str], env: dict[str, str], *, crash_at: str | None = None,
+           module: str = CLI) -> subprocess.CompletedProcess[str]:
+    """``sluice ARGS`` (or ``python -m MODULE ARGS``) in a fresh interpreter with only
+    ``env`` as Sluice's settings."""
+    full = _env(env)
     if crash_at:
         full[CRASH_ENV] = crash_at
-    return subprocess.run([sys.executable, "-m", "shared.cli.main", *args], env=full, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", module, *args], env=full, cwd=ROOT,
                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
                           check=False)
+
+
+def _module(scenario: Any) -> str:
+    return str(getattr(scenario, "module", CLI))
+
+
+def _finish_args(scenario: Any) -> list[str]:
+    return ["run", scenario.job, "--json"] if _module(scenario) == CLI else []
 
 
 def _db(url: str) -> Any:
@@ -508,7 +529,203 @@ class Erasure:
                       if self.partial else [])
 
 
-SCENARIOS: tuple[type[Any], ...] = (Cleanup, Metering, Redrive, Delivery, Erasure)
+# --- the push-queue consumer ------------------------------------------------------------
+
+
+@contextmanager
+def moto_sqs() -> Iterator[dict[str, str]]:
+    """SQS on a moto server on loopback; the environment that points boto3 at it."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "eu-north-1", "AWS_REGION": "eu-north-1",
+               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    finally:
+        server.stop()
+
+
+class ConsumerKill:
+    """A topic's consumer killed mid-batch, then SQS's at-least-once redelivery.
+
+    Seeded: ``GOOD`` signed messages whose handler writes a row keyed by the signed
+    ``batchId`` (and journals each application), one poison message (always fails: must
+    end in the DLQ with its reason) and one forgery (must end in the quarantine). After
+    a kill nothing was reported, so everything received comes back (its receive count
+    up by one), as it would on SQS; lapsed visibility is moved into the past instead of
+    waited for.
+
+    Repeated applications are counted as duplicated effects; the key makes them
+    harmless. Unexpected: an application after the consumer had recorded the message as
+    completed, and, where completions are written per record, more than the one record
+    in flight repeated by a kill.
+    """
+
+    job = "rss.ingest consumer"
+    prefix = "consumer."
+    module = "bench.chaos.consume"
+    completions = "record"
+    GOOD = 14  # two batches of up to 10, the poison and the forgery in the first
+    max_runs = 8  # the poison needs five deliveries
+
+    def __init__(self, stack: ExitStack) -> None:
+        self.aws = stack.enter_context(moto_sqs())
+        self.dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-q-")))
+        self.queue_prefix = ""
+        self.handles = self.dir / "handles"
+        self.forged_id = ""
+
+    @property
+    def name(self) -> str:
+        return f"kill: consumer, completions per {self.completions}"
+
+    def _client(self) -> Any:
+        import boto3  # type: ignore[import-untyped]
+
+        return boto3.client("sqs", region_name=self.aws["AWS_REGION"],
+                            endpoint_url=self.aws["AWS_ENDPOINT_URL"],
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def _urls(self) -> tuple[str, str]:
+        from shared.queues.topics import dlq_name, queue_name
+
+        client = self._client()
+        return (client.get_queue_url(QueueName=queue_name(self.queue_prefix, "rss.ingest"))[
+                    "QueueUrl"],
+                client.get_queue_url(QueueName=dlq_name(self.queue_prefix, "rss.ingest"))[
+                    "QueueUrl"])
+
+    def prepare(self, url: str) -> dict[str, str]:
+        from bench.chaos.consume import HANDLES_ENV, MODE_ENV
+        from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, idempotency_key
+        from shared.queues.signing import Signer
+        from shared.queues.topics import dlq_name, queue_name
+
+        self.queue_prefix = f"chaos{uuid.uuid4().hex[:8]}-"
+        self.handles.write_text("")
+        client = self._client()
+        dlq = client.create_queue(QueueName=dlq_name(self.queue_prefix, "rss.ingest"))[
+            "QueueUrl"]
+        dlq_arn = client.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+            "Attributes"]["QueueArn"]
+        queue = client.create_queue(
+            QueueName=queue_name(self.queue_prefix, "rss.ingest"),
+            Attributes={"VisibilityTimeout": "300", "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "50"})})["QueueUrl"]
+        signer = Signer([QUEUE_SECRET])
+        base = {"topic": "rss.ingest", "sourceId": "chaos", "feedUrl": "",
+                "publishedAt": "2026-11-30T00:00:00.000Z"}
+        good = [signer.sign({**base, "batchId": f"good-{i}"}) for i in range(self.GOOD)]
+        poison = signer.sign({**base, "batchId": "poison", "poison": True})
+        forged = Signer(["another-secret-0123456789abcdef"]).sign({**base, "batchId": "forged"})
+        for message in (*good[:4], poison, forged, *good[4:]):
+            sent = client.send_message(
+                QueueUrl=queue, MessageBody=json.dumps(message),
+                MessageAttributes={IDEMPOTENCY_ATTRIBUTE: {
+                    "DataType": "String", "StringValue": idempotency_key(message)}})
+            if message is forged:
+                self.forged_id = sent["MessageId"]
+        return {**self.aws, "SLUICE_QUEUE_SIGNING_SECRET": QUEUE_SECRET,
+                "SLUICE_QUEUE_MODE": "sqs", "SLUICE_QUEUE_PREFIX": self.queue_prefix,
+                MODE_ENV: self.completions, HANDLES_ENV: str(self.handles)}
+
+    def crash_args(self, point: str) -> list[str]:
+        return []
+
+    def between(self, url: str) -> None:
+        # What the killed or finished pass left in flight comes back when its visibility
+        # lapses: move that moment into the past.
+        queue, _ = self._urls()
+        client = self._client()
+        for handle in dict.fromkeys(self.handles.read_text().split()):
+            try:
+                client.change_message_visibility(QueueUrl=queue, ReceiptHandle=handle,
+                                                 VisibilityTimeout=0)
+            except client.exceptions.ClientError:
+                pass  # deleted meanwhile
+        self.handles.write_text("")
+
+    def left(self, url: str) -> int:
+        queue, _ = self._urls()
+        attributes = self._client().get_queue_attributes(
+            QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages",
+                                            "ApproximateNumberOfMessagesNotVisible"])[
+            "Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(
+            attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        _, dlq = self._urls()
+        client = self._client()
+        found: dict[str, dict[str, Any]] = {}
+        for _ in range(5):
+            got = client.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10,
+                                         VisibilityTimeout=30).get("Messages", [])
+            for message in got:
+                found[message["MessageId"]] = json.loads(message["Body"])
+            if not got:
+                break
+        return list(found.values())
+
+    def check(self, url: str) -> Counts:
+        from bench.chaos.consume import APPLIED, EFFECT
+        from shared.queues.deadletters import Quarantine
+
+        db = _db(url)
+        with db.transaction() as tx:
+            rows = tx.fetchall("SELECT key, value FROM platform_state WHERE key LIKE :p",
+                               {"p": "chaos-consumer:%"})
+        quarantined = {r["message_id"]: r["reason"] for r in Quarantine(db).list(100)}
+        db.close()
+        effects = {r["key"].removeprefix(EFFECT) for r in rows if r["key"].startswith(EFFECT)}
+        applied: dict[str, int] = {}
+        after_completion = 0
+        for r in rows:
+            if r["key"].startswith(APPLIED):
+                batch = r["key"].removeprefix(APPLIED).rsplit(":", 1)[0]
+                applied[batch] = applied.get(batch, 0) + 1
+                value = r["value"] if isinstance(r["value"], dict) else json.loads(r["value"])
+                after_completion += int(bool(value.get("afterCompletion")))
+        dead = self.dead_letters()
+        dead_ids = [d.get("originalMessage", {}).get("batchId") for d in dead]
+        counts = Counts(stuck=self.left(url), unexpected=after_completion)
+        for i in range(self.GOOD):
+            batch = f"good-{i}"
+            if batch not in effects:
+                counts.lost += 1
+            counts.duplicated += max(0, applied.get(batch, 0) - 1)
+            counts.burned += dead_ids.count(batch)
+        if self.completions == "record":  # one kill: at most the record in flight repeats
+            counts.unexpected += max(0, counts.duplicated - 1)
+        poison = [d for d in dead if d.get("originalMessage", {}).get("batchId") == "poison"]
+        if not poison and counts.stuck == 0:
+            counts.lost += 1
+        elif poison and not all("poison message" in d.get("errorMessage", "") for d in poison):
+            counts.lost += 1
+            counts.notes.append("a dead letter without its reason")
+        counts.duplicated += max(0, len(poison) - 1)  # a redrive dedupes on the content key
+        if quarantined.get(self.forged_id) != "signature does not match":
+            counts.lost += 1
+            counts.notes.append(f"forgery not quarantined with its reason: {quarantined}")
+        if after_completion:
+            counts.notes.append(f"{after_completion} handler runs after completion was recorded")
+        return counts
+
+
+class ConsumerKillBatch(ConsumerKill):
+    completions = "batch"
+
+
+SCENARIOS: tuple[type[Any], ...] = (Cleanup, Metering, Redrive, Delivery, Erasure,
+                                    ConsumerKill, ConsumerKillBatch)
 
 
 @dataclass
@@ -517,11 +734,8 @@ class Plan:
     positions: tuple[int, ...]
 
 
-def scenario_for(point: str, scenarios: list[Any]) -> Any | None:
-    for scenario in scenarios:
-        if point.startswith(scenario.prefix):
-            return scenario
-    return None
+def scenarios_for(point: str, scenarios: list[Any]) -> list[Any]:
+    return [scenario for scenario in scenarios if point.startswith(scenario.prefix)]
 
 
 def one_run(scenario: Any, stores: ScratchStores, backend: str, point: str, nth: int,
@@ -531,15 +745,16 @@ def one_run(scenario: Any, stores: ScratchStores, backend: str, point: str, nth:
     try:
         env = {"CRON_SECRET": CRON_SECRET, "SLUICE_STAGE": "chaos", "SLUICE_DATABASE_URL": url,
                **scenario.prepare(url)}
-        crashed = sluice(scenario.crash_args(point), env, crash_at=f"{point}@{nth}")
+        crashed = sluice(scenario.crash_args(point), env, crash_at=f"{point}@{nth}",
+                         module=_module(scenario))
         reached = crashed.returncode == CRASH_EXIT_CODE
         notes: list[str] = []
         if not reached and crashed.returncode != 0:
             notes.append(f"{point}@{nth}: crash run exited {crashed.returncode}: "
                          f"{crashed.stderr.strip()[-300:]}")
-        for _ in range(MAX_COMPLETION_RUNS):
+        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
             scenario.between(url)
-            done = sluice(["run", scenario.job, "--json"], env)
+            done = sluice(_finish_args(scenario), env, module=_module(scenario))
             if done.returncode not in (0, 2):
                 notes.append(f"{point}@{nth}: completion run exited {done.returncode}: "
                              f"{done.stderr.strip()[-300:]}")
@@ -566,23 +781,24 @@ def sweep(plan: Plan, *, points: list[str] | None = None,
     with _scenarios() as scenarios, ScratchStores() as stores:
         for backend in plan.backends:
             for point in names:
-                scenario = scenario_for(point, scenarios)
-                if scenario is None:
+                matching = scenarios_for(point, scenarios)
+                if not matching:
                     tally = tallies.setdefault(f"kill: {point} (no scenario)",
                                                Tally(f"kill: {point} (no scenario)"))
                     tally.stuck += 1
                     tally.notes.append(f"crash point {point} has no seeded scenario")
                     continue
-                key = f"{scenario.name} [{backend}]"
-                tally = tallies.setdefault(key, Tally(key))
-                for nth in plan.positions:
-                    counts, reached = one_run(scenario, stores, backend, point, nth)
-                    tally.add(counts)
-                    tally.reached += int(reached)
-                    if reached:
-                        tally.points_reached.add(point)
-                    if progress is not None:
-                        progress(f"{key} {point}@{nth}: reached={reached} {counts}")
+                for scenario in matching:
+                    key = f"{scenario.name} [{backend}]"
+                    tally = tallies.setdefault(key, Tally(key))
+                    for nth in plan.positions:
+                        counts, reached = one_run(scenario, stores, backend, point, nth)
+                        tally.add(counts)
+                        tally.reached += int(reached)
+                        if reached:
+                            tally.points_reached.add(point)
+                        if progress is not None:
+                            progress(f"{key} {point}@{nth}: reached={reached} {counts}")
     return list(tallies.values())
 
 
@@ -601,12 +817,9 @@ def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
     try:
         env = {"CRON_SECRET": CRON_SECRET, "SLUICE_STAGE": "chaos", "SLUICE_DATABASE_URL": url,
                **scenario.prepare(url)}
-        full = {k: v for k, v in os.environ.items()
-                if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
-        full.update(env)
-        proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "run", scenario.job,
-                                 "--json"], env=full, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "-m", _module(scenario),
+                                 *_finish_args(scenario)], env=_env(env), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             proc.wait(timeout=delay_s)
             killed = False
@@ -615,9 +828,9 @@ def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
             proc.wait()
             killed = True
         notes: list[str] = []
-        for _ in range(MAX_COMPLETION_RUNS):
+        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
             scenario.between(url)
-            done = sluice(["run", scenario.job, "--json"], env)
+            done = sluice(_finish_args(scenario), env, module=_module(scenario))
             if done.returncode not in (0, 2):
                 notes.append(f"after a kill at {delay_s:.2f} s: completion run exited "
                              f"{done.returncode}: {done.stderr.strip()[-300:]}")
