@@ -569,11 +569,12 @@ class ConsumerKill:
     in flight repeated by a kill.
     """
 
-    job = "rss.ingest consumer"
+    name = "kill: consumer, completions per record"
+    job = "consumer-record"
     prefix = "consumer."
     module = "bench.chaos.consume"
     completions = "record"
-    GOOD = 14  # two batches of up to 10, the poison and the forgery in the first
+    GOOD = 22  # three batches of up to 10, the poison and the forgery in the first
     max_runs = 8  # the poison needs five deliveries
 
     def __init__(self, stack: ExitStack) -> None:
@@ -582,10 +583,6 @@ class ConsumerKill:
         self.queue_prefix = ""
         self.handles = self.dir / "handles"
         self.forged_id = ""
-
-    @property
-    def name(self) -> str:
-        return f"kill: consumer, completions per {self.completions}"
 
     def _client(self) -> Any:
         import boto3  # type: ignore[import-untyped]
@@ -696,23 +693,25 @@ class ConsumerKill:
                 after_completion += int(bool(value.get("afterCompletion")))
         dead = self.dead_letters()
         dead_ids = [d.get("originalMessage", {}).get("batchId") for d in dead]
+        # While messages are still on the queue, what they would do is stuck, not lost.
         counts = Counts(stuck=self.left(url), unexpected=after_completion)
+        settled = counts.stuck == 0
         for i in range(self.GOOD):
             batch = f"good-{i}"
-            if batch not in effects:
+            if batch not in effects and settled:
                 counts.lost += 1
             counts.duplicated += max(0, applied.get(batch, 0) - 1)
             counts.burned += dead_ids.count(batch)
         if self.completions == "record":  # one kill: at most the record in flight repeats
             counts.unexpected += max(0, counts.duplicated - 1)
         poison = [d for d in dead if d.get("originalMessage", {}).get("batchId") == "poison"]
-        if not poison and counts.stuck == 0:
+        if not poison and settled:
             counts.lost += 1
         elif poison and not all("poison message" in d.get("errorMessage", "") for d in poison):
             counts.lost += 1
             counts.notes.append("a dead letter without its reason")
         counts.duplicated += max(0, len(poison) - 1)  # a redrive dedupes on the content key
-        if quarantined.get(self.forged_id) != "signature does not match":
+        if settled and quarantined.get(self.forged_id) != "signature does not match":
             counts.lost += 1
             counts.notes.append(f"forgery not quarantined with its reason: {quarantined}")
         if after_completion:
@@ -721,6 +720,8 @@ class ConsumerKill:
 
 
 class ConsumerKillBatch(ConsumerKill):
+    name = "kill: consumer, completions per batch"
+    job = "consumer-batch"
     completions = "batch"
 
 
