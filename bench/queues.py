@@ -151,24 +151,27 @@ class Reference:
 def _interleaved(sluice: Callable[[dict[str, Any]], dict[str, Any]],
                  baseline: Callable[[dict[str, Any]], Any]) -> tuple[float, float]:
     signer = Signer([SECRET])
-    events = [_event(signer) for _ in range(ROUNDS * BATCHES_PER_ROUND + 5)]
-    for event in events[-5:]:  # warm up both paths (a second delivery: all duplicates)
-        sluice(event)
-        baseline(event)
-    ours, theirs = [], []
+    count = ROUNDS * BATCHES_PER_ROUND
+    # Each side gets messages of its own (a store may be shared: neither sees the other's
+    # completions as duplicates).
+    ours_events = [_event(signer) for _ in range(count + 5)]
+    their_events = [_event(signer) for _ in range(count + 5)]
+    for mine, theirs in zip(ours_events[-5:], their_events[-5:], strict=True):  # warm up
+        sluice(mine)
+        baseline(theirs)
+    ours, theirs_s = [], []
     for r in range(ROUNDS):
-        chunk = events[r * BATCHES_PER_ROUND:(r + 1) * BATCHES_PER_ROUND]
-        # Each side sees fresh messages: the other side's completions are its own.
+        part = slice(r * BATCHES_PER_ROUND, (r + 1) * BATCHES_PER_ROUND)
         start = time.perf_counter()
-        for event in chunk:
+        for event in ours_events[part]:
             result = sluice(event)
-        ours.append((time.perf_counter() - start) / (len(chunk) * BATCH))
+        ours.append((time.perf_counter() - start) / (BATCHES_PER_ROUND * BATCH))
         assert result == {"batchItemFailures": []}
         start = time.perf_counter()
-        for event in chunk:
+        for event in their_events[part]:
             baseline(event)
-        theirs.append((time.perf_counter() - start) / (len(chunk) * BATCH))
-    return median(ours), median(theirs)
+        theirs_s.append((time.perf_counter() - start) / (BATCHES_PER_ROUND * BATCH))
+    return median(ours), median(theirs_s)
 
 
 def _consumer(services: Services, store: str, completions: str) -> Consumer:
@@ -180,7 +183,6 @@ def _consumer(services: Services, store: str, completions: str) -> Consumer:
 
 def bench_consumer(services: Services, store: str, completions: str) -> dict[str, Any]:
     consumer = _consumer(services, store, completions)
-    # The reference has a store of its own (the same kind), so both write every completion.
     reference = Reference(_MemoryKeys() if store == "memory" else _twin(services))
     ours, theirs = _interleaved(consumer.lambda_handler, reference)
     writes = "1 write per batch" if completions == "batch" else "1 write per completed record"
