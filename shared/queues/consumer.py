@@ -291,9 +291,10 @@ class Consumer:
 
     def _record(self, record: SQSRecord) -> None:
         batch = self._batch
-        timed = batch is not None and batch.remaining_ms is not None
-        if timed and batch.out_of_time():  # type: ignore[union-attr]
-            raise OutOfTime(f"{batch.remaining_ms() if batch.remaining_ms else 0} ms left; "  # type: ignore[union-attr]
+        # Only a batch with a deadline times its records.
+        timed = batch if batch is not None and batch.remaining_ms is not None else None
+        if timed is not None and timed.out_of_time():
+            raise OutOfTime(f"{timed.remaining_ms() if timed.remaining_ms else 0} ms left; "
                             "not started")
         raw = record.raw_event  # the event's own dict: no wrapper objects per field
         attribute = (raw.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE) or {}
@@ -302,7 +303,7 @@ class Consumer:
             message_id, self.topic,
             int((raw.get("attributes") or {}).get("ApproximateReceiveCount") or 1),
             attribute.get("stringValue"), None, raw.get("receiptHandle"))
-        started = self.clock() if timed else 0.0
+        started = self.clock() if timed is not None else 0.0
         try:
             decision = self.handle(raw.get("body") or "", inbound,
                                    batch.parsed.get(message_id) if batch else None)
@@ -315,8 +316,8 @@ class Consumer:
                                          messageId=record.message_id)
             raise
         finally:
-            if timed:
-                batch.longest_s = max(batch.longest_s, self.clock() - started)  # type: ignore[union-attr]
+            if timed is not None:
+                timed.longest_s = max(timed.longest_s, self.clock() - started)
         if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
