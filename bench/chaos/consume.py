@@ -5,7 +5,9 @@ What Lambda's poller does, in one process with the function: receive up to 10 me
 those not reported as item failures (none when the function raised or died), and repeat
 until nothing is visible. The receipt handles are appended to ``CHAOS_HANDLES`` as they
 are received, so the harness can make whatever was left in flight visible again
-(a lapsed visibility timeout, without the wait).
+(a lapsed visibility timeout, without the wait). A batch is received with a short
+visibility that becomes the queue's once its handles are on file, so a kill between
+the two still lets the batch come back soon.
 
 The handler has an observable, keyed effect: a row per message keyed by its signed
 ``batchId`` (written once whatever happens), and a journal row per application, noting
@@ -30,6 +32,8 @@ EFFECT = "chaos-consumer:effect:"
 APPLIED = "chaos-consumer:applied:"
 MODE_ENV = "CHAOS_COMPLETIONS"
 HANDLES_ENV = "CHAOS_HANDLES"
+UNFILED_VISIBILITY_S = 8  # until the batch's receipt handles are on file
+VISIBILITY_S = 300
 
 
 class Poison(RuntimeError):
@@ -72,12 +76,16 @@ def main() -> int:
     handles = os.environ[HANDLES_ENV]
     while True:
         got = sqs.client.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"],
+            QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=UNFILED_VISIBILITY_S,
+            MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"]).get("Messages", [])
         if not got:
             break
         with open(handles, "a", encoding="utf-8") as out:
             out.writelines(m["ReceiptHandle"] + "\n" for m in got)
+        sqs.client.change_message_visibility_batch(QueueUrl=url, Entries=[
+            {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": VISIBILITY_S}
+            for n, m in enumerate(got)])
         event = {"Records": [to_record(m, arn) for m in got]}
         try:
             response: dict[str, Any] | None = consumer.lambda_handler(event, None)

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -640,6 +641,8 @@ class ConsumerKill:
     def between(self, url: str) -> None:
         # What the killed or finished pass left in flight comes back when its visibility
         # lapses: move that moment into the past.
+        from bench.chaos.consume import UNFILED_VISIBILITY_S
+
         queue, _ = self._urls()
         client = self._client()
         for handle in dict.fromkeys(self.handles.read_text().split()):
@@ -649,6 +652,16 @@ class ConsumerKill:
             except client.exceptions.ClientError:
                 pass  # deleted meanwhile
         self.handles.write_text("")
+        # A pass killed before it filed a batch's handles: that batch returns by itself,
+        # within the driver's short first visibility.
+        deadline = time.monotonic() + UNFILED_VISIBILITY_S + 5
+        while self._in_flight(queue) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def _in_flight(self, queue: str) -> int:
+        return int(self._client().get_queue_attributes(
+            QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])[
+            "Attributes"]["ApproximateNumberOfMessagesNotVisible"])
 
     def left(self, url: str) -> int:
         queue, _ = self._urls()
