@@ -25,6 +25,7 @@ from shared.core.crash import CRASH_EXIT_CODE
 POSITIONS = (1, 2)
 
 
+@pytest.mark.timeout(600)  # a run is several processes; the 2-core machine is shared
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.job)
 def test_kills_at_every_point_lose_nothing_and_leave_nothing_stuck(
@@ -66,7 +67,7 @@ def test_the_consumer_checker_sees_what_a_killed_batch_left_and_what_redelivery_
         url = stores.fresh("sqlite")
         env = {"SLUICE_DATABASE_URL": url, **scenario.prepare(url)}
         crashed = sluice([], env, crash_at="consumer.after_handler@2",
-                         module="bench.chaos.consume")
+                         module="bench.chaos.consumer")
         assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
         counts = scenario.check(url)
         assert (counts.stuck, counts.lost, counts.duplicated) == (ConsumerKill.GOOD + 2, 0, 0)
