@@ -264,7 +264,6 @@ class ConsumerKill:
             counts.notes.append("a dead letter without its reason")
         if len(poison) > 1:  # killed after the DLQ send, before the acknowledgement
             counts.duplicated += len(poison) - 1  # a redrive dedupes on the content key
-            counts.notes.append("the poison message dead-lettered more than once")
         if settled and quarantined.get(self.forged_id) != "signature does not match":
             counts.lost += 1
             counts.notes.append(f"forgery not quarantined with its reason: {quarantined}")
