@@ -1,4 +1,4 @@
-"""Secrets at cold start, read through Powertools Parameters from moto's SSM and Secrets Manager over HTTP."""
+"""Secrets at cold start, read through botocore from moto's SSM and Secrets Manager over HTTP."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from shared.core.errors import ConfigurationError
-from shared.core.secrets import load_secrets
+from shared.core.secrets import SECRET_NAMES, SecretNotFound, load_secrets
 from shared.core.settings import Settings
 from shared.delivery.channels import build_adapters
 from tests.conftest import ROOT
@@ -80,10 +80,68 @@ def test_single_parameter_and_secrets_manager(aws_env: dict[str, str]) -> None:
 
 
 def test_missing_parameter_fails_naming_the_variable(aws_env: dict[str, str]) -> None:
-    env = {"CRON_SECRET_PARAM": f"/nowhere/{uuid.uuid4().hex}"}
+    where = f"/nowhere/{uuid.uuid4().hex}"
+    env = {"CRON_SECRET_PARAM": where}
 
-    with pytest.raises(ConfigurationError, match="CRON_SECRET_PARAM"):
+    with pytest.raises(SecretNotFound, match="CRON_SECRET_PARAM") as caught:
         load_secrets(env)
+
+    assert (caught.value.variable, caught.value.where) == ("CRON_SECRET_PARAM", where)
+    assert isinstance(caught.value, ConfigurationError)
+    assert "CRON_SECRET" not in env
+
+
+def test_missing_secrets_manager_secret_fails_naming_the_variable(
+        aws_env: dict[str, str]) -> None:
+    env = {"SLUICE_SLACK_BOT_TOKEN_PARAM": f"secretsmanager:sluice/test/{uuid.uuid4().hex}"}
+
+    with pytest.raises(SecretNotFound) as caught:
+        load_secrets(env)
+
+    assert caught.value.variable == "SLUICE_SLACK_BOT_TOKEN_PARAM"
+
+
+def test_every_secret_of_the_table_under_the_path_is_read(aws_env: dict[str, str]) -> None:
+    # GIVEN more secrets under the path than one GetParameters call may name (ten)
+    path = f"/sluice/t{uuid.uuid4().hex[:8]}/"
+    ssm = boto3.client("ssm")
+    for name in SECRET_NAMES:
+        ssm.put_parameter(Name=path + name, Value=f"value-of-{name}", Type="SecureString")
+    env: dict[str, str] = {"SLUICE_SECRETS_PATH": path}
+
+    # WHEN they are loaded
+    loaded = load_secrets(env)
+
+    # THEN every one of them arrives
+    assert len(SECRET_NAMES) > 10
+    assert loaded == sorted(SECRET_NAMES)
+    assert all(env[name] == f"value-of-{name}" for name in SECRET_NAMES)
+
+
+def test_a_parameter_pointed_at_by_arn_is_read(aws_env: dict[str, str]) -> None:
+    name = f"/elsewhere/{uuid.uuid4().hex[:8]}/cron"
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=name, Value="cron-by-arn-0123456789", Type="SecureString")
+    arn = ssm.get_parameter(Name=name)["Parameter"]["ARN"]
+    env = {"CRON_SECRET_PARAM": arn}
+
+    assert load_secrets(env) == ["CRON_SECRET"]
+    assert env["CRON_SECRET"] == "cron-by-arn-0123456789"
+
+
+def test_unreachable_ssm_fails_naming_the_path_variable(aws_env: dict[str, str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an SSM endpoint where nothing listens (a port just closed on loopback)
+    import botocore.session
+
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", f"http://127.0.0.1:{free_port()}")
+    ssm = botocore.session.get_session().create_client("ssm")
+
+    # WHEN the stage's secrets are loaded THEN the error names the variable that configured them
+    with pytest.raises(ConfigurationError, match="SLUICE_SECRETS_PATH"):
+        load_secrets({"SLUICE_SECRETS_PATH": "/sluice/test/"}, ssm=ssm)
 
 
 def test_nothing_configured_reads_nothing() -> None:
@@ -117,12 +175,28 @@ def test_handler_cold_start_loads_secrets_before_settings(stage_path: str,
     assert done.stdout.strip() == CRON
 
 
-def test_cold_start_without_secrets_imports_no_powertools_parameters() -> None:
+def test_cold_start_without_secrets_imports_no_aws_sdk() -> None:
     done = _fresh("import sys, functions; "
                   "print(any(m.startswith('aws_lambda_powertools.utilities.parameters') "
-                  "or m == 'boto3' for m in sys.modules))", {})
+                  "or m in ('boto3', 'botocore.session') for m in sys.modules))", {})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_cold_start_with_secrets_loads_them_without_boto3_or_powertools(
+        stage_path: str, aws_env: dict[str, str]) -> None:
+    # GIVEN a function whose secrets live under the stage's path in SSM
+    env = {**aws_env, "SLUICE_SECRETS_PATH": stage_path}
+
+    # WHEN the functions package loads them in a fresh interpreter
+    done = _fresh("import os, sys, functions; "
+                  "print(os.environ['CRON_SECRET'], "
+                  "sorted(m for m in ('boto3', 's3transfer', "
+                  "'aws_lambda_powertools.utilities.parameters') if m in sys.modules))", env)
+
+    # THEN they arrive through botocore alone
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{CRON} []"
 
 
 def test_delivery_credentials_come_from_the_stage_path(aws_env: dict[str, str]) -> None:
