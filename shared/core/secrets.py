@@ -10,10 +10,12 @@ secret as ``secretsmanager:<id or ARN>``. ``load_secrets`` sets the variables th
 
 Cold-start cost decides the shape. The parameter names are known in advance (the settings
 table), so every SSM secret is read by ``GetParameters`` (ten names a call, the API's
-limit), never by walking the path. The calls go through one botocore low-level client per
-process, built on first use: boto3 is never imported (its import pulls s3transfer), nor
-Powertools Parameters (which builds on boto3), nor anything at all when no secret is
-configured.
+limit), never by walking the path. With credentials in the environment, as on Lambda, the
+calls are signed POSTs over ``http.client`` (``shared.core.awsjson``, signed by
+``shared.core.sigv4``): no SDK is imported, since importing botocore alone costs more than
+the cold start's budget for secrets. Otherwise (profiles, SSO, container credentials, a
+proxy) they go through one botocore low-level client per service and process. boto3 and
+Powertools Parameters are never imported, nor anything at all when no secret is configured.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from functools import cache
 from typing import Any
 
+from shared.core import awsjson
 from shared.core.errors import ConfigurationError
 from shared.core.settings import secret_variables
 
@@ -51,14 +54,34 @@ def configured(env: MutableMapping[str, str]) -> bool:
 
 @cache
 def _client(service: str) -> Any:
-    """One botocore client per service and process (region, credentials and endpoint,
-    ``AWS_ENDPOINT_URL_SSM`` included, from the environment as the SDK reads them)."""
+    """One client per service and process: the stdlib one when the environment holds the
+    credentials, else botocore's (region, credentials and endpoint, ``AWS_ENDPOINT_URL_SSM``
+    included, from the environment and config files as the SDK reads them)."""
+    fast = awsjson.from_environ(service, os.environ)
+    if fast is not None:
+        return fast
     import botocore.session  # type: ignore[import-untyped]
     from botocore.config import Config  # type: ignore[import-untyped]
 
     config = Config(retries={"mode": "standard", "max_attempts": 3},
                     connect_timeout=3, read_timeout=5)
     return botocore.session.get_session().create_client(service, config=config)
+
+
+def _read_errors(client: Any) -> tuple[type[Exception], ...]:
+    """What a failed read raises through ``client`` (botocore's only if it is botocore's)."""
+    if isinstance(client, awsjson.JsonClient):
+        return (awsjson.AwsError,)
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+    return (awsjson.AwsError, BotoCoreError, ClientError)
+
+
+def _error_code(exc: Exception) -> str:
+    if isinstance(exc, awsjson.AwsError):
+        return exc.code
+    code: str = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    return code
 
 
 def _chunks(names: list[str], size: int) -> Iterator[list[str]]:
@@ -85,17 +108,15 @@ def load_secrets(env: MutableMapping[str, str] | None = None, *, ssm: Any = None
                  secrets_manager: Any = None) -> list[str]:
     """Fetch the configured secrets into ``env`` (``os.environ``); return the names set.
 
-    ``ssm`` / ``secrets_manager`` are botocore or boto3 clients (the process's own, built
-    from the environment, if omitted). A ``<NAME>_PARAM`` that names no existing secret
-    raises ``SecretNotFound`` naming that variable, and any other failure to read raises
+    ``ssm`` / ``secrets_manager`` are botocore, boto3 or ``awsjson`` clients (the process's
+    own, built from the environment, if omitted). A ``<NAME>_PARAM`` that names no existing
+    secret raises ``SecretNotFound`` naming that variable, and any other failure to read raises
     ``ConfigurationError`` naming the variable that configured it, so the function fails
     at cold start, not on first use. Under ``SLUICE_SECRETS_PATH`` each secret is optional.
     """
     env = os.environ if env is None else env
     if not configured(env):
         return []
-    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
-
     path = env.get(PATH_VAR, "").strip()
     under_path = {"/" + path.strip("/") + "/" + name: name for name in SECRET_NAMES} if path else {}
     pointed = {name: env[name + PARAM_SUFFIX].strip() for name in SECRET_NAMES
@@ -105,9 +126,10 @@ def load_secrets(env: MutableMapping[str, str] | None = None, *, ssm: Any = None
 
     found: dict[str, str] = {}
     if under_path or in_ssm:
+        ssm = ssm or _client("ssm")
         try:
-            values = _get_parameters(ssm or _client("ssm"), [*under_path, *in_ssm.values()])
-        except (BotoCoreError, ClientError) as exc:
+            values = _get_parameters(ssm, [*under_path, *in_ssm.values()])
+        except _read_errors(ssm) as exc:
             variable = PATH_VAR if path else next(iter(in_ssm)) + PARAM_SUFFIX
             raise ConfigurationError(f"{variable}: cannot read SSM parameters: {exc}") from exc
         found.update({name: values[key] for key, name in under_path.items() if key in values})
@@ -121,13 +143,12 @@ def load_secrets(env: MutableMapping[str, str] | None = None, *, ssm: Any = None
             continue
         secret_id = where.removeprefix(SECRETS_MANAGER)
         client = secrets_manager or _client("secretsmanager")
+        errors: tuple[type[Exception], ...] = (*_read_errors(client), KeyError)
         try:
             found[name] = client.get_secret_value(SecretId=secret_id)["SecretString"]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+        except errors as exc:
+            if _error_code(exc) == "ResourceNotFoundException":
                 raise SecretNotFound(name + PARAM_SUFFIX, where) from exc
-            raise ConfigurationError(f"{name}{PARAM_SUFFIX}: cannot read {where!r}: {exc}") from exc
-        except (BotoCoreError, KeyError) as exc:
             raise ConfigurationError(f"{name}{PARAM_SUFFIX}: cannot read {where!r}: {exc}") from exc
 
     loaded = []

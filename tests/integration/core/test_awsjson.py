@@ -1,0 +1,79 @@
+"""The stdlib AWS JSON client's retries, against a loopback endpoint that fails on purpose."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from shared.core.awsjson import MAX_ATTEMPTS, AwsError, JsonClient
+from shared.core.sigv4 import Credentials
+
+
+class Failing(BaseHTTPRequestHandler):
+    """Answers every POST with the status and error body the test sets; counts them."""
+
+    answer: ClassVar[tuple[int, dict[str, str]]] = (500, {})
+    requests: ClassVar[list[dict[str, str]]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).requests.append(dict(self.headers))
+        status, body = self.answer
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    Failing.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _client(endpoint: str) -> JsonClient:
+    return JsonClient(endpoint, "ssm", "AmazonSSM", "eu-north-1",
+                      Credentials("testing", "testing", "token"))
+
+
+@pytest.mark.parametrize(("status", "error_type", "code"), [
+    (400, "com.amazonaws.ssm#ThrottlingException", "ThrottlingException"),
+    (503, "ServiceUnavailable", "ServiceUnavailable"),
+    (500, "InternalServerError", "InternalServerError"),
+])
+def test_throttling_and_5xx_are_retried_then_raised(endpoint: str, status: int,
+                                                   error_type: str, code: str) -> None:
+    Failing.answer = (status, {"__type": error_type, "message": "slow down"})
+
+    with pytest.raises(AwsError) as caught:
+        _client(endpoint).get_parameters(Names=["/a"], WithDecryption=True)
+
+    assert (caught.value.code, caught.value.status, caught.value.transient) == (code, status, True)
+    assert len(Failing.requests) == MAX_ATTEMPTS
+    assert all(r["X-Amz-Target"] == "AmazonSSM.GetParameters" for r in Failing.requests)
+
+
+def test_a_client_error_is_raised_at_once(endpoint: str) -> None:
+    Failing.answer = (400, {"__type": "com.amazonaws.ssm#AccessDeniedException",
+                            "Message": "not allowed"})
+
+    with pytest.raises(AwsError, match="not allowed") as caught:
+        _client(endpoint).get_parameters(Names=["/a"], WithDecryption=True)
+
+    assert (caught.value.code, caught.value.transient) == ("AccessDeniedException", False)
+    assert len(Failing.requests) == 1
