@@ -1,11 +1,15 @@
-"""The stdlib AWS JSON client's retries, against a loopback endpoint that fails on purpose."""
+"""The stdlib AWS JSON client's retries and certificate check, against a loopback endpoint
+that answers what each test sets."""
 
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -76,4 +80,43 @@ def test_a_client_error_is_raised_at_once(endpoint: str) -> None:
         _client(endpoint).get_parameters(Names=["/a"], WithDecryption=True)
 
     assert (caught.value.code, caught.value.transient) == ("AccessDeniedException", False)
+    assert len(Failing.requests) == 1
+
+
+@pytest.fixture
+def tls_endpoint(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The same server over HTTPS with a self-signed certificate for 127.0.0.1; its URL and
+    the certificate's file."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    Failing.requests = []
+    Failing.answer = (200, {"Parameters": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", str(cert)
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_verifies_the_certificate(tls_endpoint: tuple[str, str]) -> None:
+    url, cert = tls_endpoint
+    untrusted = JsonClient(url, "ssm", "AmazonSSM", "eu-north-1", Credentials("k", "s"))
+
+    # a certificate no trusted authority signed: refused at once, nothing sent
+    with pytest.raises(AwsError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+        untrusted.get_parameters(Names=["/a"], WithDecryption=True)
+    assert (caught.value.code, caught.value.transient) == ("ConnectionError", False)
+    assert Failing.requests == []
+
+    # the same certificate named as the CA bundle (AWS_CA_BUNDLE): the call goes through
+    trusted = JsonClient(url, "ssm", "AmazonSSM", "eu-north-1", Credentials("k", "s"),
+                         ca_bundle=cert)
+    assert trusted.get_parameters(Names=["/a"], WithDecryption=True) == {"Parameters": []}
     assert len(Failing.requests) == 1
