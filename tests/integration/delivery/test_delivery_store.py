@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
 
-from shared.core.errors import Conflict, NotFound, RequestError
+from shared.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
 from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.store.db import Database, utcnow
+from shared.store.db import Database, PostgresDatabase, utcnow
+from tests.integration.store.test_transaction_cost import round_trips
 
 LEASE = timedelta(seconds=30)
 
@@ -31,6 +33,41 @@ def test_enqueue_is_write_ahead_and_idempotent_on_its_key(store: DeliveryStore) 
     assert other.id != entry.id and other.dedupe_key == other.id
     with pytest.raises(RequestError):
         store.enqueue("", "x", {})
+
+
+def test_enqueue_returns_the_stored_row_without_reading_it_back(store: DeliveryStore) -> None:
+    now = utcnow()
+    for lease in (None, LEASE):
+        entry, created = store.enqueue("webhook", "https://h/x", {"text": "a", "n": [1, 2]},
+                                       idempotency_key=f"k:{lease}", subject_user_id="u1",
+                                       lease=lease, now=now)
+        assert created and entry == store.get(entry.id)
+
+
+def test_an_entry_id_collision_is_an_error_never_another_entry(
+        store: DeliveryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the idempotency key may conflict quietly; a clash on the id must not hand back
+    # someone else's entry as if it were this one.
+    first, _ = store.enqueue("webhook", "https://h/x", {"text": "first"})
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(first.id))
+    with pytest.raises(ConstraintViolation):
+        store.enqueue("webhook", "https://h/y", {"text": "second"})
+    assert store.get(first.id).payload == {"text": "first"}
+
+
+def test_enqueue_is_one_round_trip_on_postgres(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        store = DeliveryStore(db)
+        store.enqueue("webhook", "https://h/x", {"text": "warm"})
+        flights, trace = round_trips(db, lambda: store.enqueue(
+            "webhook", "https://h/x", {"text": "a"}, idempotency_key="k", lease=LEASE))
+        assert flights == 1, trace
+        flights, trace = round_trips(db, lambda: store.enqueue(
+            "webhook", "https://h/x", {"text": "b"}, idempotency_key="k"))
+        assert flights == 2, trace  # the key is taken: one more to read that entry
+    finally:
+        db.close()
 
 
 def test_claim_takes_due_pending_entries_oldest_first_under_a_lease(
