@@ -1,18 +1,23 @@
 """The delivery queue's durable path: enqueue before the send, ack after it, one message at a time.
 
-Sluice (``DeliveryStore.enqueue`` with a lease, then ``ack``: two commits a message) against
-the strongest references doing the same durable work:
+Sluice (``DeliveryStore.enqueue`` with a lease, then ``ack``: one statement and one commit
+each, two a message, the minimum: one before the send, one after) against the strongest
+references doing the same durable work:
 
 - SQLite: plain ``sqlite3`` on one long-lived connection with Sluice's PRAGMAs (WAL, default
   ``synchronous``), an INSERT and an UPDATE each committed, into the same table;
   persist-queue's ``SQLiteAckQueue`` (``put``, ``get``, ``ack``, each committed, WAL: the
   library's own durable API, three commits a message); and one JSON file per message
   (write, fsync, rename, fsync the directory; the ack renames into ``acked/`` and fsyncs).
+  The three SQLite sides' ``journal_mode`` and ``synchronous`` are read back and must be
+  equal (WAL, FULL), or the run stops: no side is measured at a weaker durability.
 - Postgres: plain psycopg on one autocommit connection, an INSERT and an UPDATE (two commits,
-  two round trips), into the same table.
+  two round trips, prepared), into the same table.
 
-Both sides run interleaved, ``ROUNDS`` rounds of ``PER_ROUND`` messages each; the figure is
-the median of the rounds' messages/s. persist-queue is installed by the ``bench`` extra.
+``REPEATS`` repetitions, each on fresh databases: ``ROUNDS`` interleaved rounds of
+``PER_ROUND`` messages a side (the order reversed every other round), a side's figure the
+median of its rounds. A row gives the repetition whose ratio is the median of the
+repetitions' ratios, and their range. persist-queue is installed by the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from shared.delivery.store import DeliveryStore
 from shared.store.db import SqliteDatabase, open_database, utcnow
 from shared.store.migrate import migrate
 
+REPEATS = int(os.environ.get("SLUICE_BENCH_DELIVERY_REPEATS", "3"))
 ROUNDS = int(os.environ.get("SLUICE_BENCH_DELIVERY_ROUNDS", "5"))
 PER_ROUND = int(os.environ.get("SLUICE_BENCH_DELIVERY_MESSAGES", "200"))
 LEASE = timedelta(minutes=2)
@@ -53,8 +59,17 @@ def _sluice(store: DeliveryStore) -> Callable[[int], None]:
     return send
 
 
-def _plain_sqlite(path: str) -> Callable[[int], None]:
+Durability = tuple[str, int]  # (journal_mode, synchronous) of a side's connection
+
+
+def _durability_of(conn: sqlite3.Connection) -> Durability:
+    return (conn.execute("PRAGMA journal_mode").fetchone()[0],
+            conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+def _plain_sqlite(path: str) -> tuple[Callable[[int], None], Durability]:
     conn = sqlite3.connect(path, isolation_level=None)
+    # Sluice's PRAGMAs (SqliteDatabase._connect); synchronous left at its default, as there.
     for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000",
                    "case_sensitive_like=ON"):
         conn.execute(f"PRAGMA {pragma}")
@@ -65,10 +80,10 @@ def _plain_sqlite(path: str) -> Callable[[int], None]:
         lease = now + LEASE
         conn.execute(insert, (entry_id, json.dumps(PAYLOAD), lease, lease, now, now))
         assert conn.execute(ack, (f"m-{n}", utcnow(), utcnow(), entry_id)).rowcount == 1
-    return send
+    return send, _durability_of(conn)
 
 
-def _persist_queue(path: str) -> Callable[[int], None]:
+def _persist_queue(path: str) -> tuple[Callable[[int], None], Durability]:
     from persistqueue import SQLiteAckQueue  # type: ignore[import-untyped]
 
     queue = SQLiteAckQueue(path, auto_commit=True)
@@ -77,7 +92,7 @@ def _persist_queue(path: str) -> Callable[[int], None]:
         queue.put({"channel": "webhook", "recipient": "ops", "payload": PAYLOAD})
         item = queue.get(block=False)
         queue.ack(item)
-    return send
+    return send, _durability_of(queue._putter)  # the connection its writes go through
 
 
 def _json_files(root: Path) -> Callable[[int], None]:
@@ -125,62 +140,106 @@ def _plain_psycopg(url: str) -> tuple[Callable[[int], None], Callable[[], None]]
 
 
 def interleaved(sides: dict[str, Callable[[int], None]]) -> dict[str, float]:
-    """Messages/s of each side: the median of ``ROUNDS`` interleaved rounds."""
+    """Messages/s of each side: the median of ``ROUNDS`` interleaved rounds, the order of the
+    sides reversed every other round (whatever runs first or last in a round gets no edge)."""
     samples: dict[str, list[float]] = {name: [] for name in sides}
     for name, send in sides.items():  # warm up
         for n in range(10):
             send(n)
+    order = list(sides.items())
     for _ in range(ROUNDS):
-        for name, send in sides.items():
+        for name, send in order:
             start = time.perf_counter()
             for n in range(PER_ROUND):
                 send(n)
             samples[name].append(PER_ROUND / (time.perf_counter() - start))
+        order.reverse()
     return {name: median(values) for name, values in samples.items()}
+
+
+def _durability(rows: list[Durability]) -> str:
+    """The one (journal_mode, synchronous) every side runs with; refuses a mismatch."""
+    if len(set(rows)) != 1:
+        raise AssertionError(f"the sides differ in durability settings: {rows}")
+    journal, synchronous = rows[0]
+    return f"journal_mode={journal}, synchronous={synchronous} on every side (checked)"
+
+
+def _sqlite_repetition(tmp: str) -> tuple[dict[str, float], str]:
+    db = open_database(f"sqlite:///{tmp}/sluice.db")
+    assert isinstance(db, SqliteDatabase)
+    migrate(db)
+    plain = f"{tmp}/plain.db"
+    reference = open_database(f"sqlite:///{plain}")
+    migrate(reference)
+    reference.close()
+    files = Path(tmp) / "files"
+    files.mkdir()
+    plain_send, plain_durability = _plain_sqlite(plain)
+    queue_send, queue_durability = _persist_queue(f"{tmp}/persist-queue")
+    with db.transaction() as tx:
+        journal = tx.fetchone("PRAGMA journal_mode")
+        synchronous = tx.fetchone("PRAGMA synchronous", final=True)
+    assert journal is not None and synchronous is not None
+    durability = _durability([(journal["journal_mode"], synchronous["synchronous"]),
+                              plain_durability, queue_durability])
+    sides = {"sluice": _sluice(DeliveryStore(db)), "plain": plain_send,
+             "persist-queue": queue_send, "files": _json_files(files)}
+    try:
+        return interleaved(sides), durability
+    finally:
+        db.close()
+
+
+def _postgres_repetition() -> dict[str, float]:
+    with scratch_database() as pg:
+        send, close = _plain_psycopg(pg.conninfo)
+        try:
+            return interleaved({"sluice": _sluice(DeliveryStore(pg)), "plain": send})
+        finally:
+            close()
+
+
+def _median_ratio(reps: list[dict[str, float]], baseline: str) -> tuple[float, float, str]:
+    """(Sluice, baseline) of the repetition whose ratio is the median, and the ratios' range."""
+    ratios = sorted((rep["sluice"] / rep[baseline], n) for n, rep in enumerate(reps))
+    _, middle = ratios[len(ratios) // 2]
+    spread = f"ratios {ratios[0][0]:.2f}-{ratios[-1][0]:.2f}x over {len(reps)} repetitions"
+    return reps[middle]["sluice"], reps[middle][baseline], spread
 
 
 def run() -> list[Row]:
     rows: list[Row] = []
-    note = (f"msg/s, median of {ROUNDS} interleaved rounds of {PER_ROUND}; Sluice: 2 commits "
-            "a message (enqueue, ack)")
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
-        url = f"sqlite:///{tmp}/sluice.db"
-        db = open_database(url)
-        assert isinstance(db, SqliteDatabase)
-        migrate(db)
-        plain = f"{tmp}/plain.db"
-        reference = open_database(f"sqlite:///{plain}")
-        migrate(reference)
-        reference.close()
-        files = Path(tmp) / "files"
-        files.mkdir()
-        rates = interleaved({
-            "sluice": _sluice(DeliveryStore(db)),
-            "plain": _plain_sqlite(plain),
-            "persist-queue": _persist_queue(f"{tmp}/persist-queue"),
-            "files": _json_files(files),
-        })
-        db.close()
+    each = (f"msg/s; {REPEATS} repetitions, each the median of {ROUNDS} interleaved rounds "
+            f"of {PER_ROUND}; the median repetition's ratio")
+    sqlite_reps: list[dict[str, float]] = []
+    durability = ""
+    postgres_reps: list[dict[str, float]] = []
+    for _ in range(REPEATS):  # the engines alternate too, so neither gets the quieter minutes
+        with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
+            rates, durability = _sqlite_repetition(tmp)
+            sqlite_reps.append(rates)
+        postgres_reps.append(_postgres_repetition())
+    sluice, plain, spread = _median_ratio(sqlite_reps, "plain")
     rows.append(row("delivery: durable send+ack, SQLite vs plain sqlite3 (same PRAGMAs)",
-                    rates["sluice"], rates["plain"], "msg/s", True,
-                    note=note + "; plain: INSERT + UPDATE, 2 commits"))
+                    sluice, plain, "msg/s", True,
+                    note=f"{each}; {spread}; Sluice: enqueue (one INSERT) + ack (one UPDATE), "
+                         f"2 commits a message; plain: INSERT + UPDATE, 2 commits; "
+                         f"{durability}"))
+    sluice, queue, spread = _median_ratio(sqlite_reps, "persist-queue")
     rows.append(row("delivery: durable send+ack, SQLite vs persist-queue SQLiteAckQueue",
-                    rates["sluice"], rates["persist-queue"], "msg/s", True,
-                    note="persist-queue: put + get + ack, 3 commits, WAL"))
+                    sluice, queue, "msg/s", True,
+                    note=f"{spread}; persist-queue: put + get + ack, 3 commits; {durability}"))
+    sluice, files, spread = _median_ratio(sqlite_reps, "files")
     rows.append(row("delivery: durable send+ack, SQLite vs one JSON file per message",
-                    rates["sluice"], rates["files"], "msg/s", True,
-                    note="files: write + fsync + rename + fsync dir; ack: rename + fsync dirs"))
-    with scratch_database() as pg:
-        send, close = _plain_psycopg(pg.conninfo)
-        try:
-            rates = interleaved({"sluice": _sluice(DeliveryStore(pg)), "plain": send})
-        finally:
-            close()
+                    sluice, files, "msg/s", True,
+                    note=f"{spread}; files: write + fsync + rename + fsync dir; "
+                         "ack: rename + fsync dirs"))
+    sluice, plain, spread = _median_ratio(postgres_reps, "plain")
     rows.append(row("delivery: durable send+ack, Postgres vs plain psycopg",
-                    rates["sluice"], rates["plain"], "msg/s", True,
-                    note=note + ", 2 round trips (enqueue: BEGIN, INSERT, SELECT and COMMIT "
-                               "pipelined; ack: one autocommit UPDATE); plain: autocommit "
-                               "INSERT + UPDATE, 2 round trips, prepared"))
+                    sluice, plain, "msg/s", True,
+                    note=f"{each}; {spread}; 2 round trips a message each (Sluice: "
+                         "autocommit INSERT, autocommit UPDATE; plain: the same, prepared)"))
     return rows
 
 
