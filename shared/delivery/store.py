@@ -16,8 +16,9 @@ list, show, redrive and purge failed entries.
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -77,6 +78,19 @@ class RetrySchedule(NamedTuple):
 
 
 DEFAULT_SCHEDULE = RetrySchedule()
+
+_TIMES = ("next_attempt_at", "lease_until", "enqueued_at", "updated_at", "acked_at", "failed_at")
+
+
+def _typed(row: Row) -> Row:
+    """A ``RETURNING *`` row as a ``SELECT`` gives it: an SQLite built without the declared
+    types of RETURNING columns hands back their stored text."""
+    if isinstance(row["payload"], str):
+        row = {**row, "payload": json.loads(row["payload"])}
+    for key in _TIMES:
+        if isinstance(row[key], str):
+            row = {**row, key: datetime.fromisoformat(row[key]).astimezone(UTC)}
+    return row
 
 
 iso = iso_z_or_none
@@ -206,10 +220,8 @@ class DeliveryStore:
         now = now or utcnow()
         with self.db.transaction() as tx:
             claimed = tx.fetchall(Q.claim_due, {"now": now, "lease_until": now + lease,
-                                                "limit": limit})
-            # Read back by id: SQLite does not type RETURNING columns.
-            rows = [tx.fetchone(Q.get_entry, {"id": row["id"]}) for row in claimed]
-        entries = [DeliveryEntry.from_row(row) for row in rows if row is not None]
+                                                "limit": limit}, final=True)
+        entries = [DeliveryEntry.from_row(_typed(row)) for row in claimed]
         return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
