@@ -7,9 +7,9 @@ Three lists (queue, processing, dlq; see ``shared.store.redis_clients``). Each r
    reclaimed entry cannot double-count);
 2. **claim** up to ``batch_size`` entries with ``LMOVE`` queue→processing, never a pop,
    so a crash after the claim leaves every entry recoverable;
-3. **insert** the batch into the ledger (and its outbox rows) in one transaction;
-   entries of an erased user (a tombstone names them) are dropped and counted in
-   ``erased``;
+3. **insert** the batch into the ledger (and its outbox rows) in one transaction (one
+   statement on Postgres, the run's fence inside it); entries of an erased user (a
+   tombstone names them) are dropped and counted in ``erased``;
 4. **settle**: remove each entry from processing, and in the same atomic step put a
    failed one back on the queue or, at ``MAX_ATTEMPTS`` or when malformed, on the DLQ.
 
@@ -19,8 +19,10 @@ unreachable (a ``TransientStoreError``) the batch goes back unchanged and the ru
 stops, so an outage of any length dead-letters nothing.
 
 Steps 1, 2 and 4 are Lua scripts (``EVAL``, which redis-py and Upstash REST both
-speak): a batch of 100 costs a handful of round trips, not 300, while each entry is
-still moved by one atomic command. A crash at any point leaves an entry in the queue,
+speak): a batch of 100 costs three round trips on Postgres (claim, insert, settle), not
+300, while each entry is still moved by one atomic command. A run checks its fence
+before the first claim; after that, the insert that found the lease held stands for the
+check before the next claim (a batch without an insert is followed by a check). A crash at any point leaves an entry in the queue,
 in processing, or in the ledger (and possibly still in processing, to be reclaimed and
 inserted again as a no-op).
 """
@@ -71,22 +73,25 @@ end
 return claimed
 """
 
-# KEYS: processing, queue, dlq. ARGV: triples (op, claimed item, replacement) with op
-# ack | requeue | dlq. Removal and re-push happen together; an item that is no longer
-# in processing (reclaimed meanwhile) is not pushed again.
+# KEYS: processing, queue, dlq. ARGV: n, then the n acknowledged items, then triples
+# (op, claimed item, replacement) with op requeue | dlq. Removal and re-push happen
+# together; an item that is no longer in processing (reclaimed meanwhile) is not pushed
+# again. Acknowledged items go newest claim first: each is then found at the list's head.
 SETTLE_SCRIPT = """
 local acked, requeued, dead = 0, 0, 0
-for i = 1, #ARGV, 3 do
+local n = tonumber(ARGV[1])
+for i = n + 1, 2, -1 do
+  acked = acked + redis.call('LREM', KEYS[1], 1, ARGV[i])
+end
+for i = n + 2, #ARGV, 3 do
   local op, item, replacement = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('LREM', KEYS[1], 1, item) > 0 then
     if op == 'requeue' then
       redis.call('LPUSH', KEYS[2], replacement)
       requeued = requeued + 1
-    elseif op == 'dlq' then
+    else
       redis.call('LPUSH', KEYS[3], replacement)
       dead = dead + 1
-    else
-      acked = acked + 1
     end
   end
 end
@@ -99,13 +104,14 @@ Op = Literal["ack", "requeue", "dlq"]
 class Settlement:
     """What to do with each claimed item, decided before anything is written to Redis."""
 
-    __slots__ = ("erased", "errors", "steps", "stop")
+    __slots__ = ("erased", "errors", "fenced", "steps", "stop")
 
     def __init__(self) -> None:
         self.steps: list[tuple[Op, str, str]] = []
         self.errors: list[str] = []
         self.stop = False
         self.erased = 0
+        self.fenced = False  # a statement of this batch found the run's lease held
 
     def ack(self, raw: str) -> None:
         self.steps.append(("ack", raw, ""))
@@ -151,7 +157,9 @@ def claim(redis: RedisClient, count: int) -> list[str]:
 def settle(redis: RedisClient, steps: list[tuple[Op, str, str]]) -> tuple[int, int, int]:
     if not steps:
         return 0, 0, 0
-    args = [part for step in steps for part in step]
+    acks = [raw for op, raw, _ in steps if op == "ack"]
+    args: list[str | int] = [len(acks), *acks]
+    args.extend(part for step in steps if step[0] != "ack" for part in step)
     acked, requeued, dead = redis.eval(
         SETTLE_SCRIPT, [LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, LEDGER_RETRY_DLQ], args)
     return int(acked), int(requeued), int(dead)
@@ -193,6 +201,7 @@ def decide(db: Database, claimed: list[str], now: datetime, *,
         # One entry poisons the batch: insert them one by one so only it pays.
         return _one_by_one(db, valid, plan, now, fence)
     crash_point("redrive.after_insert")
+    plan.fenced = True
     plan.erased += len(written.erased)
     for raw, _, _ in valid:
         plan.ack(raw)
@@ -230,11 +239,12 @@ def redrive(redis: RedisClient, db: Database, *, now: datetime, deadline: Deadli
     reclaim(redis)
     crash_point("redrive.after_reclaim")
     batches = 0
+    fenced = False  # the last batch's insert found the lease held: no check needed now
     while max_batches is None or batches < max_batches:
         if deadline.expired():
             result["reason"] = "deadline"
             break
-        if fence is not None:  # a lost lease stops the run before it claims again
+        if fence is not None and not fenced:  # a lost lease stops the run before it claims
             with db.transaction() as tx:
                 fence.check(tx)
         claimed = claim(redis, batch_size)
@@ -244,6 +254,7 @@ def redrive(redis: RedisClient, db: Database, *, now: datetime, deadline: Deadli
         crash_point("redrive.after_claim")
         result["drained"] += len(claimed)
         plan = decide(db, claimed, now, fence=fence)
+        fenced = plan.fenced
         crash_point("redrive.before_ack")
         acked, requeued, dead = settle(redis, plan.steps)
         result["succeeded"] += acked - plan.erased

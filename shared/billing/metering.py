@@ -35,8 +35,8 @@ from shared.billing.polar import (
 )
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.core.crash import crash_point
-from shared.jobs.registry import Deadline, Fence, JobContext, Result
-from shared.store.db import Database, Tx, load_queries
+from shared.jobs.registry import NO_FENCE, Deadline, Fence, JobContext, Result
+from shared.store.db import Database, load_queries
 
 Q = load_queries("usage")
 
@@ -51,42 +51,50 @@ Charge = Literal["exhaust", "count", "refund"]
 
 
 class OutboxStore:
+    """The outbox as the flush uses it: a claim and a settle are one statement each with
+    the run's fence inside (``Fence.bind``), so a row costs two round trips. A fenced
+    statement changes nothing without the lease; when one changes nothing at all, a
+    separate check tells a lost lease from an empty outbox."""
+
     def __init__(self, db: Database, fence: Fence | None = None) -> None:
         self.db = db
-        self.fence = fence
-
-    def _fenced(self, tx: Tx) -> None:
-        if self.fence is not None:
-            self.fence.check(tx)
+        self.fence: Fence = fence or NO_FENCE
 
     def claim(self, limit: int, *, tried: Collection[str] = ()) -> list[dict[str, Any]]:
         """Claim up to ``limit`` eligible rows, oldest first, leaving out ``tried`` ids."""
         with self.db.transaction() as tx:
-            self._fenced(tx)
-            rows = tx.fetchall(Q.eligible_outbox,
-                               {"limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
-                                "tried": tx.json(list(tried))})
-            if rows:
-                tx.executemany(Q.claim_outbox_row,
-                               [{"id": row["id"], "note": IN_FLIGHT_NOTE} for row in rows])
+            rows = tx.fetchall(Q.claim_outbox, {
+                **self.fence.bind(tx), "limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
+                "tried": tx.json(list(tried)), "note": IN_FLIGHT_NOTE}, final=True)
+        if not rows:
+            self._check_fence()
+        rows.sort(key=lambda row: (row["created_at"], row["id"]))
         return rows
 
     def settle(self, processed: list[str], failed: dict[str, tuple[str, Charge]],
                now: datetime, *, refund: Collection[str] = ()) -> None:
-        """Mark rows in one transaction; ``failed`` maps id -> (error, charge); ``refund``
+        """Mark rows in one statement; ``failed`` maps id -> (error, charge); ``refund``
         gives back the attempt of rows settled earlier in the run."""
+        rows: dict[str, dict[str, str]] = {row_id: {"op": "refund"} for row_id in refund}
+        rows.update((row_id, {"op": "failed", "error": error[:2000], "charge": charge})
+                    for row_id, (error, charge) in failed.items())
+        rows.update((row_id, {"op": "processed"}) for row_id in processed)
+        if not rows:
+            return
         with self.db.transaction() as tx:
-            self._fenced(tx)
-            if processed:
-                tx.executemany(Q.mark_outbox_processed,
-                               [{"id": row_id, "now": now} for row_id in processed])
-            if failed:
-                tx.executemany(Q.mark_outbox_failed, [
-                    {"id": row_id, "error": error[:2000], "exhaust": charge == "exhaust",
-                     "refund": charge == "refund", "max_attempts": MAX_METERING_ATTEMPTS}
-                    for row_id, (error, charge) in failed.items()])
-            if refund:
-                tx.executemany(Q.refund_outbox_attempt, [{"id": row_id} for row_id in refund])
+            if len(processed) == 1 and len(rows) == 1:  # the usual case, kept simple
+                settled = tx.fetchall(Q.mark_outbox_processed, {
+                    **self.fence.bind(tx), "id": processed[0], "now": now}, final=True)
+            else:
+                settled = tx.fetchall(Q.settle_outbox, {
+                    **self.fence.bind(tx), "rows": tx.json(rows), "now": now,
+                    "max_attempts": MAX_METERING_ATTEMPTS}, final=True)
+        if not settled:
+            self._check_fence()
+
+    def _check_fence(self) -> None:
+        with self.db.transaction() as tx:
+            self.fence.check(tx)
 
     def eligible_count(self, *, tried: Collection[str] = ()) -> int:
         with self.db.transaction() as tx:

@@ -22,14 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from shared.core.errors import RequestError, TransientStoreError
 from shared.core.times import iso_z
-from shared.store.db import Database, load_queries, utcnow
-
-if TYPE_CHECKING:
-    from shared.jobs.registry import Fence
+from shared.jobs.registry import NO_FENCE, Fence
+from shared.store.db import Database, Tx, load_queries, utcnow
 from shared.store.redis_clients import (
     LEDGER_RETRY_DLQ as RETRY_DLQ,
 )
@@ -66,7 +64,8 @@ iso = iso_z
 
 def _store_ts(moment: datetime) -> str:
     # Parsed as timestamptz by Postgres and read back by the SQLite converter alike.
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00:00")
+    # "%Y-%m-%d %H:%M:%S.%f+00:00", as isoformat writes it (twice as fast as strftime).
+    return moment.astimezone(UTC).isoformat(sep=" ", timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,8 @@ def metering_row(entry: UsageEntry) -> dict[str, Any] | None:
 
     Billable: a customer to bill (the tenant, else the user) and some usage (tokens or
     cost). The outbox id is derived from the ledger id, so writing it twice is harmless
-    and it doubles as Polar's ``external_id``.
+    and it doubles as Polar's ``external_id``. On Postgres, ``write_usage`` builds the
+    same row in SQL.
     """
     customer = entry.tenant_id or entry.user_id
     if not customer or not (entry.input_tokens or entry.output_tokens or entry.cost_micros):
@@ -164,31 +164,45 @@ def write_entries(db: Database, entries: Iterable[UsageEntry], *,
                   fence: Fence | None = None) -> Written:
     """Insert ledger rows idempotently, with the outbox rows of those that are new.
 
-    One transaction, three statements, whatever the batch size. Ids already in the
-    ledger are skipped, outbox row and all; entries of an erased user are dropped.
-    ``fence`` (a job run's) is checked in the same transaction.
+    One transaction whatever the batch size: one statement on Postgres, three on SQLite.
+    Ids already in the ledger are skipped, outbox row and all; entries of an erased user
+    are dropped. ``fence`` (a job run's) is checked in the same transaction.
     """
     batch = list(entries)
     if not batch:
         return Written(set(), set())
+    fence = fence or NO_FENCE
     with db.transaction() as tx:
-        if fence is not None:
+        if tx.dialect == "postgres":
+            row = tx.fetchone(Q.write_usage, {
+                **fence.bind(tx), "rows": tx.json([e.ledger_row() for e in batch]),
+                "id_suffix": OUTBOX_ID_SUFFIX, "event_name": METERING_EVENT_NAME}, final=True)
+            assert row is not None
+        else:
             fence.check(tx)
-        people = sorted({p for e in batch for p in (e.user_id, e.tenant_id) if p})
-        gone = {row["subject_user_id"] for row in tx.fetchall(
-            Q.erased_subjects, {"ids": tx.json(people)})} if people else set()
-        erased = {e.id for e in batch if e.user_id in gone}
-        keep = [e for e in batch if e.id not in erased]
-        inserted: set[str] = set()
-        if keep:
-            rows = tx.fetchall(Q.insert_ledger_rows,
-                               {"rows": tx.json([e.ledger_row() for e in keep])})
-            inserted = {row["id"] for row in rows}
-        outbox = [row for e in keep if e.id in inserted and (row := metering_row(e))
-                  and row["external_customer_id"] not in gone]
-        if outbox:
-            tx.execute(Q.insert_outbox_rows, {"rows": tx.json(outbox)})
-    return Written(inserted, erased)
+            row = _write_apart(tx, batch)
+    fence.confirm([row])
+    return Written(set(row["inserted"]), set(row["erased"]))
+
+
+def _write_apart(tx: Tx, batch: list[UsageEntry]) -> dict[str, Any]:
+    """``write_usage`` as three statements, for SQLite (its statements cannot insert into
+    two tables)."""
+    people = sorted({p for e in batch for p in (e.user_id, e.tenant_id) if p})
+    gone = {row["subject_user_id"] for row in tx.fetchall(
+        Q.erased_subjects, {"ids": tx.json(people)})} if people else set()
+    erased = {e.id for e in batch if e.user_id in gone}
+    keep = [e for e in batch if e.id not in erased]
+    inserted: set[str] = set()
+    if keep:
+        rows = tx.fetchall(Q.insert_ledger_rows,
+                           {"rows": tx.json([e.ledger_row() for e in keep])})
+        inserted = {row["id"] for row in rows}
+    outbox = [row for e in keep if e.id in inserted and (row := metering_row(e))
+              and row["external_customer_id"] not in gone]
+    if outbox:
+        tx.execute(Q.insert_outbox_rows, {"rows": tx.json(outbox)})
+    return {"lease_held": True, "inserted": inserted, "erased": erased}
 
 
 def insert_entries(db: Database, entries: Iterable[UsageEntry]) -> set[str]:

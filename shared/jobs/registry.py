@@ -48,15 +48,38 @@ class Deadline:
         return self._clock() >= self.at
 
 
+# The parameters of a statement that checks the lease itself (see ``Fence.bind``).
+FenceParams = dict[str, Any]
+UNFENCED: FenceParams = {"fence_job": None, "fence_holder": None, "fence_now": None}
+
+
 class Fence(Protocol):
-    """Raises ``LeaseLost`` inside ``tx`` when the run no longer holds its lease."""
+    """Raises ``LeaseLost`` inside ``tx`` when the run no longer holds its lease.
+
+    ``check`` is a statement of its own; ``bind`` and ``confirm`` fold the check into
+    the side effect's statement (one round trip for both): ``bind`` gives its
+    ``fence_*`` parameters, and ``confirm`` reads the ``lease_held`` column of the rows
+    it returned."""
 
     def check(self, tx: Tx) -> None: ...
+
+    def bind(self, tx: Tx) -> FenceParams: ...
+
+    def confirm(self, rows: list[dict[str, Any]]) -> None: ...
 
 
 class _Unfenced:
     def check(self, tx: Tx) -> None:
         pass
+
+    def bind(self, tx: Tx) -> FenceParams:
+        return UNFENCED
+
+    def confirm(self, rows: list[dict[str, Any]]) -> None:
+        pass
+
+
+NO_FENCE: Fence = _Unfenced()
 
 
 class JobContext:
@@ -70,7 +93,7 @@ class JobContext:
                  started_at: datetime, params: Mapping[str, str] | None = None,
                  progress: Callable[[str], None] | None = None,
                  fence: Fence | None = None) -> None:
-        self.fence: Fence = fence or _Unfenced()
+        self.fence: Fence = fence or NO_FENCE
         self.services = services
         self.deadline = deadline
         self.trigger = trigger

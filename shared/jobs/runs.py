@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.errors import LeaseLost
-from shared.jobs.registry import JOBS, Trigger
+from shared.jobs.registry import JOBS, UNFENCED, FenceParams, Trigger
 from shared.store.db import Database, Row, Tx, load_queries, utcnow
 from shared.store.history import Sample, add_samples
 
@@ -71,8 +71,31 @@ class Fence:
         row = tx.fetchone(Q.lease_is_mine, {"job": self.job, "holder": self.holder,
                                             "now": utcnow()})
         if row is None:
-            raise LeaseLost(f"{self.job}: this run's lease lapsed or was taken over",
-                            job=self.job)
+            raise self._lost()
+
+    def bind(self, tx: Tx) -> FenceParams:
+        """Parameters for a statement that checks the lease itself, in the same round trip
+        as its side effect: ``fence_job``, ``fence_holder``, ``fence_now``, read by a
+        ``lease`` CTE (``lease_is_mine`` with its share lock) whose verdict the statement
+        returns as ``lease_held`` for ``confirm``; ``fence_job`` NULL means unfenced.
+        On SQLite, where a statement cannot both write and report, the check runs here as
+        its own statement (in process, under the transaction's write lock) and the
+        statement's own check is left out."""
+        if self.job is None:
+            return UNFENCED
+        if tx.dialect == "sqlite":
+            self.check(tx)
+            return UNFENCED
+        return {"fence_job": self.job, "fence_holder": self.holder, "fence_now": utcnow()}
+
+    def confirm(self, rows: list[dict[str, Any]]) -> None:
+        """Raise ``LeaseLost`` if a fenced statement's rows say the lease was not held (the
+        statement then changed nothing)."""
+        if any(not row["lease_held"] for row in rows):
+            raise self._lost()
+
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(f"{self.job}: this run's lease lapsed or was taken over", job=self.job)
 
 
 NO_FENCE = Fence()

@@ -110,7 +110,7 @@ def counts(pg: PostgresDatabase) -> tuple[int, int]:
 def test_redrive_insert_killed_mid_transaction(pg: PostgresDatabase, redis_env: dict[str, str],
                                                redis_client: RedisClient) -> None:
     redis_client.lpush(LEDGER_RETRY_QUEUE, *[envelope(i) for i in range(40)])
-    killing = KillingDatabase(pg, "insert_outbox_rows")  # after the ledger rows went in
+    killing = KillingDatabase(pg, "write_usage")  # in the transaction, before its statement
     services = services_on(killing, **redis_env)
     outcome = run_job(JOBS["ledger-redrive"], services, "cli")
     assert killing.killed == 1
