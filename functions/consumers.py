@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import os
 
-from shared.core.errors import ConfigurationError
-from shared.core.services import Services
-from shared.queues.runtime import consumers_for
-from shared.queues.topics import get_topic
+from functions import cold_start
 
-if not os.environ.get("SLUICE_TOPIC"):
-    raise ConfigurationError("SLUICE_TOPIC must name the topic this function consumes")
-TOPIC = get_topic(os.environ["SLUICE_TOPIC"])
-SERVICES = Services.from_env()
-CONSUMER = consumers_for(SERVICES, topics=(TOPIC.name,))[TOPIC.name]
+with cold_start():
+    from shared.core.errors import ConfigurationError
+    from shared.core.services import Services
+    from shared.queues.runtime import consumers_for
+    from shared.queues.topics import get_topic
 
-handler = CONSUMER.lambda_handler
+    if not os.environ.get("SLUICE_TOPIC"):
+        raise ConfigurationError("SLUICE_TOPIC must name the topic this function consumes")
+    TOPIC = get_topic(os.environ["SLUICE_TOPIC"])
+    SERVICES = Services.from_env()
+    CONSUMER = consumers_for(SERVICES, topics=(TOPIC.name,))[TOPIC.name]
+
+    handler = CONSUMER.lambda_handler

@@ -10,18 +10,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shared.core.errors import ConfigurationError, SluiceError
-from shared.core.events import kind_of
-from shared.core.observe import logger
-from shared.core.services import Services
-from shared.jobs.registry import get_job
-from shared.jobs.runner import run_job
+from functions import cold_start
 
-if not os.environ.get("SLUICE_JOB"):
-    raise ConfigurationError("SLUICE_JOB must name the job this function runs")
-JOB = get_job(os.environ["SLUICE_JOB"])
-JOB.resolve()  # import the drain during init, not on the first tick
-SERVICES = Services.from_env()
+with cold_start():
+    from shared.core.errors import ConfigurationError, SluiceError
+    from shared.core.events import kind_of
+    from shared.core.observe import logger
+    from shared.core.services import Services
+    from shared.jobs.registry import get_job
+    from shared.jobs.runner import run_job
+
+    if not os.environ.get("SLUICE_JOB"):
+        raise ConfigurationError("SLUICE_JOB must name the job this function runs")
+    JOB = get_job(os.environ["SLUICE_JOB"])
+    JOB.resolve()  # import the drain during init, not on the first tick
+    SERVICES = Services.from_env()
 
 
 class JobErrored(SluiceError):

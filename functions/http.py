@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from mangum import Mangum
+from functions import cold_start
 
-from shared.core.services import Services
-from shared.http.app import create_app
+with cold_start():
+    from mangum import Mangum
 
-app = create_app(Services.from_env())
-handler = Mangum(app, lifespan="off")
+    from shared.core.services import Services
+    from shared.http.app import create_app
+
+    app = create_app(Services.from_env())
+    handler = Mangum(app, lifespan="off")

@@ -3,7 +3,8 @@
 One run: a fresh database (and Redis prefix), a known workload seeded, the drain run
 in its own interpreter with ``SLUICE_CRASH_AT=point@N`` (it dies there with
 ``os._exit``), then run again until it has nothing left, and the store and the
-provider stand-in compared with what was seeded.
+provider stand-in compared with what was seeded. The push-queue consumer is driven the
+same way, by an event source mapping in miniature over SQS on a moto server.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.chaos.consumer import ConsumerKill, ConsumerKillBatch
 from bench.chaos.points import discover
 from bench.chaos.stores import DEFAULT_REDIS_URL, REDIS_URL_ENV, ScratchStores, redis_prefix
 from shared.core.crash import CRASH_EXIT_CODE
@@ -30,6 +32,7 @@ WEBHOOK_SECRET = "chaos-webhook-secret-0123456789"
 POLAR_TOKEN = "chaos-polar-token"
 MAX_COMPLETION_RUNS = 6
 SUBPROCESS_TIMEOUT_S = 120
+CLI = "shared.cli.main"
 
 
 @dataclass
@@ -73,16 +76,31 @@ class Tally:
         return bool(self.lost or self.stuck or self.unexpected or self.burned)
 
 
-def sluice(args: list[str], env: dict[str, str], *, crash_at: str | None = None,
-           ) -> subprocess.CompletedProcess[str]:
-    """``sluice ARGS`` in a fresh interpreter with only ``env`` as Sluice's settings."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
+def _env(env: dict[str, str]) -> dict[str, str]:
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLUICE_", "CRON_", "POLAR_", "AWS_", "CHAOS_"))}
     full.update(env)
+    return full
+
+
+def sluice(args: list[str], env: dict[str, str], *, crash_at: str | None = None,
+           module: str = CLI) -> subprocess.CompletedProcess[str]:
+    """``sluice ARGS`` (or ``python -m MODULE ARGS``) in a fresh interpreter with only
+    ``env`` as Sluice's settings."""
+    full = _env(env)
     if crash_at:
         full[CRASH_ENV] = crash_at
-    return subprocess.run([sys.executable, "-m", "shared.cli.main", *args], env=full, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", module, *args], env=full, cwd=ROOT,
                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
                           check=False)
+
+
+def _module(scenario: Any) -> str:
+    return str(getattr(scenario, "module", CLI))
+
+
+def _finish_args(scenario: Any) -> list[str]:
+    return ["run", scenario.job, "--json"] if _module(scenario) == CLI else []
 
 
 def _db(url: str) -> Any:
@@ -508,7 +526,8 @@ class Erasure:
                       if self.partial else [])
 
 
-SCENARIOS: tuple[type[Any], ...] = (Cleanup, Metering, Redrive, Delivery, Erasure)
+SCENARIOS: tuple[type[Any], ...] = (Cleanup, Metering, Redrive, Delivery, Erasure,
+                                    ConsumerKill, ConsumerKillBatch)
 
 
 @dataclass
@@ -517,11 +536,8 @@ class Plan:
     positions: tuple[int, ...]
 
 
-def scenario_for(point: str, scenarios: list[Any]) -> Any | None:
-    for scenario in scenarios:
-        if point.startswith(scenario.prefix):
-            return scenario
-    return None
+def scenarios_for(point: str, scenarios: list[Any]) -> list[Any]:
+    return [scenario for scenario in scenarios if point.startswith(scenario.prefix)]
 
 
 def one_run(scenario: Any, stores: ScratchStores, backend: str, point: str, nth: int,
@@ -531,15 +547,16 @@ def one_run(scenario: Any, stores: ScratchStores, backend: str, point: str, nth:
     try:
         env = {"CRON_SECRET": CRON_SECRET, "SLUICE_STAGE": "chaos", "SLUICE_DATABASE_URL": url,
                **scenario.prepare(url)}
-        crashed = sluice(scenario.crash_args(point), env, crash_at=f"{point}@{nth}")
+        crashed = sluice(scenario.crash_args(point), env, crash_at=f"{point}@{nth}",
+                         module=_module(scenario))
         reached = crashed.returncode == CRASH_EXIT_CODE
         notes: list[str] = []
         if not reached and crashed.returncode != 0:
             notes.append(f"{point}@{nth}: crash run exited {crashed.returncode}: "
                          f"{crashed.stderr.strip()[-300:]}")
-        for _ in range(MAX_COMPLETION_RUNS):
+        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
             scenario.between(url)
-            done = sluice(["run", scenario.job, "--json"], env)
+            done = sluice(_finish_args(scenario), env, module=_module(scenario))
             if done.returncode not in (0, 2):
                 notes.append(f"{point}@{nth}: completion run exited {done.returncode}: "
                              f"{done.stderr.strip()[-300:]}")
@@ -566,23 +583,24 @@ def sweep(plan: Plan, *, points: list[str] | None = None,
     with _scenarios() as scenarios, ScratchStores() as stores:
         for backend in plan.backends:
             for point in names:
-                scenario = scenario_for(point, scenarios)
-                if scenario is None:
+                matching = scenarios_for(point, scenarios)
+                if not matching:
                     tally = tallies.setdefault(f"kill: {point} (no scenario)",
                                                Tally(f"kill: {point} (no scenario)"))
                     tally.stuck += 1
                     tally.notes.append(f"crash point {point} has no seeded scenario")
                     continue
-                key = f"{scenario.name} [{backend}]"
-                tally = tallies.setdefault(key, Tally(key))
-                for nth in plan.positions:
-                    counts, reached = one_run(scenario, stores, backend, point, nth)
-                    tally.add(counts)
-                    tally.reached += int(reached)
-                    if reached:
-                        tally.points_reached.add(point)
-                    if progress is not None:
-                        progress(f"{key} {point}@{nth}: reached={reached} {counts}")
+                for scenario in matching:
+                    key = f"{scenario.name} [{backend}]"
+                    tally = tallies.setdefault(key, Tally(key))
+                    for nth in plan.positions:
+                        counts, reached = one_run(scenario, stores, backend, point, nth)
+                        tally.add(counts)
+                        tally.reached += int(reached)
+                        if reached:
+                            tally.points_reached.add(point)
+                        if progress is not None:
+                            progress(f"{key} {point}@{nth}: reached={reached} {counts}")
     return list(tallies.values())
 
 
@@ -601,12 +619,9 @@ def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
     try:
         env = {"CRON_SECRET": CRON_SECRET, "SLUICE_STAGE": "chaos", "SLUICE_DATABASE_URL": url,
                **scenario.prepare(url)}
-        full = {k: v for k, v in os.environ.items()
-                if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
-        full.update(env)
-        proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "run", scenario.job,
-                                 "--json"], env=full, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "-m", _module(scenario),
+                                 *_finish_args(scenario)], env=_env(env), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             proc.wait(timeout=delay_s)
             killed = False
@@ -615,9 +630,9 @@ def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
             proc.wait()
             killed = True
         notes: list[str] = []
-        for _ in range(MAX_COMPLETION_RUNS):
+        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
             scenario.between(url)
-            done = sluice(["run", scenario.job, "--json"], env)
+            done = sluice(_finish_args(scenario), env, module=_module(scenario))
             if done.returncode not in (0, 2):
                 notes.append(f"after a kill at {delay_s:.2f} s: completion run exited "
                              f"{done.returncode}: {done.stderr.strip()[-300:]}")

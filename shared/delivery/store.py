@@ -16,12 +16,13 @@ list, show, redrive and purge failed entries.
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from shared.core.errors import Conflict, NotFound, RequestError
+from shared.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from shared.core.times import iso_z_or_none
 from shared.store.db import Database, Row, load_queries, utcnow
 
@@ -77,6 +78,19 @@ class RetrySchedule(NamedTuple):
 
 
 DEFAULT_SCHEDULE = RetrySchedule()
+
+_TIMES = ("next_attempt_at", "lease_until", "enqueued_at", "updated_at", "acked_at", "failed_at")
+
+
+def _typed(row: Row) -> Row:
+    """A ``RETURNING *`` row as a ``SELECT`` gives it: an SQLite built without the declared
+    types of RETURNING columns hands back their stored text."""
+    if isinstance(row["payload"], str):
+        row = {**row, "payload": json.loads(row["payload"])}
+    for key in _TIMES:
+        if isinstance(row[key], str):
+            row = {**row, key: datetime.fromisoformat(row[key]).astimezone(UTC)}
+    return row
 
 
 iso = iso_z_or_none
@@ -165,23 +179,32 @@ class DeliveryStore:
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
             raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
         now = now or utcnow()
-        entry_id = str(uuid.uuid4())
         lease_until = now + lease if lease is not None else None
-        with self.db.transaction() as tx:
-            tx.write(Q.insert_entry, {
-                "id": entry_id, "channel": channel, "recipient": recipient,
-                "subject_user_id": subject_user_id, "payload": tx.json(payload),
-                "idempotency_key": idempotency_key,
-                "status": (DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING).value,
-                "attempts": 1 if lease else 0, "next_attempt_at": lease_until or now,
-                "lease_until": lease_until, "now": now,
-            })
-            row = (tx.fetchone(Q.get_entry, {"id": entry_id}, final=True)
-                   if idempotency_key is None
-                   else tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True))
-        assert row is not None
-        entry = DeliveryEntry.from_row(row)
-        return entry, entry.id == entry_id
+        status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
+        attempts = 1 if lease else 0
+        for _ in range(3):
+            entry_id = str(uuid.uuid4())
+            with self.db.transaction() as tx:
+                created = tx.execute(Q.insert_entry, {
+                    "id": entry_id, "channel": channel, "recipient": recipient,
+                    "subject_user_id": subject_user_id, "payload": tx.json(payload),
+                    "idempotency_key": idempotency_key, "status": status.value,
+                    "attempts": attempts, "next_attempt_at": lease_until or now,
+                    "lease_until": lease_until, "now": now,
+                }, final=True) == 1
+            if created:  # the stored row is exactly these values: nothing to read back
+                return DeliveryEntry(
+                    entry_id, channel, recipient, subject_user_id, dict(payload),
+                    idempotency_key, status, attempts, lease_until or now, lease_until,
+                    None, None, None, now, now, None, None), True
+            # Only the key conflicts (see insert_entry): that entry is the answer.
+            with self.db.transaction() as tx:
+                row = tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True)
+            if row is not None:
+                return DeliveryEntry.from_row(row), False
+            # Purged between the two statements: store this one after all.
+        raise TransientStoreError(f"delivery key {idempotency_key!r} conflicts with an entry "
+                                  "that is never there when read")
 
     def known_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` are already stored (one read transaction): lets a caller that
@@ -197,10 +220,8 @@ class DeliveryStore:
         now = now or utcnow()
         with self.db.transaction() as tx:
             claimed = tx.fetchall(Q.claim_due, {"now": now, "lease_until": now + lease,
-                                                "limit": limit})
-            # Read back by id: SQLite does not type RETURNING columns.
-            rows = [tx.fetchone(Q.get_entry, {"id": row["id"]}) for row in claimed]
-        entries = [DeliveryEntry.from_row(row) for row in rows if row is not None]
+                                                "limit": limit}, final=True)
+        entries = [DeliveryEntry.from_row(_typed(row)) for row in claimed]
         return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,

@@ -6,6 +6,10 @@ handler, and on failure decide by the delivery count: retry after ``min(300, 2^n
 s (the message's visibility on SQS), or at ``MAX_ATTEMPTS`` send a summary to
 ``<topic>-dlq``, wait for it, and only then acknowledge.
 
+Completions are recorded per record (the default: a crash repeats at most the record
+in flight) or, for a topic whose handler is idempotent, once per SQS batch (a crash
+repeats the batch's finished records, which their handler's own key makes harmless).
+
 A consumer refuses to exist without a signing secret: on Lambda the function then
 fails at cold start, its messages stay on the queue and the queue's redrive policy
 moves them to the DLQ, where a redrive can verify them once the secret is back.
@@ -14,10 +18,11 @@ moves them to the DLQ, where a redrive can verify them once the secret is back.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -26,6 +31,8 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from shared.core.crash import ENV as CRASH_ENV
+from shared.core.crash import crash_point
 from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.queues.deadletters import LocalDeadLetters, Quarantine
@@ -33,7 +40,7 @@ from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, completed_keys, dedupe_key
 from shared.queues.publish import REGISTRY, Registry, js_iso
 from shared.queues.signing import MissingSecret, Signer, canonical
 from shared.queues.sqs import Sqs
-from shared.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S, check_topic
+from shared.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S, check_topic, get_topic
 
 if TYPE_CHECKING:
     from shared.core.services import Services
@@ -51,6 +58,8 @@ class InboundMessage(NamedTuple):
 
 
 Handler = Callable[[dict[str, Any], InboundMessage], None]
+# When a completion is written: as each record finishes, or once per SQS batch.
+Completions = Literal["record", "batch"]
 ERROR_MESSAGE_LIMIT = 500
 # A batch stops starting records when Lambda's remaining time is below this margin
 # plus the longest record of the batch so far.
@@ -71,6 +80,10 @@ class Decision(NamedTuple):
     outcome: MessageOutcome
     delay_s: int = 0
     reason: str | None = None
+
+
+_DONE = Decision(MessageOutcome.DONE)
+_DUPLICATE = Decision(MessageOutcome.DUPLICATE)
 
 
 class Rejected(SluiceError):
@@ -105,34 +118,39 @@ def dead_letter_summary(message: dict[str, Any], inbound: InboundMessage, error:
 class Parsed(NamedTuple):
     message: dict[str, Any]
     payload: bytes  # the canonical signing input
+    key: str  # its dedupe key
 
 
-def parse(body: str) -> Parsed | str:
-    """The message and its signing input, or why it cannot be one."""
+def parse(body: str, topic: str) -> Parsed | str:
+    """The message, its signing input and dedupe key, or why it cannot be one."""
     try:
         message = json.loads(body)
     except ValueError:
         return "malformed message: not a JSON object"
-    if not isinstance(message, dict):
+    if type(message) is not dict:
         return "malformed message: not a JSON object"
     try:
-        return Parsed(message, canonical(message))
+        payload = canonical(message)
     except (TypeError, ValueError) as exc:
         return f"malformed message: {exc}"
+    return Parsed(message, payload, dedupe_key(topic, payload))
 
 
 class _Batch:
-    """One SQS batch: its messages parsed once, completed keys looked up once, its deadline."""
+    """One SQS batch: its messages parsed once, completed keys looked up once, its deadline,
+    and (completions per batch) the completions it has yet to write."""
 
-    __slots__ = ("done", "longest_s", "margin_s", "parsed", "remaining_ms")
+    __slots__ = ("done", "longest_s", "margin_s", "parsed", "pending", "remaining_ms")
 
     def __init__(self, done: set[str], parsed: dict[str, Parsed | str],
-                 remaining_ms: Callable[[], int] | None, margin_s: float) -> None:
+                 remaining_ms: Callable[[], int] | None, margin_s: float,
+                 pending: list[tuple[str, str, str]] | None) -> None:
         self.done = done  # completed before the batch or during it
         self.parsed = parsed
         self.remaining_ms = remaining_ms
         self.margin_s = margin_s
         self.longest_s = 0.0
+        self.pending = pending  # None: each completion is written as its record finishes
 
     def out_of_time(self) -> bool:
         if self.remaining_ms is None:
@@ -140,13 +158,22 @@ class _Batch:
         return self.remaining_ms() / 1000 < self.margin_s + self.longest_s
 
 
+def _unarmed(name: str) -> None:
+    return None
+
+
 class Consumer:
     def __init__(self, topic: str, handler: Handler, services: Services, *,
                  sqs: Sqs | None = None, registry: Registry | None = REGISTRY,
                  max_attempts: int = MAX_ATTEMPTS, margin_s: float = DEADLINE_MARGIN_S,
                  sleep: Callable[[float], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 completions: Completions | None = None) -> None:
         self.topic = check_topic(topic)
+        # Per batch only where the topic's handler is idempotent: a crash before the
+        # batch's one write runs its finished records again.
+        self.completions: Completions = completions or (
+            "batch" if get_topic(topic).idempotent else "record")
         self.signer = Signer(services.settings.queue_signing_secrets)
         if not self.signer.configured:
             raise MissingSecret(f"SLUICE_QUEUE_SIGNING_SECRET is not set: the {topic} consumer "
@@ -166,6 +193,8 @@ class Consumer:
         self._processor = BatchProcessor(event_type=EventType.SQS)
         self._context = f"queues:{topic}"
         self._batch: _Batch | None = None
+        # Each crash point costs an environment lookup; unarmed, the consumer skips them.
+        self.crash_point = crash_point if os.environ.get(CRASH_ENV) else _unarmed
         if registry is not None:
             registry.register(topic, self)
 
@@ -179,9 +208,8 @@ class Consumer:
 
     def handle(self, body: str, inbound: InboundMessage,
                parsed: Parsed | str | None = None) -> Decision:
-        reporter = self.services.reporter
         if parsed is None:
-            parsed = parse(body)
+            parsed = parse(body, self.topic)
         if isinstance(parsed, str):
             return self._reject(inbound, body, parsed)
         message = parsed.message
@@ -190,33 +218,44 @@ class Consumer:
             reason = f"message topic {message.get('topic')!r} is not {self.topic!r}"
         if reason is not None:
             return self._reject(inbound, body, reason)
+        self.crash_point("consumer.after_verify")
 
-        key = dedupe_key(self.topic, parsed.payload)
-        if self._completed(key):
+        key = parsed.key
+        batch = self._batch
+        if batch is not None:  # every key of the batch was looked up with it
+            completed = key in batch.done
+        else:
+            completed = self.keys.done(key)
+        if completed:
             logger.info(f"[{self._context}] already completed; acknowledged",
                         extra={"messageId": inbound.message_id, "dedupeKey": key})
-            return Decision(MessageOutcome.DUPLICATE)
+            return _DUPLICATE
         try:
             self.handler(message, inbound)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
-            reporter.error(self._context, exc, messageId=inbound.message_id,
-                           deliveryCount=inbound.delivery_count)
-            if inbound.delivery_count < self.max_attempts:
-                return Decision(MessageOutcome.RETRY, backoff_s(inbound.delivery_count), str(exc))
-            self._dead_letter(dead_letter_summary(message, inbound, exc, js_iso(self._now())),
-                              idempotency_key(message))
-            reporter.metric("QueueDeadLettered", 1, topic=self.topic)
-            return Decision(MessageOutcome.DEAD_LETTERED, reason=str(exc))
+            return self._failed(message, inbound, exc)
+        self.crash_point("consumer.after_handler")
+        if batch is not None:
+            batch.done.add(key)
+            if batch.pending is not None:  # written once, when the batch ends
+                batch.pending.append((key, self.topic, inbound.message_id))
+                return _DONE
         # Recorded as soon as it completed: a batch cut short later does not run it again.
         self.keys.complete(key, self.topic, inbound.message_id)
-        if self._batch is not None:
-            self._batch.done.add(key)
-        return Decision(MessageOutcome.DONE)
+        self.crash_point("consumer.after_complete")
+        return _DONE
 
-    def _completed(self, key: str) -> bool:
-        if self._batch is not None:  # every key of the batch was looked up with it
-            return key in self._batch.done
-        return self.keys.done(key)
+    def _failed(self, message: dict[str, Any], inbound: InboundMessage,
+                exc: Exception) -> Decision:
+        reporter = self.services.reporter
+        reporter.error(self._context, exc, messageId=inbound.message_id,
+                       deliveryCount=inbound.delivery_count)
+        if inbound.delivery_count < self.max_attempts:
+            return Decision(MessageOutcome.RETRY, backoff_s(inbound.delivery_count), str(exc))
+        self._dead_letter(dead_letter_summary(message, inbound, exc, js_iso(self._now())),
+                          idempotency_key(message))
+        reporter.metric("QueueDeadLettered", 1, topic=self.topic)
+        return Decision(MessageOutcome.DEAD_LETTERED, reason=str(exc))
 
     def _reject(self, inbound: InboundMessage, body: str, reason: str) -> Decision:
         # Never retried and never dead-lettered (retrying a forgery is pointless and would
@@ -252,19 +291,22 @@ class Consumer:
 
     def _record(self, record: SQSRecord) -> None:
         batch = self._batch
-        if batch is not None and batch.out_of_time():
-            raise OutOfTime(f"{batch.remaining_ms() if batch.remaining_ms else 0} ms left; "
+        # Only a batch with a deadline times its records.
+        timed = batch if batch is not None and batch.remaining_ms is not None else None
+        if timed is not None and timed.out_of_time():
+            raise OutOfTime(f"{timed.remaining_ms() if timed.remaining_ms else 0} ms left; "
                             "not started")
-        attribute = (record.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE) or {}
+        raw = record.raw_event  # the event's own dict: no wrapper objects per field
+        attribute = (raw.get("messageAttributes") or {}).get(IDEMPOTENCY_ATTRIBUTE) or {}
+        message_id = raw["messageId"]
         inbound = InboundMessage(
-            message_id=record.message_id, topic=self.topic,
-            delivery_count=int(record.attributes.approximate_receive_count or 1),
-            idempotency_key=attribute.get("stringValue"),
-            receipt_handle=record.receipt_handle)
-        started = self.clock()
+            message_id, self.topic,
+            int((raw.get("attributes") or {}).get("ApproximateReceiveCount") or 1),
+            attribute.get("stringValue"), None, raw.get("receiptHandle"))
+        started = self.clock() if timed is not None else 0.0
         try:
-            decision = self.handle(record.body, inbound,
-                                   batch.parsed.get(record.message_id) if batch else None)
+            decision = self.handle(raw.get("body") or "", inbound,
+                                   batch.parsed.get(message_id) if batch else None)
         except DeadLetterFailed:
             # Not acknowledged: the send is tried again on the next delivery.
             self._hold_back(record, backoff_s(inbound.delivery_count))
@@ -274,8 +316,8 @@ class Consumer:
                                          messageId=record.message_id)
             raise
         finally:
-            if batch is not None:
-                batch.longest_s = max(batch.longest_s, self.clock() - started)
+            if timed is not None:
+                timed.longest_s = max(timed.longest_s, self.clock() - started)
         if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
@@ -292,32 +334,55 @@ class Consumer:
     def lambda_handler(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """The SQS-triggered Lambda: item failures reported, the rest acknowledged.
 
-        The batch's completed keys are read in one query before it; each completion is
-        written as its record finishes. When Lambda's remaining time runs short, the
-        records not yet started are reported as item failures and delivered again.
+        The batch's completed keys are read in one query before it. Completions are
+        written as each record finishes, or (``completions="batch"``) in one write when
+        the batch ends, however it ends: done, stopped at its deadline, or failed. When
+        Lambda's remaining time runs short, the records not yet started are reported as
+        item failures and delivered again.
         """
-        every: list[tuple[str, Parsed | str]] = [
-            (record.get("messageId", ""), parse(record.get("body") or ""))
-            for record in event.get("Records") or ()]
-        keys = [dedupe_key(self.topic, p.payload) for _, p in every if not isinstance(p, str)]
+        topic = self.topic
+        parsed: dict[str, Parsed | str] = {}
+        twice: set[str] = set()
+        for record in event.get("Records") or ():
+            message_id = record.get("messageId", "")
+            if message_id in parsed:
+                twice.add(message_id)
+            parsed[message_id] = parse(record.get("body") or "", topic)
         # A message id seen twice in one batch is parsed again from its own record's body.
-        ids = [message_id for message_id, _ in every]
-        parsed = {message_id: p for message_id, p in every if ids.count(message_id) == 1}
+        for message_id in twice:
+            del parsed[message_id]
+        keys = [p.key for p in parsed.values() if type(p) is Parsed]
         remaining = getattr(context, "get_remaining_time_in_millis", None)
-        self._batch = _Batch(self.keys.done_many(keys), parsed, remaining, self.margin_s)
+        batch = self._batch = _Batch(self.keys.done_many(keys), parsed, remaining,
+                                     self.margin_s,
+                                     [] if self.completions == "batch" else None)
         try:
             result: dict[str, Any] = process_partial_response(
                 event=event, record_handler=self._record, processor=self._processor,
                 context=context)  # type: ignore[assignment]
         finally:
             self._batch = None
+            if batch.pending:
+                self._complete_batch(batch.pending)
+        self.crash_point("consumer.before_response")
         return result
+
+    def _complete_batch(self, done: list[tuple[str, str, str]]) -> None:
+        """The batch's completions, in one write. If it fails the invocation fails and the
+        whole batch is delivered again (its handler is idempotent; that is why it may)."""
+        try:
+            self.keys.complete_many(done)
+        except Exception as exc:
+            self.services.reporter.error(self._context, exc, during="batch completion",
+                                         records=len(done))
+            raise
+        self.crash_point("consumer.after_complete")
 
     # --- in process (not provisioned) ----------------------------------------
 
     def deliver_local(self, body: str, message_id: str) -> Decision:
         decision = Decision(MessageOutcome.RETRY)
-        parsed = parse(body)
+        parsed = parse(body, self.topic)
         for attempt in range(1, self.max_attempts + 1):
             decision = self.handle(body, InboundMessage(message_id, self.topic, attempt), parsed)
             if decision.outcome is not MessageOutcome.RETRY:

@@ -22,6 +22,9 @@ class Topic(NamedTuple):
     target: str | None = None  # "module:function(services) -> Handler"; None: reserved
     batch_size: int = 10
     max_concurrency: int | None = None  # concurrent consumers (None: Lambda's default)
+    # The handler's effect is keyed so that running it again applies nothing twice: its
+    # completions are then written once per batch instead of once per record.
+    idempotent: bool = False
 
     @property
     def reserved(self) -> bool:
@@ -35,8 +38,11 @@ class Topic(NamedTuple):
 TOPICS: dict[str, Topic] = {
     topic.name: topic
     for topic in (
-        # each refresh writes to Postgres and fetches feeds: cap the fan-out
-        Topic("rss.ingest", "shared.queues.handlers:ingest_handler", max_concurrency=5),
+        # each refresh writes to Postgres and fetches feeds: cap the fan-out. A repeated
+        # refresh rebuilds the same catalog, and the alerts it raises are enqueued under
+        # their idempotency keys, so a batch's completions are written once.
+        Topic("rss.ingest", "shared.queues.handlers:ingest_handler", max_concurrency=5,
+              idempotent=True),
         Topic("rss.enrich"),
         Topic("rss.cluster"),
         Topic("rss.synthesize"),

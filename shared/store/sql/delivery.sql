@@ -5,12 +5,15 @@
 -- partial index on (status, next_attempt_at) serves both claim and recovery.
 
 -- name: insert_entry
+-- One autocommit statement: the row is what the caller passed, so nothing is read back.
+-- Only the idempotency key may conflict (no row inserted: the caller reads that entry);
+-- an id collision is an error, never a silent no-op.
 INSERT INTO delivery_queue
     (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
      next_attempt_at, lease_until, enqueued_at, updated_at)
 VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key, :status,
         :attempts, :next_attempt_at, :lease_until, :now, :now)
-ON CONFLICT DO NOTHING
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
 -- name: get_entry
 SELECT * FROM delivery_queue WHERE id = :id

@@ -8,7 +8,16 @@ from contextlib import ExitStack
 
 import pytest
 
-from bench.chaos.kill import SCENARIOS, Metering, Plan, one_run, random_kills, sluice, sweep
+from bench.chaos.kill import (
+    SCENARIOS,
+    ConsumerKill,
+    Metering,
+    Plan,
+    one_run,
+    random_kills,
+    sluice,
+    sweep,
+)
 from bench.chaos.points import discover
 from bench.chaos.stores import ScratchStores
 from shared.core.crash import CRASH_EXIT_CODE
@@ -16,6 +25,7 @@ from shared.core.crash import CRASH_EXIT_CODE
 POSITIONS = (1, 2)
 
 
+@pytest.mark.timeout(600)  # a run is several processes; the 2-core machine is shared
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.job)
 def test_kills_at_every_point_lose_nothing_and_leave_nothing_stuck(
@@ -23,7 +33,8 @@ def test_kills_at_every_point_lose_nothing_and_leave_nothing_stuck(
     points = [p for p in discover() if p.startswith(scenario.prefix)]
     assert points, f"no crash point of {scenario.job} found"
 
-    [tally] = sweep(Plan(backends=(backend,), positions=POSITIONS), points=points)
+    tallies = sweep(Plan(backends=(backend,), positions=POSITIONS), points=points)
+    [tally] = [t for t in tallies if t.scenario == f"{scenario.name} [{backend}]"]
 
     assert tally.runs == len(points) * len(POSITIONS)
     assert tally.points_reached == set(points), "every point killed the drain at least once"
@@ -45,6 +56,26 @@ def test_the_checker_sees_work_a_killed_drain_left_undone(pg_template: str) -> N
 
         finished, reached = one_run(scenario, stores, "sqlite", "metering.after_send", 1)
         assert reached and (finished.lost, finished.stuck, finished.duplicated) == (0, 0, 1)
+
+
+def test_the_consumer_checker_sees_what_a_killed_batch_left_and_what_redelivery_repeated(
+        pg_template: str) -> None:
+    """Not vacuous: without redelivery the check reports the batch still on the queue (and
+    no lost work); with it, the record in flight at the kill applied twice, once allowed."""
+    with ExitStack() as stack, ScratchStores() as stores:
+        scenario = ConsumerKill(stack)
+        url = stores.fresh("sqlite")
+        env = {"SLUICE_DATABASE_URL": url, **scenario.prepare(url)}
+        crashed = sluice([], env, crash_at="consumer.after_handler@2",
+                         module="bench.chaos.consumer")
+        assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+        counts = scenario.check(url)
+        assert (counts.stuck, counts.lost, counts.duplicated) == (ConsumerKill.GOOD + 2, 0, 0)
+
+        finished, reached = one_run(scenario, stores, "sqlite", "consumer.after_handler", 2)
+        assert reached and finished.notes == []
+        assert (finished.lost, finished.stuck, finished.duplicated, finished.unexpected) == (
+            0, 0, 1, 0)
 
 
 def test_kills_from_outside_at_seeded_moments_lose_nothing(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
 
-from shared.core.errors import Conflict, NotFound, RequestError
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.store.db import Database, utcnow
+from shared.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
+from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, _typed
+from shared.store.db import Database, PostgresDatabase, utcnow
+from tests.integration.store.test_transaction_cost import round_trips
 
 LEASE = timedelta(seconds=30)
 
@@ -33,6 +35,41 @@ def test_enqueue_is_write_ahead_and_idempotent_on_its_key(store: DeliveryStore) 
         store.enqueue("", "x", {})
 
 
+def test_enqueue_returns_the_stored_row_without_reading_it_back(store: DeliveryStore) -> None:
+    now = utcnow()
+    for lease in (None, LEASE):
+        entry, created = store.enqueue("webhook", "https://h/x", {"text": "a", "n": [1, 2]},
+                                       idempotency_key=f"k:{lease}", subject_user_id="u1",
+                                       lease=lease, now=now)
+        assert created and entry == store.get(entry.id)
+
+
+def test_an_entry_id_collision_is_an_error_never_another_entry(
+        store: DeliveryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the idempotency key may conflict quietly; a clash on the id must not hand back
+    # someone else's entry as if it were this one.
+    first, _ = store.enqueue("webhook", "https://h/x", {"text": "first"})
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(first.id))
+    with pytest.raises(ConstraintViolation):
+        store.enqueue("webhook", "https://h/y", {"text": "second"})
+    assert store.get(first.id).payload == {"text": "first"}
+
+
+def test_enqueue_is_one_round_trip_on_postgres(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        store = DeliveryStore(db)
+        store.enqueue("webhook", "https://h/x", {"text": "warm"})
+        flights, trace = round_trips(db, lambda: store.enqueue(
+            "webhook", "https://h/x", {"text": "a"}, idempotency_key="k", lease=LEASE))
+        assert flights == 1, trace
+        flights, trace = round_trips(db, lambda: store.enqueue(
+            "webhook", "https://h/x", {"text": "b"}, idempotency_key="k"))
+        assert flights == 2, trace  # the key is taken: one more to read that entry
+    finally:
+        db.close()
+
+
 def test_claim_takes_due_pending_entries_oldest_first_under_a_lease(
         store: DeliveryStore) -> None:
     now = utcnow()
@@ -43,6 +80,30 @@ def test_claim_takes_due_pending_entries_oldest_first_under_a_lease(
     assert claimed.attempts == 1 and claimed.lease_until == now + LEASE
     assert [e.id for e in store.claim(LEASE, limit=10, now=now)] == [second.id]
     assert store.claim(LEASE, limit=10, now=now) == []
+
+
+def test_claim_is_one_statement_and_one_round_trip_on_postgres(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        store = DeliveryStore(db)
+        stored = [store.enqueue("slack", "C1", {"text": str(n)})[0] for n in range(3)]
+        claimed: list[DeliveryEntry] = []
+        flights, trace = round_trips(db, lambda: claimed.extend(store.claim(LEASE, limit=3)))
+        assert flights == 1, trace  # nothing read back: RETURNING gives the claimed rows
+        assert [e.id for e in claimed] == [e.id for e in stored]
+        assert all(e.status is DeliveryStatus.IN_FLIGHT and e.attempts == 1 for e in claimed)
+    finally:
+        db.close()
+
+
+def test_a_returning_row_given_as_text_reads_as_a_selected_one() -> None:
+    # An SQLite that does not type RETURNING columns returns what it stored, as text.
+    now = utcnow()
+    row = {"payload": '{"text":"x"}', "next_attempt_at": str(now), "lease_until": None,
+           "enqueued_at": now, "updated_at": str(now), "acked_at": None, "failed_at": None}
+    typed = _typed(row)
+    assert typed["payload"] == {"text": "x"} and typed["next_attempt_at"] == now
+    assert typed["updated_at"] == now and typed["enqueued_at"] is now
 
 
 def test_ack_settles_once_and_only_the_attempt_that_holds_the_entry(

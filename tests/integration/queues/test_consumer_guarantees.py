@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared.core.errors import SluiceError
 from shared.core.services import Services
 from shared.queues.consumer import Consumer, InboundMessage, MessageOutcome
 from shared.queues.deadletters import Quarantine
@@ -136,7 +137,7 @@ def test_a_batch_stops_starting_records_when_time_is_short(
         lam.elapsed_s += 12
 
     consumer = Consumer("rss.ingest", slow, services, registry=None, margin_s=5,
-                        clock=lam.clock)
+                        clock=lam.clock, completions="record")
     records = [_record(m) for m in messages]
     result = consumer.lambda_handler({"Records": records}, lam)
     # 30 s left: b0 runs (12 s); 18 s >= 5 + 12: b1 runs; 6 s < 17: b2 and b3 wait.
@@ -152,6 +153,99 @@ def test_a_batch_stops_starting_records_when_time_is_short(
     lam.elapsed_s = 0
     assert consumer.lambda_handler({"Records": records}, again) == {"batchItemFailures": []}
     assert ran == ["b2", "b3"]
+
+
+class CountingKeys:
+    """The real completed-key store, with its reads and writes counted."""
+
+    def __init__(self, keys: Any) -> None:
+        self.keys = keys
+        self.reads = 0
+        self.writes: list[int] = []  # records per write
+
+    def done(self, key: str) -> bool:
+        self.reads += 1
+        return bool(self.keys.done(key))
+
+    def done_many(self, keys: list[str]) -> set[str]:
+        self.reads += 1
+        return set(self.keys.done_many(keys))
+
+    def complete(self, key: str, topic: str, message_id: str) -> None:
+        self.complete_many([(key, topic, message_id)])
+
+    def complete_many(self, done: list[tuple[str, str, str]]) -> None:
+        self.writes.append(len(done))
+        self.keys.complete_many(done)
+
+
+def test_an_idempotent_topic_reads_and_writes_a_batch_once(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    services = _services(db_url, make_services)
+    handler = Recorder()
+    consumer = Consumer("rss.ingest", handler, services, registry=None)
+    assert consumer.completions == "batch"  # rss.ingest is declared idempotent
+    keys = CountingKeys(consumer.keys)
+    consumer.keys = keys
+    messages = [_message(f"m{n}") for n in range(5)]
+    records = [_record(m) for m in messages]
+    assert consumer.lambda_handler({"Records": records}) == {"batchItemFailures": []}
+    assert (keys.reads, keys.writes) == (1, [5])
+    assert CompletedKeys(services.db).done_many(
+        [dedupe_key("rss.ingest", m) for m in messages]) == {
+        dedupe_key("rss.ingest", m) for m in messages}
+    # Delivered again: one read, every record a duplicate, nothing to write.
+    assert consumer.lambda_handler({"Records": records}) == {"batchItemFailures": []}
+    assert (keys.reads, keys.writes, len(handler.batches)) == (2, [5], 5)
+
+
+def test_a_topic_without_an_idempotent_handler_writes_each_completion_at_once(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    services = _services(db_url, make_services)
+    assert Consumer("rss.enrich", Recorder(), services, registry=None).completions == "record"
+    consumer = Consumer("rss.ingest", Recorder(), services, registry=None,
+                        completions="record")
+    keys = CountingKeys(consumer.keys)
+    consumer.keys = keys
+    records = [_record(_message(f"r{n}")) for n in range(3)]
+    assert consumer.lambda_handler({"Records": records}) == {"batchItemFailures": []}
+    assert (keys.reads, keys.writes) == (1, [1, 1, 1])
+
+
+def test_a_batch_stopped_at_its_deadline_writes_what_it_finished(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    services = _services(db_url, make_services)
+    lam = FakeLambda(30_000)
+    messages = [_message(f"d{n}") for n in range(4)]
+
+    def slow(message: dict[str, Any], inbound: InboundMessage) -> None:
+        lam.elapsed_s += 12
+
+    consumer = Consumer("rss.ingest", slow, services, registry=None, margin_s=5,
+                        clock=lam.clock)
+    keys = CountingKeys(consumer.keys)
+    consumer.keys = keys
+    records = [_record(m) for m in messages]
+    result = consumer.lambda_handler({"Records": records}, lam)
+    assert result == {"batchItemFailures": [{"itemIdentifier": r["messageId"]}
+                                            for r in records[2:]]}
+    assert keys.writes == [2]
+    store = CompletedKeys(services.db)
+    assert [store.done(dedupe_key("rss.ingest", m)) for m in messages] == [True, True, False,
+                                                                            False]
+
+
+def test_a_batch_completion_that_cannot_be_written_fails_the_invocation(
+        sqlite_url: str, make_services: Callable[..., Services]) -> None:
+    """The whole batch comes back (its handler is idempotent), rather than being
+    acknowledged with its completions unrecorded."""
+    services = _services(sqlite_url, make_services)
+    consumer = Consumer("rss.ingest", Recorder(), services, registry=None)
+    with services.db.transaction() as tx:  # the read works; the write cannot
+        tx.execute("CREATE TRIGGER no_completions BEFORE INSERT ON queue_completed_keys "
+                   "BEGIN SELECT RAISE(ABORT, 'completions refused'); END")
+    with pytest.raises(SluiceError, match="completions refused"):
+        consumer.lambda_handler({"Records": [_record(_message("w"))]})
 
 
 def test_a_rejection_that_cannot_be_kept_is_not_acknowledged(

@@ -74,14 +74,13 @@ def test_a_forked_child_opens_its_own_sqlite_connection(sqlite_url: str) -> None
 def round_trips(db: PostgresDatabase, work: Callable[[], object]) -> tuple[int, str]:
     """Round trips ``work`` costs (flights of client messages answered by the server), and
     the protocol trace; ``db`` has one pooled connection."""
-    db._ensure_open()
+    with db.transaction() as tx:  # runs nothing: sends nothing
+        conn = tx._conn  # the one connection, kept for the next transaction
     with tempfile.NamedTemporaryFile("w+") as trace:
-        with db._pool.connection() as conn:
-            conn.pgconn.trace(trace.fileno())
-            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
         work()
-        with db._pool.connection() as conn:
-            conn.pgconn.untrace()
+        conn.pgconn.untrace()
         text = Path(trace.name).read_text()
     senders = [line.split("\t", 1)[0] for line in text.splitlines() if line]
     flights = sum(1 for a, b in itertools.pairwise(senders) if (a, b) == ("F", "B"))
@@ -121,6 +120,37 @@ def test_a_postgres_transaction_costs_a_round_trip_per_statement_plus_its_commit
         assert writes == 1, trace  # write / executemany answer nothing: they go with the COMMIT
         nothing, trace = _round_trips(db, "nothing")
         assert nothing == 0, trace  # a transaction that runs nothing sends nothing
+    finally:
+        db.close()
+
+
+def test_a_postgres_connection_is_kept_between_transactions_not_pooled_each_time(
+        pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=2)
+    try:
+        for _ in range(5):
+            with db.transaction() as tx:
+                tx.execute("SELECT 1", final=True)
+        # One checkout from the pool served all five (a checkout and return each, with the
+        # pool's worker thread taking the return, cost more client time than a statement).
+        assert db._pool.get_stats()["requests_num"] == 1
+        with db.transaction() as outer, db.transaction() as inner:  # two at once: two
+            assert outer._conn is not inner._conn
+        assert db._pool.get_stats()["requests_num"] == 2
+    finally:
+        db.close()
+    assert db._kept is None
+
+
+def test_a_kept_connection_goes_back_through_the_pool_when_kept_too_long(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, max_size=1)
+    try:
+        with db.transaction() as tx:
+            tx.execute("SELECT 1", final=True)
+        db.KEEP_S = -1.0
+        with db.transaction() as tx:
+            tx.execute("SELECT 1", final=True)
+        assert db._pool.get_stats()["requests_num"] == 2  # returned, then taken again
     finally:
         db.close()
 
