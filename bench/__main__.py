@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 import traceback
@@ -42,9 +43,15 @@ def print_rows(rows: list[dict[str, Any]], out: TextIO | None = None) -> None:
             print("  ".join("-" * width for width in widths), file=out)
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: a ratio against a zero baseline (nothing left to do) is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def as_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"benchmark": r["name"], "sluice": r["sluice"], "baseline": r["baseline"],
-             "unit": r["unit"], "ratio": r["ratio"]} for r in rows]
+    return [{"benchmark": r["name"], "sluice": _finite(r["sluice"]),
+             "baseline": _finite(r["baseline"]), "unit": r["unit"],
+             "ratio": _finite(r["ratio"])} for r in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print_rows(rows, sys.stderr if want_json else sys.stdout)
     if want_json:
-        print(json.dumps(as_json(rows), indent=1))
+        print(json.dumps(as_json(rows), indent=1, allow_nan=False))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

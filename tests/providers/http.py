@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,7 @@ class ProviderServer:
 
     def __init__(self, handler: Handler) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.hangups = 0  # clients that hung up mid-exchange (a killed sender, a timeout)
         outer = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -40,8 +42,16 @@ class ProviderServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.server.daemon_threads = True
+        class _Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+                    outer.hangups += 1  # expected when a test kills or times out its client
+                    return
+                super().handle_error(request, client_address)
+
+        self.server = _Server(("127.0.0.1", 0), _Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

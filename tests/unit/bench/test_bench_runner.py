@@ -64,3 +64,18 @@ def test_json_prints_only_the_rows_as_a_list_on_stdout(
     assert json.loads(out) == [{"benchmark": "fake thing", "sluice": 2.0, "baseline": 4.0,
                                 "unit": "ms", "ratio": 2.0}]
     assert "a log line" in err and "2.00x" in err  # logs and the table go to stderr
+
+
+def test_json_is_strict_a_ratio_against_a_zero_baseline_is_null(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    warm = types.ModuleType("bench.fake_warm")
+    warm.run = lambda: [row("parsed on a warm tick", 0.0, 100.0, "bytes", False),  # type: ignore[attr-defined]
+                        row("answered 304", 200, 0, "requests", True)]
+    monkeypatch.setitem(sys.modules, "bench.fake_warm", warm)
+
+    assert main(["fake_warm", "--json"]) == 0
+
+    out, _ = capfd.readouterr()
+    assert "Infinity" not in out and "NaN" not in out
+    rows = json.loads(out, parse_constant=lambda name: pytest.fail(f"non-JSON {name}"))
+    assert [r["ratio"] for r in rows] == [None, None]
