@@ -67,6 +67,9 @@ def _reset(db: PostgresDatabase) -> None:
 
 
 # --- The strong reference: three round trips a batch, nothing but the work itself ---
+# Written out here on purpose, not imported from shared.billing.ledger_redrive: the claim is
+# the same LMOVE loop as Sluice's, but a change to Sluice's scripts must not move the
+# reference it is measured against.
 
 REF_CLAIM = """
 local claimed = {}
