@@ -35,6 +35,7 @@ from shared.billing.polar import (
 )
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.core.crash import crash_point
+from shared.core.tls import tls_context
 from shared.jobs.registry import NO_FENCE, Deadline, Fence, JobContext, Result
 from shared.store.db import Database, load_queries
 
@@ -182,7 +183,7 @@ def run_metering_flush(ctx: JobContext) -> Result:
     if not settings.polar_access_token:
         return {"processed": 0, "failed": 0, "skipped": 0, "reason": "polar_not_configured"}
     timeout = httpx.Timeout(min(10.0, max(1.0, ctx.deadline.remaining())))
-    with httpx.Client(timeout=timeout) as client:
+    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
         polar = PolarClient(settings.polar_api_url, settings.polar_access_token, client=client)
         return flush(OutboxStore(ctx.services.db, ctx.fence), polar, now=ctx.started_at,
                      deadline=ctx.deadline, limit=DEFAULT_FLUSH_LIMIT,

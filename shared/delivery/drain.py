@@ -45,6 +45,7 @@ from shared.core.crash import crash_point
 from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
+from shared.core.tls import tls_context
 from shared.delivery.channels import ChannelAdapter, build_adapters, channels
 from shared.delivery.classify import (
     CredentialsRefused,
@@ -348,7 +349,7 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
-    with httpx.Client(timeout=settings.delivery_send_timeout_s) as client:
+    with httpx.Client(timeout=settings.delivery_send_timeout_s, verify=tls_context()) as client:
         deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
     report_drained(summary, ctx.services.reporter)

@@ -25,6 +25,7 @@ import httpcore
 import httpx
 
 from shared.core.errors import RequestError, SluiceError
+from shared.core.tls import tls_context
 from shared.rss.parse import parse_feed
 from shared.rss.store import FetchState, Source, Story
 
@@ -156,9 +157,10 @@ class GuardedBackend(httpcore.SyncBackend):
 
 class GuardedTransport(httpx.HTTPTransport):
     def __init__(self, guard: AddressGuard, limits: httpx.Limits) -> None:
-        super().__init__(trust_env=False, limits=limits)  # never through an env proxy
+        # never through an env proxy; the process's context, not a CA load per client
+        super().__init__(trust_env=False, limits=limits, verify=tls_context(trust_env=False))
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=tls_context(trust_env=False),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
