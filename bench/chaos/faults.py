@@ -24,13 +24,13 @@ from typing import Any
 
 from bench.chaos.kill import (
     CRON_SECRET,
-    MAX_COMPLETION_RUNS,
     Counts,
     Delivery,
     Metering,
     Redrive,
     Tally,
     _db,
+    run_to_completion,
     sluice,
 )
 from bench.chaos.proxy import FaultProxy
@@ -56,16 +56,24 @@ def _env(url: str, extra: dict[str, str]) -> dict[str, str]:
 
 
 def _complete(scenario: Any, url: str, env: dict[str, str], notes: list[str]) -> None:
-    for _ in range(MAX_COMPLETION_RUNS):
-        scenario.between(url)
-        done = sluice(["run", scenario.job, "--json"], env)
-        if done.returncode not in (0, 2):
-            notes.append(f"completion run exited {done.returncode}: {done.stderr[-300:]}")
-        if scenario.left(url) == 0:
-            return
+    notes += run_to_completion(scenario, url, env, "after the fault")
 
 
 # --- provider faults --------------------------------------------------------------------
+
+
+def _outage_runs(scenario: Any, url: str, env: dict[str, str], fault: str, *, runs: int,
+                 between: bool) -> list[str]:
+    """The drain run ``runs`` times while the provider is down; each must end ok or partial."""
+    notes: list[str] = []
+    for _ in range(runs):
+        if between:
+            scenario.between(url)
+        down = sluice(["run", scenario.job, "--json"], env)
+        if down.returncode not in (0, 2):
+            notes.append(f"{fault}: run during the outage exited {down.returncode}: "
+                         f"{down.stderr[-300:]}")
+    return notes
 
 
 def metering_fault(stores: ScratchStores, backend: str, fault: str) -> Counts:
@@ -83,11 +91,8 @@ def metering_fault(stores: ScratchStores, backend: str, fault: str) -> Counts:
             else:
                 status = int(fault.partition("+")[0])
                 scenario.polar.answers = [(status, body, headers)] * 100
-            for _ in range(1 if fault == "timeout" else OUTAGE_RUNS):
-                down = sluice(["run", scenario.job, "--json"], env)
-                if down.returncode not in (0, 2):
-                    notes.append(f"{fault}: run during the outage exited {down.returncode}: "
-                                 f"{down.stderr[-300:]}")
+            notes += _outage_runs(scenario, url, env, fault,
+                                  runs=1 if fault == "timeout" else OUTAGE_RUNS, between=False)
             if proxy.connections == 0 or scenario.polar.events:
                 notes.append(f"{fault}: the outage was not met (nothing reached the proxy, "
                              "or Polar took events while down)")
@@ -118,12 +123,7 @@ def delivery_fault(stores: ScratchStores, backend: str, fault: str) -> Counts:
                 proxy.set("reset" if fault == "reset" else "hang")
             else:
                 scenario.hook.answers = [int(fault.partition("+")[0])] * 100
-            for _ in range(OUTAGE_RUNS):
-                scenario.between(url)
-                down = sluice(["run", scenario.job, "--json"], env)
-                if down.returncode not in (0, 2):
-                    notes.append(f"{fault}: run during the outage exited {down.returncode}: "
-                                 f"{down.stderr[-300:]}")
+            notes += _outage_runs(scenario, url, env, fault, runs=OUTAGE_RUNS, between=True)
             if proxy.connections == 0 or scenario.hook.delivered:
                 notes.append(f"{fault}: the outage was not met (nothing reached the proxy, "
                              "or the receiver took deliveries while down)")

@@ -103,6 +103,21 @@ def _finish_args(scenario: Any) -> list[str]:
     return ["run", scenario.job, "--json"] if _module(scenario) == CLI else []
 
 
+def run_to_completion(scenario: Any, url: str, env: dict[str, str], label: str) -> list[str]:
+    """Run the scenario's drain (or consumer) until nothing is left, at most its run count;
+    notes for every run that exited other than ok (0) or partial (2)."""
+    notes: list[str] = []
+    for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
+        scenario.between(url)
+        done = sluice(_finish_args(scenario), env, module=_module(scenario))
+        if done.returncode not in (0, 2):
+            notes.append(f"{label}: completion run exited {done.returncode}: "
+                         f"{done.stderr.strip()[-300:]}")
+        if scenario.left(url) == 0:
+            break
+    return notes
+
+
 def _db(url: str) -> Any:
     from shared.store.db import open_database
 
@@ -554,14 +569,7 @@ def one_run(scenario: Any, stores: ScratchStores, backend: str, point: str, nth:
         if not reached and crashed.returncode != 0:
             notes.append(f"{point}@{nth}: crash run exited {crashed.returncode}: "
                          f"{crashed.stderr.strip()[-300:]}")
-        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
-            scenario.between(url)
-            done = sluice(_finish_args(scenario), env, module=_module(scenario))
-            if done.returncode not in (0, 2):
-                notes.append(f"{point}@{nth}: completion run exited {done.returncode}: "
-                             f"{done.stderr.strip()[-300:]}")
-            if scenario.left(url) == 0:
-                break
+        notes += run_to_completion(scenario, url, env, f"{point}@{nth}")
         counts = scenario.check(url)
         counts.notes = notes + counts.notes
         return counts, reached
@@ -629,15 +637,7 @@ def killed_from_outside(scenario: Any, stores: ScratchStores, backend: str,
             proc.kill()
             proc.wait()
             killed = True
-        notes: list[str] = []
-        for _ in range(getattr(scenario, "max_runs", MAX_COMPLETION_RUNS)):
-            scenario.between(url)
-            done = sluice(_finish_args(scenario), env, module=_module(scenario))
-            if done.returncode not in (0, 2):
-                notes.append(f"after a kill at {delay_s:.2f} s: completion run exited "
-                             f"{done.returncode}: {done.stderr.strip()[-300:]}")
-            if scenario.left(url) == 0:
-                break
+        notes = run_to_completion(scenario, url, env, f"after a kill at {delay_s:.2f} s")
         counts = scenario.check(url)
         counts.notes = notes + counts.notes
         return counts, killed
