@@ -1,8 +1,8 @@
 """metering-flush: drain ``ai_usage_metering_outbox`` to Polar's event ingestion API.
 
 One Polar request in flight at a time, and each claimed row is marked ``processed``
-or ``failed`` before the next is claimed, so a crash re-delivers at most the rows in
-flight. The outbox id is the event's ``external_id``, which Polar deduplicates on: a
+or ``failed`` before the next is claimed (in the same transaction as that claim: one
+commit a request), so a crash re-delivers at most the rows in flight. The outbox id is the event's ``external_id``, which Polar deduplicates on: a
 re-delivered row is harmless. A run keeps claiming until the outbox is empty or its
 deadline passes.
 
@@ -36,8 +36,8 @@ from shared.billing.polar import (
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.core.crash import crash_point
 from shared.core.tls import tls_context
-from shared.jobs.registry import NO_FENCE, Deadline, Fence, JobContext, Result
-from shared.store.db import Database, load_queries
+from shared.jobs.registry import NO_FENCE, Deadline, Fence, FenceParams, JobContext, Result
+from shared.store.db import Database, Tx, load_queries
 
 Q = load_queries("usage")
 
@@ -53,9 +53,10 @@ Charge = Literal["exhaust", "count", "refund"]
 
 class OutboxStore:
     """The outbox as the flush uses it: a claim and a settle are one statement each with
-    the run's fence inside (``Fence.bind``), so a row costs two round trips. A fenced
-    statement changes nothing without the lease; when one changes nothing at all, a
-    separate check tells a lost lease from an empty outbox."""
+    the run's fence inside (``Fence.bind``). The settle of one request and the claim of
+    the next share a transaction (``settle(..., then_claim=n)``), so a row costs one
+    commit and one round trip. A fenced statement changes nothing without the lease; when
+    a claim finds nothing, a separate check tells a lost lease from an empty outbox."""
 
     def __init__(self, db: Database, fence: Fence | None = None) -> None:
         self.db = db
@@ -64,34 +65,56 @@ class OutboxStore:
     def claim(self, limit: int, *, tried: Collection[str] = ()) -> list[dict[str, Any]]:
         """Claim up to ``limit`` eligible rows, oldest first, leaving out ``tried`` ids."""
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.claim_outbox, {
-                **self.fence.bind(tx), "limit": limit, "max_attempts": MAX_METERING_ATTEMPTS,
-                "tried": tx.json(list(tried)), "note": IN_FLIGHT_NOTE}, final=True)
-        if not rows:
-            self._check_fence()
-        rows.sort(key=lambda row: (row["created_at"], row["id"]))
-        return rows
+            rows = self._claim(tx, self.fence.bind(tx), limit, tried)
+        return self._claimed(rows)
 
     def settle(self, processed: list[str], failed: dict[str, tuple[str, Charge]],
-               now: datetime, *, refund: Collection[str] = ()) -> None:
+               now: datetime, *, refund: Collection[str] = (), then_claim: int = 0,
+               tried: Collection[str] = ()) -> list[dict[str, Any]]:
         """Mark rows in one statement; ``failed`` maps id -> (error, charge); ``refund``
-        gives back the attempt of rows settled earlier in the run."""
+        gives back the attempt of rows settled earlier in the run. With ``then_claim``,
+        the next rows are claimed (as ``claim``) in the same transaction, after the marks:
+        one commit for both. Returns the rows claimed."""
         rows: dict[str, dict[str, str]] = {row_id: {"op": "refund"} for row_id in refund}
         rows.update((row_id, {"op": "failed", "error": error[:2000], "charge": charge})
                     for row_id, (error, charge) in failed.items())
         rows.update((row_id, {"op": "processed"}) for row_id in processed)
         if not rows:
-            return
+            return self.claim(then_claim, tried=tried) if then_claim else []
         with self.db.transaction() as tx:
+            fence = self.fence.bind(tx)
             if len(processed) == 1 and len(rows) == 1:  # the usual case, kept simple
-                settled = tx.fetchall(Q.mark_outbox_processed, {
-                    **self.fence.bind(tx), "id": processed[0], "now": now}, final=True)
+                query, params = Q.mark_outbox_processed, {**fence, "id": processed[0],
+                                                          "now": now}
             else:
-                settled = tx.fetchall(Q.settle_outbox, {
-                    **self.fence.bind(tx), "rows": tx.json(rows), "now": now,
-                    "max_attempts": MAX_METERING_ATTEMPTS}, final=True)
+                query, params = Q.settle_outbox, {**fence, "rows": tx.json(rows), "now": now,
+                                                  "max_attempts": MAX_METERING_ATTEMPTS}
+            if then_claim:
+                # No answer awaited: a claim in the same transaction that finds rows shows
+                # the lease was held for the marks too; one that finds none is checked.
+                tx.write(query, params)
+                claimed = self._claim(tx, fence, then_claim, tried)
+            else:
+                settled = tx.fetchall(query, params, final=True)
+        if then_claim:
+            return self._claimed(claimed)
         if not settled:
             self._check_fence()
+        return []
+
+    def _claim(self, tx: Tx, fence: FenceParams, limit: int,
+               tried: Collection[str]) -> list[dict[str, Any]]:
+        params = {**fence, "max_attempts": MAX_METERING_ATTEMPTS, "note": IN_FLIGHT_NOTE}
+        if limit == 1 and not tried:  # the usual request: one plan, kept
+            return tx.fetchall(Q.claim_one_outbox, params, final=True)
+        return tx.fetchall(Q.claim_outbox, {**params, "limit": limit,
+                                            "tried": tx.json(list(tried))}, final=True)
+
+    def _claimed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not rows:
+            self._check_fence()
+        rows.sort(key=lambda row: (row["created_at"], row["id"]))
+        return rows
 
     def _check_fence(self) -> None:
         with self.db.transaction() as tx:
@@ -111,13 +134,10 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
     streak: list[str] = []  # rows of the current run of transient answers in a row
     streak_requests = 0
     tried: set[str] = set()  # rows that failed in this run: they wait for the next one
-    while processed + failed < limit:
-        if deadline.expired():
-            reason = "deadline"
-            break
-        rows = store.claim(min(events_per_request, limit - processed - failed), tried=tried)
-        if not rows:
-            break
+    if limit > 0 and deadline.expired():
+        reason = "deadline"
+    rows = store.claim(min(events_per_request, limit)) if limit > 0 and not reason else []
+    while rows:
         crash_point("metering.after_claim")
         done, errors, outcome = _send(polar, rows)
         crash_point("metering.after_send")
@@ -141,12 +161,14 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
             refund = [row_id for row_id in streak if row_id not in errors]
             errors = {row_id: (error, "refund" if charge == "count" else charge)
                       for row_id, (error, charge) in errors.items()}
-        store.settle(done, errors, now, refund=refund)
-        crash_point("metering.after_mark")
         processed += len(done)
         failed += len(errors)
-        if reason is not None:
-            break
+        if reason is None and processed + failed < limit and deadline.expired():
+            reason = "deadline"
+        # The next request's rows are claimed with this one's marks, in one commit.
+        more = min(events_per_request, limit - processed - failed) if reason is None else 0
+        rows = store.settle(done, errors, now, refund=refund, then_claim=more, tried=tried)
+        crash_point("metering.after_mark")
     # Rows this run did not reach because it ended early (not those it sent and failed).
     skipped = min(store.eligible_count(tried=tried), limit - processed - failed) if reason else 0
     return {"processed": processed, "failed": failed, "skipped": skipped, "reason": reason}

@@ -132,6 +132,42 @@ RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_cou
           (SELECT l.occurred_at FROM ai_usage_ledger l
            WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
 
+-- name: claim_one_outbox @postgres
+-- claim_outbox for the usual request (one row, nothing tried yet in this run), written
+-- so that Postgres keeps one generic plan for it: the oldest eligible row by ``=`` on a
+-- LIMIT 1 sub-select, as a hand-written claim would be. The general statement's
+-- parameter LIMIT, ``IN`` and :tried anti-join make Postgres plan it afresh each time,
+-- which cost a quarter of a row's database time.
+UPDATE ai_usage_metering_outbox o
+SET attempt_count = o.attempt_count + 1, status = 'failed', last_error = :note
+WHERE o.id = (
+    SELECT p.id FROM ai_usage_metering_outbox p
+    WHERE (p.status = 'pending' OR (p.status = 'failed' AND p.attempt_count < :max_attempts))
+      AND (:fence_job::text IS NULL OR EXISTS (
+          SELECT 1 FROM job_leases
+          WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+          FOR SHARE))
+    ORDER BY p.created_at, p.id
+    LIMIT 1
+    FOR UPDATE OF p SKIP LOCKED)
+RETURNING o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata,
+          o.attempt_count, o.created_at,
+          (SELECT l.occurred_at FROM ai_usage_ledger l WHERE l.id = o.ledger_id) AS occurred_at
+
+-- name: claim_one_outbox @sqlite
+-- The fence was checked by its own statement (Fence.bind) in this transaction.
+UPDATE ai_usage_metering_outbox
+SET attempt_count = attempt_count + 1, status = 'failed', last_error = :note
+WHERE id = (
+    SELECT id FROM ai_usage_metering_outbox
+    WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))
+    ORDER BY created_at, id
+    LIMIT 1)
+RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_count,
+          created_at,
+          (SELECT l.occurred_at FROM ai_usage_ledger l
+           WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
+
 -- name: count_eligible_outbox @postgres
 SELECT count(*) AS n FROM ai_usage_metering_outbox
 WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))

@@ -35,11 +35,15 @@ class CountingDatabase:
         self.db = db
         self.dialect = db.dialect
         self.statements: list[str] = []
+        self.transactions: list[list[str]] = []  # the statements of each transaction
 
     @contextmanager
     def transaction(self) -> Iterator[_CountingTx]:
         with self.db.transaction() as tx:
-            yield _CountingTx(tx, self.statements)
+            counted = _CountingTx(tx, [])
+            yield counted
+        self.statements.extend(counted._seen)
+        self.transactions.append(counted._seen)
 
     def close(self) -> None:
         self.db.close()

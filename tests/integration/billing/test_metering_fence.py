@@ -45,7 +45,7 @@ def take_over(db: Database) -> None:
 
 
 @pytest.mark.postgres
-def test_a_fenced_row_costs_one_claim_and_one_settle_statement_on_postgres(
+def test_a_fenced_row_costs_one_statement_and_one_commit_with_the_next_claim_on_postgres(
         pg_url: str) -> None:
     db = PostgresDatabase(pg_url)
     try:
@@ -56,9 +56,10 @@ def test_a_fenced_row_costs_one_claim_and_one_settle_statement_on_postgres(
     finally:
         db.close()
     assert result["processed"] == 3
-    assert counting.statements == ["claim_outbox", "mark_outbox_processed"] * 3 + [
-        "claim_outbox", "lease_is_mine"], "the empty claim that ends the run is told apart " \
-        "from a lost lease by a check of its own"
+    assert counting.transactions == [["claim_one_outbox"]] + [
+        ["mark_outbox_processed", "claim_one_outbox"]] * 3 + [["lease_is_mine"]], \
+        "each mark commits with the next claim; the empty claim that ends the run is told " \
+        "apart from a lost lease by a check of its own"
 
 
 def test_a_run_without_its_lease_claims_nothing(db: Database) -> None:
@@ -77,6 +78,33 @@ def test_a_run_that_lost_its_lease_after_the_claim_settles_nothing(db: Database)
     with pytest.raises(LeaseLost):
         store.settle([first["id"]], {second["id"]: ("polar 503", "refund")}, T0)
     assert set(statuses(db).values()) == {("failed", 1, IN_FLIGHT_NOTE)}
+
+
+def test_a_lease_lost_before_a_settle_with_the_next_claim_changes_nothing(
+        db: Database) -> None:
+    insert_entries(db, [entry(i) for i in range(2)])
+    store = OutboxStore(db, leased(db, "this-run"))
+    [first] = store.claim(1)
+    take_over(db)
+    with pytest.raises(LeaseLost):
+        store.settle([first["id"]], {}, T0, then_claim=1)
+    assert statuses(db) == {"use-00000": ("failed", 1, IN_FLIGHT_NOTE),
+                            "use-00001": ("pending", 0, None)}
+
+
+def test_a_settle_with_the_next_claim_skips_the_rows_this_run_tried(db: Database) -> None:
+    insert_entries(db, [entry(i) for i in range(3)])
+    store = OutboxStore(db, leased(db, "this-run"))
+    [first] = store.claim(1)
+    [second] = store.settle([], {first["id"]: ("polar 503", "count")}, T0, then_claim=1,
+                            tried={first["id"]})
+    assert second["id"] == "use-00001:metering", "the failed row waits for the next run"
+    [third] = store.settle([second["id"]], {}, T0, then_claim=1, tried={first["id"]})
+    assert third["id"] == "use-00002:metering"
+    assert store.settle([third["id"]], {}, T0, then_claim=1, tried={first["id"]}) == []
+    assert statuses(db) == {"use-00000": ("failed", 1, "polar 503"),
+                            "use-00001": ("processed", 1, None),
+                            "use-00002": ("processed", 1, None)}
 
 
 def test_a_lapsed_lease_is_lost_too(db: Database) -> None:
