@@ -32,7 +32,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, write_entries
+from shared.billing.usage import (
+    LedgerRow,
+    RetryEnvelope,
+    dead_letter,
+    ledger_row_from_contract,
+    write_rows,
+)
 from shared.core.crash import crash_point
 from shared.core.errors import PermanentStoreError, RequestError, TransientStoreError
 from shared.jobs.registry import Deadline, Fence, JobContext, Result
@@ -165,30 +171,30 @@ def settle(redis: RedisClient, steps: list[tuple[Op, str, str]]) -> tuple[int, i
     return int(acked), int(requeued), int(dead)
 
 
-def _parse(raw: str) -> tuple[RetryEnvelope, UsageEntry]:
+def _parse(raw: str) -> tuple[RetryEnvelope, LedgerRow]:
     envelope = RetryEnvelope.parse(raw)
-    entry = UsageEntry.from_contract(envelope.entry, fallback_id=envelope.id)
-    if entry.id != envelope.id:
+    row = ledger_row_from_contract(envelope.entry, fallback_id=envelope.id)
+    if row["id"] != envelope.id:
         raise RequestError("entry.id does not match id")
-    return envelope, entry
+    return envelope, row
 
 
 def decide(db: Database, claimed: list[str], now: datetime, *,
            fence: Fence | None = None) -> Settlement:
     """Insert what can be inserted and say what becomes of every claimed item."""
     plan = Settlement()
-    valid: list[tuple[str, RetryEnvelope, UsageEntry]] = []
+    valid: list[tuple[str, RetryEnvelope, LedgerRow]] = []
     for raw in claimed:
         try:
-            envelope, entry = _parse(raw)
+            envelope, row = _parse(raw)
         except RequestError as exc:
             plan.dead(raw, f"malformed: {exc.message}", now)
             continue
-        valid.append((raw, envelope, entry))
+        valid.append((raw, envelope, row))
     if not valid:
         return plan
     try:
-        written = write_entries(db, [entry for _, _, entry in valid], fence=fence)
+        written = write_rows(db, [row for _, _, row in valid], fence=fence)
     except TransientStoreError as exc:
         # Postgres is away: every entry waits for the next run, its attempts untouched.
         message = f"{exc.code}: {exc.message}"
@@ -208,21 +214,21 @@ def decide(db: Database, claimed: list[str], now: datetime, *,
     return plan
 
 
-def _one_by_one(db: Database, valid: list[tuple[str, RetryEnvelope, UsageEntry]],
+def _one_by_one(db: Database, valid: list[tuple[str, RetryEnvelope, LedgerRow]],
                 plan: Settlement, now: datetime, fence: Fence | None) -> Settlement:
-    for raw, envelope, entry in valid:
+    for raw, envelope, row in valid:
         if plan.stop:
             plan.later(raw, envelope, envelope.last_error or "not tried: the store failed")
             continue
         try:
-            written = write_entries(db, [entry], fence=fence)
+            written = write_rows(db, [row], fence=fence)
         except TransientStoreError as exc:
             plan.later(raw, envelope, f"{exc.code}: {exc.message}")
             plan.error(f"{exc.code}: {exc.message}")
             plan.stop = True
         except PermanentStoreError as exc:
             plan.failed(raw, envelope, f"{exc.code}: {exc.message}", now)
-            plan.error(f"{entry.id}: {exc.code}: {exc.message}")
+            plan.error(f"{row['id']}: {exc.code}: {exc.message}")
         else:
             plan.erased += len(written.erased)
             plan.ack(raw)

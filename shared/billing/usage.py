@@ -18,11 +18,12 @@ docs/billing.md documents them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from shared.core.errors import RequestError, TransientStoreError
 from shared.core.times import iso_z
@@ -82,21 +83,8 @@ class UsageEntry:
     cost_micros: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise RequestError("usage entry id must be a non-empty string")
-        if not isinstance(self.model, str) or not self.model:
-            raise RequestError("usage entry model must be a non-empty string")
-        for name in ("tenant_id", "user_id"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise RequestError(f"usage entry {name} must be a string or null")
-        for name, most in (("input_tokens", INT_MAX), ("output_tokens", INT_MAX),
-                           ("cost_micros", BIGINT_MAX)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RequestError(f"usage entry {name} must be a whole number >= 0")
-            if value > most:
-                raise RequestError(f"usage entry {name} is larger than {most}")
+        _check_fields(self.id, self.model, self.tenant_id, self.user_id, self.input_tokens,
+                      self.output_tokens, self.cost_micros)
         if not isinstance(self.occurred_at, datetime) or self.occurred_at.tzinfo is None:
             raise RequestError("usage entry occurred_at must be a timezone-aware datetime")
 
@@ -110,28 +98,104 @@ class UsageEntry:
     @classmethod
     def from_contract(cls, data: Any, *, fallback_id: str | None = None) -> UsageEntry:
         """Parse an envelope's ``entry``; ``RequestError`` says what is wrong with it."""
-        if not isinstance(data, dict):
-            raise RequestError("entry is not an object")
-        raw_time = data.get("occurredAt")
-        if not isinstance(raw_time, str):
-            raise RequestError("entry.occurredAt is not a string")
-        try:
-            occurred = datetime.fromisoformat(raw_time)
-        except ValueError:
-            raise RequestError(f"entry.occurredAt is not an ISO timestamp: {raw_time!r}") from None
-        if occurred.tzinfo is None:
-            occurred = occurred.replace(tzinfo=UTC)
-        return cls(id=data.get("id", fallback_id), model=data.get("model"),  # type: ignore[arg-type]
+        occurred = _contract_time(data)
+        return cls(id=data.get("id", fallback_id), model=data.get("model"),
                    occurred_at=occurred, tenant_id=data.get("tenantId"),
                    user_id=data.get("userId"), input_tokens=data.get("inputTokens", 0),
                    output_tokens=data.get("outputTokens", 0),
                    cost_micros=data.get("costMicros", 0))
 
-    def ledger_row(self) -> dict[str, Any]:
+    @classmethod
+    def from_row(cls, row: LedgerRow) -> UsageEntry:
+        return cls(id=row["id"], model=row["model"],
+                   occurred_at=datetime.fromisoformat(row["occurred_at"]),
+                   tenant_id=row["tenant_id"], user_id=row["user_id"],
+                   input_tokens=row["input_tokens"], output_tokens=row["output_tokens"],
+                   cost_micros=row["cost_micros"])
+
+    def ledger_row(self) -> LedgerRow:
         return {"id": self.id, "tenant_id": self.tenant_id, "user_id": self.user_id,
                 "model": self.model, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "cost_micros": self.cost_micros,
                 "occurred_at": _store_ts(self.occurred_at)}
+
+
+class LedgerRow(TypedDict):
+    """A ledger row as ``write_usage`` reads it (``occurred_at`` as timestamptz text)."""
+
+    id: str
+    tenant_id: str | None
+    user_id: str | None
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    occurred_at: str
+
+
+def _check_fields(entry_id: Any, model: Any, tenant_id: Any, user_id: Any, input_tokens: Any,
+                  output_tokens: Any, cost_micros: Any) -> None:
+    """The checks of a ``UsageEntry`` but its time, for the entry and for a contract row."""
+    if (type(entry_id) is str and entry_id and type(model) is str and model
+            and (tenant_id is None or type(tenant_id) is str)
+            and (user_id is None or type(user_id) is str)
+            and type(input_tokens) is int and 0 <= input_tokens <= INT_MAX
+            and type(output_tokens) is int and 0 <= output_tokens <= INT_MAX
+            and type(cost_micros) is int and 0 <= cost_micros <= BIGINT_MAX):
+        return  # the usual entry, in one expression; the checks below say what is wrong
+    if not isinstance(entry_id, str) or not entry_id:
+        raise RequestError("usage entry id must be a non-empty string")
+    if not isinstance(model, str) or not model:
+        raise RequestError("usage entry model must be a non-empty string")
+    if tenant_id is not None and not isinstance(tenant_id, str):
+        raise RequestError("usage entry tenant_id must be a string or null")
+    if user_id is not None and not isinstance(user_id, str):
+        raise RequestError("usage entry user_id must be a string or null")
+    for name, value, most in (("input_tokens", input_tokens, INT_MAX),
+                              ("output_tokens", output_tokens, INT_MAX),
+                              ("cost_micros", cost_micros, BIGINT_MAX)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RequestError(f"usage entry {name} must be a whole number >= 0")
+        if value > most:
+            raise RequestError(f"usage entry {name} is larger than {most}")
+
+
+def _contract_time(data: Any) -> datetime:
+    """The ``occurredAt`` of a contract ``entry`` (UTC when it names no offset)."""
+    if not isinstance(data, dict):
+        raise RequestError("entry is not an object")
+    raw_time = data.get("occurredAt")
+    if not isinstance(raw_time, str):
+        raise RequestError("entry.occurredAt is not a string")
+    try:
+        occurred = datetime.fromisoformat(raw_time)
+    except ValueError:
+        raise RequestError(f"entry.occurredAt is not an ISO timestamp: {raw_time!r}") from None
+    return occurred if occurred.tzinfo is not None else occurred.replace(tzinfo=UTC)
+
+
+# UTC times that Postgres reads as the very instant ``datetime.fromisoformat`` reads (the
+# producers' ``iso_z`` form among them): such an ``occurredAt`` is sent as written.
+_PLAIN_UTC = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|\+00:00)")
+
+
+def ledger_row_from_contract(data: Any, *, fallback_id: str | None = None) -> LedgerRow:
+    """``UsageEntry.from_contract(data, ...).ledger_row()`` with the same checks and the
+    same errors, without building the entry (ledger-redrive does this for every entry).
+    ``occurred_at`` is ``occurredAt`` as written when it is plain UTC, else the instant
+    in ``_store_ts`` form; ``write_rows`` normalises it for SQLite."""
+    occurred = _contract_time(data)
+    get = data.get
+    row: LedgerRow = {
+        "id": get("id", fallback_id), "tenant_id": get("tenantId"), "user_id": get("userId"),
+        "model": get("model"), "input_tokens": get("inputTokens", 0),
+        "output_tokens": get("outputTokens", 0), "cost_micros": get("costMicros", 0),
+        "occurred_at": data["occurredAt"]}
+    _check_fields(row["id"], row["model"], row["tenant_id"], row["user_id"],
+                  row["input_tokens"], row["output_tokens"], row["cost_micros"])
+    if not _PLAIN_UTC.fullmatch(row["occurred_at"]):
+        row["occurred_at"] = _store_ts(occurred)
+    return row
 
 
 def metering_row(entry: UsageEntry) -> dict[str, Any] | None:
@@ -162,25 +226,30 @@ class Written(NamedTuple):
 
 def write_entries(db: Database, entries: Iterable[UsageEntry], *,
                   fence: Fence | None = None) -> Written:
+    """``write_rows`` of the entries' ledger rows."""
+    return write_rows(db, [e.ledger_row() for e in entries], fence=fence)
+
+
+def write_rows(db: Database, rows: list[LedgerRow], *, fence: Fence | None = None) -> Written:
     """Insert ledger rows idempotently, with the outbox rows of those that are new.
 
     One transaction whatever the batch size: one statement on Postgres, three on SQLite.
     Ids already in the ledger are skipped, outbox row and all; entries of an erased user
-    are dropped. ``fence`` (a job run's) is checked in the same transaction.
+    are dropped. ``fence`` (a job run's) is checked in the same transaction. The rows
+    come from ``UsageEntry.ledger_row`` or ``ledger_row_from_contract`` (checked).
     """
-    batch = list(entries)
-    if not batch:
+    if not rows:
         return Written(set(), set())
     fence = fence or NO_FENCE
     with db.transaction() as tx:
         if tx.dialect == "postgres":
             row = tx.fetchone(Q.write_usage, {
-                **fence.bind(tx), "rows": tx.json([e.ledger_row() for e in batch]),
+                **fence.bind(tx), "rows": tx.json(rows),
                 "id_suffix": OUTBOX_ID_SUFFIX, "event_name": METERING_EVENT_NAME}, final=True)
             assert row is not None
         else:
             fence.check(tx)
-            row = _write_apart(tx, batch)
+            row = _write_apart(tx, [UsageEntry.from_row(r) for r in rows])
     fence.confirm([row])
     return Written(set(row["inserted"]), set(row["erased"]))
 
@@ -242,18 +311,17 @@ class RetryEnvelope(NamedTuple):
             raise RequestError("not JSON") from None
         if not isinstance(data, dict):
             raise RequestError("not a JSON object")
-        if not isinstance(data.get("id"), str) or not data["id"]:
+        get = data.get
+        envelope_id, entry, attempts = get("id"), get("entry"), get("attempts", 0)
+        if not isinstance(envelope_id, str) or not envelope_id:
             raise RequestError("no string id")
-        if not isinstance(data.get("entry"), dict):
+        if not isinstance(entry, dict):
             raise RequestError("no entry object")
-        attempts = data.get("attempts", 0)
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
             raise RequestError("attempts is not a whole number")
-        last_error = data.get("lastError")
-        return cls(id=data["id"], attempts=attempts,
-                   enqueued_at=str(data.get("enqueuedAt") or ""),
-                   last_error=last_error if isinstance(last_error, str) else None,
-                   entry=data["entry"])
+        last_error = get("lastError")
+        return cls(envelope_id, attempts, str(get("enqueuedAt") or ""),
+                   last_error if isinstance(last_error, str) else None, entry)
 
 
 def dead_letter(raw: str, reason: str, now: datetime) -> str:

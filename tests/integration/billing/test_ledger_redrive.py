@@ -113,6 +113,28 @@ def test_an_entry_already_in_the_ledger_is_not_counted_twice(redis_client: Redis
     assert outbox_ids(store) == ["use-00002"], "a row already in the ledger brings no new outbox row"
 
 
+
+def test_an_entry_s_time_is_stored_as_python_reads_it(redis_client: RedisClient,
+                                                      store: Database) -> None:
+    # GIVEN entries whose occurredAt Python accepts in forms Postgres reads otherwise or not
+    # at all (offsets, no offset = UTC, ISO basic and week dates, 7 fraction digits)
+    forms = ["2026-03-01T12:00:00.000Z", "2026-03-01T13:00:00+01:00", "2026-03-01T12:00:00",
+             "20260301T120000Z", "2026-W09-7T12:00Z", "2026-03-01T12:00:00.0000009Z"]
+    raws = []
+    for i, occurred in enumerate(forms):
+        data = json.loads(envelope(i))
+        data["entry"]["occurredAt"] = occurred
+        raws.append(json.dumps(data))
+    enqueue(redis_client, raws)
+    # WHEN they are redriven
+    result = run(redis_client, store)
+    # THEN every one is stored at the instant Python read from it
+    assert result["succeeded"] == len(forms) and result["deadLettered"] == 0
+    with store.transaction() as tx:
+        stored = [r["occurred_at"] for r in
+                  tx.fetchall("SELECT occurred_at FROM ai_usage_ledger ORDER BY id")]
+    assert stored == [T0] * len(forms)
+
 @pytest.mark.parametrize("raw, reason", [
     ("not json", "malformed: not JSON"),
     ("[1, 2]", "malformed: not a JSON object"),

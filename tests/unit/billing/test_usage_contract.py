@@ -10,7 +10,14 @@ import pytest
 
 from shared.billing.ledger_redrive import MAX_ATTEMPTS, Settlement
 from shared.billing.polar import _event_errors, classify, polar_event, retry_after_seconds
-from shared.billing.usage import RetryEnvelope, UsageEntry, dead_letter, iso, metering_row
+from shared.billing.usage import (
+    RetryEnvelope,
+    UsageEntry,
+    dead_letter,
+    iso,
+    ledger_row_from_contract,
+    metering_row,
+)
 from shared.core.errors import ConfigurationError, RequestError
 from shared.core.settings import Settings
 
@@ -88,6 +95,52 @@ def test_the_contract_entry_round_trips_and_accepts_offsets() -> None:
                                        fallback_id="x")
     assert (minimal.id, minimal.input_tokens, minimal.occurred_at) == ("x", 0, T0)
 
+
+
+@pytest.mark.parametrize("occurred, as_written", [
+    ("2026-03-01T12:00:00.000Z", True), ("2026-03-01 12:00:00.123456+00:00", True),
+    ("2026-03-01T12:00:00Z", True), ("2026-03-01T13:00:00+01:00", False),
+    ("2026-03-01T12:00:00", False), ("20260301T120000Z", False), ("2026-W09-7T12:00Z", False),
+    ("2026-03-01T12:00:00,5Z", False), ("2026-03-01T12:00:00.1234567Z", False),
+])
+def test_a_contract_row_is_the_ledger_row_of_the_parsed_entry(occurred: str,
+                                                               as_written: bool) -> None:
+    # GIVEN an entry as a producer wrote it, with its time in any form Python accepts
+    data = {**ENTRY.to_contract(), "occurredAt": occurred}
+    parsed = UsageEntry.from_contract(data)
+    # WHEN ledger-redrive turns it into a row without building the entry
+    row = ledger_row_from_contract(data)
+    # THEN the row holds the same values and the same instant; a time is sent as written
+    # only in the plain UTC forms Postgres reads as Python does
+    expected = parsed.ledger_row()
+    assert {**row, "occurred_at": None} == {**expected, "occurred_at": None}
+    assert datetime.fromisoformat(row["occurred_at"]) == parsed.occurred_at
+    assert row["occurred_at"] == (occurred if as_written else expected["occurred_at"])
+
+
+@pytest.mark.parametrize("changes", [
+    {"id": ""}, {"id": None}, {"model": ""}, {"model": 3}, {"tenantId": 5}, {"userId": ["u"]},
+    {"inputTokens": True}, {"inputTokens": None}, {"outputTokens": 1.5}, {"costMicros": -1},
+    {"costMicros": 2**63}, {"inputTokens": 2**31}, {"occurredAt": "yesterday"},
+    {"occurredAt": 1700000000},
+])
+def test_a_contract_row_is_checked_as_the_entry_is(changes: dict[str, object]) -> None:
+    data = {**ENTRY.to_contract(), **changes}
+    with pytest.raises(RequestError) as parsed:
+        UsageEntry.from_contract(data)
+    with pytest.raises(RequestError) as row:
+        ledger_row_from_contract(data)
+    assert row.value.message == parsed.value.message
+    with pytest.raises(RequestError, match="not an object"):
+        ledger_row_from_contract(["not", "a", "dict"])
+
+
+def test_a_minimal_contract_row_gets_the_entry_s_defaults() -> None:
+    row = ledger_row_from_contract({"model": "m", "occurredAt": "2026-03-01T12:00:00Z"},
+                                   fallback_id="x")
+    assert row == {"id": "x", "tenant_id": None, "user_id": None, "model": "m",
+                   "input_tokens": 0, "output_tokens": 0, "cost_micros": 0,
+                   "occurred_at": "2026-03-01T12:00:00Z"}
 
 @pytest.mark.parametrize("raw, reason", [
     ("nope", "not JSON"), ("3", "not a JSON object"), ('{"id": 1, "entry": {}}', "no string id"),
