@@ -232,7 +232,8 @@ def run() -> list[Row]:
                             strong, "entries/s", True,
                             note=f"{ENTRIES:,} entries, batches of {DEFAULT_REDRIVE_BATCH_SIZE}, "
                                  "fenced; reference = Lua claim + one INSERT statement (ledger + "
-                                 "outbox, tombstones) + Lua settle a batch; median of "
+                                 "outbox, tombstones) + Lua settle a batch, no check of the "
+                                 "envelopes or entries and no fence; median of "
                                  f"{ROUNDS} interleaved rounds"))
             rows.append(row("redrive: end to end, redis-py, vs a naive loop", sluice, naive,
                             "entries/s", True,

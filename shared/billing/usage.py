@@ -176,7 +176,8 @@ def _contract_time(data: Any) -> datetime:
 
 # UTC times that Postgres reads as the very instant ``datetime.fromisoformat`` reads (the
 # producers' ``iso_z`` form among them): such an ``occurredAt`` is sent as written.
-_PLAIN_UTC = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|\+00:00)")
+_PLAIN_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+                        r"(?:\.[0-9]{1,6})?(?:Z|\+00:00)")
 
 
 def ledger_row_from_contract(data: Any, *, fallback_id: str | None = None) -> LedgerRow:
