@@ -54,9 +54,10 @@ Charge = Literal["exhaust", "count", "refund"]
 class OutboxStore:
     """The outbox as the flush uses it: a claim and a settle are one statement each with
     the run's fence inside (``Fence.bind``). The settle of one request and the claim of
-    the next share a transaction (``settle(..., then_claim=n)``), so a row costs one
-    commit and one round trip. A fenced statement changes nothing without the lease; when
-    a claim finds nothing, a separate check tells a lost lease from an empty outbox."""
+    the next share a transaction (``settle(..., then_claim=n)``; on Postgres, for one row
+    sent and one to claim, a single statement), so a row costs one commit and one round
+    trip. A fenced statement changes nothing without the lease; when a claim finds
+    nothing, a separate check tells a lost lease from an empty outbox."""
 
     def __init__(self, db: Database, fence: Fence | None = None) -> None:
         self.db = db
@@ -83,19 +84,28 @@ class OutboxStore:
             return self.claim(then_claim, tried=tried) if then_claim else []
         with self.db.transaction() as tx:
             fence = self.fence.bind(tx)
-            if len(processed) == 1 and len(rows) == 1:  # the usual case, kept simple
-                query, params = Q.mark_outbox_processed, {**fence, "id": processed[0],
-                                                          "now": now}
+            one = len(processed) == 1 and len(rows) == 1  # the usual case, kept simple
+            if one and then_claim == 1 and not tried and tx.dialect == "postgres":
+                # Both in one statement on Postgres (no pipeline, no BEGIN and COMMIT).
+                claimed = tx.fetchall(Q.mark_and_claim_one_outbox, {
+                    **fence, "id": processed[0], "now": now,
+                    "max_attempts": MAX_METERING_ATTEMPTS, "note": IN_FLIGHT_NOTE}, final=True)
             else:
-                query, params = Q.settle_outbox, {**fence, "rows": tx.json(rows), "now": now,
-                                                  "max_attempts": MAX_METERING_ATTEMPTS}
-            if then_claim:
-                # No answer awaited: a claim in the same transaction that finds rows shows
-                # the lease was held for the marks too; one that finds none is checked.
-                tx.write(query, params)
-                claimed = self._claim(tx, fence, then_claim, tried)
-            else:
-                settled = tx.fetchall(query, params, final=True)
+                if one:
+                    query, params = Q.mark_outbox_processed, {**fence, "id": processed[0],
+                                                              "now": now}
+                else:
+                    query, params = Q.settle_outbox, {
+                        **fence, "rows": tx.json(rows), "now": now,
+                        "max_attempts": MAX_METERING_ATTEMPTS}
+                if then_claim:
+                    # No answer awaited: a claim in the same transaction that finds rows
+                    # shows the lease was held for the marks too; one that finds none is
+                    # checked.
+                    tx.write(query, params)
+                    claimed = self._claim(tx, fence, then_claim, tried)
+                else:
+                    settled = tx.fetchall(query, params, final=True)
         if then_claim:
             return self._claimed(claimed)
         if not settled:

@@ -168,6 +168,37 @@ RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_cou
           (SELECT l.occurred_at FROM ai_usage_ledger l
            WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
 
+-- name: mark_and_claim_one_outbox
+-- Postgres only (on SQLite the mark and claim_one_outbox run as two statements of one
+-- transaction). mark_outbox_processed for the row just sent, and claim_one_outbox for the
+-- next, as one statement: one commit and one round trip a row, no pipeline. Both parts
+-- read one snapshot, where the row being marked still looks eligible: the claim leaves it
+-- out by its id. The mark runs whether or not a row is claimed; when none is, the caller
+-- tells a lost lease (nothing changed) from an empty outbox with a check of its own.
+WITH fence AS (
+    SELECT :fence_job::text IS NULL OR EXISTS (
+        SELECT 1 FROM job_leases
+        WHERE job = :fence_job AND holder = :fence_holder AND expires_at > :fence_now
+        FOR SHARE) AS held
+), marked AS (
+    UPDATE ai_usage_metering_outbox
+    SET status = 'processed', processed_at = :now, last_error = NULL
+    WHERE id = :id AND (SELECT held FROM fence)
+)
+UPDATE ai_usage_metering_outbox o
+SET attempt_count = o.attempt_count + 1, status = 'failed', last_error = :note
+WHERE o.id = (
+    SELECT p.id FROM ai_usage_metering_outbox p
+    WHERE (p.status = 'pending' OR (p.status = 'failed' AND p.attempt_count < :max_attempts))
+      AND p.id <> :id
+      AND (SELECT held FROM fence)
+    ORDER BY p.created_at, p.id
+    LIMIT 1
+    FOR UPDATE OF p SKIP LOCKED)
+RETURNING o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata,
+          o.attempt_count, o.created_at,
+          (SELECT l.occurred_at FROM ai_usage_ledger l WHERE l.id = o.ledger_id) AS occurred_at
+
 -- name: count_eligible_outbox @postgres
 SELECT count(*) AS n FROM ai_usage_metering_outbox
 WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))

@@ -57,9 +57,9 @@ def test_a_fenced_row_costs_one_statement_and_one_commit_with_the_next_claim_on_
         db.close()
     assert result["processed"] == 3
     assert counting.transactions == [["claim_one_outbox"]] + [
-        ["mark_outbox_processed", "claim_one_outbox"]] * 3 + [["lease_is_mine"]], \
-        "each mark commits with the next claim; the empty claim that ends the run is told " \
-        "apart from a lost lease by a check of its own"
+        ["mark_and_claim_one_outbox"]] * 3 + [["lease_is_mine"]], \
+        "each mark is one statement with the next claim; the empty claim that ends the run " \
+        "is told apart from a lost lease by a check of its own"
 
 
 def test_a_run_without_its_lease_claims_nothing(db: Database) -> None:
@@ -90,6 +90,15 @@ def test_a_lease_lost_before_a_settle_with_the_next_claim_changes_nothing(
         store.settle([first["id"]], {}, T0, then_claim=1)
     assert statuses(db) == {"use-00000": ("failed", 1, IN_FLIGHT_NOTE),
                             "use-00001": ("pending", 0, None)}
+
+
+def test_the_row_marked_with_the_next_claim_is_not_claimed_again(db: Database) -> None:
+    insert_entries(db, [entry(0)])
+    store = OutboxStore(db, leased(db, "this-run"))
+    [only] = store.claim(1)
+    assert store.settle([only["id"]], {}, T0, then_claim=1) == [], \
+        "the mark and the claim read one snapshot, where the marked row still looks eligible"
+    assert statuses(db) == {"use-00000": ("processed", 1, None)}
 
 
 def test_a_settle_with_the_next_claim_skips_the_rows_this_run_tried(db: Database) -> None:

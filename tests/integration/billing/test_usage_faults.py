@@ -131,7 +131,7 @@ def test_redrive_insert_killed_mid_transaction(pg: PostgresDatabase, redis_env: 
 
 def test_metering_mark_killed_mid_transaction(pg: PostgresDatabase, polar: PolarStandIn) -> None:
     insert_entries(pg, [entry(i) for i in range(5)])
-    killing = KillingDatabase(pg, "mark_outbox_processed")
+    killing = KillingDatabase(pg, "mark_and_claim_one_outbox")
     env = {"POLAR_ACCESS_TOKEN": polar.token, "POLAR_API_URL": polar.url}
     outcome = run_job(JOBS["metering-flush"], services_on(killing, **env), "cli")
     assert killing.killed == 1
@@ -141,7 +141,7 @@ def test_metering_mark_killed_mid_transaction(pg: PostgresDatabase, polar: Polar
     with pg.transaction() as tx:
         states = sorted((r["status"], r["attempt_count"]) for r in
                         tx.fetchall("SELECT status, attempt_count FROM ai_usage_metering_outbox"))
-    assert states == [("failed", 1)] + [("pending", 0)] * 4, "the claim stands, no mark landed"
+    assert states == [("failed", 1)] + [("pending", 0)] * 4, "the claim stands; neither the mark nor the next claim landed"
 
     again = run_job(JOBS["metering-flush"], services_on(pg, **env), "cli")
     assert again.body == {"processed": 5, "failed": 0, "skipped": 0, "reason": None}
