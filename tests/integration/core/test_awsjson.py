@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from shared.core.awsjson import MAX_ATTEMPTS, AwsError, JsonClient
+from shared.core.awsjson import AWS_ROOTS, MAX_ATTEMPTS, AwsError, JsonClient
 from shared.core.sigv4 import Credentials
 
 
@@ -120,3 +120,28 @@ def test_https_verifies_the_certificate(tls_endpoint: tuple[str, str]) -> None:
                          ca_bundle=cert)
     assert trusted.get_parameters(Names=["/a"], WithDecryption=True) == {"Parameters": []}
     assert len(Failing.requests) == 1
+
+
+def test_a_handshake_the_amazon_roots_refuse_is_tried_once_against_the_whole_bundle(
+        tls_endpoint: tuple[str, str]) -> None:
+    url, cert = tls_endpoint
+    # AWS_CA_BUNDLE names the endpoint's certificate; the narrow bundle does not hold it
+    client = JsonClient(url, "ssm", "AmazonSSM", "eu-north-1", Credentials("k", "s"),
+                        ca_bundle=cert, first_ca_bundle=AWS_ROOTS)
+
+    assert client.get_parameters(Names=["/a"], WithDecryption=True) == {"Parameters": []}
+    assert len(Failing.requests) == 1, "nothing is sent over a refused handshake"
+    assert client.get_parameters(Names=["/b"], WithDecryption=True) == {"Parameters": []}
+    assert client.tls_context().cert_store_stats()["x509_ca"] == 1, "the narrow bundle is dropped"
+
+
+def test_a_certificate_neither_bundle_verifies_is_refused_at_once(
+        tls_endpoint: tuple[str, str]) -> None:
+    url, _ = tls_endpoint
+    client = JsonClient(url, "ssm", "AmazonSSM", "eu-north-1", Credentials("k", "s"),
+                        first_ca_bundle=AWS_ROOTS)
+
+    with pytest.raises(AwsError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+        client.get_parameters(Names=["/a"], WithDecryption=True)
+    assert (caught.value.code, caught.value.transient) == ("ConnectionError", False)
+    assert Failing.requests == []

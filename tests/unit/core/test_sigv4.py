@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from botocore import auth as botocore_auth
@@ -150,3 +151,30 @@ def test_endpoint_is_resolved_as_botocore_resolves_it(service: str, extra: dict[
 def test_without_environment_credentials_or_with_special_routing_botocore_is_used(
         change: dict[str, str]) -> None:
     assert awsjson.from_environ("ssm", {**LAMBDA, **change}) is None
+
+
+@pytest.mark.parametrize(("extra", "roots"), [
+    ({}, 5),  # the aws partition's default endpoint: the Amazon Trust Services roots first
+    ({"AWS_REGION": "cn-north-1"}, None),  # China's endpoints chain elsewhere
+    ({"AWS_REGION": "us-gov-west-1"}, None),
+    ({"AWS_ENDPOINT_URL_SSM": "https://127.0.0.1:4566"}, None),  # a configured endpoint
+])
+def test_a_default_aws_endpoint_is_verified_against_the_amazon_roots_first(
+        extra: dict[str, str], roots: int | None) -> None:
+    client = awsjson.from_environ("ssm", {**LAMBDA, **extra})
+
+    assert client is not None
+    store = client.tls_context().cert_store_stats()
+    if roots is None:
+        assert store["x509_ca"] > 5, "the whole system store"
+    else:
+        assert store == {"x509": roots, "crl": 0, "x509_ca": roots}
+
+
+def test_aws_ca_bundle_replaces_the_amazon_roots(tmp_path: Path) -> None:
+    bundle = tmp_path / "corporate.pem"
+    bundle.write_text(Path(awsjson.AWS_ROOTS).read_text().split("# Amazon_Root_CA_2")[0])
+    client = awsjson.from_environ("ssm", {**LAMBDA, "AWS_CA_BUNDLE": str(bundle)})
+
+    assert client is not None
+    assert client.tls_context().cert_store_stats()["x509_ca"] == 1
