@@ -184,6 +184,7 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         module, _, _ = fn["Properties"]["Handler"].rpartition(".")
         assert f"{module}.py" in names, f"{logical_id}: handler module missing"
         assert "shared/core/settings.py" in names
+        assert "shared/core/aws-roots.pem" in names, f"{logical_id}: the secret load's roots"
         # manylinux wheels built for CPython 3.12, and no boto3 (the runtime has it)
         assert any(n.startswith("psycopg_binary/") and "cpython-312-x86_64-linux-gnu" in n
                    for n in names), logical_id
