@@ -158,6 +158,7 @@ def run_db_work() -> list[Row]:
                 note=f"Polar stubbed, one row a request, fenced as in a run; Sluice: claim "
                      f"(fence + select + count) and mark (fence + mark) of the row before as "
                      f"one statement: 1 statement, 1 commit and 1 round trip a row (plus "
-                     f"the first claim and the last mark of each {CHUNK}-row flush); reference: claim-and-count UPDATE…RETURNING + mark "
+                     f"the first claim and the last mark of each {CHUNK}-row flush); "
+                     f"reference: claim-and-count UPDATE…RETURNING + mark "
                      f"UPDATE, autocommit, prepared, 2 round trips; median of {DB_ROUNDS} "
                      f"rounds of {DB_ROWS} rows, the two sides alternating every {CHUNK}")]

@@ -2,9 +2,9 @@
 
 One Polar request in flight at a time, and each claimed row is marked ``processed``
 or ``failed`` before the next is claimed (in the same transaction as that claim: one
-commit a request), so a crash re-delivers at most the rows in flight. The outbox id is the event's ``external_id``, which Polar deduplicates on: a
-re-delivered row is harmless. A run keeps claiming until the outbox is empty or its
-deadline passes.
+commit a request), so a crash re-delivers at most the rows in flight. The outbox id is
+the event's ``external_id``, which Polar deduplicates on: a re-delivered row is harmless.
+A run keeps claiming until the outbox is empty or its deadline passes.
 
 Attempts: only a send Polar judged counts against a row. The attempt is counted at
 the claim (so a row whose send keeps killing the process, or whose outcome is never

@@ -141,7 +141,8 @@ def test_metering_mark_killed_mid_transaction(pg: PostgresDatabase, polar: Polar
     with pg.transaction() as tx:
         states = sorted((r["status"], r["attempt_count"]) for r in
                         tx.fetchall("SELECT status, attempt_count FROM ai_usage_metering_outbox"))
-    assert states == [("failed", 1)] + [("pending", 0)] * 4, "the claim stands; neither the mark nor the next claim landed"
+    assert states == [("failed", 1)] + [("pending", 0)] * 4, \
+        "the claim stands; neither the mark nor the next claim landed"
 
     again = run_job(JOBS["metering-flush"], services_on(pg, **env), "cli")
     assert again.body == {"processed": 5, "failed": 0, "skipped": 0, "reason": None}
