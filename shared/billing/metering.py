@@ -115,7 +115,7 @@ class OutboxStore:
     def _claim(self, tx: Tx, fence: FenceParams, limit: int,
                tried: Collection[str]) -> list[dict[str, Any]]:
         params = {**fence, "max_attempts": MAX_METERING_ATTEMPTS, "note": IN_FLIGHT_NOTE}
-        if limit == 1 and not tried:  # the usual request: one plan, kept
+        if limit == 1 and not tried and tx.dialect == "postgres":  # one plan, kept
             return tx.fetchall(Q.claim_one_outbox, params, final=True)
         return tx.fetchall(Q.claim_outbox, {**params, "limit": limit,
                                             "tried": tx.json(list(tried))}, final=True)

@@ -132,10 +132,12 @@ RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_cou
           (SELECT l.occurred_at FROM ai_usage_ledger l
            WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
 
--- name: claim_one_outbox @postgres
--- claim_outbox for the usual request (one row, nothing tried yet in this run), written
--- so that Postgres keeps one generic plan for it: the oldest eligible row by ``=`` on a
--- LIMIT 1 sub-select, as a hand-written claim would be. The general statement's
+-- name: claim_one_outbox
+-- Postgres only (on SQLite claim_outbox serves every request: SQLite prepares a
+-- statement once per connection and keeps it). claim_outbox for the usual request (one
+-- row, nothing tried yet in this run), written so that Postgres keeps one generic plan
+-- for it: the oldest eligible row by ``=`` on a LIMIT 1 sub-select, as a hand-written
+-- claim would be. The general statement's
 -- parameter LIMIT, ``IN`` and :tried anti-join make Postgres plan it afresh each time,
 -- which cost a quarter of a row's database time.
 UPDATE ai_usage_metering_outbox o
@@ -154,22 +156,8 @@ RETURNING o.id, o.ledger_id, o.external_customer_id, o.event_name, o.metadata,
           o.attempt_count, o.created_at,
           (SELECT l.occurred_at FROM ai_usage_ledger l WHERE l.id = o.ledger_id) AS occurred_at
 
--- name: claim_one_outbox @sqlite
--- The fence was checked by its own statement (Fence.bind) in this transaction.
-UPDATE ai_usage_metering_outbox
-SET attempt_count = attempt_count + 1, status = 'failed', last_error = :note
-WHERE id = (
-    SELECT id FROM ai_usage_metering_outbox
-    WHERE (status = 'pending' OR (status = 'failed' AND attempt_count < :max_attempts))
-    ORDER BY created_at, id
-    LIMIT 1)
-RETURNING id, ledger_id, external_customer_id, event_name, metadata, attempt_count,
-          created_at,
-          (SELECT l.occurred_at FROM ai_usage_ledger l
-           WHERE l.id = ai_usage_metering_outbox.ledger_id) AS occurred_at
-
 -- name: mark_and_claim_one_outbox
--- Postgres only (on SQLite the mark and claim_one_outbox run as two statements of one
+-- Postgres only (on SQLite the mark and claim_outbox run as two statements of one
 -- transaction). mark_outbox_processed for the row just sent, and claim_one_outbox for the
 -- next, as one statement: one commit and one round trip a row, no pipeline. Both parts
 -- read one snapshot, where the row being marked still looks eligible: the claim leaves it
