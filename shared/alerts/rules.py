@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import NotFound, RequestError
-from shared.delivery.channels import channels
+from shared.delivery.channels import channels, webhook_guard
+from shared.egress import AddressGuard
 from shared.rss.store import RssStore, Story
 from shared.store.db import utcnow
 from shared.store.state import StateStore
@@ -253,6 +254,15 @@ def _stored_rule(item: Any, field: str) -> Rule:
     return parse_rule(item, field, tuple(sources) if sources else None)
 
 
+def check_webhook_recipients(rules: list[Rule], guard: AddressGuard) -> None:
+    """Refuse a webhook recipient the sender would refuse, at save time (no DNS: a name's
+    addresses are checked again at every connection)."""
+    for n, rule in enumerate(rules):
+        if rule.destination.channel == "webhook":
+            guard.check_url(rule.destination.recipient,
+                            field=f"rules[{n}].destination.recipient")
+
+
 class RulesStore:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -272,6 +282,7 @@ class RulesStore:
         except NotFound:
             scope_sources = None
         rules = parse_rules(body, scope_sources)
+        check_webhook_recipients(rules, webhook_guard(self.services.settings.webhook_allow_hosts))
         now = now or utcnow()
         self.state.put(rules_key(scope_id), {
             "rules": [r.to_json() for r in rules],

@@ -13,7 +13,6 @@ from typing import Any
 from shared.cli.main import audited, command_group, operator, services
 from shared.core.errors import RequestError
 from shared.core.times import json_default
-from shared.core.tls import tls_context
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -107,8 +106,7 @@ def _one_id(args: argparse.Namespace) -> str:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    import httpx
-
+    from shared.delivery.channels import Outbound
     from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
@@ -129,8 +127,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                                                   subject_user_id=args.user)
         _print(args, entry.to_json())
         return EXIT_OK
-    with httpx.Client(timeout=services.settings.delivery_send_timeout_s,
-                      verify=tls_context()) as client:
+    with Outbound.open(services.settings) as client:
         deliverer = Deliverer.from_services(services, client)
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)

@@ -117,7 +117,11 @@ class Settings(NamedTuple):
     smtp_username: Annotated[str | None, Var("SLUICE_SMTP_USERNAME")] = None
     smtp_password: Annotated[str | None, Var("SLUICE_SMTP_PASSWORD", secret=True)] = None
     smtp_from: Annotated[str | None, Var("SLUICE_SMTP_FROM")] = None
-    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the SSRF check
+    # destinations named in data (shared/egress/): hosts, or host:port, exempt from the
+    # address guard (only public addresses otherwise); one list per kind of destination
+    webhook_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_WEBHOOK_ALLOW_HOSTS",
+                                                        "list")] = ()
+    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the address guard
     feed_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_FEED_ALLOW_HOSTS", "list")] = ()
     tenant_ingestion_budget_ms: Annotated[int, Var("SLUICE_TENANT_INGESTION_TIME_BUDGET_MS",
                                                    "int", 1000, 900_000)] = 240_000

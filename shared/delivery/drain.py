@@ -39,14 +39,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
-import httpx
-
 from shared.core.crash import crash_point
 from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
-from shared.core.tls import tls_context
-from shared.delivery.channels import ChannelAdapter, build_adapters, channels
+from shared.delivery.channels import ChannelAdapter, Outbound, build_adapters, channels
 from shared.delivery.classify import (
     CredentialsRefused,
     MissingAdapter,
@@ -124,7 +121,7 @@ class Deliverer:
         self.clock = clock
 
     @classmethod
-    def from_services(cls, services: Services, client: httpx.Client, *,
+    def from_services(cls, services: Services, client: Outbound, *,
                       deadline: Deadline | None = None,
                       sleep: Callable[[float], None] | None = None,
                       policy: RetryPolicy = DEFAULT_POLICY) -> Deliverer:
@@ -349,7 +346,7 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
-    with httpx.Client(timeout=settings.delivery_send_timeout_s, verify=tls_context()) as client:
+    with Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client:
         deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
     report_drained(summary, ctx.services.reporter)

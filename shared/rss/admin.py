@@ -10,8 +10,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import RequestError
+from shared.egress import AddressGuard
 from shared.rss.catalog import peek_scope
-from shared.rss.fetch import AddressGuard
+from shared.rss.fetch import feed_guard
 from shared.rss.store import RssStore, Scope, Source
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def add_source(services: Services, body: Any, guard: AddressGuard | None = None)
     url = _field(body, "url", str, True).strip()
     title = _field(body, "title", str, False)
     is_global = _field(body, "global", bool, False) or False
-    guard = guard or AddressGuard(services.settings.feed_allow_hosts)
+    guard = guard or feed_guard(services.settings.feed_allow_hosts)
     guard.check_url(url, resolve=False)
     return RssStore(services.db).add_source(url, title, is_global)
 

@@ -21,13 +21,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
 from shared.core.errors import NotFound
 from shared.core.observe import logger
-from shared.rss.fetch import AddressGuard, Fetched, Fetcher, feed_client
+from shared.rss.fetch import Fetched, Fetcher, feed_client, feed_guard
 from shared.rss.store import (
     GLOBAL_KEY,
     GLOBAL_LOCALE,
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 MAX_BUILD_STORIES = 500
 STORIES_KEPT_PER_SOURCE = 200
 LOCK_POLL_S = 0.1
+# How long past its deadline a build waits for a fetch to notice the deadline itself.
+FETCH_GRACE_S = 0.5
 
 Outcome = Literal["built", "shared", "fresh", "throttled", "locked"]
 NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str]], None]
@@ -152,7 +154,7 @@ class Catalog:
     def open(cls, services: Services, **kwargs: Any) -> Catalog:
         """A catalog with its own HTTP client (``close()`` it)."""
         settings = services.settings
-        guard = AddressGuard(settings.feed_allow_hosts)
+        guard = feed_guard(settings.feed_allow_hosts)
         client = feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
                              max_connections=settings.rss_fetch_concurrency)
         fetcher = Fetcher(client, timeout_s=settings.rss_fetch_timeout_s,
@@ -256,11 +258,7 @@ class Catalog:
                 due.append(source)
         deadline_at = self.fetcher.monotonic() + self.build_deadline_s
         if due:
-            workers = max(1, min(self.concurrency, len(due)))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch") as pool:
-                results = list(pool.map(lambda s: (s, self.fetcher.fetch(s, now, deadline_at)),
-                                        due))
-            for source, fetched in results:
+            for source, fetched in self._fetch_all(due, now, deadline_at):
                 self._record(source, fetched, now)
         build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))), locale=locale,
                              built_at=now, stories=self._assemble(source_ids))
@@ -273,7 +271,38 @@ class Catalog:
                 self._announce(build, new)
         return build
 
+    def _fetch_all(self, due: list[Source], now: datetime,
+                   deadline_at: float) -> list[tuple[Source, Fetched]]:
+        """Each due source fetched on the pool; the build never waits past its deadline (and
+        a short grace for a fetch to notice it): a worker still busy then is abandoned and
+        its source recorded as failed, with backoff."""
+        workers = max(1, min(self.concurrency, len(due)))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch")
+        try:
+            futures: list[Future[Fetched]] = [
+                pool.submit(self.fetcher.fetch, source, now, deadline_at) for source in due]
+            wait(futures, timeout=max(0.0, deadline_at - self.fetcher.monotonic())
+                 + FETCH_GRACE_S)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        results = []
+        for source, future in zip(due, futures, strict=True):
+            if future.cancelled():
+                continue  # never started: the source stays due for the next build
+            if not future.done():
+                results.append((source, self.fetcher.abandoned(
+                    source, now, "timed out: still running at the build deadline")))
+            elif (error := future.exception()) is not None:
+                # one source's unexpected error is that source's failure, not the build's
+                results.append((source, self.fetcher.abandoned(
+                    source, now, f"fetch failed: {type(error).__name__}")))
+            else:
+                results.append((source, future.result()))
+        return results
+
     def _record(self, source: Source, fetched: Fetched, now: datetime) -> None:
+        if fetched.skipped:
+            return
         self.counters.fetches += 1
         self.counters.bytes_parsed += fetched.bytes
         if fetched.not_modified:

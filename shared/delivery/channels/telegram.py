@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from shared.delivery.channels.base import (
     Channel,
     ChannelAdapter,
+    Outbound,
     json_of,
     message_of,
     refused,
@@ -29,6 +28,7 @@ from shared.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
 from shared.delivery.classify import CredentialsRefused
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import Egress, EgressError
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -41,7 +41,7 @@ def _int_or_str(value: str) -> int | str:
 class TelegramAdapter:
     name = "telegram"
 
-    def __init__(self, client: httpx.Client, token: str,
+    def __init__(self, client: Egress, token: str,
                  base_url: str = "https://api.telegram.org",
                  retrier: Retrier | None = None) -> None:
         self.client = client
@@ -73,15 +73,16 @@ class TelegramAdapter:
 
     def _post(self, body: dict[str, Any]) -> str:
         try:
-            response = self.client.post(f"{self.base_url}/bot{self.token}/sendMessage", json=body)
-        except httpx.TransportError as exc:
+            response = self.client.request(
+                "POST", f"{self.base_url}/bot{self.token}/sendMessage", json=body)
+        except EgressError as exc:
             # The URL holds the bot token: keep it out of last_error.
             raise transport_error("telegram", exc, redact=self.token) from None
         data = json_of(response)
         if data.get("ok") is True and isinstance(data.get("result"), dict):
             return str(data["result"].get("message_id"))
-        status = int(data.get("error_code") or response.status_code)
-        description = str(data.get("description") or f"HTTP {response.status_code}")
+        status = int(data.get("error_code") or response.status)
+        description = str(data.get("description") or f"HTTP {response.status}")
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
         if status == 401:  # a wrong token is configuration, not this message's fault
@@ -90,10 +91,10 @@ class TelegramAdapter:
                       retry_after_s=retry_after(wait))
 
 
-def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.telegram_bot_token:
         return None
-    return TelegramAdapter(client, settings.telegram_bot_token, settings.telegram_api_url,
+    return TelegramAdapter(client.providers, settings.telegram_bot_token, settings.telegram_api_url,
                            retrier)
 
 

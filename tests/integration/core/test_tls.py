@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from shared.core.tls import tls_context
 
 from shared.core.services import Services
-from shared.core.tls import tls_context
 from shared.jobs.registry import JOBS
 from shared.jobs.runner import run_job
 from shared.rss.fetch import AddressGuard, feed_client
