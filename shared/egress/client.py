@@ -16,8 +16,8 @@ from __future__ import annotations
 import json as jsonlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any, Literal, Self
 
 import httpcore
 import httpx
@@ -40,14 +40,18 @@ ANSWER_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Answer:
-    """A complete (or, when cut at the cap, ``complete=False``) answer."""
+    """An answer; ``cut`` says why its body is not whole: at the size ``cap``, or at the
+    ``deadline`` (the body stopped arriving after the status line)."""
 
     status: int
     headers: Mapping[str, str]
     body: bytes
     url: str
-    complete: bool = True
-    history: tuple[str, ...] = field(default=())
+    cut: Literal["", "cap", "deadline"] = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.cut
 
     @property
     def ok(self) -> bool:
@@ -78,9 +82,7 @@ class Egress:
             ssl_context=context, max_connections=max_connections,
             max_keepalive_connections=max_connections,
             network_backend=DeadlineBackend(self.guard))
-        transport = httpx.HTTPTransport(trust_env=False, verify=context)
-        transport._pool = pool  # httpx builds its own pool; ours carries the backend
-        self._client = httpx.Client(transport=transport, timeout=timeout_s,
+        self._client = httpx.Client(transport=_Transport(pool), timeout=timeout_s,
                                     follow_redirects=False, trust_env=False,
                                     headers={"accept-encoding": "gzip, deflate",
                                              **(headers or {})})
@@ -140,6 +142,7 @@ class Egress:
 
     def _read(self, response: httpx.Response, max_bytes: int, truncate: bool) -> Answer:
         status = response.status_code
+        cut: Literal["", "cap", "deadline"] = ""
         try:
             decoder = Decoder(response.headers.get_list("content-encoding"))
             declared = response.headers.get("content-length", "")
@@ -148,14 +151,23 @@ class Egress:
                 raise TooLarge(f"the answer is {declared} bytes, over the {max_bytes} limit")
             body, complete = read_capped(response.iter_raw(), decoder, max_bytes,
                                          truncate=truncate)
+            cut = "" if complete else "cap"
         except AnswerRefused as exc:
             exc.http_status = status
             raise
         except httpx.TransportError as exc:
             if not truncate:
                 raise NoAnswer(f"the answer's body stopped: {_why(exc)}") from None
-            body, complete = b"", False
-        return Answer(status, response.headers, body, str(response.url), complete)
+            body, cut = b"", "deadline"
+        return Answer(status, response.headers, body, str(response.url), cut)
+
+
+class _Transport(httpx.HTTPTransport):
+    """httpx's transport over our pool (its own constructor would build, and load TLS
+    for, a pool that is never used)."""
+
+    def __init__(self, pool: httpcore.ConnectionPool) -> None:
+        self._pool = pool
 
 
 def _why(exc: httpx.HTTPError) -> str:

@@ -94,7 +94,7 @@ class AddressGuard:
         self.trust_all = trust_all
 
     def refused(self, why: str, field: str | None = None) -> DestinationRefused:
-        return DestinationRefused(f"{why}; refused ({self.setting} lists exceptions)",
+        return DestinationRefused(f"{why} ({self.setting} lists exceptions)",
                                   field=field or self.field)
 
     def allowed_host(self, host: str, port: int | None = None) -> bool:

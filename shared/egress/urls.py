@@ -7,6 +7,8 @@ never raised as a library error in the middle of a run.
 
 from __future__ import annotations
 
+import ipaddress
+
 import httpx
 
 from shared.egress.errors import DestinationRefused
@@ -28,7 +30,9 @@ def parse_url(url: str, *, field: str = "url") -> tuple[str, int]:
         raise DestinationRefused("only http and https URLs are allowed", field=field)
     if not host:
         raise DestinationRefused("the URL has no host", field=field)
-    if ":" not in host:
+    if port is not None and not 0 < port < 65536:
+        raise DestinationRefused("the URL's port is out of range", field=field)
+    if ":" not in host and not _dotted_quad(host):
         labels = host.removesuffix(".").split(".")
         if any(not label for label in labels):
             raise DestinationRefused("the URL's host has an empty label", field=field)
@@ -38,6 +42,14 @@ def parse_url(url: str, *, field: str = "url") -> tuple[str, int]:
             raise DestinationRefused("the URL's host is a number that is not a dotted-quad "
                                      "address", field=field)
     return host, port or (443 if parsed.scheme == "https" else 80)
+
+
+def _dotted_quad(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _numeric(label: str) -> bool:

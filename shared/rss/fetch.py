@@ -176,9 +176,11 @@ class Fetcher:
                 wait = (retry_after(answer.headers.get("retry-after"), now)
                         if answer.status in RETRY_AFTER_STATUSES else None)
                 raise FetchFailed(f"HTTP {answer.status}", answer.status, wait)
-            if not answer.complete:
-                raise FetchFailed(f"the feed is over the {self.max_bytes} byte limit "
-                                  "or was cut off at the deadline", answer.status)
+            if answer.cut == "cap":
+                raise FetchFailed(f"the feed is over the {self.max_bytes} limit (decoded bytes)",
+                                  answer.status)
+            if answer.cut:
+                raise FetchFailed("timed out while reading the feed", answer.status)
             stories = parse_feed(answer.body, source.id, base_url=answer.url)
             return Fetched(FetchState(ok=True, status=answer.status,
                                       etag=answer.headers.get("etag"),

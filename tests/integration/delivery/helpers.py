@@ -28,6 +28,7 @@ class Providers:
     def env(self) -> dict[str, str]:
         return {
             "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+            "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
             "SLUICE_SLACK_BOT_TOKEN": self.slack.token, "SLUICE_SLACK_API_URL": self.slack.url,
             "SLUICE_TELEGRAM_BOT_TOKEN": self.telegram.token,
             "SLUICE_TELEGRAM_API_URL": self.telegram.url,

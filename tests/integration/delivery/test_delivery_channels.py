@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-import httpx
-
 from shared.core.services import Services
+from shared.delivery.channels import Outbound
 from shared.delivery.drain import Deliverer, SendOutcome
 from shared.delivery.store import DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, get_job
@@ -195,7 +194,7 @@ def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(
     store = DeliveryStore(svc.db)
     for i in range(3):
         store.enqueue("slack", "C0ALERTS", {"text": str(i)})
-    with httpx.Client(timeout=5) as client:
+    with Outbound.open(svc.settings) as client:
         deliverer = Deliverer.from_services(svc, client)
         assert deliverer.send_timeout_s == 5
         result = deliverer.drain(Deadline(4.0))
@@ -207,7 +206,7 @@ def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(
 
 def test_inline_delivery_is_write_ahead_and_a_repeated_key_is_not_resent(
         svc: Services, providers: Providers) -> None:
-    with httpx.Client(timeout=5) as client:
+    with Outbound.open(svc.settings) as client:
         deliverer = Deliverer.from_services(svc, client)
         entry, outcome = deliverer.deliver("webhook", providers.webhook.url, {"text": "now"},
                                            idempotency_key="notice:7", subject_user_id="u7")

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
-import httpx
 import pytest
 
 from shared.core.observe import Reporter
 from shared.core.services import Services
+from shared.delivery.channels import Outbound
 from shared.delivery.drain import Deliverer, report_drained
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, get_job
@@ -222,7 +222,7 @@ def test_each_drain_emits_queue_drained_with_its_summary(svc: Services,
     store = DeliveryStore(svc.db)
     store.enqueue("slack", "C0ALERTS", {"text": "x"})
     reporter = Recording()
-    with httpx.Client(timeout=5) as client:
+    with Outbound.open(svc.settings) as client:
         summary = Deliverer.from_services(svc, client).drain(Deadline(30))
     report_drained(summary, reporter)
     [(values, dims)] = reporter.recorded
