@@ -170,8 +170,17 @@ class _Transport(httpx.HTTPTransport):
         self._pool = pool
 
 
+_TIMEOUTS = {"ConnectTimeout": "timed out connecting",
+             "PoolTimeout": "timed out waiting for a free connection",
+             "ReadTimeout": "timed out: no complete answer by the deadline",
+             "WriteTimeout": "timed out sending the request"}
+
+
 def _why(exc: httpx.HTTPError) -> str:
-    """A transport error as text: its type, and the library's message when it has one
-    (which names no address: connections are made to checked addresses by host)."""
+    """A transport error as text. Connections are made to checked addresses by host, so
+    the library's message names no address that was not in the URL."""
+    name = type(exc).__name__
+    if name in _TIMEOUTS:
+        return _TIMEOUTS[name]
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{name}: {text}" if text else name
