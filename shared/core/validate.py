@@ -31,6 +31,7 @@ MAX_MESSAGE = 65_536
 MAX_LOCALE = 35
 MAX_DEPTH = 64
 MAX_EMAIL = 254
+MAX_SCOPE_ID = 200
 
 _SCHEMES = ("http", "https")
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
@@ -40,6 +41,7 @@ _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # What may stand in a path, query or fragment as given; anything else is percent-encoded
 # into the canonical form (as the HTTP client would), except what is refused outright.
 _URL_SAFE = "!$&'()*+,;=:@/?-._~%[]"
+_SCOPE_ID = re.compile(r"[\w.:@-]+")
 _LOCALE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*")
 _TELEGRAM = re.compile(r"-?[1-9][0-9]{0,19}|@[A-Za-z][A-Za-z0-9_]{3,31}")
 _SLACK = re.compile(r"[A-Z][A-Z0-9]{1,31}|#?[a-z0-9][a-z0-9._-]{0,79}")
@@ -51,7 +53,7 @@ _TEXT_BREAKS = frozenset("\n\t")
 
 
 def refuse(field: str, message: str) -> RequestError:
-    return RequestError(f"{field}: {message}", field=field)
+    return RequestError(f"{field} {message}", field=field)
 
 
 def _string(value: Any, field: str, limit: int) -> str:
@@ -110,7 +112,7 @@ def check_host(host: str, field: str) -> str:
 
 def _authority(netloc: str, field: str) -> tuple[str, str]:
     if "@" in netloc:
-        raise refuse(field, "must not hold a user name or password")
+        raise refuse(field, "must not contain a user name or password")
     if netloc.startswith("["):
         end = netloc.find("]")
         if end < 0:
@@ -131,7 +133,7 @@ def check_url(value: Any, *, field: str) -> str:
     percent-encoded. No user info, whitespace or control characters; at most ``MAX_URL``."""
     text = _string(value, field, MAX_URL)
     if has_control(text) or any(c.isspace() for c in text) or "\\" in text:
-        raise refuse(field, "must not hold whitespace, backslashes or control characters")
+        raise refuse(field, "must not contain whitespace, backslashes or control characters")
     scheme, sep, rest = text.partition("://")
     if not sep or scheme.lower() not in _SCHEMES:
         raise refuse(field, "must be an http:// or https:// URL")
@@ -155,10 +157,16 @@ def check_identifier(value: Any, *, field: str, limit: int = MAX_IDENTIFIER,
     and matching ``pattern`` in full when one is given (``rule`` says what it allows)."""
     text = _string(value, field, limit)
     if has_control(text) or any(c.isspace() for c in text):
-        raise refuse(field, "must not hold spaces or control characters")
+        raise refuse(field, "must not contain spaces or control characters")
     if pattern is not None and not pattern.fullmatch(text):
         raise refuse(field, rule or "is not a valid identifier")
     return text
+
+
+def check_scope_id(value: Any, *, field: str = "scopeId") -> str:
+    """A tenant scope id: the key of its scope, its alert rules and its flag overrides."""
+    return check_identifier(value, field=field, limit=MAX_SCOPE_ID, pattern=_SCOPE_ID,
+                            rule=f"must be 1-{MAX_SCOPE_ID} letters, digits or . : @ _ -")
 
 
 def check_optional_identifier(value: Any, *, field: str, limit: int = MAX_IDENTIFIER
@@ -182,7 +190,7 @@ def check_text(value: Any, *, field: str, limit: int = MAX_LINE,
     if not text.strip():
         raise refuse(field, "must not be blank")
     if has_control(text, _TEXT_BREAKS | {"\r"} if multiline else frozenset()):
-        raise refuse(field, "must not hold control characters"
+        raise refuse(field, "must not contain control characters"
                      + ("" if multiline else " or line breaks"))
     return text
 
@@ -218,7 +226,7 @@ def _email(value: Any, field: str) -> str:
     text = _string(value, field, MAX_EMAIL)
     local, at, domain = text.rpartition("@")
     if has_control(text) or any(c.isspace() for c in text):
-        raise refuse(field, "must not hold spaces, line breaks or control characters")
+        raise refuse(field, "must not contain spaces, line breaks or control characters")
     if not at or len(local) > 64 or not _EMAIL_LOCAL.fullmatch(local):
         raise refuse(field, "must be an email address (name@example.com)")
     host = check_host(domain, field)
