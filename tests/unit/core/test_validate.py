@@ -183,3 +183,10 @@ def test_brackets_inside_strings_do_not_count_and_shallow_json_loads() -> None:
     assert load_json(nested, field="body") is not None
     with pytest.raises(RequestError, match="body is not JSON"):
         load_json("{nope", field="body")
+
+
+def test_a_deeply_nested_queue_message_is_malformed_not_a_crash() -> None:
+    from shared.queues.consumer import parse
+
+    reason = parse('{"a":' * 2000 + "1" + "}" * 2000, "rss.ingest")
+    assert isinstance(reason, str) and reason.startswith("malformed message: message is nested")
