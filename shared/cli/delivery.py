@@ -13,6 +13,7 @@ from typing import Any
 from shared.cli.main import audited, command_group, operator, services
 from shared.core.errors import RequestError
 from shared.core.times import json_default
+from shared.core.validate import check_recipient, load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -111,15 +112,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
-    try:
-        payload = json.loads(args.payload) if args.payload is not None else {"text": args.text}
-    except ValueError as exc:
-        raise RequestError(f"--payload is not JSON: {exc}") from None
+    payload = load_json(args.payload, field="--payload") if args.payload is not None \
+        else {"text": args.text}
     if args.subject_line:
         if not isinstance(payload, dict):
             raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
     check_enqueue(args.channel, payload)
+    args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
     services = _services()
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,

@@ -43,6 +43,7 @@ from shared.core.crash import crash_point
 from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
+from shared.core.validate import check_recipient
 from shared.delivery.channels import ChannelAdapter, Outbound, build_adapters, channels
 from shared.delivery.classify import (
     CredentialsRefused,
@@ -145,6 +146,7 @@ class Deliverer:
         """Check, enqueue, send, settle. With a key already stored, nothing is sent again:
         ``(that entry, None)``."""
         check_enqueue(channel, payload)
+        recipient = check_recipient(channel, recipient, field="recipient")
         entry, created = self.store.enqueue(channel, recipient, payload,
                                             idempotency_key=idempotency_key,
                                             subject_user_id=subject_user_id, lease=self.lease)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from shared.core.errors import RequestError
+from shared.core.validate import MAX_MESSAGE, check_identifier, check_text
 
 COMMON_KEYS = frozenset({"payloads", "text", "accountId", "threadId", "replyToId", "silent",
                          "bestEffort"})
@@ -44,15 +45,20 @@ class Message(NamedTuple):
     blocks: tuple[dict[str, Any], ...] = ()
 
 
-def _optional_str(payload: dict[str, Any], key: str) -> str | None:
+def _optional_id(payload: dict[str, Any], key: str) -> str | None:
     value = payload.get(key)
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # Telegram ids are numbers
-    if not isinstance(value, str) or not value:
-        raise RequestError(f"payload.{key} must be a non-empty string", field=key)
-    return value
+    return check_identifier(value, field=key)
+
+
+def _optional_text(payload: dict[str, Any], key: str, *, multiline: bool) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    return check_text(value, field=key, limit=MAX_MESSAGE, multiline=multiline)
 
 
 def _flag(payload: dict[str, Any], key: str) -> bool:
@@ -83,7 +89,8 @@ def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
             raise RequestError(f"payload.payloads[{i}] must be a string or {{\"text\": …}}",
                                field=f"payloads[{i}]")
         if part.strip():
-            parts.append(part)
+            parts.append(check_text(part, field=f"payloads[{i}]", limit=MAX_MESSAGE,
+                                    multiline=True))
     return tuple(parts)
 
 
@@ -99,7 +106,7 @@ def parse(channel: str, payload: Any) -> Message:
                                field=unknown[0])
     parts = _parts(payload) if channel not in FREE_FORM or "payloads" in payload \
         or isinstance(payload.get("text"), str) else ()
-    html = _optional_str(payload, "html") if channel == "email" else None
+    html = _optional_text(payload, "html", multiline=True) if channel == "email" else None
     blocks = payload.get("blocks", []) if channel == "slack" else []
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks) \
             or len(blocks) > MAX_SLACK_BLOCKS:
@@ -110,12 +117,14 @@ def parse(channel: str, payload: Any) -> Message:
                            field="payloads")
     return Message(
         parts=parts,
-        account_id=_optional_str(payload, "accountId"),
-        thread_id=_optional_str(payload, "threadId"),
-        reply_to_id=_optional_str(payload, "replyToId"),
+        account_id=_optional_id(payload, "accountId"),
+        thread_id=_optional_id(payload, "threadId"),
+        reply_to_id=_optional_id(payload, "replyToId"),
         silent=_flag(payload, "silent"),
         best_effort=_flag(payload, "bestEffort"),
-        subject=_optional_str(payload, "subject") if channel == "email" else None,
+        # A header: one line, so no CR/LF ever reaches the message's headers.
+        subject=_optional_text(payload, "subject", multiline=False) if channel == "email"
+        else None,
         html=html,
         blocks=tuple(blocks),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 from shared.core.errors import NotFound, RequestError, SluiceError
+from shared.core.validate import check_scope_id
 from shared.store.state import StateStore
 
 PREFIX = "platform:flags:"
@@ -145,8 +146,8 @@ class FlagStore:
 
     def _apply(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         tenant = body.get("tenantScopeId")
-        if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
-            raise RequestError("tenantScopeId must be a non-empty string")
+        if tenant is not None:
+            tenant = check_scope_id(tenant, field="tenantScopeId")
         if body.get("clearOverride") is True:
             if tenant is None:
                 raise RequestError("clearOverride needs a tenantScopeId")
