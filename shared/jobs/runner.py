@@ -17,7 +17,8 @@ from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
 from shared.jobs.runs import ALREADY_RUNNING, Fence, RunStore, lease_holder_id
-from shared.store.db import bounded_by, utcnow
+from shared.store.db import utcnow
+from shared.store.deadline import bounded_by
 from shared.store.history import Sample
 
 # A crashed run's lease lapses this long after the job's own timeout.
