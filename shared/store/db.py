@@ -34,6 +34,9 @@ from shared.core.errors import (
     TransientStoreError,
 )
 from shared.store.deadline import abandon_at_deadline, shutdown_fd, statement_budget_ms
+
+# Re-exported: callers bound their store calls with it from here too.
+from shared.store.deadline import bounded_by as bounded_by  # noqa: PLC0414
 from shared.store.params import to_pyformat
 
 Dialect = Literal["sqlite", "postgres"]

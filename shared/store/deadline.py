@@ -133,6 +133,11 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+# The cut comes this long after the bound: a server that still answers ends its statement
+# by the bound itself (its statement and lock timeouts come from the same time left), and
+# its answer, a clean error on a connection still usable, should win the race.
+CUT_GRACE_S = 0.25
 _UNWATCHED = Watch(float("inf"), lambda: None)
 
 
@@ -153,7 +158,7 @@ class abandon_at_deadline:  # lower case: read as a context manager, like contex
             return _UNWATCHED
         if left <= 0:
             raise TransientStoreError("the run's time is up: no store call is started past it")
-        self._watch = watch = Watch(time.monotonic() + left, self._cancel)
+        self._watch = watch = Watch(time.monotonic() + left + CUT_GRACE_S, self._cancel)
         _WATCHDOG.add(watch)
         return watch
 
