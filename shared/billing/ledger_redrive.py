@@ -190,6 +190,10 @@ def decide(db: Database, claimed: list[str], now: datetime, *,
         except RequestError as exc:
             plan.dead(raw, f"malformed: {exc.message}", now)
             continue
+        except Exception as exc:  # noqa: BLE001 - whatever one entry's text raises (nesting
+            # past the parser's depth, a value no field accepts) is that entry's verdict
+            plan.dead(raw, f"malformed: {type(exc).__name__}: {str(exc)[:200]}", now)
+            continue
         valid.append((raw, envelope, row))
     if not valid:
         return plan

@@ -22,6 +22,7 @@ recorded, still reaches ``MAX_METERING_ATTEMPTS``), then settled by the answer:
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection
 from datetime import datetime
@@ -187,7 +188,15 @@ def _send(polar: PolarClient, rows: list[dict[str, Any]]
           ) -> tuple[list[str], dict[str, tuple[str, Charge]], IngestOutcome]:
     """Send rows (one request, or more when Polar rejects single events); settle each."""
     failed: dict[str, tuple[str, Charge]] = {}
-    pending = rows
+    pending = []
+    for row in rows:
+        unsendable = _unsendable(row)
+        if unsendable:
+            failed[row["id"]] = (unsendable, "exhaust")
+        else:
+            pending.append(row)
+    if not pending:  # no request: the rows' verdicts are their own, not Polar's
+        return [], failed, IngestOutcome("permanent", error="unsendable")
     while True:
         outcome = polar.ingest([polar_event(row) for row in pending])
         if outcome.verdict == "ok":
@@ -207,6 +216,17 @@ def _send(polar: PolarClient, rows: list[dict[str, Any]]
         for i, error in outcome.event_errors.items():
             failed[pending[i]["id"]] = (error, "exhaust")
         pending = [row for i, row in enumerate(pending) if i not in outcome.event_errors]
+
+
+def _unsendable(row: dict[str, Any]) -> str | None:
+    """Why ``row`` can never become an event (a value JSON cannot carry, such as an
+    infinite number in its metadata), or None. Such a row fails alone and for good instead
+    of failing every request it is in."""
+    try:
+        json.dumps(polar_event(row), allow_nan=False)
+    except Exception as exc:  # noqa: BLE001 - whatever one row's values raise is its verdict
+        return f"unsendable: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
 
 
 def run_metering_flush(ctx: JobContext) -> Result:

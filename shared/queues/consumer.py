@@ -131,12 +131,16 @@ def parse(body: str, topic: str) -> Parsed | str:
         return f"malformed message: {exc.message}"
     except ValueError:
         return "malformed message: not a JSON object"
+    except RecursionError:  # one message must not fail its whole batch, every delivery
+        return "malformed message: nested too deeply"
     if type(message) is not dict:
         return "malformed message: not a JSON object"
     try:
         payload = canonical(message)
     except (TypeError, ValueError) as exc:
         return f"malformed message: {exc}"
+    except RecursionError:
+        return "malformed message: nested too deeply"
     return Parsed(message, payload, dedupe_key(topic, payload))
 
 
