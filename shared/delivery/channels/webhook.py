@@ -106,4 +106,4 @@ def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> Channel
     return WebhookAdapter(client, settings.webhook_signing_secret, retrier)
 
 
-CHANNEL = Channel("webhook", "an http(s) URL", build)
+CHANNEL = Channel("webhook", "an http(s) URL", build, deduplicates=True)
