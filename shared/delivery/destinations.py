@@ -58,14 +58,18 @@ class Destinations:
         return timedelta(seconds=self.delays_s[min(max(failures, 1), len(self.delays_s)) - 1])
 
     def failed(self, key: str, error: str, *, known: Destination | None,
-               now: datetime | None = None) -> Destination:
-        """One more transient failure of ``key``: the next probe is one schedule step later."""
+               retry_after_s: float | None = None, now: datetime | None = None) -> Destination:
+        """One more transient failure of ``key``: the next probe is one schedule step later
+        (or when the destination asked, if later, within the schedule's cap)."""
         now = now or utcnow()
         failures = (known.failures if known else 0) + 1
+        wait = self.probe_delay(failures)
+        if retry_after_s is not None:
+            wait = max(wait, timedelta(seconds=min(retry_after_s, self.delays_s[-1])))
         with self.db.transaction() as tx:
             row = tx.fetchone(Q.destination_failed, {
                 "key": key, "now": now, "error": error[:500],
-                "next_probe_at": now + self.probe_delay(failures)}, final=True)
+                "next_probe_at": now + wait}, final=True)
         assert row is not None
         return Destination.from_row(row)
 

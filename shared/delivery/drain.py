@@ -319,7 +319,8 @@ class _Run:
         if (sent.verdict == "transient" and sent.error is not None
                 and not is_unknown(sent.error) and key not in self.up):
             # The destination failed, not (as far as anyone can tell) the entry: it waits.
-            found = self.d.destinations.failed(key, describe(sent.error), known=known)
+            found = self.d.destinations.failed(key, describe(sent.error), known=known,
+                                               retry_after_s=retry_after_s(sent.error))
             self.failing[key] = found
             if self.d.destinations.reported(found):
                 logger.warning(f"[delivery] {key} is down ({found.failures} failures in a row; "
