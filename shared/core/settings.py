@@ -101,6 +101,9 @@ class Settings(NamedTuple):
                                           60, 30 * 86400)] = 86400
     delivery_outage_threshold: Annotated[int, Var("SLUICE_DELIVERY_OUTAGE_THRESHOLD", "int",
                                                   1, 100)] = 3
+    # sends allowed after an unknown outcome on a channel that cannot deduplicate
+    delivery_unknown_resends: Annotated[int, Var("SLUICE_DELIVERY_UNKNOWN_RESENDS", "int",
+                                                 0, 10)] = 1
     webhook_signing_secret: Annotated[str | None, Var("SLUICE_WEBHOOK_SIGNING_SECRET",
                                                       min_length=_MIN, secret=True)] = None
     slack_bot_token: Annotated[str | None, Var("SLUICE_SLACK_BOT_TOKEN", secret=True)] = None

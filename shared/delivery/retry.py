@@ -27,7 +27,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from shared.core.observe import logger
-from shared.delivery.classify import CredentialsRefused, classify, retry_after_s
+from shared.delivery.classify import CredentialsRefused, classify, is_unknown, retry_after_s
 
 T = TypeVar("T")
 
@@ -49,9 +49,11 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 def transient(error: BaseException) -> bool:
-    """Retried in process: a transient error, but not refused credentials (a second try with
-    the same credentials is refused the same way)."""
-    return classify(error) == "transient" and not isinstance(error, CredentialsRefused)
+    """Retried in process: a transient error that provably did not deliver, so neither
+    refused credentials (a second try is refused the same way) nor an unknown outcome (the
+    receiver may have it: resending is the queue's decision, by channel, never a reflex)."""
+    return (classify(error) == "transient" and not isinstance(error, CredentialsRefused)
+            and not is_unknown(error))
 
 
 class _StopBeforeLongWait(stop_base):

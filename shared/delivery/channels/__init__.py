@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 CHANNEL_MODULES = ("webhook", "slack", "telegram", "email")
 
 __all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
-           "Channel", "ChannelAdapter", "Outbound", "build_adapters", "channels", "refused",
-           "verify_webhook", "webhook_guard", "webhook_signature"]
+           "Channel", "ChannelAdapter", "Outbound", "build_adapters", "channels", "deduplicating",
+           "refused", "verify_webhook", "webhook_guard", "webhook_signature"]
 
 
 @cache
@@ -40,6 +40,11 @@ def channels() -> dict[str, Channel]:
         channel: Channel = importlib.import_module(f"{__name__}.{module}").CHANNEL
         found[channel.name] = channel
     return found
+
+
+def deduplicating() -> frozenset[str]:
+    """The channels whose receivers drop a repeat by its idempotency key."""
+    return frozenset(name for name, channel in channels().items() if channel.deduplicates)
 
 
 def build_adapters(settings: Settings, client: Outbound,

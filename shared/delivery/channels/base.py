@@ -91,11 +91,13 @@ class Outbound(NamedTuple):
 
 class Channel(NamedTuple):
     """One channel module's registration: its name, what a recipient is, how to build it
-    (None when its credential is not configured)."""
+    (None when its credential is not configured), and whether its receivers drop a repeated
+    message by its idempotency key (then an unknown outcome may be resent freely)."""
 
     name: str
     recipient: str
     build: Callable[[Settings, Outbound, Retrier], ChannelAdapter | None]
+    deduplicates: bool = False
 
 
 def refused(text: str, *, status: int | None = None,

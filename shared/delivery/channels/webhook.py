@@ -110,4 +110,4 @@ def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdap
     return WebhookAdapter(client.webhooks, settings.webhook_signing_secret, retrier)
 
 
-CHANNEL = Channel("webhook", "an http(s) URL", build)
+CHANNEL = Channel("webhook", "an http(s) URL", build, deduplicates=True)

@@ -53,7 +53,10 @@ def drain_once(services: Services) -> dict[str, int]:
 
 
 def due_now(services: Services) -> None:
-    """Time travel: every pending entry's backoff has passed."""
+    """Time travel: every pending entry's backoff, and every failing destination's wait for
+    its next probe, has passed."""
     with services.db.transaction() as tx:
         tx.execute("UPDATE delivery_queue SET next_attempt_at = :now WHERE status = 'pending'",
+                   {"now": utcnow() - timedelta(seconds=1)})
+        tx.execute("UPDATE delivery_destinations SET next_probe_at = :now",
                    {"now": utcnow() - timedelta(seconds=1)})
