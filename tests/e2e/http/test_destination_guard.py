@@ -12,7 +12,9 @@ from shared.core.services import Services
 from shared.http.app import create_app
 from tests.conftest import admin_token
 
-OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
+
+def ops() -> dict[str, str]:
+    return {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ INSIDE = ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:6379/", 
 
 def test_a_webhook_rule_aimed_inside_is_refused_naming_the_field(client: TestClient) -> None:
     for recipient in INSIDE:
-        answer = client.put("/api/admin/alerts/rules/acme", headers=OPS, json={"rules": [
+        answer = client.put("/api/admin/alerts/rules/acme", headers=ops(), json={"rules": [
             {"id": "ok", "match": {"keywords": ["x"]},
              "destination": {"channel": "slack", "recipient": "C0123"}},
             {"id": "bad", "match": {"keywords": ["x"]},
@@ -38,11 +40,11 @@ def test_a_webhook_rule_aimed_inside_is_refused_naming_the_field(client: TestCli
         error = answer.json()["error"]
         assert error["field"] == "rules[1].destination.recipient"
         assert error["code"] == "address_refused"
-    assert client.get("/api/admin/alerts/rules/acme", headers=OPS).json()["rules"] == []
+    assert client.get("/api/admin/alerts/rules/acme", headers=ops()).json()["rules"] == []
 
 
 def test_a_public_webhook_recipient_is_accepted_without_resolving_it(client: TestClient) -> None:
-    answer = client.put("/api/admin/alerts/rules/acme", headers=OPS, json=[
+    answer = client.put("/api/admin/alerts/rules/acme", headers=ops(), json=[
         {"id": "ok", "match": {"keywords": ["x"]},
          "destination": {"channel": "webhook", "recipient": "https://hooks.example.invalid/x"}}])
     assert answer.status_code == 200, answer.text
@@ -53,8 +55,8 @@ def test_a_feed_url_the_fetcher_would_refuse_is_refused_at_save_time(
     for url in ("http://0177.0.0.2/feed", "http://1.2.3.04/feed", "http://[::1/feed",
                 "http://xn--/feed", "http://127.1/feed", "http://169.254.169.254/feed",
                 "http://\u2460\u2461\u2466.0.0.1/feed", "http://exa mple.com/feed"):
-        answer = client.post("/api/admin/rss/sources", headers=OPS,
+        answer = client.post("/api/admin/rss/sources", headers=ops(),
                              json={"url": url, "global": True})
         assert answer.status_code == 400, (url, answer.text)
         assert answer.json()["error"]["field"] == "url"
-    assert client.get("/api/admin/rss/sources", headers=OPS).json()["sources"] == []
+    assert client.get("/api/admin/rss/sources", headers=ops()).json()["sources"] == []
