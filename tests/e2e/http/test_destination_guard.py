@@ -1,5 +1,6 @@
 """Destinations named in data are checked where they are accepted: a webhook recipient or a
-feed URL the sender would refuse is a 400 naming the field, at save time, with no DNS."""
+feed URL the sender would refuse is a 400 naming the field, at save time, with no DNS.
+No storage semantics change here, so these run on SQLite only."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ def ops() -> dict[str, str]:
 
 
 @pytest.fixture
-def client(db_url: str, make_services: Callable[..., Services]) -> TestClient:
+def client(sqlite_url: str, make_services: Callable[..., Services]) -> TestClient:
     # nothing allow-listed: loopback is as internal as the metadata address
-    svc = make_services(db_url, SLUICE_WEBHOOK_ALLOW_HOSTS="", SLUICE_FEED_ALLOW_HOSTS="")
+    svc = make_services(sqlite_url, SLUICE_WEBHOOK_ALLOW_HOSTS="", SLUICE_FEED_ALLOW_HOSTS="")
     return TestClient(create_app(svc), raise_server_exceptions=False)
 
 
