@@ -121,6 +121,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     check_enqueue(args.channel, payload)
     args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
     services = _services()
+    if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
+        from shared.delivery.channels import webhook_guard
+        from shared.egress import DestinationRefused
+
+        try:
+            webhook_guard(services.settings.webhook_allow_hosts).check_url(args.recipient)
+        except DestinationRefused as exc:
+            raise DestinationRefused(f"recipient: {exc.message}", field="recipient") from None
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
                                                   idempotency_key=args.key,

@@ -22,7 +22,8 @@ def parse_url(url: str, *, field: str = "url") -> tuple[str, int]:
         raise DestinationRefused("the URL holds spaces or control characters", field=field)
     try:
         parsed = httpx.URL(url)
-        host, port = parsed.host, parsed.port
+        _ = parsed.host  # decodes the IDNA form: a malformed A-label ("xn--") raises here
+        host, port = parsed.raw_host.decode("ascii").lower(), parsed.port
     except (httpx.InvalidURL, ValueError, UnicodeError):
         raise DestinationRefused("the URL cannot be parsed (host, port or brackets)",
                                  field=field) from None

@@ -135,7 +135,8 @@ class Refreshed(NamedTuple):
 class Catalog:
     def __init__(self, services: Services, fetcher: Fetcher, *,
                  now: Callable[[], datetime] = utcnow,
-                 lock: Lock | None = None, memo: TickMemo | None = None) -> None:
+                 lock: Lock | None = None, memo: TickMemo | None = None,
+                 stop_at: float | None = None) -> None:
         settings = services.settings
         self.services = services
         self.store = RssStore(services.db)
@@ -149,6 +150,8 @@ class Catalog:
         self.build_deadline_s = settings.rss_build_deadline_s
         self.lock_wait_s = settings.rss_lock_wait_s
         self.concurrency = settings.rss_fetch_concurrency
+        # the run's own deadline (the fetcher's monotonic clock): no build outlives it
+        self.stop_at = stop_at
 
     @classmethod
     def open(cls, services: Services, **kwargs: Any) -> Catalog:
@@ -257,6 +260,8 @@ class Catalog:
                 self.memo.sources.add(source.id)
                 due.append(source)
         deadline_at = self.fetcher.monotonic() + self.build_deadline_s
+        if self.stop_at is not None:
+            deadline_at = min(deadline_at, self.stop_at)
         if due:
             for source, fetched in self._fetch_all(due, now, deadline_at):
                 self._record(source, fetched, now)

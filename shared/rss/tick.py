@@ -106,7 +106,8 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
         services.reporter.error("rss-refresh.alert-sweep", exc, target=ALERT_SWEEP_TARGET)
         run_alert_sweep = sweep_unavailable
     owned = catalog is None
-    catalog = catalog or Catalog.open(services)
+    # sockets wait in real time: the builds' deadline is on the real monotonic clock
+    catalog = catalog or Catalog.open(services, stop_at=time.monotonic() + deadline.remaining())
     try:
         failed = 0
         pipeline = FlagStore(services.state).enabled(PIPELINE_FLAG)

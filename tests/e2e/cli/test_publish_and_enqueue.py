@@ -96,3 +96,17 @@ def test_enqueue_refuses_an_unknown_channel(env: dict[str, str], monkeypatch: py
 def test_the_unknown_job_is_a_usage_error_in_a_fresh_process(tmp_path: Path) -> None:
     done = run_cli(["run", "nope"], {"SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
     assert done.returncode == EXIT_USAGE
+
+
+def test_enqueue_refuses_a_webhook_aimed_inside_naming_the_recipient(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setenv("SLUICE_WEBHOOK_ALLOW_HOSTS", "")
+    for recipient in ("http://169.254.169.254/latest/meta-data/", "http://[::1/x"):
+        code = main(["delivery", "enqueue", "webhook", recipient, "--text", "hi"])
+        assert code == EXIT_USAGE
+        assert "recipient" in capsys.readouterr().err
+    db = open_database(env["SLUICE_DATABASE_URL"])
+    with db.transaction() as tx:
+        row = tx.fetchone("SELECT count(*) AS n FROM delivery_queue")
+    db.close()
+    assert row is not None and row["n"] == 0

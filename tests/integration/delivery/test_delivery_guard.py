@@ -1,6 +1,7 @@
 """A webhook entry aimed inside (stored before the save-time check, or by hand) fails for good
 with a reason that reflects nothing from the target, and is never dialled; the good entry
-beside it is delivered."""
+beside it is delivered.
+No storage semantics change here, so these run on SQLite only."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ INSIDE = ("http://127.0.0.1:6379/", "http://169.254.169.254/latest/meta-data/",
 
 
 def test_a_stored_webhook_aimed_inside_fails_for_good_and_is_never_dialled(
-        db_url: str, make_services: Callable[..., Services], providers: Providers,
+        sqlite_url: str, make_services: Callable[..., Services], providers: Providers,
         monkeypatch: pytest.MonkeyPatch) -> None:
     receiver_port = urlsplit(providers.webhook.url).port
-    svc = make_services(db_url, **{**providers.env(),
+    svc = make_services(sqlite_url, **{**providers.env(),
                                    "SLUICE_WEBHOOK_ALLOW_HOSTS": f"127.0.0.1:{receiver_port}"})
     dials: list[tuple[str, int]] = []
     real = socket.create_connection

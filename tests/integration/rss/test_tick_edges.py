@@ -1,6 +1,7 @@
 """The tick against a feed that trickles its headers, among good ones: it finishes within its
 budget, builds the good scopes, runs ingestion and the sweep, and records the slow source as
-failed with backoff (before, one such feed held the tick until Lambda killed it)."""
+failed with backoff (before, one such feed held the tick until Lambda killed it).
+No storage semantics change here, so these run on SQLite only."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from shared.rss.catalog import peek, peek_scope
 from shared.rss.store import GLOBAL_KEY, RssStore
 from tests.providers.feeds import FeedServer
 from tests.providers.hostile import HostilePeer
-from tests.rss_support import feed_services
+from tests.rss_support import catalog, feed_services
 
 FETCH_TIMEOUT_S = 1.0
 
@@ -41,9 +42,9 @@ def clean_registry() -> Iterator[None]:
 
 
 def test_one_trickling_feed_costs_its_own_fetch_timeout_and_nothing_else(
-        db_url: str, make_services: Callable[..., Services], feeds: FeedServer,
+        sqlite_url: str, make_services: Callable[..., Services], feeds: FeedServer,
         peer: HostilePeer) -> None:
-    svc = feed_services(make_services, db_url,
+    svc = feed_services(make_services, sqlite_url,
                         SLUICE_RSS_FETCH_TIMEOUT_SECONDS=str(FETCH_TIMEOUT_S),
                         SLUICE_RSS_BUILD_DEADLINE_SECONDS="3")
     store = RssStore(svc.db)
@@ -75,3 +76,19 @@ def test_one_trickling_feed_costs_its_own_fetch_timeout_and_nothing_else(
     assert "timed out" in (recorded.last_error or "") or "no answer" in (
         recorded.last_error or "").lower()
     assert peer.hits["/trickle-headers"] == 1
+
+
+def test_a_build_never_outlives_the_runs_deadline(
+        sqlite_url: str, make_services: Callable[..., Services], peer: HostilePeer) -> None:
+    """A fetch timeout and build deadline far longer than what is left of the run: the run's
+    deadline wins, and the cut-off source is recorded as failed."""
+    svc = feed_services(make_services, sqlite_url, SLUICE_RSS_FETCH_TIMEOUT_SECONDS="30",
+                        SLUICE_RSS_BUILD_DEADLINE_SECONDS="60")
+    store = RssStore(svc.db)
+    slow = store.add_source(peer.url + "/trickle-headers", "Slow", True)
+    started = time.monotonic()
+    with catalog(svc, stop_at=started + 1.0) as built:
+        refreshed = built.refresh_global(force=True)
+    assert refreshed.outcome == "built"
+    assert time.monotonic() - started < 1.0 + 2.5
+    assert store.source(slow.id).consecutive_failures == 1
