@@ -25,13 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
-from shared.core.errors import NotFound
+from shared.core.errors import NotFound, PermanentStoreError
 from shared.core.observe import logger
 from shared.rss.fetch import AddressGuard, Fetched, Fetcher, feed_client
 from shared.rss.store import (
     GLOBAL_KEY,
     GLOBAL_LOCALE,
     CatalogBuild,
+    FetchState,
     RssStore,
     Source,
     Story,
@@ -258,10 +259,14 @@ class Catalog:
         if due:
             workers = max(1, min(self.concurrency, len(due)))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch") as pool:
-                results = list(pool.map(lambda s: (s, self.fetcher.fetch(s, now, deadline_at)),
+                results = list(pool.map(lambda s: (s, self._fetch_one(s, now, deadline_at)),
                                         due))
             for source, fetched in results:
-                self._record(source, fetched, now)
+                try:
+                    self._record(source, fetched, now)
+                except PermanentStoreError as exc:  # its stories cannot be stored: its failure
+                    self._record(source, self._failure(source, now, f"not stored: {exc.message}"),
+                                 now)
         build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))), locale=locale,
                              built_at=now, stories=self._assemble(source_ids))
         self.store.save_build(build, self.ttl)
@@ -272,6 +277,19 @@ class Catalog:
             if new:
                 self._announce(build, new)
         return build
+
+    def _fetch_one(self, source: Source, now: datetime, deadline_at: float) -> Fetched:
+        """One source's fetch; whatever it raises is that source's failure (recorded, with
+        its backoff), never the build's: the other sources of the set are built."""
+        try:
+            return self.fetcher.fetch(source, now, deadline_at)
+        except Exception as exc:  # noqa: BLE001 - one source never stops a build
+            return self._failure(source, now, f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def _failure(self, source: Source, now: datetime, error: str) -> Fetched:
+        wait = self.fetcher.backoff.next_attempt(source.consecutive_failures + 1, now, None)
+        return Fetched(FetchState(ok=False, status=None, error=error, next_attempt_at=wait),
+                       None, 0)
 
     def _record(self, source: Source, fetched: Fetched, now: datetime) -> None:
         self.counters.fetches += 1
