@@ -162,6 +162,7 @@ JOBS: dict[str, Job] = {
             schedule="cron(15 3 * * ? *)",
             surface="state",
             target="shared.jobs.cleanup:run_state_cleanup",
+            failure_keys=("failed",),
             budget_s=50.0,
             timeout_s=60,
         ),

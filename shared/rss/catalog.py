@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
-from shared.core.errors import NotFound
+from shared.core.errors import NotFound, PermanentStoreError
 from shared.core.observe import logger
 from shared.rss.fetch import Fetched, Fetcher, feed_client, feed_guard
 from shared.rss.store import (
@@ -264,7 +264,11 @@ class Catalog:
             deadline_at = min(deadline_at, self.stop_at)
         if due:
             for source, fetched in self._fetch_all(due, now, deadline_at):
-                self._record(source, fetched, now)
+                try:
+                    self._record(source, fetched, now)
+                except PermanentStoreError as exc:  # its stories cannot be stored: its failure
+                    self._record(source, self.fetcher.abandoned(
+                        source, now, f"not stored: {exc.message}"), now)
         build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))), locale=locale,
                              built_at=now, stories=self._assemble(source_ids))
         self.store.save_build(build, self.ttl)

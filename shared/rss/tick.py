@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from shared.core.errors import SluiceError
+from shared.core.errors import SluiceError, TransientStoreError
 from shared.core.observe import logger
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.queues.handlers import PIPELINE_FLAG
@@ -78,6 +78,8 @@ def ingest_tenant_scopes(list_scopes: Callable[[], list[str]], refresh: Callable
         try:
             refresh(scope_id)
             refreshed += 1
+        except TransientStoreError:
+            raise  # an outage is no scope's failure: the run stops, as every drain does
         except Exception as exc:  # noqa: BLE001 - one tenant's failure never stops the others
             failed += 1
             logger.error(f"[rss-refresh] tenant ingestion failed for {scope_id}: {exc}")
