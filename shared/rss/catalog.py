@@ -304,7 +304,7 @@ class Catalog:
             elif (error := future.exception()) is not None:
                 # one source's unexpected error is that source's failure, not the build's
                 results.append((source, self.fetcher.abandoned(
-                    source, now, f"fetch failed: {type(error).__name__}")))
+                    source, now, f"fetch failed: {type(error).__name__}: {str(error)[:300]}")))
             else:
                 results.append((source, future.result()))
         return results
