@@ -26,7 +26,6 @@ from shared.delivery.channels.base import (
     transport_error,
 )
 from shared.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
-from shared.delivery.classify import CredentialsRefused
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
 
@@ -84,8 +83,6 @@ class TelegramAdapter:
         description = str(data.get("description") or f"HTTP {response.status_code}")
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
-        if status == 401:  # a wrong token is configuration, not this message's fault
-            raise CredentialsRefused(f"telegram {status}: {description}", status=status)
         raise refused(f"telegram {status}: {description}", status=status,
                       retry_after_s=retry_after(wait))
 
