@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Query, Request
 
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
-from shared.http.app import require, services_of
+from shared.http.app import preview, require, services_of
 from shared.http.params import known_fields
 from shared.ops.deadletters import DEFAULT_REDRIVE, DeadLetters
 from shared.store.flags import FLAG_ACTION, FlagStore
@@ -69,6 +69,8 @@ def dlq_redrive(request: Request, name: str, body: JsonBody = None,
         raise RequestError("limit must be a whole number")
     if not isinstance(dry_run, bool):
         raise RequestError("dryRun must be true or false")
+    if dry_run:
+        preview(request)
     return DeadLetters(services_of(request)).redrive(
         name, ids=_ids(body), limit=limit, dry_run=dry_run, actor=identity.subject)
 

@@ -11,7 +11,6 @@ import pytest
 
 from shared.core.errors import ShutdownRequested
 from shared.core.shutdown import SHUTDOWN, install, sleep_with_abort
-
 from shared.delivery.channels.base import send_chunks
 from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
 from shared.delivery.retry import Retrier, RetryPolicy
