@@ -77,9 +77,11 @@ TARGETS: tuple[Target, ...] = (
            "(slack: a user id; telegram: a chat id; email: the address, any case; webhook: "
            "a URL, never a user id). A recipient that is not the subject id (an address of "
            "a user known by another id) is found only through subject_user_id"),
-    Target("admin_audit.actor", "admin_audit", ("actor", "ip"), How.PSEUDONYMISE,
+    Target("admin_audit.actor", "admin_audit", ("actor", "ip", "detail"), How.PSEUDONYMISE,
            Q.count_audit_actor, Q.purge_audit_actor,
-           "the trail is kept; actor becomes erased:<request id> and ip is cleared"),
+           "the trail is kept; actor becomes erased:<request id>, ip and the forwarded "
+           "address (detail.forwardedFor) are cleared, also on rows an earlier purge "
+           "pseudonymised"),
     Target("data_erasure_requests.requested_by", "data_erasure_requests", ("requested_by",),
            How.PSEUDONYMISE, Q.count_requested_by, Q.purge_requested_by,
            "an operator who is themselves erased becomes erased:<request id>"),
