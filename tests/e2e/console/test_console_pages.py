@@ -98,13 +98,19 @@ def test_the_overview_twin_has_the_pages_numbers(db_url: str, make_services: Any
     assert cards["rss.ingest-dlq"]["figures"]["depth"] == 3
     assert cards["rss.ingest-dlq"]["source"] == "queue_dead_letters table"
     assert cards["rss.ingest"]["figures"]["depth"] is None, "in process: no backlog, not a zero"
-    assert cards["ledger"]["error"]["code"] == "redis_not_configured"
+    assert cards["ledger"]["error"] is None, "nothing configured is not an error"
+    assert "no Redis is configured" in cards["ledger"]["notConfigured"]
     assert cards["ledger"]["figures"] is None
     page = client.get("/admin/queues").text
     card = page.split('data-card="rss.ingest-dlq"')[1].split("</section>")[0]
     assert "<dt>Depth</dt><dd>3</dd>" in card and "<dt>Dead</dt><dd>3</dd>" in card
     ledger = page.split('data-card="ledger"')[1].split("</section>")[0]
-    assert "redis_not_configured" in ledger and "<dd>0</dd>" not in ledger
+    assert 'data-state="not-configured"' in ledger and "<dd>0</dd>" not in ledger
+    assert 'class="card failing' not in page.split('data-card="ledger"')[0].rsplit("<section", 1)[1]
+    assert 'role="alert"' not in ledger
+    dlq = client.get("/admin/dlq").text
+    row = dlq.split('href="/admin/dlq/ledger"')[0].rsplit("<tr", 1)[1]
+    assert "failing" not in row and "not configured" in dlq.split('href="/admin/dlq/ledger"')[1]
 
 
 def test_dead_letters_are_paginated_newest_first(sqlite_url: str, make_services: Any) -> None:
