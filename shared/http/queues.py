@@ -15,6 +15,7 @@ from shared.core.errors import RequestError
 from shared.http.app import preview, require, services_of
 from shared.http.params import known_fields
 from shared.ops.deadletters import DEFAULT_REDRIVE, DeadLetters
+from shared.rss.store import RssStore
 from shared.store.flags import FLAG_ACTION, FlagStore
 
 router = APIRouter()
@@ -38,7 +39,9 @@ def list_flags(request: Request, identity: Identity = require("flags")) -> dict[
 @router.put("/api/admin/flags", name=FLAG_ACTION)
 def set_flag(request: Request, body: Annotated[dict[str, Any], Body()],
              identity: Identity = require("flags")) -> dict[str, Any]:
-    return {"flag": FlagStore(services_of(request).state).apply(body, actor=identity.subject)}
+    services = services_of(request)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
+    return {"flag": flags.apply(body, actor=identity.subject)}
 
 
 @router.get("/api/admin/dlq", name="dlq:overview")

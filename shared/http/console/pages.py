@@ -484,9 +484,10 @@ async def flags_page(request: Request, identity: Identity) -> Response:
 @router.post("/admin/flags", name="flags:set", include_in_schema=False)
 @_guarded("flags")
 async def flags_set(request: Request, identity: Identity) -> Response:
-    from shared.store.flags import FlagStore
+    from shared.rss.store import RssStore
+    from shared.store.flags import FlagStore, get_flag
 
-    form = await _form(request, ("key", "enabled", "tenantScopeId", "clearOverride"))
+    form = await _form(request, ("key", "enabled", "tenantScopeId", "clearOverride", "confirm"))
     body: dict[str, Any] = {"key": form.get("key")}
     tenant = form.get("tenantScopeId").strip()
     if tenant:
@@ -497,7 +498,14 @@ async def flags_set(request: Request, identity: Identity) -> Response:
         if form.get("enabled") not in ("true", "false"):
             raise RequestError("enabled must be true or false")
         body["enabled"] = form.get("enabled") == "true"
-    store = FlagStore(_services(request).state)
+    if not tenant and not form.flag("confirm"):  # the global switch: confirm first
+        flag = get_flag(body["key"])
+        await run_in_threadpool(preview, request)
+        return _page(request, "flag_confirm.html", identity=identity, flag=flag,
+                     enabled=body["enabled"], title=f"Turn {flag.label} "
+                     f"{'on' if body['enabled'] else 'off'} globally?")
+    services = _services(request)
+    store = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
     await run_in_threadpool(store.apply, body, identity.subject)
     return _secure(RedirectResponse(f"/admin/flags?saved={body['key']}", status_code=303))
 

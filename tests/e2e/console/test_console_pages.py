@@ -225,13 +225,27 @@ def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_service
 def test_flags_are_edited_from_the_page(db_url: str, make_services: Any) -> None:
     services = make_services(db_url)
     client = _client(services, ["super_admin"])
-    csrf = _csrf(client.get("/admin/flags").text)
+    from shared.rss.store import RssStore
+
+    RssStore(services.db).put_scope("t-9", "tenant-9", (), "en", True)
+    page = client.get("/admin/flags").text
+    csrf = _csrf(page)
+    assert 'data-override-note="rssQueuePipeline"' in page, "the page says why overrides do nothing"
+    ask = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
+                                            "enabled": "true"}, follow_redirects=False)
+    assert ask.status_code == 200 and "Confirm: turn RSS queue pipeline on" in ask.text
+    flags = FlagStore(services.state)
+    assert not flags.enabled("rssQueuePipeline"), "the global switch asks first"
+    assert not [a for a in RunStore(services.db).recent_audit() if a["action"] == "flags:set"]
     on = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
-                                           "enabled": "true"}, follow_redirects=False)
+                                           "enabled": "true", "confirm": "1"},
+                     follow_redirects=False)
     assert on.status_code == 303
     client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
                                       "enabled": "false", "tenantScopeId": "t-9"})
-    flags = FlagStore(services.state)
+    unknown = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
+                                                "enabled": "false", "tenantScopeId": "t-nope"})
+    assert unknown.status_code == 400 and "t-nope" in unknown.text
     assert flags.enabled("rssQueuePipeline") and not flags.enabled("rssQueuePipeline", "t-9")
     client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
                                       "tenantScopeId": "t-9", "clearOverride": "1"})
