@@ -299,6 +299,8 @@ def _job_function(job: Job) -> str:
         "    handler: functions/cron.handler",
         f"    role: {job_role(job)}",
         f"    timeout: {job.timeout_s}",
+        # The cron GET with the job's whole time (API Gateway cuts requests at 30 s).
+        "    url: true",
         "    environment:",
         f"      SLUICE_JOB: {job.name}",
         "    events:",
