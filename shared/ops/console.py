@@ -19,8 +19,9 @@ from shared.store.db import utcnow
 from shared.store.history import HistoryStore, Sample
 
 FIGURES = ("depth", "inFlight", "retrying", "dead", "oldestAgeS")
-# Console reads come often (auto-refresh); one depth sample per this interval is kept.
-SAMPLE_EVERY = timedelta(seconds=60)
+# The schedule samples once a minute; a duplicate delivery of the event (or a manual run)
+# within this interval adds no second point.
+SAMPLE_EVERY = timedelta(seconds=30)
 WINDOWS: dict[str, timedelta] = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 RECENT_RUNS = 10
 

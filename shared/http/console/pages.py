@@ -248,12 +248,8 @@ async def logout(request: Request) -> Response:
 
 
 def overview_model(services: Services) -> dict[str, Any]:
-    data = model.overview(services)
-    try:
-        model.record_depths(services, data)
-    except SluiceError as exc:  # a sample that cannot be written never hides the figures
-        services.reporter.error("console.history_sample", exc)
-    return data
+    # Reading writes nothing: the history-sample job samples on its schedule.
+    return model.overview(services)
 
 
 @router.get("/admin/queues", name="console:overview", include_in_schema=False)
