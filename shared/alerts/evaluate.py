@@ -150,11 +150,15 @@ def evaluate_new_stories(services: Services, build: CatalogBuild, new: Sequence[
 
 
 def on_new_stories(services: Services, build: CatalogBuild, new: list[Story],
-                   scope_ids: list[str]) -> None:
-    """The catalog's listener: evaluation after the response (see ``shared.core.after``)."""
+                   scope_ids: list[str], now: bool = False) -> int | None:
+    """The catalog's listener: evaluation after the response (see ``shared.core.after``),
+    or at once when ``now`` (a tick, whose answer counts what it enqueued)."""
+    if now:
+        return evaluate_new_stories(services, build, new, scope_ids).enqueued
 
     def failed(exc: BaseException) -> None:
         logger.error(f"[alerts] new-story evaluation failed for {build.key}: {exc}")
 
     run_after_response(lambda: evaluate_new_stories(services, build, new, scope_ids), failed,
                        reporter=services.reporter)
+    return None

@@ -68,10 +68,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_flags(args: argparse.Namespace) -> int:
     from shared.jobs.runs import RunStore
+    from shared.rss.store import RssStore
     from shared.store.flags import FlagStore
 
     services = _services()
-    flags = FlagStore(services.state)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
     if args.key is None:
         _print({"flags": flags.all()})
         return 0

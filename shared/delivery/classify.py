@@ -91,6 +91,8 @@ PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNOREC
     r"bot can't initiate conversation",
     r"bot is not a member",
     r"have no rights to send",
+    r"not enough rights",
+    r"forbidden\b.*\b(insufficient|not enough)[ _]permissions?",
     r"group chat was upgraded to a supergroup",
     r"message text is empty",
     r"can't parse entities",

@@ -46,6 +46,7 @@ from shared.core.crash import crash_point
 from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
+from shared.core.shutdown import sleep_with_abort
 from shared.core.validate import check_recipient
 from shared.delivery.channels import (
     ChannelAdapter,
@@ -69,8 +70,9 @@ from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
 from shared.store.db import utcnow
 
-# The sleep of in-process retries in a drain run (tests replace it: no real waiting).
-SLEEP: Callable[[float], None] = time.sleep
+# The sleep of in-process retries in a drain run (tests replace it: no real waiting);
+# it ends at once on shutdown.
+SLEEP: Callable[[float], None] = sleep_with_abort
 
 
 class SendOutcome(StrEnum):

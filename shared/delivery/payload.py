@@ -5,9 +5,17 @@ A payload is a JSON object::
     {"payloads": ["first part", {"text": "second part"}],
      "accountId": "…", "threadId": "…", "replyToId": "…",
      "silent": false, "bestEffort": false,
+     "gifPlayback": false, "forceDocument": false,
+     "mirror": false, "gatewayClientScopes": ["…"],
+     "mediaUrl": "https://…",              # telegram: a file sent before the text
      "subject": "…", "html": "…",          # email
      "blocks": [...]}                      # slack, sent with the first chunk
 
+``gifPlayback`` and ``forceDocument`` choose how Telegram sends ``mediaUrl`` (an
+animation, or a document rather than a photo); no other channel sends media, so they
+are stored and ignored there. ``mirror`` and ``gatewayClientScopes`` are kept with the
+entry for the producer's own bookkeeping (transcript mirroring, gateway scopes belong to
+the producer) and no channel reads them.
 ``text`` (one string) is still accepted and is the same as ``payloads: [text]``.
 Each part's text is plain text with two marks, ``**bold**`` and ```code```, which
 each channel converts to its own markup (``shared.delivery.chunking``). Any other key
@@ -20,14 +28,17 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from shared.core.errors import RequestError
-from shared.core.validate import MAX_MESSAGE, check_identifier, check_text
+from shared.core.validate import MAX_MESSAGE, check_identifier, check_text, check_url
 
 COMMON_KEYS = frozenset({"payloads", "text", "accountId", "threadId", "replyToId", "silent",
-                         "bestEffort"})
+                         "bestEffort", "gifPlayback", "forceDocument", "mirror",
+                         "gatewayClientScopes"})
 CHANNEL_KEYS: dict[str, frozenset[str]] = {
     "email": frozenset({"subject", "html"}),
     "slack": frozenset({"blocks"}),
+    "telegram": frozenset({"mediaUrl"}),
 }
+MAX_SCOPES = 50
 FREE_FORM = frozenset({"webhook"})
 MAX_PARTS = 100
 MAX_SLACK_BLOCKS = 50
@@ -43,6 +54,11 @@ class Message(NamedTuple):
     subject: str | None = None
     html: str | None = None
     blocks: tuple[dict[str, Any], ...] = ()
+    gif_playback: bool = False
+    force_document: bool = False
+    mirror: bool = False
+    gateway_client_scopes: tuple[str, ...] = ()
+    media_url: str | None = None
 
 
 def _optional_id(payload: dict[str, Any], key: str) -> str | None:
@@ -66,6 +82,26 @@ def _flag(payload: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise RequestError(f"payload.{key} must be true or false", field=key)
     return value
+
+
+def _scopes(payload: dict[str, Any]) -> tuple[str, ...]:
+    raw = payload.get("gatewayClientScopes", [])
+    if not isinstance(raw, list) or len(raw) > MAX_SCOPES \
+            or not all(isinstance(x, str) and x for x in raw):
+        raise RequestError(f"payload.gatewayClientScopes must be a list of at most {MAX_SCOPES} "
+                           "non-empty strings", field="gatewayClientScopes")
+    return tuple(raw)
+
+
+def _media_url(payload: dict[str, Any]) -> str | None:
+    raw = payload.get("mediaUrl")
+    if raw is None:
+        return None
+    url = check_url(raw, field="mediaUrl")
+    # Telegram's servers fetch it, never Sluice: only its form is checked here.
+    if not url.startswith("https://"):
+        raise RequestError("payload.mediaUrl must be an https:// URL", field="mediaUrl")
+    return url
 
 
 def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
@@ -112,7 +148,8 @@ def parse(channel: str, payload: Any) -> Message:
             or len(blocks) > MAX_SLACK_BLOCKS:
         raise RequestError(f"payload.blocks must be a list of at most {MAX_SLACK_BLOCKS} "
                            "block objects", field="blocks")
-    if channel not in FREE_FORM and not parts and not html and not blocks:
+    media_url = _media_url(payload) if channel == "telegram" else None
+    if channel not in FREE_FORM and not parts and not html and not blocks and not media_url:
         raise RequestError("payload has no text: give payload.payloads (or payload.text)",
                            field="payloads")
     return Message(
@@ -127,4 +164,9 @@ def parse(channel: str, payload: Any) -> Message:
         else None,
         html=html,
         blocks=tuple(blocks),
+        gif_playback=_flag(payload, "gifPlayback"),
+        force_document=_flag(payload, "forceDocument"),
+        mirror=_flag(payload, "mirror"),
+        gateway_client_scopes=_scopes(payload) if channel not in FREE_FORM else (),
+        media_url=media_url,
     )

@@ -438,6 +438,12 @@ class DeliveryStore:
                            "or unknown entry can be purged", id=entry_id,
                            status=entry.status.value)
 
+    def count_failed(self, *, channel: str | None = None) -> int:
+        """How many entries ``redrive_all`` / ``purge_all`` would change now."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.count_failed, {"channel": channel})
+        return int(row["n"]) if row else 0
+
     def purge_all(self, *, channel: str | None = None) -> int:
         with self.db.transaction() as tx:
             tx.execute(Q.effects_purged_all, {"channel": channel, "now": utcnow()})

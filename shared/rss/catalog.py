@@ -50,9 +50,11 @@ LOCK_POLL_S = 0.1
 FETCH_GRACE_S = 0.5
 
 Outcome = Literal["built", "shared", "fresh", "throttled", "locked"]
-NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str]], None]
+NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str], bool], int | None]
 # Called after a build brings stories its previous build did not have (not on a
-# key's first build, which would announce a whole backlog).
+# key's first build, which would announce a whole backlog). The last argument asks the
+# listener to do its work now (inside a tick, which counts it) rather than after the
+# response; it then returns how many alerts it enqueued.
 on_new_stories: list[NewStoriesHook] = []
 
 
@@ -119,12 +121,13 @@ class Counters:
         self.builds = self.shared = self.throttled = self.locked = 0
         self.fetches = self.not_modified = self.fetch_failures = self.backing_off = 0
         self.bytes_parsed = 0
+        self.new_story_alerts = self.new_story_failures = 0
 
     def to_json(self) -> dict[str, int]:
         return {"builds": self.builds, "shared": self.shared, "throttled": self.throttled,
                 "locked": self.locked, "fetches": self.fetches, "notModified": self.not_modified,
                 "fetchFailures": self.fetch_failures, "backingOff": self.backing_off,
-                "bytesParsed": self.bytes_parsed}
+                "bytesParsed": self.bytes_parsed, "newStoryAlerts": self.new_story_alerts}
 
 
 class Refreshed(NamedTuple):
@@ -145,6 +148,7 @@ class Catalog:
         self.lock = lock or lock_for(services, self.store)
         self.memo = memo or TickMemo()
         self.counters = Counters()
+        self.announce_now = False  # a tick sets it: new-story listeners run inline, counted
         self.ttl = timedelta(seconds=settings.rss_build_ttl_s)
         self.min_interval = timedelta(seconds=settings.rss_scope_min_interval_s)
         self.build_deadline_s = settings.rss_build_deadline_s
@@ -189,29 +193,31 @@ class Catalog:
             self.store.mark_refreshed(scope_id, now)
         return refreshed
 
-    def refresh_global(self, *, force: bool = True) -> Refreshed:
+    def refresh_global(self, *, force: bool = True, rebuild: bool = False) -> Refreshed:
+        """``rebuild``: build even inside the throttle (only a build made from now on, by
+        this call or by the lock's holder, serves it)."""
         return self.refresh(GLOBAL_KEY, self.store.global_source_ids(), GLOBAL_LOCALE,
-                            force=force)
+                            force=force, since=self.now() if rebuild else None)
 
     def refresh(self, key: str, source_ids: tuple[str, ...], locale: str, *,
-                force: bool) -> Refreshed:
+                force: bool, since: datetime | None = None) -> Refreshed:
         with self.memo.lock:
             seen = key in self.memo.builds
             known = self.memo.builds.get(key)
-        if seen:
+        if seen and (since is None or (known is not None and known.built_at >= since)):
             self.counters.shared += 1
             return Refreshed("shared", known)
         stored = self.store.build(key)
-        if stored is not None and self._recent(stored, force):
+        if stored is not None and self._recent(stored, force, since):
             self._remember(key, stored)
             self.counters.shared += 1
             return Refreshed("fresh", stored)
         token = self.lock.acquire(key, timedelta(seconds=self.build_deadline_s + 30))
         if token is None:
-            return self._wait_for_winner(key, force)
+            return self._wait_for_winner(key, force, since)
         try:
             stored = self.store.build(key)  # the previous holder may have just built it
-            if stored is not None and self._recent(stored, force):
+            if stored is not None and self._recent(stored, force, since):
                 self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("fresh", stored)
@@ -224,7 +230,9 @@ class Catalog:
 
     # --- internals -------------------------------------------------------------
 
-    def _recent(self, build: CatalogBuild, force: bool) -> bool:
+    def _recent(self, build: CatalogBuild, force: bool, since: datetime | None = None) -> bool:
+        if since is not None:
+            return build.built_at >= since
         age = self.now() - build.built_at
         return age < self.min_interval or (not force and age < self.ttl)
 
@@ -232,12 +240,13 @@ class Catalog:
         with self.memo.lock:
             self.memo.builds[key] = build
 
-    def _wait_for_winner(self, key: str, force: bool) -> Refreshed:
+    def _wait_for_winner(self, key: str, force: bool,
+                         since: datetime | None = None) -> Refreshed:
         started = time.monotonic()  # real time: the winner builds in real time
         while time.monotonic() - started < self.lock_wait_s:
             time.sleep(LOCK_POLL_S)
             stored = self.store.build(key)
-            if stored is not None and self._recent(stored, force):
+            if stored is not None and self._recent(stored, force, since):
                 self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("shared", stored)
@@ -351,9 +360,12 @@ class Catalog:
             self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
         for hook in on_new_stories:
             try:
-                hook(self.services, build, new, scope_ids)
+                enqueued = hook(self.services, build, new, scope_ids, self.announce_now)
             except Exception as exc:  # noqa: BLE001 - a listener never fails the build
+                self.counters.new_story_failures += 1
                 self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
+            else:
+                self.counters.new_story_alerts += enqueued or 0
 
 
 def peek(services: Services, key: str) -> CatalogBuild | None:

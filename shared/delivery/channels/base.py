@@ -102,19 +102,22 @@ class Channel(NamedTuple):
 
 def refused(text: str, *, status: int | None = None,
             retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
-    """The typed error for a platform's refusal: permanent by pattern or by a final 4xx.
+    """The typed error for a platform's refusal: permanent by pattern (any status) or by a
+    final 4xx.
 
     A 401/403 that names no recipient problem is the receiver refusing Sluice's
     credentials (a wrong token or a rotated signing secret): configuration, not the
     message, so it is transient and the channel's outage rule stops the run before any
     entry loses an attempt.
     """
-    if (status in CREDENTIAL_STATUSES and retry_after_s is None
-            and not matches_permanent(text)):
+    # The platform's own words decide first, whatever the status: Telegram answers
+    # "bot was blocked" with 403 and has sent such texts with other codes.
+    if matches_permanent(text):
+        return PermanentDeliveryError(text, status=status)
+    if status in CREDENTIAL_STATUSES and retry_after_s is None:
         return CredentialsRefused(text, status=status)
     if retry_after_s is None and (
-            matches_permanent(text)
-            or (status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX)):
+            status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX):
         return PermanentDeliveryError(text, status=status)
     return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status)
 

@@ -234,3 +234,8 @@ WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channe
 
 -- name: status_counts
 SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GROUP BY status
+
+-- name: count_failed
+-- Exactly the rows redrive_all / purge_all would change, for their confirmation.
+SELECT count(*) AS n FROM delivery_queue
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)

@@ -14,6 +14,7 @@ from shared.cli.main import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, main
 from shared.jobs.runs import RunStore
 from shared.queues.handlers import register_catalog_refresh
 from shared.queues.publish import REGISTRY
+from shared.rss.store import RssStore
 from shared.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 
@@ -67,6 +68,9 @@ def test_flags_on_and_off_write_one_audit_row_each(env: dict[str, str],
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    capsys: Any) -> None:
     _in_process(["flags", "rssQueuePipeline", "on"], monkeypatch, capsys)
+    scopes = open_database(env["SLUICE_DATABASE_URL"])
+    RssStore(scopes).put_scope("t-1", "tenant-1", (), "en", True)
+    scopes.close()
     _in_process(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], monkeypatch, capsys)
     _in_process(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear"], monkeypatch, capsys)
     db = open_database(env["SLUICE_DATABASE_URL"])

@@ -248,3 +248,19 @@ def test_an_unreachable_platform_is_transient_and_never_leaks_the_bot_token(
     assert stored.status is DeliveryStatus.PENDING and "ConnectError" in (stored.last_error or "")
     assert stored.attempts == 0, "the platform is unreachable: the entry waits, uncounted"
     assert token not in json.dumps(stored.to_json())
+
+
+def test_telegram_sends_media_as_the_flags_ask(svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/a.gif", "gifPlayback": True,
+                                       "text": "caption after"})
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/b.png",
+                                       "gifPlayback": True, "forceDocument": True})
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/c.png", "mirror": True})
+    assert seed(drain_once(svc))["recovered"] == 3
+    sent = sorted((m.get("method", "sendMessage"), m.get("animation") or m.get("document")
+                   or m.get("photo") or m.get("text")) for m in providers.telegram.messages)
+    assert sent == [("sendAnimation", "https://cdn.test/a.gif"),
+                    ("sendDocument", "https://cdn.test/b.png"),
+                    ("sendMessage", "caption after"),
+                    ("sendPhoto", "https://cdn.test/c.png")]
