@@ -5,8 +5,8 @@ exit code is one the table in docs/cli.md defines."""
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from shared.cli.main import EXIT_CONFIG, EXIT_USAGE, build_parser, leaf_commands, main
-from shared.delivery.store import DeliveryStore
 from shared.erasure.requests import ErasureStore
 from shared.queues.deadletters import LocalDeadLetters
 from shared.queues.signing import Signer
@@ -86,7 +85,7 @@ CAPTURE: dict[tuple[str, ...], Callable[[Any], dict[str, str]]] = {
 def documented_exit_codes() -> set[int]:
     text = (ROOT / "docs" / "cli.md").read_text()
     table = text[text.index("Exit codes, for every command"):]
-    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
 
 
 @pytest.fixture
