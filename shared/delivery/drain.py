@@ -17,7 +17,7 @@ stops) all go back to ``pending`` with the attempt returned. A send that timed o
 after the request went out is *unknown*: retried with the same idempotency key,
 never failed for it.
 
-Its result, as the seed's ``RecoverySummary`` means it:
+Its result (the keys a scheduler or an alarm reads, stable across versions):
 
 - ``recovered``: entries delivered (acked) by this run;
 - ``failed``: entries failed for good by this run (a permanent error, or ``expired``);
