@@ -3,9 +3,9 @@
 Four hooks an app has, one call each. Run one of them from a shell (CI does, for each):
 
     SLUICE_DATABASE_URL=... SLUICE_QUEUE_SIGNING_SECRET=... \\
-        python docs/examples/app_python.py publish|deliver|usage|erase
+        python docs/examples/app_python.py publish|deliver|usage|erase …
 
-and it prints what Sluice answered as one JSON object.
+and it prints what Sluice answered, one JSON object a hook.
 """
 
 from __future__ import annotations
@@ -78,4 +78,5 @@ def main(hook: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else ""), default=str))
+    for name in sys.argv[1:] or [""]:
+        print(json.dumps(main(name), default=str))
