@@ -21,7 +21,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
     svc = services()
     store = RulesStore(svc)
     if args.set is None:
-        body = rules_body(args.scope, store.get(args.scope))
+        rules = store.get(args.scope)
+        if not rules:
+            from shared.rss.store import RssStore
+
+            RssStore(svc.db).scope(args.scope)  # an unknown scope is a usage error (64)
+        body = rules_body(args.scope, rules)
     else:
         raw = sys.stdin.read() if args.set == "-" else Path(args.set).read_text()
         document: Any = load_json(raw, field="rules")

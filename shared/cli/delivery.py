@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from shared.cli.main import audited, command_group, operator, services
+from shared.cli.output import emit
 from shared.core.errors import RequestError
 from shared.core.times import json_default
 from shared.core.validate import check_recipient, load_json
@@ -46,7 +47,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
-            print(json.dumps(row, default=json_default))
+            emit(row)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -148,19 +149,20 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
 
-    p = add("list", cmd_list, "list entries, newest first")
+    p = add("list", cmd_list, "list entries, newest first", by=False)
     p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed"])
     p.add_argument("--channel")
     p.add_argument("--limit", type=int, default=100)
-    add("show", cmd_show, "show one entry").add_argument("id")
-    add("stats", cmd_stats, "count and oldest entry per status")
+    add("show", cmd_show, "show one entry", by=False).add_argument("id")
+    add("stats", cmd_stats, "count and oldest entry per status", by=False)
     for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
                              ("purge", cmd_purge, "delete failed entries")):
         p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]")
         p.add_argument("id", nargs="?")
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
-    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
+    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
+            by=False)
     from shared.delivery.channels import channels
 
     p.add_argument("channel", choices=list(channels()))

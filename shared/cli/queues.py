@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from shared.cli.main import audited, operator, services
+from shared.cli.output import age, emit, mode
 from shared.core.errors import RequestError
-from shared.core.times import json_default
 from shared.core.validate import load_json
 
 
@@ -22,7 +22,7 @@ def _read_json(what: str) -> Any:
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=json_default))
+    emit(value)
 
 
 def _actor() -> str:
@@ -47,11 +47,13 @@ def cmd_sign(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     message = _read_json("the message")
     reason = _signer().check(message)
-    if reason is None:
+    if mode().json:
+        emit({"valid": reason is None, "reason": reason})
+    elif reason is None:
         print("valid")
-        return 0
-    print(f"invalid: {reason}", file=sys.stderr)
-    return 1
+    if reason is not None and not mode().json:
+        print(f"invalid: {reason}", file=sys.stderr)
+    return 0 if reason is None else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -105,9 +107,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['queue']}: {result['depth']} dead letter(s)")
     for item in result["items"]:
-        age = item["ageSeconds"]
-        print(f"  {item['id']}  {item['failedAt'] or '?'}  "
-              f"{'' if age is None else f'{age / 3600:.1f}h old'}  {item['reason'][:120]}")
+        print(f"  {item['id']}  {item['failedAt'] or '?'}  {age(item['ageSeconds'])} old  "
+              f"{item['reason'][:120]}")
     return 0
 
 

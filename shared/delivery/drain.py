@@ -18,7 +18,7 @@ counts as an attempt, is never resent in-process, and is resent later only as it
 channel allows (``DeliveryStore.nack``). One malformed entry (a recipient that does
 not parse) is that entry's permanent failure; the run goes on.
 
-Its result, as the seed's ``RecoverySummary`` means it:
+Its result (the keys a scheduler or an alarm reads, stable across versions):
 
 - ``recovered``: entries delivered (acked) by this run;
 - ``failed``: entries failed for good by this run (a permanent error, or ``expired``);

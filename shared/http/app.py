@@ -40,7 +40,8 @@ from shared.jobs.runs import RunStore
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
                      "shared.http.delivery:router", "shared.http.delivery:status_router",
                      "shared.http.ops:router", "shared.http.console:router",
-                     "shared.http.rss:router", "shared.http.alerts:router"]
+                     "shared.http.rss:router", "shared.http.alerts:router",
+                     "shared.http.apidocs:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
@@ -194,7 +195,7 @@ def _error_response(request: Request, exc: SluiceError) -> JSONResponse:
 
 
 def create_app(services: Services) -> FastAPI:
-    app = FastAPI(title="Sluice", version="0.1.0", docs_url="/api/docs", redoc_url=None,
+    app = FastAPI(title="Sluice", version="0.1.0", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", dependencies=[Depends(strict_query)])
     app.state.services = services
     # Innermost of the middleware: undecodable input is refused before any route

@@ -32,7 +32,7 @@ def env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def _in_process(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any,
                 stdin: str = "") -> tuple[int, Any]:
     monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    code = main(argv)
+    code = main([*argv, "--json"])
     out = capsys.readouterr().out
     return code, json.loads(out) if out.strip() else None
 
