@@ -20,10 +20,10 @@ CREATE TABLE IF NOT EXISTS rss_fanout_ticks (
 );
 CREATE INDEX IF NOT EXISTS rss_fanout_ticks_started_idx ON rss_fanout_ticks (started_at);
 
--- delivery_rate_limits: the next moment (epoch milliseconds) one more message may go to
+-- delivery_rate_limits: the next moment (epoch microseconds) one more message may go to
 -- a rate-limited destination (a bot, a chat, a Slack channel, a webhook host), shared by
 -- every concurrent sender when Redis is not configured.
 CREATE TABLE IF NOT EXISTS delivery_rate_limits (
     key text PRIMARY KEY,
-    next_at_ms bigint NOT NULL
+    next_at_us bigint NOT NULL
 );

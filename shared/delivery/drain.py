@@ -27,7 +27,9 @@ Its result, as the seed's ``RecoverySummary`` means it:
 
 and beside it ``expired``, ``unknown`` (left pending after an unknown outcome),
 ``leftDue`` (due, not reached before the deadline), ``unconfigured`` and
-``outages`` (count and reason), and ``fatal`` (1 when the run stopped out of memory,
+``outages`` (count and reason), ``rateLimited`` (entries set aside, their attempt
+given back, because a rate shared by every sender had no slot or the provider answered
+429; see ``shared.delivery.ratelimit``), and ``fatal`` (1 when the run stopped out of memory,
 with ``fatalError``).
 """
 
@@ -56,6 +58,7 @@ from shared.delivery.classify import (
     retry_after_s,
 )
 from shared.delivery.payload import parse
+from shared.delivery.ratelimit import Limiter, rate_limited_for_s
 from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
@@ -75,6 +78,7 @@ class SendOutcome(StrEnum):
     UNCONFIGURED = "unconfigured"  # no adapter: back to pending, attempt given back
     HELD = "held"  # failed transiently; settled once the run knows whether it is an outage
     FATAL = "fatal"  # out of memory: back to pending, attempt given back, run stops
+    RATE_LIMITED = "rate_limited"  # no slot, or a 429: back to pending, attempt given back
 
 
 class Sent(NamedTuple):
@@ -96,6 +100,7 @@ class DrainSummary(TypedDict):
     leftDue: int
     unconfigured: dict[str, Any]
     outages: dict[str, Any]
+    rateLimited: int
     fatal: int
     fatalError: str | None
 
@@ -112,7 +117,7 @@ class Deliverer:
     def __init__(self, store: DeliveryStore, adapters: Mapping[str, ChannelAdapter], *,
                  lease: timedelta, send_timeout_s: float = 10.0,
                  expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
-                 reporter: Reporter | None = None,
+                 reporter: Reporter | None = None, limiter: Limiter | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.adapters = adapters
@@ -121,14 +126,17 @@ class Deliverer:
         self.expire = expire
         self.outage_threshold = outage_threshold
         self.reporter = reporter
+        self.limiter = limiter
         self.clock = clock
 
     @classmethod
     def from_services(cls, services: Services, client: httpx.Client, *,
                       deadline: Deadline | None = None,
                       sleep: Callable[[float], None] | None = None,
-                      policy: RetryPolicy = DEFAULT_POLICY) -> Deliverer:
-        """Adapters retry in-process on ``policy``, never waiting past ``deadline``."""
+                      policy: RetryPolicy = DEFAULT_POLICY,
+                      limiter: Limiter | None = None) -> Deliverer:
+        """Adapters retry in-process on ``policy``, never waiting past ``deadline``; the
+        rates shared with every other sender are the limiter's (Redis, else the database)."""
         settings = services.settings
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
@@ -138,7 +146,8 @@ class Deliverer:
                    send_timeout_s=settings.delivery_send_timeout_s,
                    expire=timedelta(seconds=settings.delivery_expire_s),
                    outage_threshold=settings.delivery_outage_threshold,
-                   reporter=services.reporter)
+                   reporter=services.reporter,
+                   limiter=limiter or Limiter.from_services(services))
 
     # --- one entry -----------------------------------------------------------------
 
@@ -162,13 +171,42 @@ class Deliverer:
         adapter = self.adapters.get(entry.channel)
         if adapter is None:
             return self._unconfigured(entry, timedelta(0))
+        if self._throttled(entry, None):
+            return SendOutcome.RATE_LIMITED
         sent = self._send(adapter, entry)
         if sent.verdict == "fatal":
             return self._fatal(entry, sent)
+        if self._refused_for_rate(entry, sent):
+            return SendOutcome.RATE_LIMITED
         if isinstance(sent.error, CredentialsRefused):  # configuration: no attempt counted
             self.store.release(entry, f"not sent: {describe(sent.error)}")
             return SendOutcome.UNCONFIGURED
         return self._settle(entry, sent)
+
+    def _throttled(self, entry: DeliveryEntry, time_left_s: float | None) -> bool:
+        """No slot on the entry's shared rates: set aside until one frees, attempt given
+        back."""
+        if self.limiter is None:
+            return False
+        wait_s = self.limiter.acquire(entry, time_left_s=time_left_s)
+        if wait_s <= 0:
+            return False
+        self.store.release(entry, f"not sent yet: {entry.channel} rate limit",
+                           delay=timedelta(seconds=wait_s))
+        return True
+
+    def _refused_for_rate(self, entry: DeliveryEntry, sent: Sent) -> bool:
+        """A 429 / Retry-After: every sender slows down there, and the attempt is given
+        back (the provider refused for its rate, not for the message)."""
+        if self.limiter is None or sent.verdict != "transient" or sent.error is None:
+            return False
+        wait_s = rate_limited_for_s(sent.error)
+        if wait_s is None:
+            return False
+        self.limiter.slow_down(entry, wait_s)
+        self.store.release(entry, f"not sent: {describe(sent.error)} (rate limited; no "
+                                  "attempt counted)", delay=timedelta(seconds=wait_s))
+        return True
 
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()
@@ -239,7 +277,8 @@ class _Run:
         self.summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0,
                                     deferredBackoff=0, expired=0, unknown=0, leftDue=0,
                                     unconfigured={"count": 0, "channels": {}},
-                                    outages={"count": 0, "down": {}}, fatal=0, fatalError=None)
+                                    outages={"count": 0, "down": {}}, rateLimited=0, fatal=0,
+                                    fatalError=None)
         self.down: dict[str, str] = {}
         self.held: dict[str, list[tuple[DeliveryEntry, Sent]]] = {}
 
@@ -291,7 +330,13 @@ class _Run:
         if key in self.down:
             self._set_aside(entry, key)
             return True
+        if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
+            summary["rateLimited"] += 1
+            return True
         sent = self.d._send(adapter, entry)
+        if self.d._refused_for_rate(entry, sent):
+            summary["rateLimited"] += 1
+            return True
         if sent.verdict == "fatal":
             self.d._fatal(entry, sent)
             summary["fatal"] = 1

@@ -157,10 +157,15 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
 
     providers.smtp.busy.clear()
     due_now(svc)
+    with svc.db.transaction() as tx:  # the providers' waits have passed for the rates too
+        tx.execute("DELETE FROM delivery_rate_limits")
     third = drain_once(svc)
     assert seed(third) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
                            "deferredBackoff": 0}
-    assert {e.attempts for e in store.list()} == {2}
+    # a rate limit (Telegram's flood wait, Slack's 429) gave its attempt back
+    assert {e.channel: e.attempts for e in store.list()} == {
+        "telegram": 1, "slack": 1, "webhook": 2, "email": 2}
+    assert first["rateLimited"] == 2
 
 
 def test_the_fifth_transient_failure_ends_the_entry_as_skipped_max_retries(
