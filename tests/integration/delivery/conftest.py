@@ -15,7 +15,6 @@ from tests.providers.smtp import SmtpServer
 from tests.providers.telegram import TelegramStandIn
 from tests.providers.webhook import WebhookReceiver
 
-
 WIDE_RATES = {"SLUICE_TELEGRAM_RATE_PER_SECOND": "10000",
               "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "1000",
               "SLUICE_SLACK_CHANNEL_RATE_PER_SECOND": "1000",
