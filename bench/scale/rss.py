@@ -86,8 +86,8 @@ def _reset(services: Any) -> None:
         for statement in ("DELETE FROM rss_builds", "DELETE FROM rss_build_locks",
                           "DELETE FROM rss_stories", "DELETE FROM queue_completed_keys",
                           "UPDATE rss_scopes SET last_refreshed_at = NULL",
-                          "UPDATE rss_sources SET etag = NULL, last_modified = NULL, "
-                          "next_attempt_at = NULL, consecutive_failures = 0"):
+                          ("UPDATE rss_sources SET etag = NULL, last_modified = NULL, "
+                          "next_attempt_at = NULL, consecutive_failures = 0")):
             tx.execute(statement)
 
 

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from typing import Any
+from typing import Any, Self
 
 from tests.providers.feeds import FeedServer
 from tests.providers.http import ProviderServer, json_response
@@ -88,7 +88,7 @@ class LimitedTelegram(LimitedProvider):
     def url(self) -> str:
         return self.http.url
 
-    def __enter__(self) -> LimitedTelegram:
+    def __enter__(self) -> Self:
         self.http.__enter__()
         return self
 
@@ -130,7 +130,7 @@ class LimitedHooks(LimitedProvider):
     def urls(self) -> list[str]:
         return [server.url + "/hook" for server in self.servers]
 
-    def __enter__(self) -> LimitedHooks:
+    def __enter__(self) -> Self:
         for server in self.servers:
             server.__enter__()
         return self
