@@ -327,7 +327,10 @@ def _consumer_function(topic: Topic) -> str:
         f"          batchSize: {topic.batch_size}",
         "          functionResponseType: ReportBatchItemFailures",
     )
-    if topic.max_concurrency is not None:
+    if topic.concurrency_var is not None:  # sized by a setting when the stack is deployed
+        out += (f"          maximumConcurrency: ${{env:{topic.concurrency_var}, "
+                f"{topic.max_concurrency}}}\n")
+    elif topic.max_concurrency is not None:
         out += f"          maximumConcurrency: {topic.max_concurrency}\n"
     return out
 

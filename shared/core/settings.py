@@ -145,6 +145,22 @@ class Settings(NamedTuple):
                                                  "int", 0, 86400)] = 240
     rss_lock_wait_s: Annotated[float, Var("SLUICE_RSS_LOCK_WAIT_SECONDS", "float",
                                           0.0, 60.0)] = 5.0
+    # the tick's fan-out: rss.ingest consumers building in parallel (the topic's concurrency)
+    rss_ingest_concurrency: Annotated[int, Var("SLUICE_RSS_INGEST_CONCURRENCY", "int",
+                                               1, 1000)] = 5
+    # delivery rate limits (shared/delivery/ratelimit.py), shared by every concurrent sender
+    telegram_rate_per_s: Annotated[float, Var("SLUICE_TELEGRAM_RATE_PER_SECOND", "float",
+                                              0.01, 10_000.0)] = 30.0
+    telegram_chat_rate_per_s: Annotated[float, Var("SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND",
+                                                   "float", 0.01, 1000.0)] = 1.0
+    telegram_group_rate_per_min: Annotated[float, Var(
+        "SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE", "float", 0.1, 60_000.0)] = 20.0
+    slack_channel_rate_per_s: Annotated[float, Var("SLUICE_SLACK_CHANNEL_RATE_PER_SECOND",
+                                                   "float", 0.01, 1000.0)] = 1.0
+    webhook_host_rate_per_s: Annotated[float, Var("SLUICE_WEBHOOK_HOST_RATE_PER_SECOND",
+                                                  "float", 0.01, 10_000.0)] = 10.0
+    delivery_rate_wait_s: Annotated[float, Var("SLUICE_DELIVERY_RATE_WAIT_SECONDS", "float",
+                                               0.0, 60.0)] = 1.0
     # Postgres connections (shared/store/db.py PgOptions); prepared statements off suits
     # PgBouncer's transaction pooling, where a prepared statement may land on another session
     database_connect_timeout_s: Annotated[int, Var("SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS",

@@ -30,7 +30,9 @@ and beside it ``expired``, ``unknown`` (sends of this run, and lapsed leases, wh
 outcome is unknown), ``leftDue`` (due, not reached before the deadline),
 ``unconfigured``, ``outages`` (``count``: entries that waited on a destination this
 run; ``down``: each destination reported down, with why; ``destinations``: every
-failing destination with its entries waiting), and ``fatal`` (1 when the run stopped
+failing destination with its entries waiting), ``rateLimited`` (entries set aside, their
+attempt given back, because a rate shared by every sender had no slot or the provider
+answered 429; see ``shared.delivery.ratelimit``), and ``fatal`` (1 when the run stopped
 out of memory, with ``fatalError``).
 """
 
@@ -65,6 +67,7 @@ from shared.delivery.classify import (
 )
 from shared.delivery.destinations import Destination, Destinations
 from shared.delivery.payload import parse
+from shared.delivery.ratelimit import Limiter, rate_limited_for_s
 from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
@@ -84,6 +87,7 @@ class SendOutcome(StrEnum):
     STALE = "stale"  # the entry was no longer ours to settle (our lease lapsed meanwhile)
     UNCONFIGURED = "unconfigured"  # no adapter: back to pending, attempt given back
     FATAL = "fatal"  # out of memory: back to pending, attempt given back, run stops
+    RATE_LIMITED = "rate_limited"  # no slot, or a 429: back to pending, attempt given back
 
 
 class Sent(NamedTuple):
@@ -105,6 +109,7 @@ class DrainSummary(TypedDict):
     leftDue: int
     unconfigured: dict[str, Any]
     outages: dict[str, Any]
+    rateLimited: int
     fatal: int
     fatalError: str | None
 
@@ -121,7 +126,7 @@ class Deliverer:
     def __init__(self, store: DeliveryStore, adapters: Mapping[str, ChannelAdapter], *,
                  lease: timedelta, send_timeout_s: float = 10.0,
                  expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
-                 reporter: Reporter | None = None,
+                 reporter: Reporter | None = None, limiter: Limiter | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.adapters = adapters
@@ -131,14 +136,17 @@ class Deliverer:
         self.destinations = Destinations(store.db, store.schedule.delays_s, outage_threshold)
         self.deduplicating = deduplicating()
         self.reporter = reporter
+        self.limiter = limiter
         self.clock = clock
 
     @classmethod
     def from_services(cls, services: Services, client: Outbound, *,
                       deadline: Deadline | None = None,
                       sleep: Callable[[float], None] | None = None,
-                      policy: RetryPolicy = DEFAULT_POLICY) -> Deliverer:
-        """Adapters retry in-process on ``policy``, never waiting past ``deadline``."""
+                      policy: RetryPolicy = DEFAULT_POLICY,
+                      limiter: Limiter | None = None) -> Deliverer:
+        """Adapters retry in-process on ``policy``, never waiting past ``deadline``; the
+        rates shared with every other sender are the limiter's (Redis, else the database)."""
         settings = services.settings
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
@@ -149,7 +157,8 @@ class Deliverer:
                    send_timeout_s=settings.delivery_send_timeout_s,
                    expire=timedelta(seconds=settings.delivery_expire_s),
                    outage_threshold=settings.delivery_outage_threshold,
-                   reporter=services.reporter)
+                   reporter=services.reporter,
+                   limiter=limiter or Limiter.from_services(services))
 
     # --- one entry -----------------------------------------------------------------
 
@@ -174,13 +183,42 @@ class Deliverer:
         adapter = self.adapters.get(entry.channel)
         if adapter is None:
             return self._unconfigured(entry, timedelta(0))
+        if self._throttled(entry, None):
+            return SendOutcome.RATE_LIMITED
         sent = self._send(adapter, entry)
         if sent.verdict == "fatal":
             return self._fatal(entry, sent)
+        if self._refused_for_rate(entry, sent):
+            return SendOutcome.RATE_LIMITED
         if isinstance(sent.error, CredentialsRefused):  # configuration: no attempt counted
             self.store.release(entry, f"not sent: {describe(sent.error)}")
             return SendOutcome.UNCONFIGURED
         return self._settle(entry, sent)
+
+    def _throttled(self, entry: DeliveryEntry, time_left_s: float | None) -> bool:
+        """No slot on the entry's shared rates: set aside until one frees, attempt given
+        back."""
+        if self.limiter is None:
+            return False
+        wait_s = self.limiter.acquire(entry, time_left_s=time_left_s)
+        if wait_s <= 0:
+            return False
+        self.store.release(entry, f"not sent yet: {entry.channel} rate limit",
+                           delay=timedelta(seconds=wait_s))
+        return True
+
+    def _refused_for_rate(self, entry: DeliveryEntry, sent: Sent) -> bool:
+        """A 429 / Retry-After: every sender slows down there, and the attempt is given
+        back (the provider refused for its rate, not for the message)."""
+        if self.limiter is None or sent.verdict != "transient" or sent.error is None:
+            return False
+        wait_s = rate_limited_for_s(sent.error)
+        if wait_s is None:
+            return False
+        self.limiter.slow_down(entry, wait_s)
+        self.store.release(entry, f"not sent: {describe(sent.error)} (rate limited; no "
+                                  "attempt counted)", delay=timedelta(seconds=wait_s))
+        return True
 
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()
@@ -254,7 +292,7 @@ class _Run:
                                     deferredBackoff=0, expired=0, unknown=0, leftDue=0,
                                     unconfigured={"count": 0, "channels": {}},
                                     outages={"count": 0, "down": {}, "destinations": []},
-                                    fatal=0, fatalError=None)
+                                    rateLimited=0, fatal=0, fatalError=None)
         self.failing: dict[str, Destination] = {}
         self.up: set[str] = set()  # destinations that took an entry during this run
 
@@ -317,7 +355,13 @@ class _Run:
         if known is not None and key not in self.up and known.next_probe_at > utcnow():
             self._wait(entry, known)
             return True
+        if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
+            summary["rateLimited"] += 1
+            return True
         sent = self.d._send(adapter, entry)
+        if self.d._refused_for_rate(entry, sent):
+            summary["rateLimited"] += 1
+            return True
         if sent.verdict == "fatal":
             self.d._fatal(entry, sent)
             summary["fatal"] = 1

@@ -8,7 +8,10 @@
 2. tenant ingestion (not on the admin ``POST``): completed scopes, serially, forced,
    under ``SLUICE_TENANT_INGESTION_TIME_BUDGET_MS`` and the run's deadline, starting at
    the rotation offset so the tail of a long list is not starved; ``refreshed`` counts
-   scopes rebuilt, ``shared``, ``throttled`` and ``locked`` the others;
+   scopes rebuilt, ``shared``, ``throttled`` and ``locked`` the others. When the pipeline's
+   message went out, the due builds are published instead (``shared.rss.fanout``: one
+   ``rss.ingest`` message per key) and only the scopes of keys that could not be
+   published are built inline;
 3. the alert sweep (``shared.rss.sweep.ALERT_SWEEP_TARGET``, resolved before the builds so
    its new-stories listener hears them). Alerts for new stories found by the builds are
    evaluated inside the tick and counted in ``newStoryAlerts``.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from shared.core.errors import SluiceError, TransientStoreError
@@ -28,6 +31,7 @@ from shared.queues.handlers import PIPELINE_FLAG
 from shared.queues.publish import js_iso
 from shared.queues.runtime import publisher_of
 from shared.rss.catalog import Catalog
+from shared.rss.fanout import due_builds, publish_builds, tick_report
 from shared.rss.store import RssStore
 from shared.rss.sweep import (
     ALERT_SWEEP_TARGET,
@@ -115,6 +119,20 @@ def _publish(services: Services) -> bool:
     return published.dispatched
 
 
+def _fan_out(services: Services, started_at: datetime,
+             budget: Deadline) -> tuple[dict[str, Any], list[str]]:
+    """Publish the due builds; the tick's fan-out figures (with what the consumers did so
+    far: everything, in process) and the scopes left to build inline."""
+    settings = services.settings
+    due = due_builds(RssStore(services.db), services.db, now=utcnow(),
+                     min_interval=timedelta(seconds=settings.rss_scope_min_interval_s))
+    counts, left = publish_builds(
+        services, due, offset=rotation_offset(int(started_at.timestamp() * 1000), len(due)),
+        budget=budget, now=utcnow())
+    done = tick_report(services.db, counts["tickId"]) or {}
+    return {**done, **counts}, left
+
+
 def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadline,
                  started_at: datetime, catalog: Catalog | None = None, manual: bool = False,
                  monotonic: Callable[[], float] = time.monotonic,
@@ -142,27 +160,37 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
             except SluiceError as exc:
                 failed += 1
                 services.reporter.error("rss-refresh.global", exc)
+        fan_out: dict[str, Any] | None = None
         if tenant_ingestion:
             store = RssStore(services.db)
             budget_s = min(services.settings.tenant_ingestion_budget_ms / 1000,
                            deadline.remaining())
+            budget = Deadline(budget_s, clock=monotonic)
+            list_scopes = store.completed_scope_ids
+            if published:  # the queue works: the consumers build, in parallel
+                progress("publishing the due builds")
+                fan_out, left = _fan_out(services, started_at, budget)
+                list_scopes = left.copy  # the scopes of keys that could not be published
             tenants = ingest_tenant_scopes(
-                store.completed_scope_ids, lambda scope: catalog.refresh_scope(scope, force=True),
+                list_scopes, lambda scope: catalog.refresh_scope(scope, force=True),
                 started_at_ms=int(started_at.timestamp() * 1000),
-                budget=Deadline(budget_s, clock=monotonic), monotonic=monotonic,
-                progress=progress)
+                budget=budget, monotonic=monotonic, progress=progress)
         else:
             tenants = dict(EMPTY_INGESTION)  # type: ignore[assignment]
         progress("alert sweep")
         sweep = run_alert_sweep(services, deadline)
         counters = catalog.counters
         failed += tenants["failed"] + sweep["failed"] + counters.new_story_failures
-        return {"published": published, "pipelineEnabled": pipeline, "inlineRefreshed": inline,
-                "tenantIngestion": dict(tenants), "alertSweep": dict(sweep),
-                "newStoryAlerts": {"enqueued": counters.new_story_alerts,
-                                   "failed": counters.new_story_failures},
-                "refreshedAt": js_iso(utcnow()), "failed": failed,
-                "catalog": catalog.counters.to_json()}
+        result: Result = {
+            "published": published, "pipelineEnabled": pipeline, "inlineRefreshed": inline,
+            "tenantIngestion": dict(tenants), "alertSweep": dict(sweep),
+            "newStoryAlerts": {"enqueued": counters.new_story_alerts,
+                               "failed": counters.new_story_failures},
+            "refreshedAt": js_iso(utcnow()), "failed": failed,
+            "catalog": catalog.counters.to_json()}
+        if fan_out is not None:
+            result["fanOut"] = fan_out
+        return result
     finally:
         if owned:
             catalog.close()

@@ -157,10 +157,15 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
 
     providers.smtp.busy.clear()
     due_now(svc)
+    with svc.db.transaction() as tx:  # the providers' waits have passed for the rates too
+        tx.execute("DELETE FROM delivery_rate_limits")
     third = drain_once(svc)
     assert seed(third) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
                            "deferredBackoff": 0}
+    # each destination's failure cost nothing; a rate limit (Telegram's flood wait, Slack's
+    # 429) gave its attempt back too
     assert {e.attempts for e in store.list()} == {1}, "each destination's failure cost nothing"
+    assert first["rateLimited"] == 2
 
 
 def test_a_destination_failing_every_attempt_holds_its_entry_until_it_expires(
