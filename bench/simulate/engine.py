@@ -10,6 +10,7 @@ followed by the invariants' checks.
 from __future__ import annotations
 
 import hashlib
+import os
 import heapq
 import random
 import time
@@ -24,6 +25,7 @@ from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
 from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
+from bench.simulate.rogue import RETENTION_LIKE, Rogue
 from bench.simulate.world import SimRule, World, generate
 
 # A frequent job (every few minutes) with nothing to do is fired at most this often: its
@@ -33,6 +35,9 @@ IDLE_EVERY = timedelta(hours=6)
 # operator action since its last run) is fired at most this often.
 IDLE_TICK_EVERY = timedelta(hours=6)
 LIVENESS_AFTER = timedelta(hours=3)
+# A feed that failed is retried on a backoff of up to a day: only a story from a feed that
+# was up that long before is owed within LIVENESS_AFTER.
+FEED_BACKOFF_CAP = timedelta(days=2)
 TRAIL = 25  # steps printed before a failure
 
 
@@ -52,7 +57,11 @@ class Outcome:
 
 
 def _env(directory: Path) -> dict[str, str]:
-    return {
+    """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
+    from the environment pass through (to try a retention, an attempt limit…)."""
+    passed = {k: v for k, v in os.environ.items()
+              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
+    return passed | {
         "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
         "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
         "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
@@ -71,7 +80,8 @@ def match_of(entry: Any) -> Match:
 
 
 class Simulation:
-    def __init__(self, seed: int, days: int, directory: Path, clock: SimClock) -> None:
+    def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
+                 inject: str | None = None) -> None:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
         self.rng = random.Random(seed)
         self.world: World = generate(seed, clock.start, days)
@@ -93,6 +103,8 @@ class Simulation:
         self.day30: dict[str, int] | None = None
         self.crashes = Crashes(self.rng, self.world.start, self.world.end, self.out.faults)
         self.crashes.on_crash = self._crashed
+        self.rogue = Rogue(inject)
+        self.sent: dict[Match, dict[str, Any]] = {}  # the payload each match went out with
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -168,7 +180,7 @@ class Simulation:
                     continue
                 if not (rule.unchanged(published - timedelta(minutes=20), due)
                         and _clear(peer.windows, published, due)
-                        and _clear(feed.windows, published - timedelta(hours=1), due)
+                        and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
                         and story in feed.visible(published + timedelta(hours=1))):
                     continue
                 self._schedule(due, "owed", ((rule.channel, rule.recipient, story.number),
@@ -224,10 +236,14 @@ class Simulation:
         elif kind == "owed":
             match, published = what
             self.judge.owed(match, self.clock.now(), published)
+        elif kind == "rogue":
+            self.rogue.enqueue_copy(self.services, what)
+            self._log(f"rogue producer enqueued {match_of_like(what)} again")
         elif kind == "measure":
             self.day30 = self._sizes()
             self._log(f"sizes at day 30: {self.day30}")
         for receipt in self.network.receipts[before:]:
+            self._rogue_after_receipt(receipt)
             self._log(f"  received story-{receipt.story} at {receipt.channel}:"
                       f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
 
@@ -277,6 +293,25 @@ class Simulation:
             self.judge.bounded(self.clock.now(), self.day30, self._sizes())
             self.day30 = None
 
+    def _rogue_after_receipt(self, receipt: Any) -> None:
+        if self.rogue.name not in ("resend-after-retention", "repeat-late"):
+            return
+        from shared.delivery.store import DeliveryStore
+
+        match = (receipt.channel, receipt.recipient, receipt.story)
+        if match in self.sent:
+            return
+        entries = [e for e in DeliveryStore(self.services.db).list(limit=500)
+                   if match_of(e) == match]
+        if not entries:
+            return
+        self.sent[match] = like = _like(entries[0])
+        if self.rogue.name == "resend-after-retention":
+            self._schedule(receipt.at + RETENTION_LIKE, "rogue", like)
+        elif receipt.late:
+            self._schedule(receipt.at + timedelta(minutes=1), "rogue", like)
+            self._schedule(receipt.at + timedelta(minutes=2), "rogue", like)
+
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
         Its next send is the documented re-send of an unknown outcome."""
@@ -305,6 +340,9 @@ class Simulation:
             if self.rng.random() < 0.7:
                 store.purge(entry.id)
                 self.judge.final[match] = (self.clock.now(), "purged by the operator")
+                if self.rogue.name == "undo-purge":
+                    self.rogue.enqueue_copy(self.services, _like(entry))
+                    self._log(f"rogue producer enqueued {match_of_like(_like(entry))} again")
                 self.out.faults["operator_purge"] = self.out.faults.get("operator_purge", 0) + 1
                 self._log(f"operator purged story-{match[2]} -> {match[0]}:{match[1]}")
             else:
@@ -323,6 +361,15 @@ class Simulation:
                 row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})  # noqa: S608
                 sizes[table] = int(row["n"]) if row else 0
         return sizes
+
+
+def _like(entry: Any) -> dict[str, Any]:
+    return {"channel": entry.channel, "recipient": entry.recipient, "payload": entry.payload}
+
+
+def match_of_like(like: dict[str, Any]) -> str:
+    found = STORY.search(" ".join(str(p) for p in like["payload"].get("payloads", [])))
+    return f"story-{found.group(1) if found else '?'} -> {like['channel']}:{like['recipient']}"
 
 
 def _clear(windows: list[Any], start: datetime, end: datetime) -> bool:

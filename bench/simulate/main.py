@@ -1,4 +1,4 @@
-"""``python -m bench simulate [--seed N | --seeds K [--first F]] [--days D] [--quiet]``
+"""``python -m bench simulate [--seed N | --seeds K [--first F]] [--days D] [--inject NAME]``
 
 Runs each seed's simulation (see ``bench/simulate/__init__.py``), prints one row per seed
 and a total, and exits 1 when any invariant was violated. A failing seed prints the
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.simulate.clock import SimClock
+from bench.simulate.rogue import INJECTIONS
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -28,6 +29,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--days", type=int, default=30, help="simulated days (default 30)")
     parser.add_argument("--quiet", action="store_true", help="only the table")
+    parser.add_argument("--inject", choices=INJECTIONS,
+                        help="switch on a known defect, to see the invariants catch it")
     return parser.parse_args(argv)
 
 
@@ -50,14 +53,14 @@ def _scratch() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def run_seed(seed: int, days: int, clock: SimClock) -> Any:
+def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None) -> Any:
     from bench.simulate.engine import Simulation
 
     clock.reset()
     with tempfile.TemporaryDirectory(prefix=f"sluice-sim-{seed}-", dir=_scratch()) as directory, \
             contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):  # the metrics' EMF lines
-        return Simulation(seed, days, Path(directory), clock).run()
+        return Simulation(seed, days, Path(directory), clock, inject).run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         for seed in seeds:
-            out = run_seed(seed, args.days, clock)
+            out = run_seed(seed, args.days, clock, args.inject)
             rows.append([str(seed), str(args.days), str(out.steps), str(out.runs),
                          _faults(out.faults), str(out.deliveries), str(len(out.violations)),
                          out.digest, f"{out.wall_s:.1f}"])
@@ -104,5 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         print("the steps that led there:")
         for line in out.trail:
             print(f"  {line}")
-        print(f"replay: python -m bench simulate --seed {out.seed} --days {out.days}")
+        inject = f" --inject {args.inject}" if args.inject else ""
+        print(f"replay: python -m bench simulate --seed {out.seed} --days {out.days}{inject}")
     return 1 if failed else 0
