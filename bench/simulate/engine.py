@@ -10,6 +10,9 @@ followed by the invariants' checks.
 from __future__ import annotations
 
 import hashlib
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 import os
 import heapq
 import random
@@ -196,7 +199,8 @@ class Simulation:
 
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
-        with Installed(self.network), self.crashes.installed(), inline_pools():
+        with Installed(self.network), self.crashes.installed(), inline_pools(), \
+                _seeded_ids(self.seed):
             while self.queue and not self.judge.violations:
                 at, _, kind, what = heapq.heappop(self.queue)
                 if at > self.world.end:
@@ -361,6 +365,22 @@ class Simulation:
                 row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})  # noqa: S608
                 sizes[table] = int(row["n"]) if row else 0
         return sizes
+
+
+@contextmanager
+def _seeded_ids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
+    ids = random.Random(f"ids-{seed}")
+    original = uuid.uuid4
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=ids.getrandbits(128), version=4)
+
+    uuid.uuid4 = uuid4
+    try:
+        yield
+    finally:
+        uuid.uuid4 = original
 
 
 def _like(entry: Any) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from bench.simulate.rogue import INJECTIONS
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench simulate")
-    parser.add_argument("--seed", type=int, help="run this one seed")
+    parser.add_argument("--seed", type=int, action="append",
+                        help="run this seed (repeat for several)")
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds (default 5)")
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--days", type=int, default=30, help="simulated days (default 30)")
@@ -63,15 +64,26 @@ def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None) -
         return Simulation(seed, days, Path(directory), clock, inject).run()
 
 
+def _fixed_hashes(argv: list[str]) -> None:
+    """Re-run this command with ``PYTHONHASHSEED=0``: set iteration order (ids in Sluice's
+    sets) would otherwise differ between processes, and with it the order of effects."""
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "bench", "simulate", *argv],
+                  os.environ | {"PYTHONHASHSEED": "0"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(list(argv if argv is not None else sys.argv[1:]))
+    argv = list(argv if argv is not None else sys.argv[1:])
+    _fixed_hashes(argv)
+    args = _parse(argv)
     clock = SimClock()
     clock.install()  # before Sluice is imported: it binds time.monotonic at import
     logging.getLogger("sluice").setLevel(logging.CRITICAL)
     from shared.core.observe import logger
 
     logger.setLevel(logging.CRITICAL)
-    seeds = [args.seed] if args.seed is not None else list(range(args.first,
+    seeds = args.seed if args.seed else list(range(args.first,
                                                                  args.first + args.seeds))
     header = ["seed", "days", "steps", "runs", "faults", "deliveries", "violations",
               "digest", "wall s"]
