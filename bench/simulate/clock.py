@@ -35,7 +35,7 @@ class SimClock:
         self._travel = time_machine.travel(self.start, tick=False)
         self._traveller = self._travel.start()
         time.monotonic = time.time
-        time.sleep = self.sleep
+        time.sleep = self.sleep  # type: ignore[assignment]
 
     def reset(self) -> None:
         """Back to the start, for the next seed."""

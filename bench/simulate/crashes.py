@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from bench.chaos.points import discover
 
 
-class SimCrash(BaseException):  # noqa: N818 - a process death, not an error
+class SimCrash(BaseException):
     def __init__(self, point: str) -> None:
         super().__init__(point)
         self.point = point
@@ -36,7 +36,7 @@ class Crashes:
         self.armed: str | None = None
         self.faults = faults
         self.hit: list[str] = []
-        self.on_crash = lambda point: None
+        self.on_crash: Callable[[str], None] = lambda point: None
 
     def arm(self, point: str) -> None:
         self.armed = point

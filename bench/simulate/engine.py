@@ -10,14 +10,14 @@ followed by the invariants' checks.
 from __future__ import annotations
 
 import hashlib
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-import os
 import heapq
+import os
 import random
 import time
+import uuid
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +29,7 @@ from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
 from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
-from bench.simulate.world import SimRule, World, generate
+from bench.simulate.world import HORIZON_DAYS, SimRule, World, generate
 
 # A frequent job (every few minutes) with nothing to do is fired at most this often: its
 # idle runs would only record themselves. Work waiting is never held back.
@@ -104,7 +104,9 @@ class Simulation:
         self.changes = 0  # rule edits, operator actions, drains, crashes: what a tick may see
         self.tick_seen: tuple[Any, ...] = ()
         self.day30: dict[str, int] | None = None
-        self.crashes = Crashes(self.rng, self.world.start, self.world.end, self.out.faults)
+        self.crashes = Crashes(self.rng, self.world.start,
+                               self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
+                               self.out.faults)
         self.crashes.on_crash = self._crashed
         self.rogue = Rogue(inject)
         self.sent: dict[Match, dict[str, Any]] = {}  # the payload each match went out with
@@ -165,7 +167,8 @@ class Simulation:
         for moment in self.world.operator_at:
             self._schedule(moment, "operator", None)
         for moment, point in self.crashes.plan:
-            self._schedule(moment, "crash", point)
+            if moment < self.world.end:
+                self._schedule(moment, "crash", point)
         self._schedule(start + timedelta(days=30), "measure", None)
 
     def _owe(self, rule: SimRule) -> None:
@@ -362,7 +365,7 @@ class Simulation:
         sizes: dict[str, int] = {}
         with self.services.db.transaction() as tx:
             for table in BOUNDED_TABLES:
-                row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})  # noqa: S608
+                row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})
                 sizes[table] = int(row["n"]) if row else 0
         return sizes
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 POOLED = ("shared.rss.catalog", "shared.alerts.sweep")
 
@@ -20,7 +20,7 @@ class InlineExecutor:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __enter__(self) -> InlineExecutor:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,13 +22,14 @@ What the receivers got is the evidence the invariants judge (``Receipt``).
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import format_datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 from xml.sax.saxutils import escape
 
 import httpx
@@ -68,10 +69,14 @@ class FeedStory(NamedTuple):
 @dataclass
 class Feed(Peer):
     stories: list[FeedStory] = field(default_factory=list)
+    _times: list[datetime] = field(default_factory=list, repr=False, compare=False)
 
     def visible(self, now: datetime) -> list[FeedStory]:
-        shown = [s for s in self.stories if s.published <= now]
-        return shown[-FEED_ITEMS:]
+        """The newest ``FEED_ITEMS`` stories published by ``now`` (stories are in order)."""
+        if len(self._times) != len(self.stories):
+            self._times = [s.published for s in self.stories]
+        shown = bisect.bisect_right(self._times, now)
+        return self.stories[max(0, shown - FEED_ITEMS):shown]
 
     def etag(self, now: datetime) -> str:
         shown = self.visible(now)
@@ -225,7 +230,7 @@ class Installed:
         self.network = network
         self.saved: Any = None
 
-    def __enter__(self) -> Installed:
+    def __enter__(self) -> Self:
         self.saved = httpx.HTTPTransport.handle_request
         network = self.network
 
@@ -233,7 +238,7 @@ class Installed:
             response = network.handle(request)
             return response
 
-        httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
+        httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -100,8 +100,13 @@ def _stories(rng: random.Random, name: str, start: datetime, end: datetime,
     return stories
 
 
+HORIZON_DAYS = 365  # the world is drawn for a year (or longer runs): a shorter run is its prefix
+
+
 def generate(seed: int, start: datetime, days: int) -> World:
     rng = random.Random(seed)
+    stop = start + timedelta(days=days)
+    days = max(days, HORIZON_DAYS)
     end = start + timedelta(days=days)
     faults: dict[str, int] = {}
     numbers = [0]
@@ -145,4 +150,14 @@ def generate(seed: int, start: datetime, days: int) -> World:
         tenants.append(tenant)
     operator_at = sorted(start + timedelta(days=rng.uniform(1, days))
                          for _ in range(max(1, days // 10)))
-    return World(start, end, feeds, tenants, destinations, operator_at, faults)
+    # Faults counted are those that begin within the run.
+    counted: dict[str, int] = {}
+    for peer in [*feeds.values(), *destinations.values()]:
+        for window in peer.windows:
+            if window.start < stop:
+                counted[window.kind] = counted.get(window.kind, 0) + 1
+    counted["rule_edit"] = sum(1 for rule in (r for t in tenants for r in t.rules)
+                               for v in rule.versions[1:] if v.since < stop)
+    return World(start, stop, feeds, tenants, destinations,
+                 [moment for moment in operator_at if moment < stop],
+                 {k: v for k, v in counted.items() if v})

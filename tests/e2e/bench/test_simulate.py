@@ -31,7 +31,8 @@ REGRESSION_SEEDS = {
 def _simulate(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | settings
     return subprocess.run([sys.executable, "-m", "bench", "simulate", "--quiet", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=110,
+                          check=False)
 
 
 @pytest.mark.parametrize("days", sorted({days for _, days in REGRESSION_SEEDS}))
@@ -68,7 +69,7 @@ def test_an_injected_defect_is_caught_by_its_invariant_and_replays_alike(
         again = _simulate(*args, **settings)
 
         def digest(out: str) -> str:
-            found = re.search(rf"^{seed}\s+{days}\s+.*\s([0-9a-f]{{16}})\s", out, re.M)
+            found = re.search(rf"^{seed}\s+{days}\s+.*\s([0-9a-f]{{16}})\s", out, re.MULTILINE)
             assert found, out
             return found.group(1)
 
