@@ -14,7 +14,7 @@ from shared.cli.main import audited, command_group, operator, services
 from shared.cli.output import emit
 from shared.core.errors import RequestError
 from shared.core.times import json_default
-from shared.core.validate import check_recipient, load_json
+from shared.core.validate import check_optional_identifier, check_recipient, load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -121,6 +121,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload["subject"] = args.subject_line
     check_enqueue(args.channel, payload)
     args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
+    args.key = check_optional_identifier(args.key, field="--key")
+    args.user = check_optional_identifier(args.user, field="--user")
     services = _services()
     if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
         from shared.delivery.channels import webhook_guard
