@@ -33,7 +33,15 @@ def svc(db_url: str, make_services: Callable[..., Services]) -> Services:
 
 @pytest.fixture
 def client(svc: Services) -> TestClient:
+    """Both backends: where a value would reach a key or an index."""
     return TestClient(create_app(svc), raise_server_exceptions=False)
+
+
+@pytest.fixture
+def lite(sqlite_url: str, make_services: Callable[..., Services]) -> TestClient:
+    """One backend: refusals that never reach the store."""
+    return TestClient(create_app(make_services(sqlite_url, **FEED_ENV)),
+                      raise_server_exceptions=False)
 
 
 def refused(answer: Any, field: str) -> None:
@@ -58,30 +66,28 @@ def rule(channel: str, recipient: str) -> dict[str, Any]:
             "destination": {"channel": channel, "recipient": recipient}}
 
 
-def test_a_malformed_webhook_recipient_is_refused_by_the_rules_put(client: TestClient) -> None:
+def test_a_malformed_webhook_or_email_recipient_is_refused_by_the_rules_put(
+        lite: TestClient) -> None:
+    client = lite
     good = rule("slack", "C0ALERTS")
     for recipient in ("http://[::1/x", "http://0177.0.0.2/hook", "http://u:p@example.com/"):
         refused(client.put("/api/admin/alerts/rules/acme", headers=ops(),
                            json={"rules": [good, rule("webhook", recipient)]}),
                 "rules[1].destination.recipient")
-    assert client.get("/api/admin/alerts/rules/acme", headers=ops()).json()["rules"] == []
-
-
-def test_an_email_recipient_with_cr_lf_is_refused_by_the_rules_put(client: TestClient) -> None:
     for recipient in ("ops@example.com\r\nBcc: all@example.com", "ops@example.com\n",
                       "ops@example.com\x0b"):
         refused(client.put("/api/admin/alerts/rules/acme", headers=ops(),
-                           json={"rules": [rule("email", recipient)]}),
-                "rules[0].destination.recipient")
+                           json={"rules": [good, rule("email", recipient)]}),
+                "rules[1].destination.recipient")
+    assert client.get("/api/admin/alerts/rules/acme", headers=ops()).json()["rules"] == []
     kept = client.put("/api/admin/alerts/rules/acme", headers=ops(),
-                      json={"rules": [rule("email", "Ops@Example.com")]})
+                      json={"rules": [good, rule("email", "Ops@Example.com")]})
     assert kept.status_code == 200
-    assert kept.json()["rules"][0]["destination"]["recipient"] == "Ops@example.com"
+    assert kept.json()["rules"][1]["destination"]["recipient"] == "Ops@example.com"
 
 
-def test_nested_json_is_a_400_on_any_route_without_authentication(
-        sqlite_url: str, make_services: Callable[..., Services]) -> None:
-    client = TestClient(create_app(make_services(sqlite_url)), raise_server_exceptions=False)
+def test_nested_json_is_a_400_on_any_route_without_authentication(lite: TestClient) -> None:
+    client = lite
     for path in ("/api/admin/rss/sources", "/api/admin/erasure/requests",
                  "/api/admin/delivery/redrive", "/api/admin/flags", "/api/no/such/route"):
         for method in ("POST", "PUT"):
@@ -132,9 +138,6 @@ def test_the_command_line_refuses_hostile_values_with_exit_64(sqlite_url: str,
                      '{"channel": "webhook", "recipient": "http://[::1/x"}}]}')
     cases: list[tuple[list[str], str | None, str]] = [
         (["rss", "sources", "add", "http://0177.0.0.2/feed", "--global"], None, "url"),
-        (["rss", "scopes", "set", "s", "--tenant", "t", "--source", "x", "--locale", "en\n"],
-         None, "locale"),
-        (["delivery", "enqueue", "webhook", "http://[::1/x", "--text", "hi"], None, "recipient"),
         (["delivery", "enqueue", "email", "a@example.com\r\nBcc: b@example.com", "--text",
           "hi"], None, "recipient"),
         (["flags", "rssQueuePipeline", "on", "--tenant", LONG_KEY], None, "tenantScopeId"),
