@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 import time_machine
 
@@ -72,3 +72,30 @@ class SimClock:
     def move_to(self, moment: datetime) -> None:
         if moment > self.now():
             self.advance(moment - self.now())
+
+
+class SimulatedWaits:
+    """The delivery drain's retry waits on the simulated clock.
+
+    Those waits are abortable (``sleep_with_abort`` waits on the shutdown event, in real
+    time); here they go through the simulated ``time.sleep``, still raising
+    ``ShutdownRequested`` if the event is set, so a wait costs simulated time only."""
+
+    def __enter__(self) -> Self:
+        from shared.core.errors import ShutdownRequested
+        from shared.core.shutdown import SHUTDOWN
+        from shared.delivery import drain
+
+        def sleep(seconds: float) -> None:
+            if SHUTDOWN.is_set():
+                raise ShutdownRequested()
+            time.sleep(seconds)
+
+        self.saved = drain.SLEEP
+        drain.SLEEP = sleep
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from shared.delivery import drain
+
+        drain.SLEEP = self.saved

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.simulate.clock import SimClock
+from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
@@ -72,6 +72,7 @@ def _env(directory: Path) -> dict[str, str]:
         "SLUICE_SLACK_API_URL": f"http://{SLACK}",
         "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
         "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
+        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
     }
 
 
@@ -202,8 +203,8 @@ class Simulation:
 
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
-        with Installed(self.network), self.crashes.installed(), inline_pools(), \
-                _seeded_ids(self.seed):
+        with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
+                inline_pools(), _seeded_ids(self.seed):
             while self.queue and not self.judge.violations:
                 at, _, kind, what = heapq.heappop(self.queue)
                 if at > self.world.end:
@@ -261,7 +262,8 @@ class Simulation:
 
         now = self.clock.now()
         job = get_job(name)
-        if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge") \
+        if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge",
+                    "history-sample") \
                 and now - self.last_run.get(name, datetime.min.replace(tzinfo=now.tzinfo)) \
                 < IDLE_EVERY:
             idle = name != "delivery-drain" or DeliveryStore(self.services.db).count_due() == 0

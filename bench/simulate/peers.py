@@ -235,8 +235,11 @@ class Installed:
         network = self.network
 
         def handle_request(_self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
-            response = network.handle(request)
-            return response
+            answer = network.handle(request)
+            # a transport's answer is a stream (the egress layer reads it raw, decoding and
+            # counting as it goes), not a body read already
+            return httpx.Response(answer.status_code, headers=answer.headers,
+                                  stream=httpx.ByteStream(answer.content), request=request)
 
         httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign,assignment]
         return self
