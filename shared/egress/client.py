@@ -33,6 +33,7 @@ from shared.egress.errors import (
 )
 from shared.egress.guard import AddressGuard, trusted
 from shared.egress.tls import tls_context
+from shared.egress.urls import parse_url
 
 # What a provider's answer (an id, an error text) may be: more is cut, never buffered.
 ANSWER_BYTES = 64 * 1024
@@ -104,13 +105,15 @@ class Egress:
         timeout from now when None, and never later than that).
 
         The body is cut at ``max_bytes`` decoded bytes (``truncate``: an answer with
-        ``complete=False``; else ``TooLarge``). With ``truncate``, a body that stops
+        ``cut="cap"``; else ``TooLarge``). With ``truncate``, a body that stops
         arriving at the deadline after the status line is also returned cut: the status is
         the answer. Raises ``DestinationRefused``, ``NotSent``, ``NoAnswer`` or
         ``AnswerRefused``.
         """
         stop = min(d for d in (time.monotonic() + self.timeout_s, deadline, self.deadline)
                    if d is not None)
+        if not self.guard.trust_all:
+            parse_url(url, field=self.guard.field)  # a host only a resolver would read: refused
         if stop <= time.monotonic():
             raise NotSent("the deadline passed before sending")
         if json is not None:

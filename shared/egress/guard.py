@@ -117,8 +117,8 @@ class AddressGuard:
         if is_ip(host) or resolve:
             try:
                 self.addresses(host, port)
-            except DestinationRefused:
-                raise self.refused("the destination is not a public address", field) from None
+            except DestinationRefused as exc:
+                raise DestinationRefused(exc.message, field=field or self.field) from None
 
     def addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:
         """The addresses to connect to for ``host``; refused if any of them is not public.
@@ -135,8 +135,12 @@ class AddressGuard:
             raise NotSent(f"{host} has no address")
         if self.trust_all or self.allowed_host(host, port):
             return found
-        if any(refusal(address) is not None for address in found):
-            raise self.refused("the destination is not a public address")
+        reasons = [why for why in map(refusal, found) if why is not None]
+        if reasons:
+            # an address written in the URL may be named by its kind; what a name resolves
+            # to is never described (that would map the inside of the network)
+            raise self.refused(f"the destination is a {reasons[0]} address" if is_ip(host)
+                               else "the destination is not a public address")
         return found
 
 

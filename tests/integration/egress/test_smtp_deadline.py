@@ -17,7 +17,7 @@ from shared.egress import NoAnswer, NotSent
 from shared.egress.smtp import SmtpServer, send_mail
 
 DEADLINE_S = 1.0
-SLACK_S = 1.5
+SLACK_S = 3.0  # a busy two-core machine: generous, still far below "forever"
 
 
 class SlowSmtp:

@@ -115,8 +115,7 @@ def test_a_redirect_to_an_address_that_is_not_allowed_is_refused(fetcher: Fetche
                                                                  feeds: FeedServer) -> None:
     fetched = fetch(fetcher, source(feeds.url + "/to-private"))
     assert not fetched.state.ok
-    assert (fetched.state.error or "").startswith("refused: the destination is not a public")
-    assert "127.0.0.2" not in (fetched.state.error or ""), "the refusal names no address"
+    assert (fetched.state.error or "").startswith("refused: the destination is a loopback address")
     # the redirect was followed no further: the server saw the first request only
     assert sum(feeds.hits.values()) == 1
 
