@@ -60,7 +60,7 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
     other kinds are still cleaned. A store outage stops the run."""
     errors: list[str] = []
 
-    def clean(kind: str, point: str, query: Query, params: dict[str, Any]) -> int:
+    def clean(kind: str, query: Query, params: dict[str, Any], *, point: str) -> int:
         try:
             return delete_in_batches(db, query, params, batch_size=batch_size,
                                      deadline=deadline, point=point, observe=observe)
@@ -68,19 +68,21 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
             errors.append(f"{kind}: {exc.code}: {exc.message[:300]}")
             return 0
 
-    deleted = clean("state", "state-cleanup.after_state_batch", Q.delete_expired_batch,
-                    {"now": now})
-    hash_deleted = clean("hash", "state-cleanup.after_hash_batch", Q.delete_stale_hash_batch,
+    deleted = clean("state", Q.delete_expired_batch, {"now": now},
+                    point="state-cleanup.after_state_batch")
+    hash_deleted = clean("hash", Q.delete_stale_hash_batch,
                          {"pattern": like_prefix(THRESHOLD_FIRING_PREFIX),
-                          "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)})
-    samples_deleted = clean("history", "state-cleanup.after_history_batch",
-                            HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION})
-    runs_deleted = clean("runs", "state-cleanup.after_runs_batch",
-                         RUNS_Q.delete_old_runs_batch,
-                         {"cutoff": now - timedelta(days=runs_retention_days)})
-    audit_deleted = clean("audit", "state-cleanup.after_audit_batch",
-                          RUNS_Q.delete_old_audit_batch,
-                          {"cutoff": now - timedelta(days=audit_retention_days)})
+                          "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)},
+                         point="state-cleanup.after_hash_batch")
+    samples_deleted = clean("history", HISTORY.prune_batch,
+                            {"cutoff": now - HISTORY_RETENTION},
+                            point="state-cleanup.after_history_batch")
+    runs_deleted = clean("runs", RUNS_Q.delete_old_runs_batch,
+                         {"cutoff": now - timedelta(days=runs_retention_days)},
+                         point="state-cleanup.after_runs_batch")
+    audit_deleted = clean("audit", RUNS_Q.delete_old_audit_batch,
+                          {"cutoff": now - timedelta(days=audit_retention_days)},
+                          point="state-cleanup.after_audit_batch")
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
             "deletedSamples": samples_deleted,
             "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
