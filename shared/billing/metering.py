@@ -23,11 +23,10 @@ recorded, still reaches ``MAX_METERING_ATTEMPTS``), then settled by the answer:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Literal
-
-import httpx
 
 from shared.billing.polar import (
     IngestOutcome,
@@ -36,7 +35,7 @@ from shared.billing.polar import (
 )
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.core.crash import crash_point
-from shared.core.tls import tls_context
+from shared.egress import Egress
 from shared.jobs.registry import NO_FENCE, Deadline, Fence, FenceParams, JobContext, Result
 from shared.store.db import Database, Tx, load_queries
 
@@ -234,8 +233,9 @@ def run_metering_flush(ctx: JobContext) -> Result:
     settings = ctx.services.settings
     if not settings.polar_access_token:
         return {"processed": 0, "failed": 0, "skipped": 0, "reason": "polar_not_configured"}
-    timeout = httpx.Timeout(min(10.0, max(1.0, ctx.deadline.remaining())))
-    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
+    # each request ends by the run's deadline, and within 10 s whatever the deadline
+    with Egress(timeout_s=10.0,
+                deadline=time.monotonic() + ctx.deadline.remaining()) as client:
         polar = PolarClient(settings.polar_api_url, settings.polar_access_token, client=client)
         return flush(OutboxStore(ctx.services.db, ctx.fence), polar, now=ctx.started_at,
                      deadline=ctx.deadline, limit=DEFAULT_FLUSH_LIMIT,

@@ -101,6 +101,9 @@ class Settings(NamedTuple):
                                           60, 30 * 86400)] = 86400
     delivery_outage_threshold: Annotated[int, Var("SLUICE_DELIVERY_OUTAGE_THRESHOLD", "int",
                                                   1, 100)] = 3
+    # sends allowed after an unknown outcome on a channel that cannot deduplicate
+    delivery_unknown_resends: Annotated[int, Var("SLUICE_DELIVERY_UNKNOWN_RESENDS", "int",
+                                                 0, 10)] = 1
     webhook_signing_secret: Annotated[str | None, Var("SLUICE_WEBHOOK_SIGNING_SECRET",
                                                       min_length=_MIN, secret=True)] = None
     slack_bot_token: Annotated[str | None, Var("SLUICE_SLACK_BOT_TOKEN", secret=True)] = None
@@ -117,7 +120,11 @@ class Settings(NamedTuple):
     smtp_username: Annotated[str | None, Var("SLUICE_SMTP_USERNAME")] = None
     smtp_password: Annotated[str | None, Var("SLUICE_SMTP_PASSWORD", secret=True)] = None
     smtp_from: Annotated[str | None, Var("SLUICE_SMTP_FROM")] = None
-    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the SSRF check
+    # destinations named in data (shared/egress/): hosts, or host:port, exempt from the
+    # address guard (only public addresses otherwise); one list per kind of destination
+    webhook_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_WEBHOOK_ALLOW_HOSTS",
+                                                        "list")] = ()
+    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the address guard
     feed_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_FEED_ALLOW_HOSTS", "list")] = ()
     tenant_ingestion_budget_ms: Annotated[int, Var("SLUICE_TENANT_INGESTION_TIME_BUDGET_MS",
                                                    "int", 1000, 900_000)] = 240_000
@@ -138,6 +145,22 @@ class Settings(NamedTuple):
                                                  "int", 0, 86400)] = 240
     rss_lock_wait_s: Annotated[float, Var("SLUICE_RSS_LOCK_WAIT_SECONDS", "float",
                                           0.0, 60.0)] = 5.0
+    # the tick's fan-out: rss.ingest consumers building in parallel (the topic's concurrency)
+    rss_ingest_concurrency: Annotated[int, Var("SLUICE_RSS_INGEST_CONCURRENCY", "int",
+                                               1, 1000)] = 5
+    # delivery rate limits (shared/delivery/ratelimit.py), shared by every concurrent sender
+    telegram_rate_per_s: Annotated[float, Var("SLUICE_TELEGRAM_RATE_PER_SECOND", "float",
+                                              0.01, 10_000.0)] = 30.0
+    telegram_chat_rate_per_s: Annotated[float, Var("SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND",
+                                                   "float", 0.01, 1000.0)] = 1.0
+    telegram_group_rate_per_min: Annotated[float, Var(
+        "SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE", "float", 0.1, 60_000.0)] = 20.0
+    slack_channel_rate_per_s: Annotated[float, Var("SLUICE_SLACK_CHANNEL_RATE_PER_SECOND",
+                                                   "float", 0.01, 1000.0)] = 1.0
+    webhook_host_rate_per_s: Annotated[float, Var("SLUICE_WEBHOOK_HOST_RATE_PER_SECOND",
+                                                  "float", 0.01, 10_000.0)] = 10.0
+    delivery_rate_wait_s: Annotated[float, Var("SLUICE_DELIVERY_RATE_WAIT_SECONDS", "float",
+                                               0.0, 60.0)] = 1.0
     # Postgres connections (shared/store/db.py PgOptions); prepared statements off suits
     # PgBouncer's transaction pooling, where a prepared statement may land on another session
     database_connect_timeout_s: Annotated[int, Var("SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS",

@@ -10,8 +10,10 @@ request ``purged`` with per-table counts. After the commit, the external stores
 subject everywhere; anything above zero marks the request ``failed`` and is reported
 as a drain failure, so it pages.
 
-Requests run serially, never in parallel: one heavy transaction on the pool at a
-time (the seed's reasoning). The tombstone stays ``sweep_pending`` until the sweep
+Requests run serially, never in parallel: each purge is one transaction that locks
+rows in every table holding the subject, so running them side by side would hold
+several such transactions on the pool at once, stall the app's own queries behind them
+and risk deadlocks between purges touching the same rows. The tombstone stays ``sweep_pending`` until the sweep
 succeeds: a crash after the commit, or Redis down during the sweep, is swept again by
 every following run, first thing, without an operator.
 """

@@ -74,8 +74,7 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                          {"pattern": like_prefix(THRESHOLD_FIRING_PREFIX),
                           "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)},
                          point="state-cleanup.after_hash_batch")
-    samples_deleted = clean("history", HISTORY.prune_batch,
-                            {"cutoff": now - HISTORY_RETENTION},
+    samples_deleted = clean("history", HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION},
                             point="state-cleanup.after_history_batch")
     runs_deleted = clean("runs", RUNS_Q.delete_old_runs_batch,
                          {"cutoff": now - timedelta(days=runs_retention_days)},

@@ -208,6 +208,11 @@ class RunStore:
                 "detail": tx.json(storable(detail)) if detail is not None else None,
             })
 
+    def discard_audit(self, audit_id: str) -> None:
+        """Drop a row still ``started``: its request turned out to be a preview."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.discard_audit, {"id": audit_id})
+
     def recent_audit(self, limit: int = 50) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_audit, {"limit": limit})

@@ -99,6 +99,7 @@ def queue_figures(services: Services, *, cloudwatch: Any = None) -> dict[str, An
     from shared.delivery.store import DeliveryStore
     from shared.erasure.requests import ErasureStore
     from shared.queues.deadletters import Quarantine
+    from shared.rss.fanout import recent_ticks
 
     usage = _section(lambda: usage_figures(services.db, services.redis))
     return {
@@ -109,6 +110,7 @@ def queue_figures(services: Services, *, cloudwatch: Any = None) -> dict[str, An
         or {"error": "redis_not_configured"},
         "meteringOutbox": usage.get("meteringOutbox") if "error" not in usage else usage,
         "delivery": _section(lambda: DeliveryStore(services.db).stats()),
+        "rssFanOut": _section(lambda: recent_ticks(services.db)),
         "erasure": _section(lambda: ErasureStore(services.db).summary()),
         "jobs": _section(lambda: jobs_figures(services)),
     }

@@ -1,7 +1,9 @@
 """The handlers of the implemented topics (each named by its entry in the topic table).
 
 ``rss.ingest`` re-checks the ``rssQueuePipeline`` flag (a message in flight during a
-flag flip must not run an unwanted build) and then runs the global catalog refresh.
+flag flip must not run an unwanted build) and then runs the global catalog refresh, or,
+for a message of the tick's fan-out (``sourceId: "build"`` with a ``buildKey``), that
+one build.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ PIPELINE_FLAG = "rssQueuePipeline"
 # Where the rss-refresh feature puts the global catalog refresh, imported when
 # none was registered explicitly: "module:function(services)".
 CATALOG_REFRESH_TARGET = "shared.rss.catalog:refresh_global_catalog"
+# The same for one build of the tick's fan-out: "module:function(services, message)".
+BUILD_REFRESH_TARGET = "shared.rss.fanout:refresh_build_message"
+BUILD_SOURCE_ID = "build"
 
 CatalogRefresh = Callable[["Services"], Any]
 _catalog_refresh: list[CatalogRefresh] = []
@@ -46,6 +51,17 @@ def catalog_refresh() -> CatalogRefresh:
     return refresh
 
 
+def build_refresh() -> Callable[[Services, dict[str, Any]], Any]:
+    module, _, attr = BUILD_REFRESH_TARGET.partition(":")
+    try:
+        refresh: Callable[[Services, dict[str, Any]], Any] = getattr(
+            importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"no build refresh is available ({BUILD_REFRESH_TARGET})"
+                                 ) from exc
+    return refresh
+
+
 def ingest_handler(services: Services) -> Handler:
     flags = FlagStore(services.state)
 
@@ -54,6 +70,11 @@ def ingest_handler(services: Services) -> Handler:
         if not flags.enabled(PIPELINE_FLAG):
             logger.info(f"[queues:rss.ingest] {PIPELINE_FLAG} is off; acknowledged without work "
                         f"batch={batch}", extra={"messageId": inbound.message_id})
+            return
+        if message.get("sourceId") == BUILD_SOURCE_ID and message.get("buildKey"):
+            logger.info(f"[queues:rss.ingest] building {message['buildKey']} batch={batch}",
+                        extra={"messageId": inbound.message_id})
+            build_refresh()(services, message)
             return
         logger.info(f"[queues:rss.ingest] running aggregation refresh batch={batch}",
                     extra={"messageId": inbound.message_id})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from shared.core.errors import Conflict, NotFound
+from shared.core.settings import Settings
 
 MAX_ATTEMPTS = 5
 VISIBILITY_TIMEOUT_S = 300
@@ -22,6 +23,8 @@ class Topic(NamedTuple):
     target: str | None = None  # "module:function(services) -> Handler"; None: reserved
     batch_size: int = 10
     max_concurrency: int | None = None  # concurrent consumers (None: Lambda's default)
+    # The setting that sizes max_concurrency at deploy time (its default is max_concurrency)
+    concurrency_var: str | None = None
     # The handler's effect is keyed so that running it again applies nothing twice: its
     # completions are then written once per batch instead of once per record.
     idempotent: bool = False
@@ -38,11 +41,13 @@ class Topic(NamedTuple):
 TOPICS: dict[str, Topic] = {
     topic.name: topic
     for topic in (
-        # each refresh writes to Postgres and fetches feeds: cap the fan-out. A repeated
-        # refresh rebuilds the same catalog, and the alerts it raises are enqueued under
-        # their idempotency keys, so a batch's completions are written once.
-        Topic("rss.ingest", "shared.queues.handlers:ingest_handler", max_concurrency=5,
-              idempotent=True),
+        # each build writes to Postgres and fetches feeds: cap the fan-out (a setting, read
+        # when the template is deployed). A repeated build is shared, not redone, and the
+        # alerts it raises are enqueued under their idempotency keys, so a batch's
+        # completions are written once.
+        Topic("rss.ingest", "shared.queues.handlers:ingest_handler",
+              max_concurrency=Settings._field_defaults["rss_ingest_concurrency"],
+              concurrency_var="SLUICE_RSS_INGEST_CONCURRENCY", idempotent=True),
         Topic("rss.enrich"),
         Topic("rss.cluster"),
         Topic("rss.synthesize"),

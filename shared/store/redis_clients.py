@@ -174,12 +174,15 @@ def watch_deadlines(client: Any) -> None:
 
 @contextmanager
 def _upstash_errors() -> Iterator[None]:
-    import httpx
     from upstash_redis.errors import UpstashError
 
+    from shared.egress.errors import library_transport_errors
+
+    unanswered: tuple[type[BaseException], ...] = (*library_transport_errors(),
+                                                   json.JSONDecodeError)
     try:
         yield
-    except (httpx.TransportError, json.JSONDecodeError) as exc:
+    except unanswered as exc:
         # No answer, or not Upstash's JSON (a proxy's 502 page): the same call may work later.
         raise TransientStoreError(f"upstash: {exc}") from exc
     except UpstashError as exc:

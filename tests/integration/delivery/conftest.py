@@ -15,6 +15,11 @@ from tests.providers.smtp import SmtpServer
 from tests.providers.telegram import TelegramStandIn
 from tests.providers.webhook import WebhookReceiver
 
+WIDE_RATES = {"SLUICE_TELEGRAM_RATE_PER_SECOND": "10000",
+              "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "1000",
+              "SLUICE_SLACK_CHANNEL_RATE_PER_SECOND": "1000",
+              "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": "10000"}
+
 
 @pytest.fixture(autouse=True)
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -36,4 +41,6 @@ def providers() -> Iterator[Providers]:
 
 @pytest.fixture
 def svc(db_url: str, providers: Providers, make_services: Callable[..., Services]) -> Services:
-    return make_services(db_url, **providers.env())
+    # These tests are about sending and settling; the shared rates have their own tests
+    # (test_ratelimit.py), so here they are wide enough never to hold a message back.
+    return make_services(db_url, **providers.env(), **WIDE_RATES)

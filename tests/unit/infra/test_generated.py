@@ -47,7 +47,10 @@ def test_serverless_yml_has_one_function_per_job_and_topic() -> None:
         [event] = function["events"]
         assert event["sqs"]["functionResponseType"] == "ReportBatchItemFailures"
         assert event["sqs"]["arn"] == {"!GetAtt": f"{generate.pascal(name)}Queue.Arn"}
-        assert event["sqs"].get("maximumConcurrency") == topic.max_concurrency
+        expected_concurrency = (
+            f"${{env:{topic.concurrency_var}, {topic.max_concurrency}}}"
+            if topic.concurrency_var else topic.max_concurrency)
+        assert event["sqs"].get("maximumConcurrency") == expected_concurrency
 
 
 def test_every_scheduled_function_alarms_on_lambda_errors_and_drain_failures() -> None:
@@ -107,3 +110,13 @@ def test_a_new_topic_and_a_publishing_job_are_one_table_entry_each() -> None:
     assert functions["newsTick"]["role"] == "NewsTickJobRole"
     assert functions["newsTick"]["environment"] == {"SLUICE_JOB": "news-tick"}
     assert functions["newsDigest"]["events"][0]["sqs"]["batchSize"] == 5
+
+
+def test_a_topic_sized_by_a_setting_names_a_real_setting_with_that_default() -> None:
+    from shared.core.settings import Settings, fields
+
+    by_var = {var.name: name for name, var in fields().items()}
+    for topic in TOPICS.values():
+        if topic.concurrency_var:
+            field = by_var[topic.concurrency_var]
+            assert Settings._field_defaults[field] == topic.max_concurrency

@@ -1,0 +1,165 @@
+"""The delivery queue past one sender: 20,000 entries to 500 Telegram chats and 20
+webhook hosts, on Postgres, drained by 1, 4 and 8 concurrent senders (each with its
+own connection pool and HTTP client, as separate functions would be).
+
+The shared rates are held in Redis. The stand-ins enforce the providers' limits (Telegram: 30 a second per bot, 1 a second
+per chat; each webhook host: 10 a second, Sluice's default) over sliding windows and
+answer 429 with ``retry_after`` beyond them; Sluice runs with the same limits as its
+settings. The entries are split between the channels in proportion to what the limits
+allow, so both finish together at best; the baseline is that rate (the whole queue at
+exactly the limits). Reported per sender count: delivered per second against it
+(target: at least 0.9), with the 429s received, duplicates, lost entries and attempts
+burned by 429s in the note (all three must be 0).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from typing import Any, NamedTuple
+
+from bench.common import Row, row
+from bench.scale.pg import scratch_url
+
+ENTRIES = int(os.environ.get("SLUICE_BENCH_SCALE_DELIVERY_ENTRIES", "20000"))
+CHATS = 500
+HOSTS = 20
+SENDERS = tuple(int(c) for c in os.environ.get("SLUICE_BENCH_SCALE_DELIVERY_SENDERS",
+                                                "1,4,8").split(","))
+BOT_RATE, CHAT_RATE, HOST_RATE = 30, 1, 10
+REDIS_URL = os.environ.get("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+TOKEN = "4242:bench-scale-token"
+SECRET = "bench-scale-webhook-secret-0123456789"
+
+
+class Run(NamedTuple):
+    wall_s: float
+    delivered: int
+    refused: int
+    duplicates: int
+    lost: int
+    burned: int
+
+
+def _env(url: str, telegram_url: str) -> dict[str, str]:
+    # the shared rates in Redis (one round trip a send), as a deployment that scales out
+    # would configure; the queue itself on Postgres
+    return {"SLUICE_DATABASE_URL": url, "SLUICE_REDIS_URL": REDIS_URL,
+            "SLUICE_REDIS_KEY_PREFIX": f"bench-scale-{uuid.uuid4().hex[:8]}:",
+            "SLUICE_TELEGRAM_BOT_TOKEN": TOKEN,
+            "SLUICE_TELEGRAM_API_URL": telegram_url, "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET,
+            "SLUICE_TELEGRAM_RATE_PER_SECOND": str(BOT_RATE),
+            "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": str(CHAT_RATE),
+            "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": str(HOST_RATE)}
+
+
+def _split() -> tuple[int, int]:
+    """Telegram and webhook entries in proportion to the rates the limits allow."""
+    telegram_rate, webhook_rate = min(BOT_RATE, CHATS * CHAT_RATE), HOSTS * HOST_RATE
+    telegram = round(ENTRIES * telegram_rate / (telegram_rate + webhook_rate))
+    return telegram, ENTRIES - telegram
+
+
+def _enqueue(services: Any, hooks: list[str]) -> None:
+    from shared.delivery.store import DeliveryStore
+
+    store = DeliveryStore(services.db)
+    telegram, webhook = _split()
+    total = telegram + webhook
+    sent_tg = sent_wh = 0
+    for n in range(total):  # interleaved, so the oldest entries mix both channels
+        if sent_tg * total < telegram * (n + 1) and sent_tg < telegram:
+            store.enqueue("telegram", str(1000 + sent_tg % CHATS), {"text": f"m{n}"})
+            sent_tg += 1
+        else:
+            store.enqueue("webhook", hooks[sent_wh % len(hooks)], {"text": f"m{n}"})
+            sent_wh += 1
+
+
+def _reset(services: Any) -> None:
+    with services.db.transaction() as tx:
+        tx.execute("DELETE FROM delivery_queue")
+        tx.execute("DELETE FROM delivery_rate_limits")
+
+
+def _run(url: str, senders: int) -> Run:
+    import httpx
+
+    from bench.scale.standins import LimitedHooks, LimitedTelegram
+    from shared.core.services import Services
+    from shared.core.settings import Settings
+    from shared.delivery.drain import Deliverer
+    from shared.delivery.store import DeliveryStore
+    from shared.jobs.registry import Deadline
+
+    with LimitedTelegram(TOKEN, BOT_RATE, CHAT_RATE) as telegram, \
+            LimitedHooks(HOSTS, HOST_RATE) as hooks:
+        settings = Settings.from_env(_env(url, telegram.url))
+        main = Services.from_settings(settings)
+        _reset(main)
+        _enqueue(main, hooks.urls)
+        store = DeliveryStore(main.db)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def sender() -> None:
+            services = Services.from_settings(settings)
+            try:
+                with httpx.Client(timeout=10) as client:
+                    deliverer = Deliverer.from_services(services, client)
+                    while not stop.is_set():
+                        done = deliverer.drain(Deadline(30))
+                        if not done["recovered"] and not done["rateLimited"]:
+                            time.sleep(0.02)  # nothing due: poll again shortly
+            except BaseException as exc:  # noqa: BLE001 - reported after the run
+                errors.append(exc)
+            finally:
+                services.close()
+
+        threads = [threading.Thread(target=sender, daemon=True) for _ in range(senders)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        limit_s = 4 * ENTRIES / _allowed() + 60
+        while time.perf_counter() - started < limit_s and not errors:
+            if store.stats()["acked"]["count"] >= ENTRIES:
+                break
+            time.sleep(0.2)
+        wall = time.perf_counter() - started
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        if errors:
+            raise errors[0]
+        stats = store.stats()
+        with main.db.transaction() as tx:
+            burned_row = tx.fetchone("SELECT count(*) AS n FROM delivery_queue "
+                                     "WHERE attempts > 1")
+        main.close()
+        accepted = telegram.accepted + hooks.accepted
+        duplicates = sum(count - 1 for count in accepted.values() if count > 1)
+        return Run(wall, stats["acked"]["count"], telegram.refused + hooks.refused,
+                   duplicates, ENTRIES - len(accepted),
+                   int(burned_row["n"]) if burned_row else 0)
+
+
+def _allowed() -> float:
+    return float(min(BOT_RATE, CHATS * CHAT_RATE) + HOSTS * HOST_RATE)
+
+
+def run() -> list[Row]:
+    rows = []
+    with scratch_url() as url:
+        for senders in SENDERS:
+            result = _run(url, senders)
+            rate = result.delivered / result.wall_s
+            rows.append(row(f"scale delivery: {senders} sender(s), delivered/s", rate,
+                            _allowed(), "msg/s", True,
+                            note=f"{ENTRIES} entries in {result.wall_s:.1f} s; 429s "
+                                 f"{result.refused}, duplicates {result.duplicates}, lost "
+                                 f"{result.lost}, attempts burned {result.burned}; "
+                                 "target ratio >= 0.9"))
+            assert result.duplicates == 0 and result.lost == 0 and result.burned == 0, result
+    return rows

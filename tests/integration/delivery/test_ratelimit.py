@@ -1,0 +1,188 @@
+"""Delivery at the providers' rates: the limiter shared by concurrent senders (SQLite,
+Postgres, Redis) never lets more than one extra message into any window of a rate's
+period; a 429 slows every sender there and never burns an attempt; concurrent drains
+never send an entry twice."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import httpx
+
+from shared.core.services import Services
+from shared.core.settings import Settings
+from shared.delivery.drain import Deliverer
+from shared.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
+from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from shared.jobs.registry import Deadline
+from shared.store.db import utcnow
+from tests.integration.delivery.helpers import Providers, drain_once
+
+GROUP = "-100200"
+
+
+class Recorded:
+    """A rate store that notes every slot it grants, per key (the invariant's input)."""
+
+    def __init__(self, inner: RateStore) -> None:
+        self.inner = inner
+        self.granted: dict[str, list[int]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, rates: list[Rate], now_us: int) -> int:
+        wait = self.inner.take(rates, now_us)
+        if wait == 0:
+            with self.lock:
+                for rate in rates:
+                    self.granted.setdefault(rate.key, []).append(now_us)
+        return wait
+
+    def slow(self, key: str, until_us: int) -> None:
+        self.inner.slow(key, until_us)
+
+
+class SharedClock:
+    """Time that moves only when a sender sleeps (every sender shares it)."""
+
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+        self.lock = threading.Lock()
+
+    def now(self) -> float:
+        with self.lock:
+            return self.t
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.t += seconds
+
+
+def most_in_any_window(moments: list[int], window_us: int) -> int:
+    moments = sorted(moments)
+    best = start = 0
+    for end, at in enumerate(moments):
+        while at - moments[start] >= window_us:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def entry(channel: str, recipient: str) -> DeliveryEntry:
+    now = utcnow()
+    return DeliveryEntry("e", channel, recipient, None, {"text": "x"}, None,
+                         DeliveryStatus.IN_FLIGHT, 1, now, now, None, None, None, now, now,
+                         None, None)
+
+
+def test_the_rates_of_each_channel_come_from_the_settings() -> None:
+    settings = Settings.from_env({})
+    assert rates_for(entry("telegram", "1001"), settings) == [
+        Rate("telegram:bot", 33_334), Rate("telegram:chat:1001", US)]
+    assert rates_for(entry("telegram", GROUP), settings)[1] == Rate(f"telegram:chat:{GROUP}",
+                                                                   3 * US)
+    assert rates_for(entry("slack", "C1"), settings) == [Rate("slack:channel:C1", US)]
+    assert rates_for(entry("webhook", "https://hooks.example:8443/a"), settings) == [
+        Rate("webhook:host:hooks.example:8443", 100_000)]
+    assert rates_for(entry("email", "a@example.com"), settings) == []
+    custom = Settings.from_env({"SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE": "30"})
+    assert rates_for(entry("telegram", GROUP), custom)[1].interval_us == 2 * US
+
+
+def test_concurrent_senders_never_exceed_a_rate_by_more_than_one_db(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    exercise(DbRates(make_services(db_url).db))
+
+
+def test_concurrent_senders_never_exceed_a_rate_by_more_than_one_redis(
+        sqlite_url: str, redis_env: dict[str, str],
+        make_services: Callable[..., Services]) -> None:
+    exercise(RedisRates(make_services(sqlite_url, **redis_env).redis))
+
+
+def exercise(inner: RateStore) -> None:
+    """Four senders, 60 messages over six chats, on one clock that moves when they wait."""
+    recorded = Recorded(inner)
+    clock = SharedClock()
+    settings = Settings.from_env({"SLUICE_TELEGRAM_RATE_PER_SECOND": "20",
+                                  "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "5"})
+    chats = ["1001", "1002", "1003", "1004", "1005", "1006"]
+    errors: list[BaseException] = []
+
+    def sender(n: int) -> None:
+        limiter = Limiter(recorded, settings, clock=clock.now, sleep=clock.sleep)
+        try:
+            for i in range(15):
+                while limiter.acquire(entry("telegram", chats[(n + i) % len(chats)])) > 0:
+                    clock.sleep(0.01)  # set aside: this sender comes back to it later
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sender, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    bot = recorded.granted["telegram:bot"]
+    assert len(bot) == 60, "every message got its slot"
+    assert most_in_any_window(bot, US) <= 20 + 1
+    for chat in chats:
+        assert most_in_any_window(recorded.granted[f"telegram:chat:{chat}"], US) <= 5 + 1
+    spaced = sorted(bot)  # the bot's rate spaces every grant by its interval
+    assert min(b - a for a, b in itertools.pairwise(spaced)) >= 50_000
+
+
+def test_a_429_slows_that_chat_for_every_sender_and_burns_no_attempt(
+        svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    providers.telegram.flood_wait.extend([30, 30, 30])
+    first, _ = store.enqueue("telegram", "1001", {"text": "one"})
+
+    result = drain_once(svc)
+
+    assert result["rateLimited"] == 1 and result["skippedMaxRetries"] == 0
+    stored = store.get(first.id)
+    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
+    assert "rate limited" in (stored.last_error or "")
+    assert (stored.next_attempt_at - utcnow()).total_seconds() > 25
+    # another sender, another entry to the same chat: held back without asking Telegram
+    second, _ = store.enqueue("telegram", "1001", {"text": "two"})
+    again = drain_once(svc)
+    assert again["rateLimited"] == 1 and again["recovered"] == 0
+    assert store.get(second.id).attempts == 0
+    assert providers.telegram.messages == []
+    # a different chat is not slowed
+    providers.telegram.chats.add("1003")
+    other, _ = store.enqueue("telegram", "1003", {"text": "three"})
+    assert drain_once(svc)["recovered"] == 1
+    assert store.get(other.id).status is DeliveryStatus.ACKED
+
+
+def test_concurrent_drains_send_every_entry_exactly_once(
+        svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    ids = [store.enqueue("webhook", providers.webhook.url, {"text": f"n{n}"})[0].id
+           for n in range(40)]
+    errors: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            with httpx.Client(timeout=5) as client:
+                Deliverer.from_services(svc, client).drain(Deadline(60))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    keys = [r["key"] for r in providers.webhook.received]
+    assert sorted(keys) == sorted(ids), "each entry sent once, none lost"
+    assert {store.get(i).status for i in ids} == {DeliveryStatus.ACKED}
+    assert {store.get(i).attempts for i in ids} == {1}
+    assert store.claim(timedelta(seconds=30)) == []
