@@ -260,3 +260,10 @@ UPDATE platform_state SET value = json_set(value, '$.rules', (
 WHERE substr(key, 1, 22) = 'platform:alerts-rules:'
   AND EXISTS (SELECT 1 FROM json_each(platform_state.value, '$.rules') r
               WHERE lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject))
+
+-- name: mark_unpurgeable
+-- A purge that raised and rolled back: the request leaves the due list, failed with why,
+-- until an operator confirms it again. Only while still requested (nothing else changed it).
+UPDATE data_erasure_requests
+SET status = 'failed', result = :result, last_error = :last_error, updated_at = :now
+WHERE id = :id AND status = 'requested'

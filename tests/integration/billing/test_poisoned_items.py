@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from shared.billing.ledger_redrive import redrive
 from shared.billing.metering import OutboxStore, PolarClient, flush
 from shared.billing.usage import insert_entries
+from shared.egress import Egress
 from shared.jobs.registry import Deadline
 from shared.store.db import Database, open_database
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE, RedisClient
@@ -51,7 +51,7 @@ def test_a_row_json_cannot_carry_fails_alone_and_for_good(
         tx.execute("UPDATE ai_usage_metering_outbox SET metadata = '{\"n\": 1e1000}' "
                    "WHERE ledger_id = 'use-00001'")
 
-    with httpx.Client(timeout=5) as http:
+    with Egress(timeout_s=5) as http:
         client = PolarClient(polar.url, polar.token, client=http)
         result = flush(OutboxStore(store), client, now=T0, deadline=Deadline(60))
         again = flush(OutboxStore(store), client, now=T0, deadline=Deadline(60))
