@@ -14,7 +14,7 @@ from shared.cli.main import audited, command_group, operator, services
 from shared.cli.output import emit
 from shared.core.errors import RequestError
 from shared.core.times import json_default
-from shared.core.tls import tls_context
+from shared.core.validate import check_recipient, load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -108,30 +108,35 @@ def _one_id(args: argparse.Namespace) -> str:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    import httpx
-
+    from shared.delivery.channels import Outbound
     from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
-    try:
-        payload = json.loads(args.payload) if args.payload is not None else {"text": args.text}
-    except ValueError as exc:
-        raise RequestError(f"--payload is not JSON: {exc}") from None
+    payload = load_json(args.payload, field="--payload") if args.payload is not None \
+        else {"text": args.text}
     if args.subject_line:
         if not isinstance(payload, dict):
             raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
     check_enqueue(args.channel, payload)
+    args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
     services = _services()
+    if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
+        from shared.delivery.channels import webhook_guard
+        from shared.egress import DestinationRefused
+
+        try:
+            webhook_guard(services.settings.webhook_allow_hosts).check_url(args.recipient)
+        except DestinationRefused as exc:
+            raise DestinationRefused(f"recipient: {exc.message}", field="recipient") from None
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
                                                   idempotency_key=args.key,
                                                   subject_user_id=args.user)
         _print(args, entry.to_json())
         return EXIT_OK
-    with httpx.Client(timeout=services.settings.delivery_send_timeout_s,
-                      verify=tls_context()) as client:
+    with Outbound.open(services.settings) as client:
         deliverer = Deliverer.from_services(services, client)
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)

@@ -30,7 +30,7 @@ from shared.core.times import iso_z, json_default
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
                               "shared.cli.billing", "shared.cli.token", "shared.cli.rss",
-                              "shared.cli.alerts"]
+                              "shared.cli.alerts", "shared.cli.audit"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
 # Commands that may create the SQLite database; every other one refuses a missing file.

@@ -10,6 +10,7 @@ from typing import Any
 from shared.cli.main import audited, operator, services
 from shared.cli.output import age, emit, mode
 from shared.core.errors import RequestError
+from shared.core.validate import load_json
 
 
 def _services() -> Any:
@@ -17,11 +18,7 @@ def _services() -> Any:
 
 
 def _read_json(what: str) -> Any:
-    text = sys.stdin.read()
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise RequestError(f"{what} on stdin is not JSON: {exc}") from None
+    return load_json(sys.stdin.read(), field=what)
 
 
 def _print(value: Any) -> None:
@@ -63,10 +60,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from shared.queues.runtime import publisher_of
 
     text = sys.stdin.read()
-    try:
-        fields = json.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
+    fields = load_json(text, field="fields") if text.strip() else {}
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
     published = publisher_of(_services()).publish(args.topic, fields)
@@ -76,10 +70,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_flags(args: argparse.Namespace) -> int:
     from shared.jobs.runs import RunStore
+    from shared.rss.store import RssStore
     from shared.store.flags import FlagStore
 
     services = _services()
-    flags = FlagStore(services.state)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
     if args.key is None:
         _print({"flags": flags.all()})
         return 0

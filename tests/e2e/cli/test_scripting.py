@@ -73,6 +73,7 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("rss", "scopes", "remove"), ["walk-scope"], "", {0}),
     (("rss", "sources", "remove"), ["{source}"], "", {0}),
     (("rss", "refresh"), [], "", {0, 2}),
+    (("audit",), ["--limit", "5"], "", {0}),
 ]
 # What an output gives later commands.
 CAPTURE: dict[tuple[str, ...], Callable[[Any], dict[str, str]]] = {

@@ -10,6 +10,8 @@ import pytest
 from shared.core.services import Services
 from shared.queues.deadletters import Quarantine
 from shared.queues.signing import Signer
+from shared.rss.store import RssStore
+from shared.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
 
@@ -38,6 +40,11 @@ def test_sign_then_verify(sqlite_url: str) -> None:
 def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
     env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url}
     assert run_cli(["flags", "rssQueuePipeline", "on"], env).returncode == 0
+    unknown_scope = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
+    assert unknown_scope.returncode == 64 and "t-1" in unknown_scope.stderr
+    db = open_database(sqlite_url)
+    RssStore(db).put_scope("t-1", "tenant-1", (), "en", True)
+    db.close()
     over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1", "--json"], env)
     assert json.loads(over.stdout)["overrides"] == {"t-1": False}
     [flag] = json.loads(run_cli(["flags", "--json"], env).stdout)["flags"]
