@@ -151,13 +151,15 @@ def test_queue_status_for_monitoring(client: TestClient, svc: Services,
     cron = {"authorization": f"Bearer {CRON_SECRET}"}
     empty = client.get("/api/queue/status", headers=cron)
     assert empty.status_code == 200
-    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0},
-                            "inBackoff": 0, "oldestPendingAgeS": None, "lastSummary": None}
+    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0,
+                                      "unknown": 0},
+                            "inBackoff": 0, "oldestPendingAgeS": None, "destinations": [],
+                            "lastSummary": None}
 
     # longer than the in-process retries wait: the first entry goes to its backoff at once
+    store.enqueue("telegram", "1002", {"text": "blocked"})
     telegram.flood_wait.append(60)
     store.enqueue("telegram", "1001", {"text": "later"})
-    store.enqueue("telegram", "1002", {"text": "blocked"})
     drained = client.get(f"{BASE}/drain", headers=cron).json()
     store.enqueue("telegram", "1001", {"text": "not yet drained"})
 
@@ -165,8 +167,12 @@ def test_queue_status_for_monitoring(client: TestClient, svc: Services,
 
     assert status.status_code == 200
     body = status.json()
-    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1}
+    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1,
+                             "unknown": 0}
     assert body["inBackoff"] == 1
+    [telegram_down] = body["destinations"]
+    assert (telegram_down["key"], telegram_down["down"], telegram_down["waiting"]) == (
+        "telegram", False, 1), "failing once: its entry waits, not yet reported down"
     assert body["oldestPendingAgeS"] >= 0
     assert body["lastSummary"]["outcome"] == "failures"
     assert body["lastSummary"]["summary"] == drained
