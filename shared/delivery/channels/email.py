@@ -10,6 +10,7 @@ recipient or the data is permanent; anything else (4xx, a dropped connection) is
 
 from __future__ import annotations
 
+import contextlib
 import smtplib
 import ssl
 from collections.abc import Callable
@@ -21,7 +22,11 @@ import httpx
 
 from shared.delivery.channels.base import Channel, ChannelAdapter, message_of
 from shared.delivery.chunking import plain, to_html
-from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
+from shared.delivery.classify import (
+    OutcomeUnknown,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+)
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
 
@@ -70,8 +75,16 @@ class EmailAdapter:
 
     def _deliver(self, mail: EmailMessage) -> None:
         try:
-            with self.connect() as smtp:
-                smtp.send_message(mail)
+            smtp = self.connect()
+        except (smtplib.SMTPException, OSError) as exc:  # not connected: nothing was sent
+            raise TransientDeliveryError(f"email: {type(exc).__name__}: {exc}") from exc
+        try:
+            smtp.send_message(mail)
+        except (TimeoutError, smtplib.SMTPServerDisconnected) as exc:
+            smtp.close()
+            # The message may have been taken before the answer was lost.
+            raise OutcomeUnknown(f"email: {type(exc).__name__}: {exc} (sent; no answer)") \
+                from exc
         except smtplib.SMTPRecipientsRefused as exc:
             code, reply = next(iter(exc.recipients.values()), (0, b""))
             text_reply = reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
@@ -84,6 +97,10 @@ class EmailAdapter:
                    else TransientDeliveryError(error)) from exc
         except (smtplib.SMTPException, OSError) as exc:
             raise TransientDeliveryError(f"email: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if smtp.sock is not None:
+                with contextlib.suppress(smtplib.SMTPException, OSError):
+                    smtp.quit()
 
 
 def smtp_connector(settings: Settings) -> Callable[[], smtplib.SMTP]:
