@@ -454,7 +454,8 @@ class Delivery:
         db = _db(url)
         store = DeliveryStore(db)
         entries = {e.idempotency_key: e for e in store.list(limit=500)}
-        recorded = store.known_effects(self.keys[:-1] + self.chat_keys)
+        recorded = store.known_effects([k for k in self.keys + self.chat_keys
+                                         if k != "chaos:sent-inline"])
         db.close()
         counts = Counts()
         for key in self.keys + self.chat_keys:
