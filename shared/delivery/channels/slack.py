@@ -44,7 +44,9 @@ class SlackAdapter:
         self.retrier = retrier or Retrier()
 
     def outage_key(self, entry: DeliveryEntry) -> str:
-        return "slack"
+        # per channel: one channel failing (gone quiet, refusing for now) never holds the others;
+        # when the whole API is down each channel probes on its own backoff
+        return f"slack:{entry.recipient}"
 
     def send(self, entry: DeliveryEntry) -> str:
         message = message_of(entry)

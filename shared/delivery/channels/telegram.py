@@ -59,7 +59,9 @@ class TelegramAdapter:
         self.retrier = retrier or Retrier()
 
     def outage_key(self, entry: DeliveryEntry) -> str:
-        return "telegram"
+        # per chat: one chat failing (gone quiet, refusing for now) never holds the others;
+        # when the whole API is down each chat probes on its own backoff
+        return f"telegram:{entry.recipient}"
 
     def send(self, entry: DeliveryEntry) -> str:
         message = message_of(entry)
