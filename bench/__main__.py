@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.chaos.main import main as chaos
 
         return chaos(args[1:])
+    if args and args[0] == "simulate":  # months of operation on a simulated clock
+        from bench.simulate.main import main as simulate
+
+        return simulate(args[1:])
     want_json = "--json" in args
     names = [a for a in args if a != "--json"] or list(MODULES)
     stdout = None

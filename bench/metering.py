@@ -42,10 +42,10 @@ def _seed(db: PostgresDatabase, n: int, start: int) -> None:
 
 def _rows_per_second(db: PostgresDatabase, polar_url: str, token: str, per_request: int,
                      offset: int) -> float:
-    import httpx
+    from shared.egress import Egress
 
     samples = []
-    with httpx.Client(timeout=10) as client:
+    with Egress(timeout_s=10) as client:
         polar = PolarClient(polar_url, token, client=client)
         for run in range(RUNS):
             _seed(db, RUN_ROWS, offset + run * RUN_ROWS)

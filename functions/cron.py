@@ -1,4 +1,6 @@
-"""Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path).
+"""Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path),
+and an external scheduler calls the job's cron ``GET`` on the function's own URL, where
+the job's whole timeout applies (``shared.jobs.cron_url``).
 
 One handler serves every job; each function names its job in ``SLUICE_JOB``. A run
 that errored is recorded and reported first, then fails the invocation
@@ -17,6 +19,7 @@ with cold_start():
     from shared.core.events import kind_of
     from shared.core.observe import logger
     from shared.core.services import Services
+    from shared.jobs.cron_url import serve
     from shared.jobs.registry import get_job
     from shared.jobs.runner import run_job
 
@@ -35,8 +38,10 @@ class JobErrored(SluiceError):
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    if kind_of(event) != "schedule":
-        # Anything but an EventBridge scheduled event is refused: the HTTP function serves GET/POST.
+    kind = kind_of(event)
+    if kind == "http":  # the function URL: the cron GET, bearer-checked like the HTTP route
+        return serve(JOB, SERVICES, event, context)
+    if kind != "schedule":
         raise ConfigurationError(f"{JOB.name}: not a scheduled event; refusing to run")
     outcome = run_job(JOB, SERVICES, "schedule", request_id=context.aws_request_id,
                       lambda_remaining_ms=context.get_remaining_time_in_millis)

@@ -42,7 +42,7 @@ def lambda_id(function: str) -> str:
 
 
 def job_role(job: Job) -> str:
-    return f"{pascal(job.name)}JobRole" if job.publishes else "JobRole"
+    return f"{pascal(job.name)}JobRole" if job.publishes or job.reads_queues else "JobRole"
 
 
 def _lines(*lines: str) -> str:
@@ -279,6 +279,9 @@ def iam_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
             out += "\n" + _role(job_role(job), f"publish-{job.name}", [_statement(
                 ["sqs:SendMessage", "sqs:GetQueueUrl"],
                 [f"{pascal(t)}Queue" for t in job.publishes])])
+        elif job.reads_queues:
+            out += "\n" + _role(job_role(job), f"read-queues-{job.name}", [_statement(
+                ["sqs:GetQueueUrl", "sqs:GetQueueAttributes"], queues)])
     for topic in topics:
         base = pascal(topic.name)
         out += "\n" + _role(f"{base}ConsumerRole", f"consume-{topic.name.replace('.', '-')}", [
@@ -299,6 +302,8 @@ def _job_function(job: Job) -> str:
         "    handler: functions/cron.handler",
         f"    role: {job_role(job)}",
         f"    timeout: {job.timeout_s}",
+        # The cron GET with the job's whole time (API Gateway cuts requests at 30 s).
+        "    url: true",
         "    environment:",
         f"      SLUICE_JOB: {job.name}",
         "    events:",

@@ -156,6 +156,8 @@ BASE_ENV = {
     "CRON_SECRET": CRON_SECRET,
     "SLUICE_ADMIN_JWT_SECRET": JWT_SECRET,
     "SLUICE_STAGE": "test",
+    # webhook receivers in tests are local servers (a test of the guard clears this)
+    "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.core.services import Services
 from shared.rss.catalog import Catalog
-from shared.rss.fetch import AddressGuard, Fetcher, feed_client
+from shared.rss.fetch import Fetcher, feed_client, feed_guard
 
 FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SECONDS": "1",
             "SLUICE_RSS_MAX_FEED_BYTES": "100000", "SLUICE_RSS_LOCK_WAIT_SECONDS": "20"}
@@ -46,7 +46,7 @@ def catalog(services: Services, clock: FakeClock | None = None, **kwargs: Any) -
     """A catalog on the real HTTP client; with ``clock``, its wall time is the fake one (fetch
     timeouts stay on real monotonic time: they guard real sockets)."""
     settings = services.settings
-    guard = AddressGuard(settings.feed_allow_hosts)
+    guard = feed_guard(settings.feed_allow_hosts)
     fetcher = Fetcher(feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
                                   max_connections=settings.rss_fetch_concurrency),
                       timeout_s=settings.rss_fetch_timeout_s,

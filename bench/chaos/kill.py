@@ -405,6 +405,7 @@ class Delivery:
         db.close()
         self.keys.append("chaos:sent-inline")
         return {"SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+                "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
                 "SLUICE_DELIVERY_LEASE_SECONDS": "60"}
 
     def crash_args(self, point: str) -> list[str]:

@@ -4,8 +4,12 @@ The delivery entry's idempotency key is derived from (scope, rule id, story id):
 queue's unique index on ``idempotency_key`` makes a second enqueue of the same match
 (a concurrent evaluation, a re-run tick, the after-response evaluation and the sweep
 both seeing it) return the stored entry instead of adding one, and a redriven entry is
-the same row sent again. Editing a rule keeps its id, so a story it already delivered
-is not delivered again.
+the same row sent again. The match's effect record (``delivery_effects``, written with
+the entry) outlives the entry: once enqueued, a match is never enqueued again, however
+long ago and whatever the delivery retention or an operator's purge did to its entry
+(``shared.alerts.effects`` prunes records only when their story is gone). Editing a rule,
+or deleting it and creating one with the same id, keeps its id: a story it already
+matched is not delivered again.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from shared.alerts.effects import PRODUCER, touch_effects
 from shared.alerts.rules import Matcher, Rule, RulesStore, story_text
 from shared.core.after import run_after_response
 from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.delivery.drain import check_enqueue
-from shared.delivery.store import DeliveryStore
+from shared.delivery.store import DeliveryStore, Effect
 from shared.rss.store import CatalogBuild, Story
 
 if TYPE_CHECKING:
@@ -104,7 +109,12 @@ def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
             if matcher.matches(prepared.story, prepared.text):
                 matches.append((rule, prepared.story,
                                 match_key(scope_id, rule.id, prepared.story.id)))
-    known = deliveries.known_keys([key for _, _, key in matches])
+    keys = [key for _, _, key in matches]
+    done = deliveries.known_effects(keys)
+    # Entries enqueued before effect records existed are recognised by their rows.
+    known = done | deliveries.known_keys([key for key in keys if key not in done])
+    if done:
+        touch_effects(services.db, sorted(done))
     enqueued = 0
     for rule, story, key in matches:
         if key in known:
@@ -112,7 +122,8 @@ def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
         body = payload(scope_id, rule, story)
         check_enqueue(rule.destination.channel, body)
         _, created = deliveries.enqueue(rule.destination.channel, rule.destination.recipient,
-                                        body, idempotency_key=key)
+                                        body, idempotency_key=key,
+                                        effect=Effect(PRODUCER, scope_id, story.id))
         enqueued += created
     return Outcome(evaluations, len(matches), enqueued)
 
@@ -139,11 +150,15 @@ def evaluate_new_stories(services: Services, build: CatalogBuild, new: Sequence[
 
 
 def on_new_stories(services: Services, build: CatalogBuild, new: list[Story],
-                   scope_ids: list[str]) -> None:
-    """The catalog's listener: evaluation after the response (see ``shared.core.after``)."""
+                   scope_ids: list[str], now: bool = False) -> int | None:
+    """The catalog's listener: evaluation after the response (see ``shared.core.after``),
+    or at once when ``now`` (a tick, whose answer counts what it enqueued)."""
+    if now:
+        return evaluate_new_stories(services, build, new, scope_ids).enqueued
 
     def failed(exc: BaseException) -> None:
         logger.error(f"[alerts] new-story evaluation failed for {build.key}: {exc}")
 
     run_after_response(lambda: evaluate_new_stories(services, build, new, scope_ids), failed,
                        reporter=services.reporter)
+    return None

@@ -23,7 +23,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import NotFound, RequestError
-from shared.delivery.channels import channels
+from shared.core.validate import (
+    check_optional_identifier,
+    check_recipient,
+    check_scope_id,
+    check_text,
+)
+from shared.delivery.channels import channels, webhook_guard
+from shared.egress import AddressGuard
 from shared.rss.store import RssStore, Story
 from shared.store.db import utcnow
 from shared.store.state import StateStore
@@ -36,8 +43,7 @@ MAX_RULES = 100
 MAX_KEYWORDS = 50
 MAX_KEYWORD = 200
 MAX_TEXT = 512
-RULE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-SCOPE_ID = re.compile(r"^[^\s]{1,200}$")
+RULE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 RULE_KEYS = frozenset({"id", "name", "enabled", "match", "destination"})
 MATCH_KEYS = frozenset({"keywords", "sources", "publishedAfter"})
 DESTINATION_KEYS = frozenset({"channel", "recipient", "accountId", "threadId", "silent"})
@@ -124,26 +130,10 @@ def _bad(field: str, message: str) -> RequestError:
     return RequestError(f"{field}: {message}", field=field)
 
 
-def _text(value: Any, field: str, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _bad(field, "must be a non-empty string")
-    if len(value) > limit:
-        raise _bad(field, f"must be at most {limit} characters")
-    return value
-
-
 def _unknown(body: dict[str, Any], allowed: frozenset[str], field: str) -> None:
     extra = sorted(set(body) - allowed)
     if extra:
         raise _bad(f"{field}.{extra[0]}" if field else extra[0], "unknown field")
-
-
-def check_scope_id(scope_id: str) -> str:
-    if not SCOPE_ID.match(scope_id or ""):
-        raise _bad("scopeId", "must be 1 to 200 characters without spaces")
-    return scope_id
 
 
 def parse_rule(body: Any, field: str, scope_sources: tuple[str, ...] | None) -> Rule:
@@ -151,9 +141,9 @@ def parse_rule(body: Any, field: str, scope_sources: tuple[str, ...] | None) -> 
         raise _bad(field, "must be an object")
     _unknown(body, RULE_KEYS, field)
     rule_id = body.get("id")
-    if not isinstance(rule_id, str) or not RULE_ID.match(rule_id):
+    if not isinstance(rule_id, str) or not RULE_ID.fullmatch(rule_id):
         raise _bad(f"{field}.id", "must be 1 to 64 of A-Z a-z 0-9 _ . -")
-    name = _text(body.get("name", rule_id), f"{field}.name")
+    name = check_text(body.get("name", rule_id), field=f"{field}.name", limit=MAX_TEXT)
     enabled = body.get("enabled", True)
     if not isinstance(enabled, bool):
         raise _bad(f"{field}.enabled", "must be true or false")
@@ -167,7 +157,7 @@ def parse_rule(body: Any, field: str, scope_sources: tuple[str, ...] | None) -> 
     if len(keywords) > MAX_KEYWORDS:
         raise _bad(f"{field}.match.keywords", f"at most {MAX_KEYWORDS}")
     for k, keyword in enumerate(keywords):
-        _text(keyword, f"{field}.match.keywords[{k}]", limit=MAX_KEYWORD)
+        check_text(keyword, field=f"{field}.match.keywords[{k}]", limit=MAX_KEYWORD)
         if not normalise(keyword).strip():
             raise _bad(f"{field}.match.keywords[{k}]", "has no letters or digits")
     sources: frozenset[str] | None = None
@@ -199,20 +189,20 @@ def parse_rule(body: Any, field: str, scope_sources: tuple[str, ...] | None) -> 
     if channel not in channels():
         raise _bad(f"{field}.destination.channel",
                    f"unknown channel {channel!r}; known: {', '.join(channels())}")
-    recipient = _text(destination.get("recipient"), f"{field}.destination.recipient")
+    recipient = check_recipient(str(channel), destination.get("recipient"),
+                                field=f"{field}.destination.recipient")
     silent = destination.get("silent", False)
     if not isinstance(silent, bool):
         raise _bad(f"{field}.destination.silent", "must be true or false")
-    assert name is not None and recipient is not None
     return Rule(
         id=rule_id, name=name, enabled=enabled,
         keywords=tuple(keywords), sources=sources, published_after=after,
         destination=Destination(
             channel=str(channel), recipient=recipient,
-            account_id=_text(destination.get("accountId"), f"{field}.destination.accountId",
-                             required=False),
-            thread_id=_text(destination.get("threadId"), f"{field}.destination.threadId",
-                            required=False),
+            account_id=check_optional_identifier(destination.get("accountId"),
+                                                 field=f"{field}.destination.accountId"),
+            thread_id=check_optional_identifier(destination.get("threadId"),
+                                                field=f"{field}.destination.threadId"),
             silent=silent))
 
 
@@ -253,6 +243,15 @@ def _stored_rule(item: Any, field: str) -> Rule:
     return parse_rule(item, field, tuple(sources) if sources else None)
 
 
+def check_webhook_recipients(rules: list[Rule], guard: AddressGuard) -> None:
+    """Refuse a webhook recipient the sender would refuse, at save time (no DNS: a name's
+    addresses are checked again at every connection)."""
+    for n, rule in enumerate(rules):
+        if rule.destination.channel == "webhook":
+            guard.check_url(rule.destination.recipient,
+                            field=f"rules[{n}].destination.recipient")
+
+
 class RulesStore:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -272,6 +271,7 @@ class RulesStore:
         except NotFound:
             scope_sources = None
         rules = parse_rules(body, scope_sources)
+        check_webhook_recipients(rules, webhook_guard(self.services.settings.webhook_allow_hosts))
         now = now or utcnow()
         self.state.put(rules_key(scope_id), {
             "rules": [r.to_json() for r in rules],

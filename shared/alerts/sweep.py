@@ -7,6 +7,7 @@ never a fetch or a build), shared by every scope on the same build within one sw
 and each build's stories are normalised once. A scope without a stored build counts in
 ``skippedNoFeedCache``; a failing scope is logged and counted in ``failed`` and the
 others go on; scopes not reached before the deadline count in ``skippedDeadline``.
+Then the effect records whose story is gone are pruned (``shared.alerts.effects``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from shared.alerts.effects import prune_effects
 from shared.alerts.evaluate import Prepared, evaluate, prepare
 from shared.alerts.rules import RulesStore
 from shared.core.observe import logger
@@ -86,4 +88,8 @@ def run_alert_sweep(services: Services, deadline: Deadline) -> SweepResult:
                 result["skippedDeadline"] = len(scope_ids) - start
                 break
             list(pool.map(one, scope_ids[start:start + SWEEP_CONCURRENCY]))
+    if not deadline.expired():
+        pruned = prune_effects(services.db)
+        if pruned:
+            logger.info(f"[alerts] pruned {pruned} effect records whose story is gone")
     return result

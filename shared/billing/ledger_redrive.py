@@ -190,6 +190,10 @@ def decide(db: Database, claimed: list[str], now: datetime, *,
         except RequestError as exc:
             plan.dead(raw, f"malformed: {exc.message}", now)
             continue
+        except Exception as exc:  # noqa: BLE001 - whatever one entry's text raises (nesting
+            # past the parser's depth, a value no field accepts) is that entry's verdict
+            plan.dead(raw, f"malformed: {type(exc).__name__}: {str(exc)[:200]}", now)
+            continue
         valid.append((raw, envelope, row))
     if not valid:
         return plan
@@ -287,8 +291,10 @@ def _batches(ctx: JobContext) -> int | None:
 
 def run_ledger_redrive(ctx: JobContext) -> Result:
     redis: RedisClient | None = ctx.services.redis
-    if redis is None:  # nothing can be waiting: an ok outcome with its reason
+    if redis is None:
+        # Nothing can be waiting. The error names why nothing drained; it does not page,
+        # because only ``deadLettered`` (billable spend lost for good) counts as a failure.
         return {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0, "erased": 0,
-                "errors": [], "reason": "redis_not_configured"}
+                "errors": ["redis_not_configured"], "reason": "redis_not_configured"}
     return redrive(redis, ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
                    max_batches=_batches(ctx), fence=ctx.fence)

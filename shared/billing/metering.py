@@ -22,11 +22,11 @@ recorded, still reaches ``MAX_METERING_ATTEMPTS``), then settled by the answer:
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Literal
-
-import httpx
 
 from shared.billing.polar import (
     IngestOutcome,
@@ -35,7 +35,7 @@ from shared.billing.polar import (
 )
 from shared.billing.usage import MAX_METERING_ATTEMPTS
 from shared.core.crash import crash_point
-from shared.core.tls import tls_context
+from shared.egress import Egress
 from shared.jobs.registry import NO_FENCE, Deadline, Fence, FenceParams, JobContext, Result
 from shared.store.db import Database, Tx, load_queries
 
@@ -188,7 +188,15 @@ def _send(polar: PolarClient, rows: list[dict[str, Any]]
           ) -> tuple[list[str], dict[str, tuple[str, Charge]], IngestOutcome]:
     """Send rows (one request, or more when Polar rejects single events); settle each."""
     failed: dict[str, tuple[str, Charge]] = {}
-    pending = rows
+    pending = []
+    for row in rows:
+        unsendable = _unsendable(row)
+        if unsendable:
+            failed[row["id"]] = (unsendable, "exhaust")
+        else:
+            pending.append(row)
+    if not pending:  # no request: the rows' verdicts are their own, not Polar's
+        return [], failed, IngestOutcome("permanent", error="unsendable")
     while True:
         outcome = polar.ingest([polar_event(row) for row in pending])
         if outcome.verdict == "ok":
@@ -210,12 +218,24 @@ def _send(polar: PolarClient, rows: list[dict[str, Any]]
         pending = [row for i, row in enumerate(pending) if i not in outcome.event_errors]
 
 
+def _unsendable(row: dict[str, Any]) -> str | None:
+    """Why ``row`` can never become an event (a value JSON cannot carry, such as an
+    infinite number in its metadata), or None. Such a row fails alone and for good instead
+    of failing every request it is in."""
+    try:
+        json.dumps(polar_event(row), allow_nan=False)
+    except Exception as exc:  # noqa: BLE001 - whatever one row's values raise is its verdict
+        return f"unsendable: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
 def run_metering_flush(ctx: JobContext) -> Result:
     settings = ctx.services.settings
     if not settings.polar_access_token:
         return {"processed": 0, "failed": 0, "skipped": 0, "reason": "polar_not_configured"}
-    timeout = httpx.Timeout(min(10.0, max(1.0, ctx.deadline.remaining())))
-    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
+    # each request ends by the run's deadline, and within 10 s whatever the deadline
+    with Egress(timeout_s=10.0,
+                deadline=time.monotonic() + ctx.deadline.remaining()) as client:
         polar = PolarClient(settings.polar_api_url, settings.polar_access_token, client=client)
         return flush(OutboxStore(ctx.services.db, ctx.fence), polar, now=ctx.started_at,
                      deadline=ctx.deadline, limit=DEFAULT_FLUSH_LIMIT,

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-import httpx
-
 from shared.billing.usage import iso
+from shared.egress import Answer, Egress, EgressError, NotSent
 
 INGEST_PATH = "/v1/events/ingest"
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -60,32 +59,32 @@ class IngestOutcome:
 
 
 class PolarClient:
-    """``POST {api_url}/v1/events/ingest`` with a bearer token, over a given httpx client."""
+    """``POST {api_url}/v1/events/ingest`` with a bearer token, over a given egress client
+    (trusted: the URL is the operator's; still under the deadline and the answer cap)."""
 
-    def __init__(self, api_url: str, token: str, *, client: httpx.Client) -> None:
+    def __init__(self, api_url: str, token: str, *, client: Egress) -> None:
         self.url = api_url.rstrip("/") + INGEST_PATH
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.client = client
 
     def ingest(self, events: list[dict[str, Any]]) -> IngestOutcome:
         try:
-            response = self.client.post(self.url, json={"events": events}, headers=self.headers)
-        except httpx.HTTPError as exc:
-            reached = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout,
-                                           httpx.UnsupportedProtocol))
-            return IngestOutcome("transient", error=f"network: {type(exc).__name__}: {exc}",
-                                 reached=reached)
-        verdict = classify(response.status_code)
+            response = self.client.request("POST", self.url, json={"events": events},
+                                           headers=self.headers)
+        except EgressError as exc:
+            return IngestOutcome("transient", error=f"network: {exc.message}",
+                                 reached=not isinstance(exc, NotSent))
+        verdict = classify(response.status)
         if verdict == "ok":
-            return IngestOutcome("ok", response.status_code)
-        error = f"polar {response.status_code}: {response.text[:500]}"
-        return IngestOutcome(verdict, response.status_code, error,
+            return IngestOutcome("ok", response.status)
+        error = f"polar {response.status}: {response.text[:500]}"
+        return IngestOutcome(verdict, response.status, error,
                              retry_after_seconds(response.headers.get("retry-after")),
                              _event_errors(response, len(events)) if verdict == "permanent"
                              else {})
 
 
-def _event_errors(response: httpx.Response, count: int) -> dict[int, str]:
+def _event_errors(response: Answer, count: int) -> dict[int, str]:
     """Per-event validation errors (``loc: ["body", "events", i, ...]``) in a 4xx answer."""
     try:
         detail = response.json().get("detail")
@@ -97,7 +96,7 @@ def _event_errors(response: httpx.Response, count: int) -> dict[int, str]:
         if (isinstance(loc, list) and len(loc) >= 3 and loc[:2] == ["body", "events"]
                 and isinstance(loc[2], int) and 0 <= loc[2] < count):
             where = ".".join(str(part) for part in loc[3:]) or "event"
-            message = f"polar {response.status_code}: {where}: {item.get('msg', 'invalid')}"
+            message = f"polar {response.status}: {where}: {item.get('msg', 'invalid')}"
             found[loc[2]] = (found[loc[2]] + "; " + message) if loc[2] in found else message
     return found
 

@@ -329,7 +329,7 @@ def dead_letter(raw: str, reason: str, now: datetime) -> str:
     """A DLQ item: the envelope (or the raw text if it was not one) with why and when."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # kept as raw text: nested past the parser's depth
         data = None
     if not isinstance(data, dict):
         data = {"id": None, "raw": raw}

@@ -15,19 +15,21 @@ from shared.cli.main import command_group, operator, services
 
 def cmd_rules(args: argparse.Namespace) -> int:
     from shared.alerts.rules import RulesStore, rules_body
-    from shared.core.errors import RequestError
+    from shared.core.validate import load_json
     from shared.jobs.runs import RunStore
 
     svc = services()
     store = RulesStore(svc)
     if args.set is None:
-        body = rules_body(args.scope, store.get(args.scope))
+        rules = store.get(args.scope)
+        if not rules:
+            from shared.rss.store import RssStore
+
+            RssStore(svc.db).scope(args.scope)  # an unknown scope is a usage error (64)
+        body = rules_body(args.scope, rules)
     else:
         raw = sys.stdin.read() if args.set == "-" else Path(args.set).read_text()
-        try:
-            document: Any = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise RequestError(f"{args.set}: not JSON: {exc}", field="rules") from None
+        document: Any = load_json(raw, field="rules")
         outcome = "400"
         try:
             body = rules_body(args.scope, store.put(args.scope, document))

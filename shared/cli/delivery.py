@@ -11,9 +11,10 @@ import json
 from typing import Any
 
 from shared.cli.main import audited, command_group, operator, services
+from shared.cli.output import emit
 from shared.core.errors import RequestError
 from shared.core.times import json_default
-from shared.core.tls import tls_context
+from shared.core.validate import check_optional_identifier, check_recipient, load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -46,7 +47,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
         else:
-            print(json.dumps(row, default=json_default))
+            emit(row)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -107,30 +108,37 @@ def _one_id(args: argparse.Namespace) -> str:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    import httpx
-
+    from shared.delivery.channels import Outbound
     from shared.delivery.drain import Deliverer, SendOutcome, check_enqueue
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
-    try:
-        payload = json.loads(args.payload) if args.payload is not None else {"text": args.text}
-    except ValueError as exc:
-        raise RequestError(f"--payload is not JSON: {exc}") from None
+    payload = load_json(args.payload, field="--payload") if args.payload is not None \
+        else {"text": args.text}
     if args.subject_line:
         if not isinstance(payload, dict):
             raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
     check_enqueue(args.channel, payload)
+    args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
+    args.key = check_optional_identifier(args.key, field="--key")
+    args.user = check_optional_identifier(args.user, field="--user")
     services = _services()
+    if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
+        from shared.delivery.channels import webhook_guard
+        from shared.egress import DestinationRefused
+
+        try:
+            webhook_guard(services.settings.webhook_allow_hosts).check_url(args.recipient)
+        except DestinationRefused as exc:
+            raise DestinationRefused(f"recipient: {exc.message}", field="recipient") from None
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
                                                   idempotency_key=args.key,
                                                   subject_user_id=args.user)
         _print(args, entry.to_json())
         return EXIT_OK
-    with httpx.Client(timeout=services.settings.delivery_send_timeout_s,
-                      verify=tls_context()) as client:
+    with Outbound.open(services.settings) as client:
         deliverer = Deliverer.from_services(services, client)
         entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
                                            idempotency_key=args.key, subject_user_id=args.user)
@@ -143,19 +151,20 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
 
-    p = add("list", cmd_list, "list entries, newest first")
+    p = add("list", cmd_list, "list entries, newest first", by=False)
     p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed"])
     p.add_argument("--channel")
     p.add_argument("--limit", type=int, default=100)
-    add("show", cmd_show, "show one entry").add_argument("id")
-    add("stats", cmd_stats, "count and oldest entry per status")
+    add("show", cmd_show, "show one entry", by=False).add_argument("id")
+    add("stats", cmd_stats, "count and oldest entry per status", by=False)
     for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
                              ("purge", cmd_purge, "delete failed entries")):
         p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]")
         p.add_argument("id", nargs="?")
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
-    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)")
+    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
+            by=False)
     from shared.delivery.channels import channels
 
     p.add_argument("channel", choices=list(channels()))

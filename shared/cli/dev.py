@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from types import FrameType
 from urllib.parse import urlsplit, urlunsplit
 
 from shared.core.observe import logger
@@ -113,4 +114,12 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
     print(f"sluice dev: http://{host}:{port}  (database: {services.db.dialect}; "
           f"docs at /api/docs)", flush=True)
     print(summary, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    from shared.core.shutdown import SHUTDOWN
+
+    class Server(uvicorn.Server):
+        # Ctrl-C cuts retry waits short at once, before uvicorn waits for requests to end.
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            SHUTDOWN.set()
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

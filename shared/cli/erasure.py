@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from shared.cli.main import audited, command_group, operator, services
+from shared.cli.output import emit
 from shared.core.times import json_default
 
 EXIT_OK, EXIT_ABORTED, EXIT_FAILED = 0, 1, 2
@@ -39,7 +40,7 @@ def _print(args: argparse.Namespace, body: Any) -> None:
             if row.get("result") and not isinstance(body, list):
                 print(f"  result: {json.dumps(row['result'])}")
         else:
-            print(json.dumps(row, indent=2, default=json_default))
+            emit(row)
 
 
 def cmd_request(args: argparse.Namespace) -> int:
@@ -130,7 +131,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     outcome = run_job(get_job("erasure-purge"), _services(), "cli",
                       params={"dryRun": "true"} if args.dry_run else {})
-    print(json.dumps(outcome.body, default=json_default, indent=None if args.json else 2))
+    emit(outcome.body)
     return {"ok": 0, "skipped": 0, "failures": 2}.get(outcome.outcome, 1)
 
 
@@ -154,17 +155,24 @@ def cmd_registry(args: argparse.Namespace) -> int:
         unregistered,
     )
 
+    problems: list[str] = []
+    if args.check:
+        columns = schema_columns(_services().db)
+        problems = [f"unregistered user column {t}.{c}" for t, c in unregistered(columns)]
+        problems += [f"registry names a missing column {t}.{c}" for t, c in stale(columns)]
+    if args.json:
+        emit({"targets": [{"how": t.how.value, "name": t.name, "note": t.note} for t in TARGETS],
+              "exemptions": [{"table": e.table, "column": e.column, "reason": e.reason}
+                             for e in EXEMPTIONS],
+              "externalStores": [store.name for store in EXTERNAL_STORES],
+              "problems": problems if args.check else None})
+        return EXIT_FAILED if problems else EXIT_OK
     for t in TARGETS:
         print(f"{t.how.value:<12} {t.name:<38} {t.note}")
     for e in EXEMPTIONS:
         print(f"{'exempt':<12} {e.table + ('.' + e.column if e.column else ''):<38} {e.reason}")
     for store in EXTERNAL_STORES:
         print(f"{'after commit':<12} {store.name}")
-    if not args.check:
-        return EXIT_OK
-    columns = schema_columns(_services().db)
-    problems = [f"unregistered user column {t}.{c}" for t, c in unregistered(columns)]
-    problems += [f"registry names a missing column {t}.{c}" for t, c in stale(columns)]
     for problem in problems:
         print(problem, file=sys.stderr)
     return EXIT_FAILED if problems else EXIT_OK
@@ -177,10 +185,10 @@ def register(sub: Any) -> None:
     p.add_argument("subject", metavar="SUBJECT", help="the user id to erase")
     p.add_argument("--tenant")
     p.add_argument("--grace-days", type=int, help="default SLUICE_ERASURE_GRACE_DAYS; 0 = due now")
-    p = add("list", cmd_list, "list requests, newest first")
+    p = add("list", cmd_list, "list requests, newest first", by=False)
     p.add_argument("--status", choices=["requested", "cancelled", "purged", "failed"])
     p.add_argument("--limit", type=int, default=100)
-    add("show", cmd_show, "show one request").add_argument("id")
+    add("show", cmd_show, "show one request", by=False).add_argument("id")
     add("cancel", cmd_cancel, "cancel a request still in its grace window").add_argument("id")
     p = add("confirm", cmd_confirm, "purge one request now (requested or failed); asks first "
             "on a terminal")
@@ -188,10 +196,10 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
     p.add_argument("--yes", action="store_true",
                    help="confirm without a prompt (required when stdin is not a terminal)")
-    p = add("purge", cmd_purge, "run erasure-purge now (every due request)")
+    p = add("purge", cmd_purge, "run erasure-purge now (every due request)", by=False)
     p.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
-    add("verify", cmd_verify, "count what every store still holds of a user (exit 2 if any)"
-        ).add_argument("subject", metavar="SUBJECT")
-    p = add("registry", cmd_registry, "print the erasure registry")
+    add("verify", cmd_verify, "count what every store still holds of a user (exit 2 if any)",
+        by=False).add_argument("subject", metavar="SUBJECT")
+    p = add("registry", cmd_registry, "print the erasure registry", by=False)
     p.add_argument("--check", action="store_true",
                    help="compare with the live schema; exit 2 on an unregistered user column")

@@ -6,7 +6,9 @@ Feature modules add subcommands through ``COMMAND_MODULES``: each module has
 Exit codes (docs/cli.md): 0 done; 1 error (the run errored, a store or
 provider failed); 2 the command ran and reported failures; 64 usage (bad
 arguments, an unknown job, topic, flag, channel or id, invalid input, a refused
-state change); 78 configuration (a setting is missing or invalid).
+state change); 78 configuration (a setting is missing or invalid, or no database).
+
+How commands print (``--json``, quiet stderr, ``-v``) lives in ``shared.cli.output``.
 """
 
 from __future__ import annotations
@@ -17,19 +19,24 @@ import importlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
+from shared.cli.output import Mode, check_database, emit, mode, note, speaking
 from shared.core.errors import ConfigurationError, RequestError, SluiceError
 from shared.core.times import iso_z, json_default
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["shared.cli.erasure", "shared.cli.queues", "shared.cli.delivery",
                               "shared.cli.billing", "shared.cli.token", "shared.cli.rss",
-                              "shared.cli.alerts"]
+                              "shared.cli.alerts", "shared.cli.audit"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
+# Commands that may create the SQLite database; every other one refuses a missing file.
+CREATES_DATABASE = frozenset({"migrate", "dev"})
+# Commands that print no data (a server), so they take no --json.
+NO_JSON = frozenset({"dev"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -58,17 +65,24 @@ def operator(by: str | None = None) -> str:
         return "cli:unknown"
 
 
-def command_group(sub: Any, name: str, help: str) -> Callable[[str, Any, str],
-                                                               argparse.ArgumentParser]:
-    """``sluice NAME …``: returns ``add(command, func, help)`` for its subcommands, each with
-    ``--json`` and ``--by`` (the operator named in the audit trail)."""
+class AddCommand(Protocol):
+    def __call__(self, command: str, func: Any, help: str, *, by: bool = True
+                 ) -> argparse.ArgumentParser: ...
+
+
+def command_group(sub: Any, name: str, help: str) -> AddCommand:
+    """``sluice NAME …``: returns ``add(command, func, help, by=True)`` for its subcommands,
+    each with ``--json``; those that write an audit row (``by=True``) also take ``--by`` (the
+    operator named in it). A read takes no ``--by``: an option that does nothing is refused."""
     commands = sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command",
                                                               required=True)
 
-    def add(command: str, func: Any, help: str) -> argparse.ArgumentParser:
+    def add(command: str, func: Any, help: str, *, by: bool = True
+            ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = commands.add_parser(command, help=help)
         p.add_argument("--json", action="store_true", help="print JSON on stdout")
-        p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
+        if by:
+            p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
         p.set_defaults(func=func)
         return p
 
@@ -102,13 +116,19 @@ def services(*, migrate_embedded: bool = True) -> Any:
 
 def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> Any:
     from shared.core.services import Services
+    from shared.core.settings import Settings
 
-    services = Services.from_env()
+    settings = Settings.from_env()
+    shown = check_database(settings.database_url,
+                           may_create=mode().command in CREATES_DATABASE)
+    if not mode().json:
+        print(f"database: {shown}", file=sys.stderr)
+    services = Services.from_settings(settings)
     if migrate_embedded and services.db.dialect == "sqlite":
         from shared.store.migrate import migrate
 
         for migration in migrate(services.db):
-            print(f"applied migration {migration.version} {migration.name}", file=sys.stderr)
+            note(f"applied migration {migration.version} {migration.name}")
     return services
 
 
@@ -158,13 +178,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     services = _services(args)
     if args.dry_run:
-        for migration in pending(services.db):
-            print(f"pending {migration.version} {migration.name}")
+        waiting = [{"version": m.version, "name": m.name} for m in pending(services.db)]
+        emit({"dialect": services.db.dialect, "pending": waiting},
+             lambda body: [f"pending {m['version']} {m['name']}" for m in body["pending"]])
         return 0
-    applied = migrate(services.db)
-    for migration in applied:
-        print(f"applied {migration.version} {migration.name}")
-    print(f"{len(applied)} migration(s) applied on {services.db.dialect}")
+    applied = [{"version": m.version, "name": m.name} for m in migrate(services.db)]
+    emit({"dialect": services.db.dialect, "applied": applied},
+         lambda body: [*(f"applied {m['version']} {m['name']}" for m in body["applied"]),
+                       f"{len(body['applied'])} migration(s) applied on {body['dialect']}"])
     return 0
 
 
@@ -223,6 +244,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sluice", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="logs and metrics on stderr (-vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
@@ -250,17 +273,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)
+    for path, leaf in leaf_commands(parser).items():
+        options = {o for action in leaf._actions for o in action.option_strings}
+        if "--json" not in options and path[0] not in NO_JSON:
+            leaf.add_argument("--json", action="store_true", help="print JSON on stdout")
+        if "-v" not in options:
+            leaf.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                              help="logs and metrics on stderr (-vv: debug)")
     return parser
+
+
+def leaf_commands(parser: argparse.ArgumentParser) -> dict[tuple[str, ...],
+                                                            argparse.ArgumentParser]:
+    """Every runnable command (``("dlq", "list")`` …), read from the parser itself."""
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(p: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            found[path] = p
+        for action in subs:
+            for name, child in action.choices.items():
+                walk(child, (*path, name))
+
+    walk(parser, ())
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code: int = args.func(args)
-        return code
-    except SluiceError as exc:
-        print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
-        return exit_code(exc)
+    # A server's logs are its output: `sluice dev` logs as if given -v.
+    verbose = max(args.verbose, 1) if args.command == "dev" else args.verbose
+    with speaking(Mode(json=bool(getattr(args, "json", False)), verbose=verbose,
+                       command=args.command)):
+        try:
+            code: int = args.func(args)
+            return code
+        except SluiceError as exc:
+            print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
+            return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ import sys
 from typing import Any
 
 from shared.cli.main import audited, operator, services
+from shared.cli.output import age, emit, mode
 from shared.core.errors import RequestError
-from shared.core.times import json_default
+from shared.core.validate import load_json
 
 
 def _services() -> Any:
@@ -17,15 +18,11 @@ def _services() -> Any:
 
 
 def _read_json(what: str) -> Any:
-    text = sys.stdin.read()
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise RequestError(f"{what} on stdin is not JSON: {exc}") from None
+    return load_json(sys.stdin.read(), field=what)
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=json_default))
+    emit(value)
 
 
 def _actor() -> str:
@@ -50,21 +47,20 @@ def cmd_sign(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     message = _read_json("the message")
     reason = _signer().check(message)
-    if reason is None:
+    if mode().json:
+        emit({"valid": reason is None, "reason": reason})
+    elif reason is None:
         print("valid")
-        return 0
-    print(f"invalid: {reason}", file=sys.stderr)
-    return 1
+    if reason is not None and not mode().json:
+        print(f"invalid: {reason}", file=sys.stderr)
+    return 0 if reason is None else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from shared.queues.runtime import publisher_of
 
     text = sys.stdin.read()
-    try:
-        fields = json.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise RequestError(f"the fields on stdin are not JSON: {exc}") from None
+    fields = load_json(text, field="fields") if text.strip() else {}
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
     published = publisher_of(_services()).publish(args.topic, fields)
@@ -74,10 +70,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_flags(args: argparse.Namespace) -> int:
     from shared.jobs.runs import RunStore
+    from shared.rss.store import RssStore
     from shared.store.flags import FlagStore
 
     services = _services()
-    flags = FlagStore(services.state)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
     if args.key is None:
         _print({"flags": flags.all()})
         return 0
@@ -110,9 +107,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['queue']}: {result['depth']} dead letter(s)")
     for item in result["items"]:
-        age = item["ageSeconds"]
-        print(f"  {item['id']}  {item['failedAt'] or '?'}  "
-              f"{'' if age is None else f'{age / 3600:.1f}h old'}  {item['reason'][:120]}")
+        print(f"  {item['id']}  {item['failedAt'] or '?'}  {age(item['ageSeconds'])} old  "
+              f"{item['reason'][:120]}")
     return 0
 
 

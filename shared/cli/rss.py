@@ -6,11 +6,10 @@ Writes are recorded in ``admin_audit`` as the operator (``--by``, else ``cli:$US
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from shared.cli.main import EXIT_OK, command_group, operator, run_and_print, services
-from shared.core.times import json_default
+from shared.cli.output import emit
 
 
 def _audit(svc: Any, args: argparse.Namespace, action: str, target: str, outcome: str) -> None:
@@ -28,7 +27,7 @@ def _store(svc: Any) -> Any:
 
 def _print(args: argparse.Namespace, body: Any, line: Any = None) -> None:
     if args.json or line is None:
-        print(json.dumps(body, default=json_default))
+        emit(body)
         return
     for row in body if isinstance(body, list) else [body]:
         print(line(row))
@@ -140,8 +139,8 @@ def register(sub: Any) -> None:
     p.add_argument("--title")
     p.add_argument("--global", dest="glob", action="store_true",
                    help="part of the global catalog")
-    add("list", cmd_source_list, "list sources with their fetch state")
-    add("show", cmd_source_show, "show one source").add_argument("id")
+    add("list", cmd_source_list, "list sources with their fetch state", by=False)
+    add("show", cmd_source_show, "show one source", by=False).add_argument("id")
     add("remove", cmd_source_remove, "remove a source no scope uses").add_argument("id")
 
     add = command_group(groups, "scopes", "tenant scopes: a tenant's source set and locale")
@@ -151,8 +150,8 @@ def register(sub: Any) -> None:
     p.add_argument("--source", action="append", required=True, help="a source id (repeat)")
     p.add_argument("--locale", required=True)
     p.add_argument("--incomplete", action="store_true", help="not yet ingested by the tick")
-    add("list", cmd_scope_list, "list scopes")
-    add("show", cmd_scope_show, "show one scope").add_argument("scope")
+    add("list", cmd_scope_list, "list scopes", by=False)
+    add("show", cmd_scope_show, "show one scope", by=False).add_argument("scope")
     add("remove", cmd_scope_remove, "remove a scope").add_argument("scope")
 
     for name, func, help_text in (

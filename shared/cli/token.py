@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from shared.cli.output import emit
 from shared.ops.access import DEFAULT_TTL, ROLES, mint_token, parse_ttl
 
 
@@ -15,6 +16,10 @@ def cmd_token(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     ttl = parse_ttl(args.ttl) if args.ttl else DEFAULT_TTL
     token = mint_token(settings, args.roles.split(","), subject=args.subject, ttl=ttl)
+    if args.json:
+        emit({"token": token, "subject": args.subject, "roles": args.roles.split(","),
+              "ttlSeconds": int(ttl.total_seconds())})
+        return 0
     print(token)
     print(f"sluice token: {args.subject} with roles {args.roles}, valid "
           f"{int(ttl.total_seconds())} s. Send it as 'Authorization: Bearer <token>', or as the "

@@ -34,6 +34,13 @@ class ConfigurationError(SluiceError):
     code = "configuration_error"
 
 
+class ShutdownRequested(SluiceError):
+    """The process is shutting down: the wait was cut short."""
+
+    code = "shutdown_requested"
+    status = 503
+
+
 class StoreError(SluiceError):
     """A store operation failed."""
 

@@ -22,6 +22,17 @@ NAMESPACE = "Sluice"
 
 logger = Logger(service=SERVICE, logger_handler=logging.StreamHandler(sys.stderr))
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+# The command line keeps stderr clean for scripts: metric blobs only when asked (-v).
+_metrics_quiet = False
+
+
+def quiet_metrics(quiet: bool) -> None:
+    global _metrics_quiet
+    _metrics_quiet = quiet
+
+
+def metrics_quiet() -> bool:
+    return _metrics_quiet
 
 
 def _in_lambda() -> bool:
@@ -102,6 +113,8 @@ class Reporter:
         if not metrics.metric_set:
             return
         blob = json.dumps(metrics.serialize_metric_set(), separators=(",", ":"))
-        stream = sys.stdout if _in_lambda() else sys.stderr
-        stream.write(blob + "\n")
+        if _in_lambda():
+            sys.stdout.write(blob + "\n")
+        elif not _metrics_quiet:
+            sys.stderr.write(blob + "\n")
         metrics.clear_metrics()

@@ -101,6 +101,9 @@ class Settings(NamedTuple):
                                           60, 30 * 86400)] = 86400
     delivery_outage_threshold: Annotated[int, Var("SLUICE_DELIVERY_OUTAGE_THRESHOLD", "int",
                                                   1, 100)] = 3
+    # sends allowed after an unknown outcome on a channel that cannot deduplicate
+    delivery_unknown_resends: Annotated[int, Var("SLUICE_DELIVERY_UNKNOWN_RESENDS", "int",
+                                                 0, 10)] = 1
     webhook_signing_secret: Annotated[str | None, Var("SLUICE_WEBHOOK_SIGNING_SECRET",
                                                       min_length=_MIN, secret=True)] = None
     slack_bot_token: Annotated[str | None, Var("SLUICE_SLACK_BOT_TOKEN", secret=True)] = None
@@ -117,7 +120,11 @@ class Settings(NamedTuple):
     smtp_username: Annotated[str | None, Var("SLUICE_SMTP_USERNAME")] = None
     smtp_password: Annotated[str | None, Var("SLUICE_SMTP_PASSWORD", secret=True)] = None
     smtp_from: Annotated[str | None, Var("SLUICE_SMTP_FROM")] = None
-    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the SSRF check
+    # destinations named in data (shared/egress/): hosts, or host:port, exempt from the
+    # address guard (only public addresses otherwise); one list per kind of destination
+    webhook_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_WEBHOOK_ALLOW_HOSTS",
+                                                        "list")] = ()
+    # rss ingestion (shared/rss/); the allow-list exempts feed hosts from the address guard
     feed_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_FEED_ALLOW_HOSTS", "list")] = ()
     tenant_ingestion_budget_ms: Annotated[int, Var("SLUICE_TENANT_INGESTION_TIME_BUDGET_MS",
                                                    "int", 1000, 900_000)] = 240_000

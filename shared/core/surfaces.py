@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 Surface = Literal["ingestion", "state", "delivery", "queues", "metering", "ledger", "erasure",
-                  "flags", "alerts"]
+                  "flags", "alerts", "audit"]
 
 SURFACE_ROLES: Mapping[Surface, frozenset[str]] = {
     "ingestion": frozenset({"super_admin", "ops"}),
@@ -18,4 +18,6 @@ SURFACE_ROLES: Mapping[Surface, frozenset[str]] = {
     "erasure": frozenset({"super_admin", "privacy"}),
     "flags": frozenset({"super_admin"}),
     "alerts": frozenset({"super_admin", "ops"}),
+    # The trail names every actor and what they did, erasures included.
+    "audit": frozenset({"super_admin", "ops"}),
 }

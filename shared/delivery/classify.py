@@ -50,7 +50,8 @@ class TransientDeliveryError(DeliveryError):
 class OutcomeUnknown(TransientDeliveryError):
     """The request was sent but no answer came in time: the receiver may have the message.
 
-    Retried with the same idempotency key; never counted towards failing the entry."""
+    Never retried in-process and never failed: the queue resends it (same key) only as its
+    channel allows (see ``DeliveryStore.nack``), else it rests ``unknown`` for an operator."""
 
     code = "delivery_outcome_unknown"
 
@@ -90,6 +91,8 @@ PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNOREC
     r"bot can't initiate conversation",
     r"bot is not a member",
     r"have no rights to send",
+    r"not enough rights",
+    r"forbidden\b.*\b(insufficient|not enough)[ _]permissions?",
     r"group chat was upgraded to a supergroup",
     r"message text is empty",
     r"can't parse entities",
@@ -100,6 +103,19 @@ PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNOREC
     r"\bno_text\b",
     r"recipient address rejected",
 ))
+
+
+# Errors that say the entry itself is malformed (a recipient URL that does not parse, a
+# header with CR/LF): sending it again cannot help, and it says nothing about the
+# destination. Matched by class, and by name for the HTTP client's own URL errors, which
+# are not ValueErrors and which this module does not import.
+MALFORMED_TYPES: tuple[type[BaseException], ...] = (ValueError, TypeError)
+MALFORMED_NAMES = frozenset({"InvalidURL", "UnsupportedProtocol", "LocalProtocolError"})
+
+
+def is_malformed(error: BaseException) -> bool:
+    return (isinstance(error, MALFORMED_TYPES) and not isinstance(error, DeliveryError)) or (
+        type(error).__name__ in MALFORMED_NAMES)
 
 
 def matches_permanent(text: str) -> bool:
@@ -123,8 +139,9 @@ def classify(error: BaseException | str) -> Verdict:
     ``MAX_DEPTH`` is transient, whatever it holds (fail open: retry rather than drop).
     A ``MemoryError`` anywhere makes it ``fatal``, before anything else.
     A ``TransientDeliveryError`` anywhere wins over permanent evidence elsewhere (an
-    adapter said "later" explicitly); otherwise a ``PermanentDeliveryError`` or a
-    node whose text matches ``PERMANENT_PATTERNS`` makes it permanent.
+    adapter said "later" explicitly); otherwise a ``PermanentDeliveryError``, a malformed
+    entry (``is_malformed``: a ``ValueError`` such as a recipient URL that does not parse)
+    or a node whose text matches ``PERMANENT_PATTERNS`` makes it permanent.
     """
     if isinstance(error, str):
         return "permanent" if matches_permanent(error) else "transient"
@@ -142,7 +159,8 @@ def classify(error: BaseException | str) -> Verdict:
         seen.add(id(node))
         if isinstance(node, TransientDeliveryError):
             return "transient"
-        if isinstance(node, PermanentDeliveryError) or matches_permanent(str(node)):
+        if (isinstance(node, PermanentDeliveryError) or is_malformed(node)
+                or matches_permanent(str(node))):
             permanent = True
         stack.extend((child, depth + 1) for child in _children(node))
     return "permanent" if permanent else "transient"

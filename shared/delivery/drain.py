@@ -6,31 +6,34 @@ the two, the lease lapses and the next drain sends it: at-least-once, and a
 webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
 The drain fails pending entries past the expiry (reason ``expired``), returns
-lapsed leases to ``pending``, then claims due entries one at a time and sends
-each, until none is due or the deadline is near; finally it prunes settled
-entries past their retention. What is not the entry's fault never costs it an
-attempt: an entry whose channel has no adapter (configuration), an entry for a
-channel or host that failed transiently ``outage_threshold`` times in a row this
-run (an outage: those failures are given back too, and nothing more is sent there
-this run), and the entry being sent when the process ran out of memory (the run
-stops) all go back to ``pending`` with the attempt returned. A send that timed out
-after the request went out is *unknown*: retried with the same idempotency key,
-never failed for it.
+lapsed leases to ``pending`` (an unknown outcome: see below), then claims due entries
+one at a time and sends each, until none is due or the deadline is near; finally it
+prunes settled entries past their retention (their effect records stay). What is not
+the entry's fault never costs it an attempt: an entry whose channel has no adapter
+(configuration), an entry whose destination is down (``shared.delivery.destinations``:
+it waits, one probe per backoff step, until it expires), and the entry being sent when
+the process ran out of memory (the run stops) all go back to ``pending`` with the
+attempt returned. A send that timed out after the request went out is *unknown*: it
+counts as an attempt, is never resent in-process, and is resent later only as its
+channel allows (``DeliveryStore.nack``). One malformed entry (a recipient that does
+not parse) is that entry's permanent failure; the run goes on.
 
-Its result, as the seed's ``RecoverySummary`` means it:
+Its result (the keys a scheduler or an alarm reads, stable across versions):
 
 - ``recovered``: entries delivered (acked) by this run;
 - ``failed``: entries failed for good by this run (a permanent error, or ``expired``);
 - ``skippedMaxRetries``: entries failed by this run because their last attempt (the
-  fifth) failed transiently, or their sender died holding the lease;
+  fifth) failed transiently;
 - ``deferredBackoff``: entries this run skipped because they were still in backoff;
 
-and beside it ``expired``, ``unknown`` (left pending after an unknown outcome),
-``leftDue`` (due, not reached before the deadline), ``unconfigured`` and
-``outages`` (count and reason), ``rateLimited`` (entries set aside, their attempt
-given back, because a rate shared by every sender had no slot or the provider answered
-429; see ``shared.delivery.ratelimit``), and ``fatal`` (1 when the run stopped out of memory,
-with ``fatalError``).
+and beside it ``expired``, ``unknown`` (sends of this run, and lapsed leases, whose
+outcome is unknown), ``leftDue`` (due, not reached before the deadline),
+``unconfigured``, ``outages`` (``count``: entries that waited on a destination this
+run; ``down``: each destination reported down, with why; ``destinations``: every
+failing destination with its entries waiting), ``rateLimited`` (entries set aside, their
+attempt given back, because a rate shared by every sender had no slot or the provider
+answered 429; see ``shared.delivery.ratelimit``), and ``fatal`` (1 when the run stopped
+out of memory, with ``fatalError``).
 """
 
 from __future__ import annotations
@@ -41,14 +44,19 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
-import httpx
-
 from shared.core.crash import crash_point
 from shared.core.errors import RequestError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
-from shared.core.tls import tls_context
-from shared.delivery.channels import ChannelAdapter, build_adapters, channels
+from shared.core.shutdown import sleep_with_abort
+from shared.core.validate import check_recipient
+from shared.delivery.channels import (
+    ChannelAdapter,
+    Outbound,
+    build_adapters,
+    channels,
+    deduplicating,
+)
 from shared.delivery.classify import (
     CredentialsRefused,
     MissingAdapter,
@@ -57,6 +65,7 @@ from shared.delivery.classify import (
     is_unknown,
     retry_after_s,
 )
+from shared.delivery.destinations import Destination, Destinations
 from shared.delivery.payload import parse
 from shared.delivery.ratelimit import Limiter
 from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
@@ -64,19 +73,19 @@ from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
 from shared.store.db import utcnow
 
-# The sleep of in-process retries in a drain run (tests replace it: no real waiting).
-SLEEP: Callable[[float], None] = time.sleep
+# The sleep of in-process retries in a drain run (tests replace it: no real waiting);
+# it ends at once on shutdown.
+SLEEP: Callable[[float], None] = sleep_with_abort
 
 
 class SendOutcome(StrEnum):
     ACKED = "acked"
     RETRY = "retry"  # back to pending, on the schedule
-    UNKNOWN = "unknown"  # sent, no answer: back to pending, retried with the same key
+    UNKNOWN = "unknown"  # sent, no answer: resent later only as its channel allows
     FAILED = "failed"  # permanent error
     GAVE_UP = "gave_up"  # the last attempt failed
     STALE = "stale"  # the entry was no longer ours to settle (our lease lapsed meanwhile)
     UNCONFIGURED = "unconfigured"  # no adapter: back to pending, attempt given back
-    HELD = "held"  # failed transiently; settled once the run knows whether it is an outage
     FATAL = "fatal"  # out of memory: back to pending, attempt given back, run stops
     RATE_LIMITED = "rate_limited"  # no slot, or a 429: back to pending, attempt given back
 
@@ -124,13 +133,14 @@ class Deliverer:
         self.lease = lease
         self.send_timeout_s = send_timeout_s
         self.expire = expire
-        self.outage_threshold = outage_threshold
+        self.destinations = Destinations(store.db, store.schedule.delays_s, outage_threshold)
+        self.deduplicating = deduplicating()
         self.reporter = reporter
         self.limiter = limiter
         self.clock = clock
 
     @classmethod
-    def from_services(cls, services: Services, client: httpx.Client, *,
+    def from_services(cls, services: Services, client: Outbound, *,
                       deadline: Deadline | None = None,
                       sleep: Callable[[float], None] | None = None,
                       policy: RetryPolicy = DEFAULT_POLICY,
@@ -141,7 +151,8 @@ class Deliverer:
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s)
-        return cls(DeliveryStore(services.db), build_adapters(settings, client, retrier),
+        store = DeliveryStore(services.db, unknown_resends=settings.delivery_unknown_resends)
+        return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
                    expire=timedelta(seconds=settings.delivery_expire_s),
@@ -157,6 +168,7 @@ class Deliverer:
         """Check, enqueue, send, settle. With a key already stored, nothing is sent again:
         ``(that entry, None)``."""
         check_enqueue(channel, payload)
+        recipient = check_recipient(channel, recipient, field="recipient")
         entry, created = self.store.enqueue(channel, recipient, payload,
                                             idempotency_key=idempotency_key,
                                             subject_user_id=subject_user_id, lease=self.lease)
@@ -196,6 +208,7 @@ class Deliverer:
         try:
             message_id = adapter.send(entry)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
+            # (a malformed recipient's ValueError is the entry's permanent failure: classify)
             return Sent(classify(exc), self._ms(started), error=exc)
         crash_point("delivery.after_send")
         return Sent("acked", self._ms(started), message_id)
@@ -216,14 +229,15 @@ class Deliverer:
                 else SendOutcome.STALE
         unknown = is_unknown(sent.error)
         status = self.store.nack(entry, reason, duration_ms=sent.duration_ms,
-                                 retry_after_s=retry_after_s(sent.error), unknown=unknown)
+                                 retry_after_s=retry_after_s(sent.error), unknown=unknown,
+                                 deduplicates=entry.channel in self.deduplicating)
         logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                        f"failed: {reason}", extra={"next": status, "unknown": unknown})
         if status is None:
             return SendOutcome.STALE
-        if status is DeliveryStatus.FAILED:
-            return SendOutcome.GAVE_UP
-        return SendOutcome.UNKNOWN if unknown else SendOutcome.RETRY
+        if unknown:
+            return SendOutcome.UNKNOWN
+        return SendOutcome.GAVE_UP if status is DeliveryStatus.FAILED else SendOutcome.RETRY
 
     def _unconfigured(self, entry: DeliveryEntry, hold: timedelta) -> SendOutcome:
         error = MissingAdapter(f"no adapter configured for channel {entry.channel!r}: "
@@ -249,7 +263,7 @@ class Deliverer:
 
 
 class _Run:
-    """One drain: the summary, the channels/hosts found down, the failures held per key."""
+    """One drain: the summary, and the destinations found failing (loaded, then kept current)."""
 
     def __init__(self, deliverer: Deliverer, deadline: Deadline,
                  progress: Callable[[str], None]) -> None:
@@ -260,10 +274,10 @@ class _Run:
         self.summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0,
                                     deferredBackoff=0, expired=0, unknown=0, leftDue=0,
                                     unconfigured={"count": 0, "channels": {}},
-                                    outages={"count": 0, "down": {}}, rateLimited=0, fatal=0,
-                                    fatalError=None)
-        self.down: dict[str, str] = {}
-        self.held: dict[str, list[tuple[DeliveryEntry, Sent]]] = {}
+                                    outages={"count": 0, "down": {}, "destinations": []},
+                                    rateLimited=0, fatal=0, fatalError=None)
+        self.failing: dict[str, Destination] = {}
+        self.up: set[str] = set()  # destinations that took an entry during this run
 
     def _hold(self) -> timedelta:
         """Set aside until after this run (so it is not claimed again before it ends)."""
@@ -278,10 +292,12 @@ class _Run:
         if expired:
             logger.warning(f"[delivery] {expired} entries expired undelivered "
                            f"(older than {int(self.d.expire.total_seconds())} s)")
-        back, lost = self.store.recover()
-        summary["skippedMaxRetries"] += lost
-        if back or lost:
-            logger.info(f"[delivery] {back} lapsed lease(s) back to pending, {lost} failed")
+        back, unknown = self.store.recover(deduplicating=self.d.deduplicating)
+        summary["unknown"] += unknown
+        if back or unknown:
+            logger.info(f"[delivery] {back} lapsed lease(s) back to pending, {unknown} "
+                        "resting unknown (each may have been sent)")
+        self.failing = self.d.destinations.load()
         # Stop while a whole send (its timeout) still fits before the deadline.
         while self.deadline.remaining() > self.d.send_timeout_s:
             claimed = self.store.claim(self.d.lease)
@@ -292,10 +308,14 @@ class _Run:
                 break
             self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                           f"{summary['failed'] + summary['skippedMaxRetries']} failed")
-        for key in list(self.held):
-            self._settle_held(key)
         summary["deferredBackoff"] = self.store.count_backoff(since=started)
         summary["leftDue"] = self.store.count_due()
+        destinations = self.d.destinations.status()
+        summary["outages"]["destinations"] = destinations
+        summary["outages"]["down"] = {
+            d["key"]: f"{d['failures']} transient failures in a row since {d['downSince']}; "
+                      f"{d['waiting']} entries waiting; last: {d['lastError']}"
+            for d in destinations if d["down"]}
         return summary
 
     def _one(self, entry: DeliveryEntry) -> bool:
@@ -309,9 +329,14 @@ class _Run:
             unconfigured["channels"][entry.channel] = (
                 f"no adapter configured for channel {entry.channel!r}")
             return True
-        key = adapter.outage_key(entry)
-        if key in self.down:
-            self._set_aside(entry, key)
+        try:
+            key = adapter.outage_key(entry)
+        except Exception as exc:  # noqa: BLE001 - a recipient that does not parse is this entry's
+            self._count(self.d._settle(entry, Sent("permanent", 0, error=exc)))
+            return True
+        known = self.failing.get(key)
+        if known is not None and key not in self.up and known.next_probe_at > utcnow():
+            self._wait(entry, known)
             return True
         if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
             summary["rateLimited"] += 1
@@ -325,35 +350,34 @@ class _Run:
             summary["fatal"] = 1
             summary["fatalError"] = describe(sent.error) if sent.error else "fatal"
             return False
-        if sent.verdict == "transient":
-            held = self.held.setdefault(key, [])
-            held.append((entry, sent))
-            if len(held) >= self.d.outage_threshold or isinstance(sent.error,
-                                                                   CredentialsRefused):
-                assert sent.error is not None
-                self.down[key] = (
-                    f"credentials refused: {describe(sent.error)}"
-                    if isinstance(sent.error, CredentialsRefused)
-                    else f"{len(held)} consecutive transient failures; last: "
-                         f"{describe(sent.error)}")
-                summary["outages"]["down"][key] = self.down[key]
-                logger.warning(f"[delivery] {key} looks down: {self.down[key]}; "
-                               "nothing more is sent there this run, no attempt counted")
-                for held_entry, _ in self.held.pop(key):
-                    self._set_aside(held_entry, key)
+        if (sent.verdict == "transient" and sent.error is not None
+                and not is_unknown(sent.error) and key not in self.up):
+            # The destination failed, not (as far as anyone can tell) the entry: it waits.
+            found = self.d.destinations.failed(key, describe(sent.error), known=known,
+                                               retry_after_s=retry_after_s(sent.error))
+            self.failing[key] = found
+            if self.d.destinations.reported(found):
+                logger.warning(f"[delivery] {key} is down ({found.failures} failures in a row; "
+                               f"last: {found.last_error}); its entries wait, no attempt "
+                               "counted")
+            self._wait(entry, found)
             return True
-        self._settle_held(key)  # the streak ended: those failures were the entries' own
+        if sent.verdict == "acked":
+            self.up.add(key)
+            if self.failing.pop(key, None) is not None:
+                self.d.destinations.up(key)
+                logger.info(f"[delivery] {key} is back")
         self._count(self.d._settle(entry, sent))
         return True
 
-    def _set_aside(self, entry: DeliveryEntry, key: str) -> None:
-        self.store.release(entry, f"not sent: {key} was down during the run "
-                                  f"({self.down[key]})", delay=self._hold())
+    def _wait(self, entry: DeliveryEntry, destination: Destination) -> None:
+        delay = max(destination.next_probe_at - utcnow(), timedelta(0))
+        self.store.release(entry, f"waiting: {destination.key} is failing since "
+                                  f"{destination.down_since.isoformat()} "
+                                  f"({destination.failures} in a row; last: "
+                                  f"{destination.last_error})",
+                           delay=delay, held_by=destination.key)
         self.summary["outages"]["count"] += 1
-
-    def _settle_held(self, key: str) -> None:
-        for entry, sent in self.held.pop(key, []):
-            self._count(self.d._settle(entry, sent))
 
     def _count(self, outcome: SendOutcome) -> None:
         if outcome is SendOutcome.ACKED:
@@ -372,12 +396,14 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
     reporter.metrics({f"QueueDrained.{key}": float(value) for key, value in summary.items()
                       if isinstance(value, int)} | {
         "QueueDrained.unconfigured": float(summary["unconfigured"]["count"]),
-        "QueueDrained.outages": float(summary["outages"]["count"])}, event="queue_drained")
+        "QueueDrained.outages": float(summary["outages"]["count"]),
+        "QueueDrained.destinationsDown": float(len(summary["outages"]["down"]))},
+        event="queue_drained")
 
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
-    with httpx.Client(timeout=settings.delivery_send_timeout_s, verify=tls_context()) as client:
+    with Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client:
         deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
     report_drained(summary, ctx.services.reporter)

@@ -5,9 +5,17 @@ A payload is a JSON object::
     {"payloads": ["first part", {"text": "second part"}],
      "accountId": "…", "threadId": "…", "replyToId": "…",
      "silent": false, "bestEffort": false,
+     "gifPlayback": false, "forceDocument": false,
+     "mirror": false, "gatewayClientScopes": ["…"],
+     "mediaUrl": "https://…",              # telegram: a file sent before the text
      "subject": "…", "html": "…",          # email
      "blocks": [...]}                      # slack, sent with the first chunk
 
+``gifPlayback`` and ``forceDocument`` choose how Telegram sends ``mediaUrl`` (an
+animation, or a document rather than a photo); no other channel sends media, so they
+are stored and ignored there. ``mirror`` and ``gatewayClientScopes`` are kept with the
+entry for the producer's own bookkeeping (transcript mirroring, gateway scopes belong to
+the producer) and no channel reads them.
 ``text`` (one string) is still accepted and is the same as ``payloads: [text]``.
 Each part's text is plain text with two marks, ``**bold**`` and ```code```, which
 each channel converts to its own markup (``shared.delivery.chunking``). Any other key
@@ -20,13 +28,17 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from shared.core.errors import RequestError
+from shared.core.validate import MAX_MESSAGE, check_identifier, check_text, check_url
 
 COMMON_KEYS = frozenset({"payloads", "text", "accountId", "threadId", "replyToId", "silent",
-                         "bestEffort"})
+                         "bestEffort", "gifPlayback", "forceDocument", "mirror",
+                         "gatewayClientScopes"})
 CHANNEL_KEYS: dict[str, frozenset[str]] = {
     "email": frozenset({"subject", "html"}),
     "slack": frozenset({"blocks"}),
+    "telegram": frozenset({"mediaUrl"}),
 }
+MAX_SCOPES = 50
 FREE_FORM = frozenset({"webhook"})
 MAX_PARTS = 100
 MAX_SLACK_BLOCKS = 50
@@ -42,17 +54,27 @@ class Message(NamedTuple):
     subject: str | None = None
     html: str | None = None
     blocks: tuple[dict[str, Any], ...] = ()
+    gif_playback: bool = False
+    force_document: bool = False
+    mirror: bool = False
+    gateway_client_scopes: tuple[str, ...] = ()
+    media_url: str | None = None
 
 
-def _optional_str(payload: dict[str, Any], key: str) -> str | None:
+def _optional_id(payload: dict[str, Any], key: str) -> str | None:
     value = payload.get(key)
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # Telegram ids are numbers
-    if not isinstance(value, str) or not value:
-        raise RequestError(f"payload.{key} must be a non-empty string", field=key)
-    return value
+    return check_identifier(value, field=key)
+
+
+def _optional_text(payload: dict[str, Any], key: str, *, multiline: bool) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    return check_text(value, field=key, limit=MAX_MESSAGE, multiline=multiline)
 
 
 def _flag(payload: dict[str, Any], key: str) -> bool:
@@ -60,6 +82,26 @@ def _flag(payload: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise RequestError(f"payload.{key} must be true or false", field=key)
     return value
+
+
+def _scopes(payload: dict[str, Any]) -> tuple[str, ...]:
+    raw = payload.get("gatewayClientScopes", [])
+    if not isinstance(raw, list) or len(raw) > MAX_SCOPES \
+            or not all(isinstance(x, str) and x for x in raw):
+        raise RequestError(f"payload.gatewayClientScopes must be a list of at most {MAX_SCOPES} "
+                           "non-empty strings", field="gatewayClientScopes")
+    return tuple(raw)
+
+
+def _media_url(payload: dict[str, Any]) -> str | None:
+    raw = payload.get("mediaUrl")
+    if raw is None:
+        return None
+    url = check_url(raw, field="mediaUrl")
+    # Telegram's servers fetch it, never Sluice: only its form is checked here.
+    if not url.startswith("https://"):
+        raise RequestError("payload.mediaUrl must be an https:// URL", field="mediaUrl")
+    return url
 
 
 def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
@@ -83,7 +125,8 @@ def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
             raise RequestError(f"payload.payloads[{i}] must be a string or {{\"text\": …}}",
                                field=f"payloads[{i}]")
         if part.strip():
-            parts.append(part)
+            parts.append(check_text(part, field=f"payloads[{i}]", limit=MAX_MESSAGE,
+                                    multiline=True))
     return tuple(parts)
 
 
@@ -99,23 +142,31 @@ def parse(channel: str, payload: Any) -> Message:
                                field=unknown[0])
     parts = _parts(payload) if channel not in FREE_FORM or "payloads" in payload \
         or isinstance(payload.get("text"), str) else ()
-    html = _optional_str(payload, "html") if channel == "email" else None
+    html = _optional_text(payload, "html", multiline=True) if channel == "email" else None
     blocks = payload.get("blocks", []) if channel == "slack" else []
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks) \
             or len(blocks) > MAX_SLACK_BLOCKS:
         raise RequestError(f"payload.blocks must be a list of at most {MAX_SLACK_BLOCKS} "
                            "block objects", field="blocks")
-    if channel not in FREE_FORM and not parts and not html and not blocks:
+    media_url = _media_url(payload) if channel == "telegram" else None
+    if channel not in FREE_FORM and not parts and not html and not blocks and not media_url:
         raise RequestError("payload has no text: give payload.payloads (or payload.text)",
                            field="payloads")
     return Message(
         parts=parts,
-        account_id=_optional_str(payload, "accountId"),
-        thread_id=_optional_str(payload, "threadId"),
-        reply_to_id=_optional_str(payload, "replyToId"),
+        account_id=_optional_id(payload, "accountId"),
+        thread_id=_optional_id(payload, "threadId"),
+        reply_to_id=_optional_id(payload, "replyToId"),
         silent=_flag(payload, "silent"),
         best_effort=_flag(payload, "bestEffort"),
-        subject=_optional_str(payload, "subject") if channel == "email" else None,
+        # A header: one line, so no CR/LF ever reaches the message's headers.
+        subject=_optional_text(payload, "subject", multiline=False) if channel == "email"
+        else None,
         html=html,
         blocks=tuple(blocks),
+        gif_playback=_flag(payload, "gifPlayback"),
+        force_document=_flag(payload, "forceDocument"),
+        mirror=_flag(payload, "mirror"),
+        gateway_client_scopes=_scopes(payload) if channel not in FREE_FORM else (),
+        media_url=media_url,
     )

@@ -7,13 +7,16 @@ waiting the policy's delay or the server's ``Retry-After`` if that is longer. A 
 is never started when it would end past the run's deadline less one send, nor when
 the server asks for longer than the policy's maximum: the error then goes back to the
 caller, and the queue's own schedule (5 s / 25 s / 2 min / 10 min, across runs) takes
-over. ``sleep`` and the deadline's clock are injected, so tests never wait.
+over. The wait ends at once on shutdown (``shared.core.shutdown``: SIGTERM on Lambda,
+Ctrl-C in ``sluice dev``), and a wait is not started once shutdown has begun; the last
+attempt's error then goes back to the caller as if the retries had run out. ``sleep``,
+the abort event and the deadline's clock are injected, so tests never wait.
 """
 
 from __future__ import annotations
 
 import random
-import time
+import threading
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
@@ -26,8 +29,10 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from shared.core.errors import ShutdownRequested
 from shared.core.observe import logger
-from shared.delivery.classify import CredentialsRefused, classify, retry_after_s
+from shared.core.shutdown import SHUTDOWN, sleep_with_abort
+from shared.delivery.classify import CredentialsRefused, classify, is_unknown, retry_after_s
 
 T = TypeVar("T")
 
@@ -49,9 +54,11 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 def transient(error: BaseException) -> bool:
-    """Retried in process: a transient error, but not refused credentials (a second try with
-    the same credentials is refused the same way)."""
-    return classify(error) == "transient" and not isinstance(error, CredentialsRefused)
+    """Retried in process: a transient error that provably did not deliver, so neither
+    refused credentials (a second try is refused the same way) nor an unknown outcome (the
+    receiver may have it: resending is the queue's decision, by channel, never a reflex)."""
+    return (classify(error) == "transient" and not isinstance(error, CredentialsRefused)
+            and not is_unknown(error))
 
 
 class _StopBeforeLongWait(stop_base):
@@ -66,7 +73,8 @@ class _StopBeforeLongWait(stop_base):
 
 class Retrier:
     def __init__(self, policy: RetryPolicy = DEFAULT_POLICY, *,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], None] | None = None,
+                 abort: threading.Event = SHUTDOWN,
                  remaining: Callable[[], float] | None = None, reserve_s: float = 0.0,
                  should_retry: Callable[[BaseException], bool] = transient,
                  retry_after: Callable[[BaseException], float | None] = retry_after_s,
@@ -74,7 +82,8 @@ class Retrier:
                  rng: Callable[[], float] = random.random) -> None:
         """``remaining()`` is the run's time left; a wait must leave ``reserve_s`` (one send)."""
         self.policy = policy
-        self.sleep = sleep
+        self.abort = abort
+        self.sleep = sleep or (lambda seconds: sleep_with_abort(seconds, abort))
         self.remaining = remaining
         self.reserve_s = reserve_s
         self.should_retry = should_retry
@@ -90,14 +99,19 @@ class Retrier:
 
     def _stop(self, state: RetryCallState) -> bool:
         wait = state.upcoming_sleep
+        if self.abort.is_set():
+            return True  # shutting down: no new wait
         if wait > self.policy.max_delay_s:
             return True  # the server wants longer than we wait in-process
         return self.remaining is not None and wait + self.reserve_s > self.remaining()
 
     def call(self, fn: Callable[[], T], *, label: str) -> T:
+        last: list[BaseException] = []
+
         def before_sleep(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
             assert error is not None
+            last[:] = [error]
             logger.info(f"[delivery] {label}: attempt {state.attempt_number} failed "
                         f"({type(error).__name__}: {error}); retrying in "
                         f"{state.upcoming_sleep:.2f} s",
@@ -114,4 +128,10 @@ class Retrier:
             before_sleep=before_sleep,
             reraise=True,
         )
-        return retrying(fn)
+        try:
+            return retrying(fn)
+        except ShutdownRequested:
+            if not last:
+                raise
+            # The wait was cut: the attempt that failed is the answer, not the shutdown.
+            raise last[0] from None

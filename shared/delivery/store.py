@@ -12,6 +12,12 @@ nothing, and a sender whose lease lapsed cannot overwrite the next one's work.
 ``recover`` returns lapsed leases to ``pending``; ``expire`` fails pending entries
 past the expiry (reason ``expired``); ``prune`` deletes old settled entries. Admins
 list, show, redrive and purge failed entries.
+
+A send whose outcome is unknown (the request left, no answer came) is never resent
+blindly: a channel that deduplicates (webhooks, by ``Idempotency-Key``) retries it
+within the attempt limit; any other channel gets at most ``unknown_resends`` more
+sends, then the entry rests in ``unknown`` until an operator marks it delivered,
+sends it again or purges it. A lapsed lease is an unknown outcome too.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class DeliveryStatus(StrEnum):
     IN_FLIGHT = "in_flight"
     ACKED = "acked"
     FAILED = "failed"
+    UNKNOWN = "unknown"  # sent, no answer, and not to be sent again without an operator
 
 
 class FailureReason(StrEnum):
@@ -58,13 +65,10 @@ class RetrySchedule(NamedTuple):
     delays_s: tuple[float, ...] = (5.0, 25.0, 120.0, 600.0)
     max_attempts: int = 5
 
-    def decide(self, attempts: int, retry_after_s: float | None = None, *,
-               unknown: bool = False) -> RetryDecision:
+    def decide(self, attempts: int, retry_after_s: float | None = None) -> RetryDecision:
         """What to do after ``attempts`` failed attempts (a provider's ``retry_after`` can
-        only lengthen the wait, never shorten it). An ``unknown`` outcome (the receiver may
-        have the message) is always retried, at the capped delay once past the limit: only
-        the expiry ends it."""
-        if attempts >= self.max_attempts and not unknown:
+        only lengthen the wait, never shorten it). The limit holds for every outcome."""
+        if attempts >= self.max_attempts:
             return RetryDecision(False, timedelta(0))
         delay = self.delays_s[min(max(attempts, 1), len(self.delays_s)) - 1]
         if retry_after_s is not None:
@@ -115,6 +119,8 @@ class DeliveryEntry(NamedTuple):
     acked_at: datetime | None
     failed_at: datetime | None
     failure_reason: str | None = None
+    unknown_sends: int = 0
+    held_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -135,7 +141,8 @@ class DeliveryEntry(NamedTuple):
             "platformMessageId": self.platform_message_id, "durationMs": self.duration_ms,
             "enqueuedAt": iso(self.enqueued_at), "updatedAt": iso(self.updated_at),
             "ackedAt": iso(self.acked_at), "failedAt": iso(self.failed_at),
-            "failureReason": self.failure_reason,
+            "failureReason": self.failure_reason, "unknownSends": self.unknown_sends,
+            "heldBy": self.held_by,
         }
 
 
@@ -155,22 +162,35 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+class Effect(NamedTuple):
+    """The record that a producer's delivery happened (or was settled for good): written with
+    the entry, kept after it is pruned, so the producer never enqueues that key again."""
+
+    producer: str
+    scope_id: str | None = None
+    subject: str | None = None
+
+
 class DeliveryStore:
-    def __init__(self, db: Database, schedule: RetrySchedule = DEFAULT_SCHEDULE) -> None:
+    def __init__(self, db: Database, schedule: RetrySchedule = DEFAULT_SCHEDULE, *,
+                 unknown_resends: int = 1) -> None:
         self.db = db
         self.schedule = schedule
+        # More sends allowed after an unknown outcome, for channels that cannot deduplicate.
+        self.unknown_resends = unknown_resends
 
     # --- the write-ahead path ------------------------------------------------------
 
     def enqueue(self, channel: str, recipient: str, payload: dict[str, Any], *,
                 idempotency_key: str | None = None, subject_user_id: str | None = None,
                 lease: timedelta | None = None, now: datetime | None = None,
-                ) -> tuple[DeliveryEntry, bool]:
+                effect: Effect | None = None) -> tuple[DeliveryEntry, bool]:
         """Store an entry before its send; ``(entry, created)``.
 
         With ``lease`` the entry starts ``in_flight`` (attempt 1 claimed by the caller,
         who sends it now); without, ``pending`` and due at once. An ``idempotency_key``
         already stored returns that entry with ``created`` False, whatever its state.
+        With ``effect`` (and a key) the effect record is written in the same transaction.
         """
         if not channel or not recipient:
             raise RequestError("a delivery needs a channel and a recipient")
@@ -191,7 +211,12 @@ class DeliveryStore:
                     "idempotency_key": idempotency_key, "status": status.value,
                     "attempts": attempts, "next_attempt_at": lease_until or now,
                     "lease_until": lease_until, "now": now,
-                }, final=True) == 1
+                }, final=effect is None) == 1
+                if effect is not None and idempotency_key is not None:
+                    tx.execute(Q.record_effect, {
+                        "key": idempotency_key, "producer": effect.producer,
+                        "scope_id": effect.scope_id, "subject": effect.subject,
+                        "entry_id": entry_id if created else None, "now": now}, final=True)
             if created:  # the stored row is exactly these values: nothing to read back
                 return DeliveryEntry(
                     entry_id, channel, recipient, subject_user_id, dict(payload),
@@ -214,6 +239,14 @@ class DeliveryStore:
         with self.db.transaction() as tx:
             return {key for key in keys if tx.fetchone(Q.get_by_key, {"key": key})}
 
+    def known_effects(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` have an effect record: enqueued once, never to be enqueued again
+        (whether or not their entry still exists)."""
+        if not keys:
+            return set()
+        with self.db.transaction() as tx:
+            return {key for key in keys if tx.fetchone(Q.get_effect, {"key": key})}
+
     def claim(self, lease: timedelta, *, limit: int = 1,
               now: datetime | None = None) -> list[DeliveryEntry]:
         """Due ``pending`` entries, oldest first, taken ``in_flight`` until ``now + lease``."""
@@ -232,12 +265,22 @@ class DeliveryStore:
 
     def nack(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
              retry_after_s: float | None = None, unknown: bool = False,
-             now: datetime | None = None) -> DeliveryStatus | None:
+             deduplicates: bool = False, now: datetime | None = None) -> DeliveryStatus | None:
         """A transient failure: ``pending`` at the schedule's next time, or ``failed`` when
-        that was the last attempt (never for an ``unknown`` outcome). The new status, or None
-        if the entry was not ours."""
+        that was the last attempt. An ``unknown`` outcome may have been delivered: it is never
+        failed; it is retried (same key) while the attempt limit allows and, unless the channel
+        ``deduplicates``, only ``unknown_resends`` more times; otherwise it rests ``unknown``.
+        The new status, or None if the entry was not ours."""
         now = now or utcnow()
-        decision = self.schedule.decide(entry.attempts, retry_after_s, unknown=unknown)
+        decision = self.schedule.decide(entry.attempts, retry_after_s)
+        if unknown:
+            resend = decision.retry and (
+                deduplicates or entry.unknown_sends + 1 <= self.unknown_resends)
+            status = DeliveryStatus.PENDING if resend else DeliveryStatus.UNKNOWN
+            settled = self._settle(Q.nack_unknown, entry, now, error=error,
+                                   duration_ms=duration_ms, status=status.value,
+                                   next_attempt_at=now + decision.delay)
+            return status if settled else None
         if not decision.retry:
             reason = f"gave up after {entry.attempts} attempts; last error: {error}"
             return DeliveryStatus.FAILED if self.fail(
@@ -255,11 +298,13 @@ class DeliveryStore:
                             reason=reason.value)
 
     def release(self, entry: DeliveryEntry, why: str, *, delay: timedelta = timedelta(0),
-                now: datetime | None = None) -> bool:
+                now: datetime | None = None, held_by: str | None = None) -> bool:
         """Back to ``pending`` after ``delay``, the claimed attempt given back: for what was
-        not the entry's fault (no adapter, the channel down, the process out of memory)."""
+        not the entry's fault (no adapter, its destination down, the process out of memory).
+        ``held_by`` names the destination it waits on."""
         now = now or utcnow()
-        return self._settle(Q.release, entry, now, error=why, next_attempt_at=now + delay)
+        return self._settle(Q.release, entry, now, error=why, next_attempt_at=now + delay,
+                            held_by=held_by)
 
     def _settle(self, query: Any, entry: DeliveryEntry, now: datetime | None,
                 **params: Any) -> bool:
@@ -270,28 +315,35 @@ class DeliveryStore:
 
     # --- housekeeping --------------------------------------------------------------
 
-    def recover(self, *, now: datetime | None = None, limit: int = 500) -> tuple[int, int]:
-        """Lapsed leases back to ``pending`` (or ``failed`` if it was the last attempt);
-        ``(returned to pending, failed)``."""
+    def recover(self, *, now: datetime | None = None, limit: int = 500,
+                deduplicating: frozenset[str] = frozenset()) -> tuple[int, int]:
+        """Lapsed leases: a send that never reported back may have happened, so each is an
+        unknown outcome (see ``nack``): back to ``pending`` when it may be sent again, else
+        ``unknown``. ``(returned to pending, set unknown)``."""
         now = now or utcnow()
-        pending = failed = 0
+        pending = unknown = 0
         with self.db.transaction() as tx:
             for row in tx.fetchall(Q.expired_leases, {"now": now, "limit": limit}):
                 error = (f"lease expired during attempt {row['attempts']}: the sender died or "
                          "timed out before settling (the send may have happened)")
+                resend = row["attempts"] < self.schedule.max_attempts and (
+                    row["channel"] in deduplicating
+                    or row["unknown_sends"] + 1 <= self.unknown_resends)
+                status = DeliveryStatus.PENDING if resend else DeliveryStatus.UNKNOWN
                 result = tx.fetchone(Q.recover_lease, {
-                    "id": row["id"], "now": now, "error": error,
-                    "max_attempts": self.schedule.max_attempts})
+                    "id": row["id"], "now": now, "error": error, "status": status.value})
                 if result is not None:
-                    if result["status"] == DeliveryStatus.FAILED.value:
-                        failed += 1
+                    if status is DeliveryStatus.UNKNOWN:
+                        unknown += 1
                     else:
                         pending += 1
-        return pending, failed
+        return pending, unknown
 
     def prune(self, before: datetime, *, limit: int = 5000) -> int:
-        """Delete ``acked`` and ``failed`` entries last touched before ``before``."""
+        """Delete ``acked`` and ``failed`` entries last touched before ``before``; their effect
+        records stay, with the entry's final state."""
         with self.db.transaction() as tx:
+            tx.execute(Q.effects_before_prune, {"before": before, "limit": limit})
             return tx.execute(Q.prune, {"before": before, "limit": limit})
 
     def expire(self, older_than: timedelta, *, now: datetime | None = None) -> int:
@@ -375,14 +427,44 @@ class DeliveryStore:
             return tx.execute(Q.redrive_all, {"channel": channel, "now": now or utcnow()})
 
     def purge(self, entry_id: str) -> None:
-        """Delete one ``failed`` entry."""
+        """Delete one ``failed`` or ``unknown`` entry: never send it (its effect record, if
+        any, says ``purged`` and stays)."""
         with self.db.transaction() as tx:
+            tx.execute(Q.effect_purged, {"id": entry_id, "now": utcnow()})
             changed = tx.execute(Q.purge, {"id": entry_id})
         if not changed:
             entry = self.get(entry_id)  # NotFound if it is not there at all
             raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only a failed "
-                           "entry can be purged", id=entry_id, status=entry.status.value)
+                           "or unknown entry can be purged", id=entry_id,
+                           status=entry.status.value)
+
+    def count_failed(self, *, channel: str | None = None) -> int:
+        """How many entries ``redrive_all`` / ``purge_all`` would change now."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.count_failed, {"channel": channel})
+        return int(row["n"]) if row else 0
 
     def purge_all(self, *, channel: str | None = None) -> int:
         with self.db.transaction() as tx:
+            tx.execute(Q.effects_purged_all, {"channel": channel, "now": utcnow()})
             return tx.execute(Q.purge_all, {"channel": channel})
+
+    def mark_delivered(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
+        """An ``unknown`` entry the operator confirmed with the receiver: ``acked``."""
+        return self._operator(Q.mark_delivered, entry_id, now, "marked delivered")
+
+    def send_again(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
+        """An ``unknown`` entry the operator wants sent again: ``pending``, due now, attempts
+        and unknown sends reset (it starts over under the same policy)."""
+        return self._operator(Q.send_again, entry_id, now, "sent again")
+
+    def _operator(self, query: Any, entry_id: str, now: datetime | None,
+                  what: str) -> DeliveryEntry:
+        with self.db.transaction() as tx:
+            changed = tx.execute(query, {"id": entry_id, "now": now or utcnow()})
+        entry = self.get(entry_id)
+        if not changed:
+            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only an "
+                           f"unknown entry can be {what}", id=entry_id,
+                           status=entry.status.value)
+        return entry

@@ -10,8 +10,10 @@ request ``purged`` with per-table counts. After the commit, the external stores
 subject everywhere; anything above zero marks the request ``failed`` and is reported
 as a drain failure, so it pages.
 
-Requests run serially, never in parallel: one heavy transaction on the pool at a
-time (the seed's reasoning). The tombstone stays ``sweep_pending`` until the sweep
+Requests run serially, never in parallel: each purge is one transaction that locks
+rows in every table holding the subject, so running them side by side would hold
+several such transactions on the pool at once, stall the app's own queries behind them
+and risk deadlocks between purges touching the same rows. The tombstone stays ``sweep_pending`` until the sweep
 succeeds: a crash after the commit, or Redis down during the sweep, is swept again by
 every following run, first thing, without an operator.
 """
@@ -23,7 +25,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.core.crash import crash_point
-from shared.core.errors import Conflict, LeaseLost, NotFound, SluiceError
+from shared.core.errors import (
+    Conflict,
+    LeaseLost,
+    NotFound,
+    SluiceError,
+    TransientStoreError,
+)
 from shared.erasure.registry import EXTERNAL_STORES, present_targets, subject_params
 from shared.erasure.requests import ErasureRequest, ErasureStatus, ErasureStore, iso
 from shared.jobs.registry import Deadline, Fence, JobContext, Result
@@ -193,6 +201,7 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         results.append(settle(services, request.id, request.subject_user_id, tables))
         resumed += 1
     skipped = deferred = 0
+    reason: str | None = None
     for index, request in enumerate(due):
         if deadline is not None and deadline.expired():
             deferred = len(due) - index  # left `requested`: the next run takes them
@@ -204,8 +213,14 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
                                     fence=fence)
         except LeaseLost:
             raise
-        except SluiceError as exc:  # rolled back: still `requested`, retried next run
-            outcome = PurgeOutcome(request.id, "failed", error=f"{exc.code}: {exc.message}")
+        except TransientStoreError:  # an outage is no request's fault: the rest wait
+            deferred, reason = len(due) - index, "store_unavailable"
+            break
+        except SluiceError as exc:  # rolled back; failed until an operator confirms again
+            outcome = _unpurgeable(services, request.id, f"{exc.code}: {exc.message}", now)
+        except Exception as exc:  # noqa: BLE001 - whatever one request raises is its failure
+            outcome = _unpurgeable(services, request.id,
+                                   f"{type(exc).__name__}: {str(exc)[:300]}", now)
         if outcome is None:
             skipped += 1
             outcome = PurgeOutcome(request.id, "skipped")
@@ -214,10 +229,20 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         "due": len(due),
         "purged": sum(r.status == "purged" for r in results),
         "failed": sum(r.status == "failed" for r in results),
-        "skipped": skipped, "deferred": deferred, "resumed": resumed,
+        "skipped": skipped, "deferred": deferred, "resumed": resumed, "reason": reason,
         "results": [r.to_json() for r in results],
         "processedAt": iso(now),
     }
+
+
+def _unpurgeable(services: Services, request_id: str, error: str, now: datetime,
+                 ) -> PurgeOutcome:
+    """Record a purge that raised (and rolled back) as the request's own failure: it stops
+    being due, so it is neither retried every run nor in the way of the others."""
+    with services.db.transaction() as tx:
+        tx.execute(Q.mark_unpurgeable, {"id": request_id, "now": now, "last_error": error,
+                                        "result": tx.json({"tables": {}, "error": error})})
+    return PurgeOutcome(request_id, "failed", error=error)
 
 
 def run_erasure_purge(ctx: JobContext) -> Result:

@@ -77,9 +77,11 @@ TARGETS: tuple[Target, ...] = (
            "(slack: a user id; telegram: a chat id; email: the address, any case; webhook: "
            "a URL, never a user id). A recipient that is not the subject id (an address of "
            "a user known by another id) is found only through subject_user_id"),
-    Target("admin_audit.actor", "admin_audit", ("actor", "ip"), How.PSEUDONYMISE,
+    Target("admin_audit.actor", "admin_audit", ("actor", "ip", "detail"), How.PSEUDONYMISE,
            Q.count_audit_actor, Q.purge_audit_actor,
-           "the trail is kept; actor becomes erased:<request id> and ip is cleared"),
+           "the trail is kept; actor becomes erased:<request id>, ip and the forwarded "
+           "address (detail.forwardedFor) are cleared, also on rows an earlier purge "
+           "pseudonymised"),
     Target("data_erasure_requests.requested_by", "data_erasure_requests", ("requested_by",),
            How.PSEUDONYMISE, Q.count_requested_by, Q.purge_requested_by,
            "an operator who is themselves erased becomes erased:<request id>"),
@@ -191,24 +193,44 @@ class ExternalStore(Protocol):
 
 
 # Counts (ARGV[2] == "0") or removes (ARGV[2] == "1") the entries of each list in
-# KEYS whose JSON has entry.userId (or userId) equal to ARGV[1]. One script, so the
-# three lists are read in one atomic step: an LMOVE between them cannot hide an entry.
+# KEYS whose owner is ARGV[1]: entry.userId or userId, a number read as its digits, also
+# inside a dead letter that kept a non-object envelope as raw text ({"raw": "..."}).
+# An entry whose owner cannot be read but whose text holds ARGV[1] is unmatchable: it is
+# counted apart and left in place for an operator, never taken as clean. One script, so
+# the lists are read in one atomic step: an LMOVE between them cannot hide an entry.
 _LIST_SWEEP = """
+local function owner_of(doc)
+  if type(doc) ~= 'table' then return nil end
+  local owner = doc.userId
+  if type(doc.entry) == 'table' then owner = doc.entry.userId end
+  if type(owner) == 'number' and owner == math.floor(owner) then
+    owner = string.format('%.0f', owner)
+  end
+  if type(owner) == 'string' then return owner end
+  return nil
+end
 local counts = {}
 for i, key in ipairs(KEYS) do
-  local n = 0
+  local n, unmatched = 0, 0
   for _, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    local owner = nil
     local ok, doc = pcall(cjson.decode, raw)
-    if ok and type(doc) == 'table' then
-      local owner = doc.userId
-      if type(doc.entry) == 'table' then owner = doc.entry.userId end
-      if owner == ARGV[1] then
-        n = n + 1
-        if ARGV[2] == '1' then redis.call('LREM', key, 0, raw) end
+    if ok then
+      owner = owner_of(doc)
+      if owner == nil and type(doc) == 'table' and type(doc.raw) == 'string' then
+        local inner_ok, inner = pcall(cjson.decode, doc.raw)
+        if inner_ok then owner = owner_of(inner) end
       end
     end
+    if owner == ARGV[1] then
+      n = n + 1
+      if ARGV[2] == '1' then redis.call('LREM', key, 0, raw) end
+    elseif owner == nil and string.find(raw, ARGV[1], 1, true) then
+      unmatched = unmatched + 1
+    end
   end
-  counts[i] = n
+  counts[2 * i - 1] = n
+  counts[2 * i] = unmatched
 end
 return counts
 """
@@ -216,7 +238,9 @@ return counts
 
 @dataclass(frozen=True)
 class RedisJsonLists:
-    """Redis lists of JSON entries naming their user in ``entry.userId`` (or ``userId``)."""
+    """Redis lists of JSON entries naming their user in ``entry.userId`` (or ``userId``);
+    entries that may hold the subject but name no owner are reported as
+    ``redis:<list>:unmatchable``."""
 
     name: str
     lists: tuple[str, ...]
@@ -226,7 +250,12 @@ class RedisJsonLists:
             return {}
         counts: list[Any] = redis.eval(_LIST_SWEEP, list(self.lists), [subject, "1" if remove
                                                                        else "0"])
-        return {f"redis:{key}": int(n) for key, n in zip(self.lists, counts, strict=True)}
+        result: dict[str, int] = {}
+        for index, key in enumerate(self.lists):
+            result[f"redis:{key}"] = int(counts[2 * index])
+            if int(counts[2 * index + 1]):
+                result[f"redis:{key}:unmatchable"] = int(counts[2 * index + 1])
+        return result
 
     def count(self, redis: RedisClient | None, subject: str) -> dict[str, int]:
         return self._sweep(redis, subject, remove=False)

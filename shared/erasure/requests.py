@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from shared.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
 from shared.core.times import iso_z_or_none
+from shared.core.validate import check_identifier
 from shared.store.db import Database, Row, load_queries, utcnow
 
 Q = load_queries("erasure")
@@ -74,13 +75,7 @@ class ErasureRequest(NamedTuple):
 
 
 def check_subject(value: Any, field: str = "subjectUserId") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise RequestError(f"{field} must be a non-empty string")
-    if value != value.strip() or not value.isprintable() or any(c.isspace() for c in value):
-        raise RequestError(f"{field} must not contain spaces or control characters")
-    if len(value) > MAX_SUBJECT_LENGTH:
-        raise RequestError(f"{field} must be at most {MAX_SUBJECT_LENGTH} characters")
-    return value
+    return check_identifier(value, field=field, limit=MAX_SUBJECT_LENGTH)
 
 
 def check_optional_id(value: Any, field: str) -> str | None:

@@ -40,7 +40,8 @@ from shared.jobs.runs import RunStore
 ROUTERS: list[str] = ["shared.http.erasure:router", "shared.http.queues:router",
                      "shared.http.delivery:router", "shared.http.delivery:status_router",
                      "shared.http.ops:router", "shared.http.console:router",
-                     "shared.http.rss:router", "shared.http.alerts:router"]
+                     "shared.http.rss:router", "shared.http.alerts:router",
+                     "shared.http.apidocs:router"]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
@@ -123,6 +124,16 @@ def begin_audit(request: Request, identity: Identity) -> None:
             outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
 
 
+def preview(request: Request) -> None:
+    """This request only showed what an action would do (a confirmation page, a dry run):
+    it changed nothing, so it leaves no audit row; the row begun for it is dropped."""
+    request.state.preview = True
+    audit_id = getattr(request.state, "audit_id", None)
+    if audit_id is not None:
+        RunStore(services_of(request).db).discard_audit(audit_id)
+        request.state.audit_id = None
+
+
 # Routes that do what another route does, under that route's action name (by route name).
 ACTION_OF: dict[str, Callable[[Request], str]] = {}
 
@@ -158,6 +169,8 @@ def _job_routes(job: Job) -> APIRouter:
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def admin(request: Request, identity: Identity = require(job.surface)) -> JSONResponse:
+        if request.query_params.get("dryRun") == "true":
+            preview(request)
         outcome = run_job(job, services_of(request), "admin", request_id=request_id(request),
                           lambda_remaining_ms=_remaining(request),
                           params=dict(request.query_params))
@@ -182,7 +195,7 @@ def _error_response(request: Request, exc: SluiceError) -> JSONResponse:
 
 
 def create_app(services: Services) -> FastAPI:
-    app = FastAPI(title="Sluice", version="0.1.0", docs_url="/api/docs", redoc_url=None,
+    app = FastAPI(title="Sluice", version="0.1.0", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", dependencies=[Depends(strict_query)])
     app.state.services = services
     # Innermost of the middleware: undecodable input is refused before any route
@@ -204,7 +217,8 @@ def create_app(services: Services) -> FastAPI:
                 await _audit(request, "500")
             raise
         response.headers["x-request-id"] = request.state.request_id
-        if audited:  # every admin action is audited, allowed or not
+        # Every admin action is audited, allowed or not; a preview is not an action.
+        if audited and not getattr(request.state, "preview", False):
             await _audit(request, str(response.status_code))
         return response
 

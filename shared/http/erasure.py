@@ -22,7 +22,7 @@ from shared.erasure.requests import (
     check_status,
     check_subject,
 )
-from shared.http.app import require, services_of
+from shared.http.app import preview, require, services_of
 
 router = APIRouter(prefix="/api/admin/erasure", tags=["erasure"])
 
@@ -75,6 +75,8 @@ def confirm_request(request: Request, request_id: str, dryRun: bool = False,
                     identity: Identity = require("erasure")) -> dict[str, Any]:
     """Purge now, skipping the rest of the grace window; ``?dryRun=true`` only counts."""
     dry_run = dryRun
+    if dry_run:
+        preview(request)
     current, outcome = confirm(services_of(request), request_id, confirmed_by=identity.subject,
                                dry_run=dry_run)
     body = current.to_json()

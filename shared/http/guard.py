@@ -1,7 +1,7 @@
 """Refuse input that cannot be decoded or stored before any route sees it.
 
-A NUL byte, a control character, bytes that are not UTF-8, or a JSON string with
-a lone surrogate — in the path, the query string, a header or the body — is
+A NUL byte, a control character, bytes that are not UTF-8, JSON nested deeper
+than ``shared.core.validate.MAX_DEPTH``, or a JSON string with a lone surrogate — in the path, the query string, a header or the body — is
 answered ``400 bad_request`` naming where it was. Such a value could otherwise
 reach the store (Postgres refuses NUL in ``text`` and ``jsonb``) only after an
 action had been taken, and turn a refusal into a ``5xx``.
@@ -13,6 +13,9 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
+
+from shared.core.errors import RequestError
+from shared.core.validate import check_depth
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -93,6 +96,12 @@ def check_body(body: bytes, content_type: str = "") -> None:
             _decoded(name, "form", plus_is_space=True)
             _decoded(value, "form", plus_is_space=True)
         return
+    try:
+        # Bounded before any recursive parser runs: deep nesting is a 400 on every route,
+        # authenticated or not, never a RecursionError.
+        check_depth(text)
+    except RequestError as exc:
+        raise BadInput(f"the {exc.message}") from None
     try:
         data = json.loads(text)
     except ValueError:

@@ -12,9 +12,10 @@ from fastapi import APIRouter, Body, Query, Request
 
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
-from shared.http.app import require, services_of
+from shared.http.app import preview, require, services_of
 from shared.http.params import known_fields
 from shared.ops.deadletters import DEFAULT_REDRIVE, DeadLetters
+from shared.rss.store import RssStore
 from shared.store.flags import FLAG_ACTION, FlagStore
 
 router = APIRouter()
@@ -38,7 +39,9 @@ def list_flags(request: Request, identity: Identity = require("flags")) -> dict[
 @router.put("/api/admin/flags", name=FLAG_ACTION)
 def set_flag(request: Request, body: Annotated[dict[str, Any], Body()],
              identity: Identity = require("flags")) -> dict[str, Any]:
-    return {"flag": FlagStore(services_of(request).state).apply(body, actor=identity.subject)}
+    services = services_of(request)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
+    return {"flag": flags.apply(body, actor=identity.subject)}
 
 
 @router.get("/api/admin/dlq", name="dlq:overview")
@@ -69,6 +72,8 @@ def dlq_redrive(request: Request, name: str, body: JsonBody = None,
         raise RequestError("limit must be a whole number")
     if not isinstance(dry_run, bool):
         raise RequestError("dryRun must be true or false")
+    if dry_run:
+        preview(request)
     return DeadLetters(services_of(request)).redrive(
         name, ids=_ids(body), limit=limit, dry_run=dry_run, actor=identity.subject)
 

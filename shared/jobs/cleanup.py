@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.crash import crash_point
+from shared.core.errors import PermanentStoreError
 from shared.core.times import iso_z
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.jobs.runs import Q as RUNS_Q
@@ -54,30 +55,37 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                   batch_size: int = DEFAULT_BATCH_SIZE,
                   observe: BatchObserver | None = None,
                   runs_retention_days: int = 90, audit_retention_days: int = 400) -> Result:
-    deleted = delete_in_batches(db, Q.delete_expired_batch, {"now": now},
-                                batch_size=batch_size, deadline=deadline,
-                                point="state-cleanup.after_state_batch", observe=observe)
-    hash_deleted = delete_in_batches(
-        db, Q.delete_stale_hash_batch,
-        {"pattern": like_prefix(THRESHOLD_FIRING_PREFIX),
-         "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)},
-        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_hash_batch",
-        observe=observe,
-    )
-    samples_deleted = delete_in_batches(
-        db, HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION}, batch_size=batch_size,
-        deadline=deadline, point="state-cleanup.after_history_batch", observe=observe)
-    runs_deleted = delete_in_batches(
-        db, RUNS_Q.delete_old_runs_batch, {"cutoff": now - timedelta(days=runs_retention_days)},
-        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_runs_batch",
-        observe=observe)
-    audit_deleted = delete_in_batches(
-        db, RUNS_Q.delete_old_audit_batch, {"cutoff": now - timedelta(days=audit_retention_days)},
-        batch_size=batch_size, deadline=deadline, point="state-cleanup.after_audit_batch",
-        observe=observe)
+    """Each kind of row is cleaned on its own: one the store refuses to delete (a
+    constraint, a trigger) fails its kind, named with the reason in ``errors``, and the
+    other kinds are still cleaned. A store outage stops the run."""
+    errors: list[str] = []
+
+    def clean(kind: str, query: Query, params: dict[str, Any], *, point: str) -> int:
+        try:
+            return delete_in_batches(db, query, params, batch_size=batch_size,
+                                     deadline=deadline, point=point, observe=observe)
+        except PermanentStoreError as exc:
+            errors.append(f"{kind}: {exc.code}: {exc.message[:300]}")
+            return 0
+
+    deleted = clean("state", Q.delete_expired_batch, {"now": now},
+                    point="state-cleanup.after_state_batch")
+    hash_deleted = clean("hash", Q.delete_stale_hash_batch,
+                         {"pattern": like_prefix(THRESHOLD_FIRING_PREFIX),
+                          "cutoff": now - timedelta(days=THRESHOLD_FIRING_RETENTION_DAYS)},
+                         point="state-cleanup.after_hash_batch")
+    samples_deleted = clean("history", HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION},
+                            point="state-cleanup.after_history_batch")
+    runs_deleted = clean("runs", RUNS_Q.delete_old_runs_batch,
+                         {"cutoff": now - timedelta(days=runs_retention_days)},
+                         point="state-cleanup.after_runs_batch")
+    audit_deleted = clean("audit", RUNS_Q.delete_old_audit_batch,
+                          {"cutoff": now - timedelta(days=audit_retention_days)},
+                          point="state-cleanup.after_audit_batch")
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
             "deletedSamples": samples_deleted,
             "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
+            "failed": len(errors), "errors": errors,
             "processedAt": iso_z(now)}
 
 

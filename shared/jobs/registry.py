@@ -133,6 +133,8 @@ class Job(NamedTuple):
     # Push-queue topics the job publishes to (its function gets a role that may send there).
     publishes: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
+    # Reads the push queues' figures (its function's role may read their attributes).
+    reads_queues: bool = False
 
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")
@@ -162,6 +164,7 @@ JOBS: dict[str, Job] = {
             schedule="cron(15 3 * * ? *)",
             surface="state",
             target="shared.jobs.cleanup:run_state_cleanup",
+            failure_keys=("failed",),
             budget_s=50.0,
             timeout_s=60,
         ),
@@ -192,7 +195,9 @@ JOBS: dict[str, Job] = {
             schedule="rate(5 minutes)",
             surface="ledger",
             target="shared.billing.ledger_redrive:run_ledger_redrive",
-            failure_keys=("deadLettered", "errors"),
+            # Only lost entries page: a store outage leaves every entry queued (its reason
+            # and errors say so), and "not configured" is not a failure.
+            failure_keys=("deadLettered",),
             budget_s=50.0,
             timeout_s=60,
             params=(Param("batches", "integer", minimum=1, maximum=1_000),),
@@ -206,6 +211,16 @@ JOBS: dict[str, Job] = {
             failure_keys=("failed", "skippedMaxRetries", "fatal"),
             budget_s=45.0,
             timeout_s=60,
+        ),
+        Job(
+            name="history-sample",
+            route="/api/admin/ops/history/sample",
+            schedule="rate(1 minute)",
+            surface="queues",
+            target="shared.ops.sampling:run_history_sample",
+            budget_s=20.0,
+            timeout_s=30,
+            reads_queues=True,
         ),
         Job(
             name="rss-refresh",

@@ -16,8 +16,15 @@ from shared.core.errors import SluiceError
 from shared.core.observe import logger
 from shared.core.services import Services
 from shared.jobs.registry import Deadline, Job, JobContext, Trigger
-from shared.jobs.runs import ALREADY_RUNNING, Fence, RunStore, lease_holder_id
-from shared.store.db import bounded_by, utcnow
+from shared.jobs.runs import (
+    ALREADY_RUNNING,
+    Fence,
+    RunStore,
+    ended_without_release,
+    lease_holder_id,
+)
+from shared.store.db import utcnow
+from shared.store.deadline import bounded_by
 from shared.store.history import Sample
 
 # A crashed run's lease lapses this long after the job's own timeout.
@@ -137,4 +144,5 @@ def run_job(
                 try:
                     runs.release_lease(job.name, holder)
                 except SluiceError as exc:  # the lease lapses by itself; say so and move on
+                    ended_without_release(holder)
                     reporter.error(f"{job.name}.release_lease", exc)

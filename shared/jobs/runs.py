@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +35,20 @@ def lease_holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+# Holders of this process whose run ended without releasing its lease (the store was gone
+# at the end): the next run in the same process (a warm Lambda sandbox) may take the lease
+# over at once instead of waiting for it to expire. Bounded: only the latest are kept.
+_ENDED_UNRELEASED: deque[str] = deque(maxlen=64)
+
+
+def ended_without_release(holder: str) -> None:
+    """Record that this process's run ``holder`` is over although its lease was not released."""
+    _ENDED_UNRELEASED.append(holder)
+
+
 def _holder_is_dead(holder: str) -> bool:
+    if holder in _ENDED_UNRELEASED:
+        return True
     host, _, rest = holder.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
@@ -193,6 +207,11 @@ class RunStore:
                 "id": audit_id, "outcome": storable(outcome), "target": storable(target),
                 "detail": tx.json(storable(detail)) if detail is not None else None,
             })
+
+    def discard_audit(self, audit_id: str) -> None:
+        """Drop a row still ``started``: its request turned out to be a preview."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.discard_audit, {"id": audit_id})
 
     def recent_audit(self, limit: int = 50) -> list[Row]:
         with self.db.transaction() as tx:

@@ -36,6 +36,17 @@ class Schedule:
         nxt: datetime = croniter(self.cron, moment).get_next(datetime)
         return nxt
 
+    def next_run(self, now: datetime, last_scheduled: datetime | None) -> datetime | None:
+        """When the scheduler fires next, as far as the schedule tells: a cron's next time;
+        a rate counts from when its rule was deployed, so only from the last scheduled run
+        (None without one)."""
+        if self.interval is None:
+            return self.next_after(now)
+        if last_scheduled is None:
+            return None
+        missed = max(0, (now - last_scheduled) // self.interval)
+        return last_scheduled + (missed + 1) * self.interval
+
 
 def _aws_dow(field: str) -> str:
     # AWS numbers days 1-7 from Sunday; croniter 0-6 from Sunday. Names pass through.

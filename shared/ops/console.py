@@ -19,8 +19,9 @@ from shared.store.db import utcnow
 from shared.store.history import HistoryStore, Sample
 
 FIGURES = ("depth", "inFlight", "retrying", "dead", "oldestAgeS")
-# Console reads come often (auto-refresh); one depth sample per this interval is kept.
-SAMPLE_EVERY = timedelta(seconds=60)
+# The schedule samples once a minute; a duplicate delivery of the event (or a manual run)
+# within this interval adds no second point.
+SAMPLE_EVERY = timedelta(seconds=30)
 WINDOWS: dict[str, timedelta] = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 RECENT_RUNS = 10
 
@@ -39,7 +40,11 @@ def _card(key: str, title: str, kind: str, source: str, measured: Any, now: date
           note: str | None = None) -> dict[str, Any]:
     card: dict[str, Any] = {"key": key, "title": title, "kind": kind, "source": source,
                             "measuredAt": _iso(now), "link": link, "note": note,
-                            "error": None, "figures": None}
+                            "error": None, "figures": None, "notConfigured": None}
+    if isinstance(measured, dict) and "notConfigured" in measured:
+        # Not set up is a choice, not a failure: the card says so without alarm.
+        card["notConfigured"] = measured["notConfigured"]
+        return card
     if isinstance(measured, dict) and "error" in measured and "message" in measured:
         card["error"] = {"code": measured["error"], "message": measured["message"]}
         return card
@@ -137,9 +142,9 @@ def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
     if "error" in usage:
         ledger = outbox = usage
     else:
-        ledger = usage["ledgerRetry"] or {"error": "redis_not_configured",
-                                          "message": "no Redis is configured "
-                                                     "(SLUICE_REDIS_URL or UPSTASH_REDIS_REST_URL)"}
+        ledger = usage["ledgerRetry"] or {"notConfigured": (
+            "no Redis is configured (SLUICE_REDIS_URL or UPSTASH_REDIS_REST_URL): ledger "
+            "writes go straight to the database and nothing can wait here")}
         outbox = usage["meteringOutbox"]
     cards.append(_card("ledger", "AI ledger retry lists", "redis",
                        "Redis LLEN ai:ledger:retry:{queue,processing,dlq}", ledger, now,
@@ -215,8 +220,10 @@ def jobs(services: Services, *, now: datetime | None = None) -> dict[str, Any]:
     rows = []
     for job in JOBS.values():
         expressions = configured.get(job.name) or [job.schedule]
-        next_runs = sorted(parse(e).next_after(now) for e in expressions)
         runs = store.recent(job.name, RECENT_RUNS)
+        last = next((r["started_at"] for r in runs if r["trigger"] == "schedule"), None)
+        next_runs = sorted(t for e in expressions
+                           if (t := parse(e).next_run(now, last)) is not None)
         rows.append({
             "job": job.name, "route": job.route, "surface": job.surface,
             "schedule": expressions, "nextRunAt": _iso(next_runs[0]) if next_runs else None,

@@ -114,8 +114,9 @@ class DeadLetters:
         result: dict[str, Any] = {"queue": name, "dryRun": dry_run, "redriven": report.redriven,
                                   "refused": report.refused, "failed": report.failed,
                                   "notFound": report.not_found, "count": len(report.redriven)}
-        outcome = "dry_run" if dry_run else ("failures" if report.failed or report.refused
-                                             else "ok")
+        if dry_run:
+            return result  # a preview changed nothing: nothing to audit
+        outcome = "failures" if report.failed or report.refused else "ok"
         self._audit("dlq:redrive", name, actor, outcome,
                     {"ids": [r["id"] for r in (*report.redriven, *report.refused,
                                                *report.failed)],

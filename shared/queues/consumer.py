@@ -33,8 +33,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from shared.core.crash import ENV as CRASH_ENV
 from shared.core.crash import crash_point
-from shared.core.errors import SluiceError
+from shared.core.errors import RequestError, SluiceError
 from shared.core.observe import logger
+from shared.core.validate import check_depth
 from shared.queues.deadletters import LocalDeadLetters, Quarantine
 from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, completed_keys, dedupe_key, idempotency_key
 from shared.queues.publish import REGISTRY, Registry, js_iso
@@ -124,15 +125,22 @@ class Parsed(NamedTuple):
 def parse(body: str, topic: str) -> Parsed | str:
     """The message, its signing input and dedupe key, or why it cannot be one."""
     try:
+        check_depth(body, field="message")
         message = json.loads(body)
+    except RequestError as exc:  # nested past any real message: refused before parsing
+        return f"malformed message: {exc.message}"
     except ValueError:
         return "malformed message: not a JSON object"
+    except RecursionError:  # one message must not fail its whole batch, every delivery
+        return "malformed message: nested too deeply"
     if type(message) is not dict:
         return "malformed message: not a JSON object"
     try:
         payload = canonical(message)
     except (TypeError, ValueError) as exc:
         return f"malformed message: {exc}"
+    except RecursionError:
+        return "malformed message: nested too deeply"
     return Parsed(message, payload, dedupe_key(topic, payload))
 
 

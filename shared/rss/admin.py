@@ -6,19 +6,24 @@ feed URL that is not http(s), or one whose address is refused.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import RequestError
+from shared.core.validate import (
+    check_identifier,
+    check_locale,
+    check_optional_text,
+    check_scope_id,
+    check_url,
+)
+from shared.egress import AddressGuard
 from shared.rss.catalog import peek_scope
-from shared.rss.fetch import AddressGuard
+from shared.rss.fetch import feed_guard
 from shared.rss.store import RssStore, Scope, Source
 
 if TYPE_CHECKING:
     from shared.core.services import Services
 
-_LOCALE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
-_SCOPE_ID = re.compile(r"^[\w.:@-]{1,200}$")
 MAX_SOURCES_PER_SCOPE = 500
 MAX_STORIES = 500
 
@@ -46,29 +51,28 @@ def _only(body: Any, allowed: set[str]) -> dict[str, Any]:
 
 def add_source(services: Services, body: Any, guard: AddressGuard | None = None) -> Source:
     body = _only(body, {"url", "title", "global"})
-    url = _field(body, "url", str, True).strip()
-    title = _field(body, "title", str, False)
+    url = check_url(_field(body, "url", str, True), field="url")
+    title = check_optional_text(body.get("title"), field="title")
     is_global = _field(body, "global", bool, False) or False
-    guard = guard or AddressGuard(services.settings.feed_allow_hosts)
+    guard = guard or feed_guard(services.settings.feed_allow_hosts)
     guard.check_url(url, resolve=False)
     return RssStore(services.db).add_source(url, title, is_global)
 
 
 def put_scope(services: Services, scope_id: str, body: Any) -> Scope:
-    if not _SCOPE_ID.match(scope_id):
-        raise RequestError("scopeId must be 1-200 letters, digits or . : @ _ -", field="scopeId")
+    check_scope_id(scope_id)
     body = _only(body, {"tenantId", "sourceIds", "locale", "completed"})
-    tenant = _field(body, "tenantId", str, True)
+    tenant = check_identifier(_field(body, "tenantId", str, True), field="tenantId")
     source_ids = _field(body, "sourceIds", list, True)
-    locale = _field(body, "locale", str, True)
+    locale = check_locale(_field(body, "locale", str, True))
     completed = _field(body, "completed", bool, False)
     if not source_ids or not all(isinstance(s, str) and s for s in source_ids):
         raise RequestError("sourceIds must be a non-empty list of source ids", field="sourceIds")
     if len(source_ids) > MAX_SOURCES_PER_SCOPE:
         raise RequestError(f"sourceIds holds at most {MAX_SOURCES_PER_SCOPE} ids",
                            field="sourceIds")
-    if not _LOCALE.match(locale):
-        raise RequestError("locale must be a language tag such as en or pt-BR", field="locale")
+    for n, source_id in enumerate(source_ids):
+        check_identifier(source_id, field=f"sourceIds[{n}]")
     store = RssStore(services.db)
     known = {s.id for s in store.sources_by_ids(source_ids)}
     unknown = sorted(set(source_ids) - known)

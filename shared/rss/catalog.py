@@ -21,13 +21,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
-from shared.core.errors import NotFound
+from shared.core.errors import NotFound, PermanentStoreError
 from shared.core.observe import logger
-from shared.rss.fetch import AddressGuard, Fetched, Fetcher, feed_client
+from shared.rss.fetch import Fetched, Fetcher, feed_client, feed_guard
 from shared.rss.store import (
     GLOBAL_KEY,
     GLOBAL_LOCALE,
@@ -46,11 +46,15 @@ if TYPE_CHECKING:
 MAX_BUILD_STORIES = 500
 STORIES_KEPT_PER_SOURCE = 200
 LOCK_POLL_S = 0.1
+# How long past its deadline a build waits for a fetch to notice the deadline itself.
+FETCH_GRACE_S = 0.5
 
 Outcome = Literal["built", "shared", "fresh", "throttled", "locked"]
-NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str]], None]
+NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str], bool], int | None]
 # Called after a build brings stories its previous build did not have (not on a
-# key's first build, which would announce a whole backlog).
+# key's first build, which would announce a whole backlog). The last argument asks the
+# listener to do its work now (inside a tick, which counts it) rather than after the
+# response; it then returns how many alerts it enqueued.
 on_new_stories: list[NewStoriesHook] = []
 
 
@@ -117,12 +121,13 @@ class Counters:
         self.builds = self.shared = self.throttled = self.locked = 0
         self.fetches = self.not_modified = self.fetch_failures = self.backing_off = 0
         self.bytes_parsed = 0
+        self.new_story_alerts = self.new_story_failures = 0
 
     def to_json(self) -> dict[str, int]:
         return {"builds": self.builds, "shared": self.shared, "throttled": self.throttled,
                 "locked": self.locked, "fetches": self.fetches, "notModified": self.not_modified,
                 "fetchFailures": self.fetch_failures, "backingOff": self.backing_off,
-                "bytesParsed": self.bytes_parsed}
+                "bytesParsed": self.bytes_parsed, "newStoryAlerts": self.new_story_alerts}
 
 
 class Refreshed(NamedTuple):
@@ -133,7 +138,8 @@ class Refreshed(NamedTuple):
 class Catalog:
     def __init__(self, services: Services, fetcher: Fetcher, *,
                  now: Callable[[], datetime] = utcnow,
-                 lock: Lock | None = None, memo: TickMemo | None = None) -> None:
+                 lock: Lock | None = None, memo: TickMemo | None = None,
+                 stop_at: float | None = None) -> None:
         settings = services.settings
         self.services = services
         self.store = RssStore(services.db)
@@ -142,17 +148,20 @@ class Catalog:
         self.lock = lock or lock_for(services, self.store)
         self.memo = memo or TickMemo()
         self.counters = Counters()
+        self.announce_now = False  # a tick sets it: new-story listeners run inline, counted
         self.ttl = timedelta(seconds=settings.rss_build_ttl_s)
         self.min_interval = timedelta(seconds=settings.rss_scope_min_interval_s)
         self.build_deadline_s = settings.rss_build_deadline_s
         self.lock_wait_s = settings.rss_lock_wait_s
         self.concurrency = settings.rss_fetch_concurrency
+        # the run's own deadline (the fetcher's monotonic clock): no build outlives it
+        self.stop_at = stop_at
 
     @classmethod
     def open(cls, services: Services, **kwargs: Any) -> Catalog:
         """A catalog with its own HTTP client (``close()`` it)."""
         settings = services.settings
-        guard = AddressGuard(settings.feed_allow_hosts)
+        guard = feed_guard(settings.feed_allow_hosts)
         client = feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
                              max_connections=settings.rss_fetch_concurrency)
         fetcher = Fetcher(client, timeout_s=settings.rss_fetch_timeout_s,
@@ -184,29 +193,31 @@ class Catalog:
             self.store.mark_refreshed(scope_id, now)
         return refreshed
 
-    def refresh_global(self, *, force: bool = True) -> Refreshed:
+    def refresh_global(self, *, force: bool = True, rebuild: bool = False) -> Refreshed:
+        """``rebuild``: build even inside the throttle (only a build made from now on, by
+        this call or by the lock's holder, serves it)."""
         return self.refresh(GLOBAL_KEY, self.store.global_source_ids(), GLOBAL_LOCALE,
-                            force=force)
+                            force=force, since=self.now() if rebuild else None)
 
     def refresh(self, key: str, source_ids: tuple[str, ...], locale: str, *,
-                force: bool) -> Refreshed:
+                force: bool, since: datetime | None = None) -> Refreshed:
         with self.memo.lock:
             seen = key in self.memo.builds
             known = self.memo.builds.get(key)
-        if seen:
+        if seen and (since is None or (known is not None and known.built_at >= since)):
             self.counters.shared += 1
             return Refreshed("shared", known)
         stored = self.store.build(key)
-        if stored is not None and self._recent(stored, force):
+        if stored is not None and self._recent(stored, force, since):
             self._remember(key, stored)
             self.counters.shared += 1
             return Refreshed("fresh", stored)
         token = self.lock.acquire(key, timedelta(seconds=self.build_deadline_s + 30))
         if token is None:
-            return self._wait_for_winner(key, force)
+            return self._wait_for_winner(key, force, since)
         try:
             stored = self.store.build(key)  # the previous holder may have just built it
-            if stored is not None and self._recent(stored, force):
+            if stored is not None and self._recent(stored, force, since):
                 self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("fresh", stored)
@@ -219,7 +230,9 @@ class Catalog:
 
     # --- internals -------------------------------------------------------------
 
-    def _recent(self, build: CatalogBuild, force: bool) -> bool:
+    def _recent(self, build: CatalogBuild, force: bool, since: datetime | None = None) -> bool:
+        if since is not None:
+            return build.built_at >= since
         age = self.now() - build.built_at
         return age < self.min_interval or (not force and age < self.ttl)
 
@@ -227,12 +240,13 @@ class Catalog:
         with self.memo.lock:
             self.memo.builds[key] = build
 
-    def _wait_for_winner(self, key: str, force: bool) -> Refreshed:
+    def _wait_for_winner(self, key: str, force: bool,
+                         since: datetime | None = None) -> Refreshed:
         started = time.monotonic()  # real time: the winner builds in real time
         while time.monotonic() - started < self.lock_wait_s:
             time.sleep(LOCK_POLL_S)
             stored = self.store.build(key)
-            if stored is not None and self._recent(stored, force):
+            if stored is not None and self._recent(stored, force, since):
                 self._remember(key, stored)
                 self.counters.shared += 1
                 return Refreshed("shared", stored)
@@ -255,13 +269,15 @@ class Catalog:
                 self.memo.sources.add(source.id)
                 due.append(source)
         deadline_at = self.fetcher.monotonic() + self.build_deadline_s
+        if self.stop_at is not None:
+            deadline_at = min(deadline_at, self.stop_at)
         if due:
-            workers = max(1, min(self.concurrency, len(due)))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch") as pool:
-                results = list(pool.map(lambda s: (s, self.fetcher.fetch(s, now, deadline_at)),
-                                        due))
-            for source, fetched in results:
-                self._record(source, fetched, now)
+            for source, fetched in self._fetch_all(due, now, deadline_at):
+                try:
+                    self._record(source, fetched, now)
+                except PermanentStoreError as exc:  # its stories cannot be stored: its failure
+                    self._record(source, self.fetcher.abandoned(
+                        source, now, f"not stored: {exc.message}"), now)
         build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))), locale=locale,
                              built_at=now, stories=self._assemble(source_ids))
         self.store.save_build(build, self.ttl)
@@ -273,7 +289,38 @@ class Catalog:
                 self._announce(build, new)
         return build
 
+    def _fetch_all(self, due: list[Source], now: datetime,
+                   deadline_at: float) -> list[tuple[Source, Fetched]]:
+        """Each due source fetched on the pool; the build never waits past its deadline (and
+        a short grace for a fetch to notice it): a worker still busy then is abandoned and
+        its source recorded as failed, with backoff."""
+        workers = max(1, min(self.concurrency, len(due)))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch")
+        try:
+            futures: list[Future[Fetched]] = [
+                pool.submit(self.fetcher.fetch, source, now, deadline_at) for source in due]
+            wait(futures, timeout=max(0.0, deadline_at - self.fetcher.monotonic())
+                 + FETCH_GRACE_S)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        results = []
+        for source, future in zip(due, futures, strict=True):
+            if future.cancelled():
+                continue  # never started: the source stays due for the next build
+            if not future.done():
+                results.append((source, self.fetcher.abandoned(
+                    source, now, "timed out: still running at the build deadline")))
+            elif (error := future.exception()) is not None:
+                # one source's unexpected error is that source's failure, not the build's
+                results.append((source, self.fetcher.abandoned(
+                    source, now, f"fetch failed: {type(error).__name__}: {str(error)[:300]}")))
+            else:
+                results.append((source, future.result()))
+        return results
+
     def _record(self, source: Source, fetched: Fetched, now: datetime) -> None:
+        if fetched.skipped:
+            return
         self.counters.fetches += 1
         self.counters.bytes_parsed += fetched.bytes
         if fetched.not_modified:
@@ -313,9 +360,12 @@ class Catalog:
             self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
         for hook in on_new_stories:
             try:
-                hook(self.services, build, new, scope_ids)
+                enqueued = hook(self.services, build, new, scope_ids, self.announce_now)
             except Exception as exc:  # noqa: BLE001 - a listener never fails the build
+                self.counters.new_story_failures += 1
                 self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
+            else:
+                self.counters.new_story_alerts += enqueued or 0
 
 
 def peek(services: Services, key: str) -> CatalogBuild | None:

@@ -219,6 +219,10 @@ class RssStore:
                                         "completed": completed, "now": utcnow()})
         return self.scope(scope_id)
 
+    def has_scope(self, scope_id: str) -> bool:
+        with self.db.transaction() as tx:
+            return tx.fetchone(Q.scope_get, {"scope_id": scope_id}) is not None
+
     def scope(self, scope_id: str) -> Scope:
         with self.db.transaction() as tx:
             row = tx.fetchone(Q.scope_get, {"scope_id": scope_id})

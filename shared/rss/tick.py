@@ -2,15 +2,19 @@
 
 1. with ``rssQueuePipeline`` on, publish one ``rss.ingest`` message (``sourceId:
    "all-sources"``, ``feedUrl: ""``); when the flag is off or the publish did not
-   happen, refresh the global catalog inline;
+   happen, refresh the global catalog inline (the admin ``POST`` rebuilds it even
+   inside the rebuild throttle, still under the build lock; ``inlineRefreshed`` says
+   whether a build was made);
 2. tenant ingestion (not on the admin ``POST``): completed scopes, serially, forced,
    under ``SLUICE_TENANT_INGESTION_TIME_BUDGET_MS`` and the run's deadline, starting at
-   the rotation offset so the tail of a long list is not starved. When the pipeline's
+   the rotation offset so the tail of a long list is not starved; ``refreshed`` counts
+   scopes rebuilt, ``shared``, ``throttled`` and ``locked`` the others. When the pipeline's
    message went out, the due builds are published instead (``shared.rss.fanout``: one
    ``rss.ingest`` message per key) and only the scopes of keys that could not be
    published are built inline;
 3. the alert sweep (``shared.rss.sweep.ALERT_SWEEP_TARGET``, resolved before the builds so
-   its new-stories listener hears them).
+   its new-stories listener hears them). Alerts for new stories found by the builds are
+   evaluated inside the tick and counted in ``newStoryAlerts``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from shared.core.errors import SluiceError
+from shared.core.errors import SluiceError, TransientStoreError
 from shared.core.observe import logger
 from shared.jobs.registry import Deadline, JobContext, Result
 from shared.queues.handlers import PIPELINE_FLAG
@@ -46,10 +50,21 @@ ROTATION_WINDOW_MS = 10 * 60_000
 
 class TenantIngestion(TypedDict):
     tenantScopes: int
-    refreshed: int
+    refreshed: int  # scopes whose build this tick made
+    shared: int  # scopes served by a build made earlier in the tick or just now elsewhere
+    throttled: int  # scopes refreshed less than the minimum interval ago
+    locked: int  # scopes whose build another instance held past the wait
     failed: int
     skippedTimeBudget: int
     elapsedMs: int
+
+
+EMPTY_INGESTION: TenantIngestion = {
+    "tenantScopes": 0, "refreshed": 0, "shared": 0, "throttled": 0, "locked": 0, "failed": 0,
+    "skippedTimeBudget": 0, "elapsedMs": 0}
+# A refresh's outcome -> the count it belongs to ("fresh": a recent stored build, reused).
+_COUNTED = {"built": "refreshed", "shared": "shared", "fresh": "shared",
+            "throttled": "throttled", "locked": "locked"}
 
 
 def rotation_offset(started_at_ms: int, count: int) -> int:
@@ -73,20 +88,24 @@ def ingest_tenant_scopes(list_scopes: Callable[[], list[str]], refresh: Callable
     count = len(scope_ids)
     offset = rotation_offset(started_at_ms, count)
     order = scope_ids[offset:] + scope_ids[:offset]
-    refreshed = failed = skipped = 0
+    result: TenantIngestion = {**EMPTY_INGESTION, "tenantScopes": count}
     for index, scope_id in enumerate(order):
         if budget.expired():
-            skipped = count - index
+            result["skippedTimeBudget"] = count - index
             break
         progress(f"tenant ingestion {index + 1}/{count}: {scope_id}")
         try:
-            refresh(scope_id)
-            refreshed += 1
+            outcome = getattr(refresh(scope_id), "outcome", "built")
+        except TransientStoreError:
+            raise  # an outage is no scope's failure: the run stops, as every drain does
         except Exception as exc:  # noqa: BLE001 - one tenant's failure never stops the others
-            failed += 1
+            result["failed"] += 1
             logger.error(f"[rss-refresh] tenant ingestion failed for {scope_id}: {exc}")
-    return {"tenantScopes": count, "refreshed": refreshed, "failed": failed,
-            "skippedTimeBudget": skipped, "elapsedMs": int((monotonic() - started) * 1000)}
+            continue
+        key = _COUNTED.get(outcome, "refreshed")
+        result[key] += 1  # type: ignore[literal-required]
+    result["elapsedMs"] = int((monotonic() - started) * 1000)
+    return result
 
 
 def _publish(services: Services) -> bool:
@@ -115,7 +134,7 @@ def _fan_out(services: Services, started_at: datetime,
 
 
 def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadline,
-                 started_at: datetime, catalog: Catalog | None = None,
+                 started_at: datetime, catalog: Catalog | None = None, manual: bool = False,
                  monotonic: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda message: None) -> Result:
     try:
@@ -124,7 +143,9 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
         services.reporter.error("rss-refresh.alert-sweep", exc, target=ALERT_SWEEP_TARGET)
         run_alert_sweep = sweep_unavailable
     owned = catalog is None
-    catalog = catalog or Catalog.open(services)
+    # sockets wait in real time: the builds' deadline is on the real monotonic clock
+    catalog = catalog or Catalog.open(services, stop_at=time.monotonic() + deadline.remaining())
+    catalog.announce_now = True  # new-story alerts run inside the tick, so its answer counts them
     try:
         failed = 0
         pipeline = FlagStore(services.state).enabled(PIPELINE_FLAG)
@@ -133,8 +154,9 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
         if not published:
             progress("refreshing the global catalog")
             try:
-                catalog.refresh_global(force=True)
-                inline = True
+                # The manual POST rebuilds even inside the throttle; true only when built.
+                refreshed = catalog.refresh_global(force=True, rebuild=manual)
+                inline = refreshed.outcome == "built"
             except SluiceError as exc:
                 failed += 1
                 services.reporter.error("rss-refresh.global", exc)
@@ -154,14 +176,16 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
                 started_at_ms=int(started_at.timestamp() * 1000),
                 budget=budget, monotonic=monotonic, progress=progress)
         else:
-            tenants = {"tenantScopes": 0, "refreshed": 0, "failed": 0, "skippedTimeBudget": 0,
-                       "elapsedMs": 0}
+            tenants = dict(EMPTY_INGESTION)  # type: ignore[assignment]
         progress("alert sweep")
         sweep = run_alert_sweep(services, deadline)
-        failed += tenants["failed"] + sweep["failed"]
+        counters = catalog.counters
+        failed += tenants["failed"] + sweep["failed"] + counters.new_story_failures
         result: Result = {
             "published": published, "pipelineEnabled": pipeline, "inlineRefreshed": inline,
             "tenantIngestion": dict(tenants), "alertSweep": dict(sweep),
+            "newStoryAlerts": {"enqueued": counters.new_story_alerts,
+                               "failed": counters.new_story_failures},
             "refreshedAt": js_iso(utcnow()), "failed": failed,
             "catalog": catalog.counters.to_json()}
         if fan_out is not None:
@@ -175,6 +199,7 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
 def run_rss_refresh(ctx: JobContext) -> Result:
     """The job: ``GET``, the schedule and the command line run everything; the admin
     ``POST`` refreshes the global catalog and sweeps, without tenant ingestion."""
-    return refresh_tick(ctx.services, tenant_ingestion=ctx.trigger != "admin",
+    manual = ctx.trigger == "admin"
+    return refresh_tick(ctx.services, tenant_ingestion=not manual, manual=manual,
                         deadline=ctx.deadline, started_at=ctx.started_at,
                         progress=ctx.progress)

@@ -21,7 +21,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -34,6 +33,10 @@ from shared.core.errors import (
     StoreError,
     TransientStoreError,
 )
+from shared.store.deadline import abandon_at_deadline, shutdown_fd, statement_budget_ms
+
+# Re-exported: callers bound their store calls with it from here too.
+from shared.store.deadline import bounded_by as bounded_by  # noqa: PLC0414
 from shared.store.params import to_pyformat
 
 Dialect = Literal["sqlite", "postgres"]
@@ -96,32 +99,6 @@ _to_pyformat = to_pyformat
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# --- Time bounds --------------------------------------------------------------
-
-# Seconds a statement may still take, set by whoever owns a deadline (a job run);
-# Postgres transactions opened meanwhile get statement and lock timeouts from it.
-_TIME_LEFT: ContextVar[Callable[[], float] | None] = ContextVar("sluice_time_left", default=None)
-
-
-@contextmanager
-def bounded_by(time_left: Callable[[], float]) -> Iterator[None]:
-    """Bound every Postgres statement and lock wait opened inside by ``time_left()`` seconds."""
-    token = _TIME_LEFT.set(time_left)
-    try:
-        yield
-    finally:
-        _TIME_LEFT.reset(token)
-
-
-def statement_budget_ms(default_s: float) -> int:
-    """Milliseconds the next transaction's statements may take (at least 1: 0 means none)."""
-    time_left = _TIME_LEFT.get()
-    seconds = default_s if time_left is None else min(default_s, time_left())
-    if seconds <= 0:
-        raise TransientStoreError("the run's time is up: no statement is started past it")
-    return max(1, int(seconds * 1000))
 
 
 class Tx(Protocol):
@@ -495,6 +472,11 @@ class _PostgresTx:
             self._conn.execute("ROLLBACK")
 
 
+def _socket_shutdown(conn: Any) -> Callable[[], None]:
+    fd = conn.pgconn.socket
+    return lambda: shutdown_fd(fd)
+
+
 def _translate_postgres(exc: Exception) -> StoreError:
     import psycopg
     from psycopg import errors as pgerr
@@ -520,7 +502,7 @@ class _PgTransaction:
     driver errors come out as ``StoreError``. A class rather than a generator: it runs
     for every transaction, and this costs a few microseconds less each time."""
 
-    __slots__ = ("_conn", "_db", "_taken", "_tx")
+    __slots__ = ("_conn", "_db", "_taken", "_tx", "_watch", "_watching")
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
@@ -537,6 +519,14 @@ class _PgTransaction:
             self._conn, self._taken = db._take(min(db._pool.timeout, budget_ms / 1000))
         except db._driver_errors as exc:
             raise _translate_postgres(exc) from exc
+        # A connection that stops answering (a partition, a middlebox that keeps answering
+        # keepalives) is cut at the run's deadline instead of holding the run past it.
+        self._watching = abandon_at_deadline(_socket_shutdown(self._conn))
+        try:
+            self._watch = self._watching.__enter__()
+        except BaseException:
+            db._give_back(self._conn, self._taken)
+            raise
         self._tx = _PostgresTx(self._conn, lower)
         return self._tx
 
@@ -555,11 +545,20 @@ class _PgTransaction:
                 elif not conn.closed:
                     tx.rollback(exc)
             finally:
+                self._watching.__exit__()
+                if self._watch.fired and not conn.closed:
+                    conn.close()  # cut mid-transaction: the pool replaces it
                 db._give_back(conn, self._taken)
         except db._driver_errors as err:
-            raise _translate_postgres(err) from err
+            raise self._translated(err) from err
         if isinstance(exc, db._driver_errors):
-            raise _translate_postgres(exc) from exc
+            raise self._translated(exc) from exc
+
+    def _translated(self, err: Exception) -> StoreError:
+        if self._watch.fired:
+            return TransientStoreError("postgres: no answer by the run's deadline; "
+                                       "the connection was abandoned")
+        return _translate_postgres(err)
 
 
 class PgOptions(NamedTuple):
@@ -659,7 +658,8 @@ class PostgresDatabase:
 
         used = self._used_at.get(conn)
         if used is None or time.monotonic() - used > self.IDLE_CHECK_S:
-            ConnectionPool.check_connection(conn)
+            with abandon_at_deadline(_socket_shutdown(conn)):  # the check is a round trip too
+                ConnectionPool.check_connection(conn)
 
     def _ensure_open(self) -> None:
         if not self._opened:

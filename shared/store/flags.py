@@ -7,9 +7,11 @@ read-modify-write a shared value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from shared.core.errors import NotFound, RequestError, SluiceError
+from shared.core.validate import check_scope_id
 from shared.store.state import StateStore
 
 PREFIX = "platform:flags:"
@@ -32,6 +34,8 @@ class Flag(NamedTuple):
     label: str
     default: bool
     description: str
+    # Why a per-tenant override changes nothing where the flag is read (None: it does).
+    override_note: str | None = None
 
 
 FLAGS: dict[str, Flag] = {
@@ -39,7 +43,11 @@ FLAGS: dict[str, Flag] = {
     for flag in (
         Flag("rssQueuePipeline", "RSS queue pipeline", False,
              "rss-refresh publishes to rss.ingest instead of refreshing the global catalog "
-             "inline; the rss.ingest consumer re-checks it and acknowledges without work when off"),
+             "inline; the rss.ingest consumer re-checks it and acknowledges without work when off",
+             override_note=(
+                 "the flag is read once per tick for the global catalog, which no tenant "
+                 "owns, and tenant ingestion always runs inline: an override is stored and "
+                 "shown but changes nothing")),
     )
 }
 
@@ -66,8 +74,12 @@ def _override_key(key: str, tenant_scope_id: str) -> str:
 
 
 class FlagStore:
-    def __init__(self, state: StateStore) -> None:
+    def __init__(self, state: StateStore,
+                 scope_exists: Callable[[str], bool] | None = None) -> None:
+        """``scope_exists``: whether a tenant scope id is known; an override naming an
+        unknown one is refused (without it, overrides cannot be set)."""
         self.state = state
+        self.scope_exists = scope_exists
 
     def _stored(self, name: str) -> bool | None:
         value = self.state.get(name)
@@ -109,7 +121,9 @@ class FlagStore:
         stored = self._stored(_global_key(key))
         return {"key": flag.key, "label": flag.label, "description": flag.description,
                 "default": flag.default, "enabled": flag.default if stored is None else stored,
-                "overrides": self.overrides(key)}
+                "overrides": self.overrides(key),
+                "overridesTakeEffect": flag.override_note is None,
+                "overrideNote": flag.override_note}
 
     def all(self) -> list[dict[str, Any]]:
         return [self.describe(key) for key in FLAGS]
@@ -145,8 +159,8 @@ class FlagStore:
 
     def _apply(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         tenant = body.get("tenantScopeId")
-        if tenant is not None and (not isinstance(tenant, str) or not tenant.strip()):
-            raise RequestError("tenantScopeId must be a non-empty string")
+        if tenant is not None:
+            tenant = check_scope_id(tenant, field="tenantScopeId")
         if body.get("clearOverride") is True:
             if tenant is None:
                 raise RequestError("clearOverride needs a tenantScopeId")
@@ -155,5 +169,9 @@ class FlagStore:
             enabled = body.get("enabled")
             if not isinstance(enabled, bool):
                 raise RequestError("enabled must be true or false")
+            if tenant is not None and (self.scope_exists is None
+                                       or not self.scope_exists(tenant)):
+                raise RequestError(f"no tenant scope {tenant!r}: an override must name a "
+                                   "scope that exists", field="tenantScopeId")
             self.set(key, enabled, tenant)
         return self.describe(key)

@@ -10,12 +10,14 @@ an unreachable Redis is a ``TransientStoreError``, a rejected command a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from shared.core.errors import ConfigurationError, PermanentStoreError, TransientStoreError
 from shared.core.settings import Settings
+from shared.store.deadline import abandon_at_deadline
 
 # The AI usage ledger retry lists (public contract; see docs/billing.md).
 LEDGER_RETRY_QUEUE = "ai:ledger:retry:queue"
@@ -128,14 +130,59 @@ class RedisPyClient(_PrefixedClient):
                                     *(str(a) for a in args))
 
 
+class _Watched:
+    """Mixed into the pool's connection class: each wait on the socket (connecting,
+    sending, reading a reply) is abandoned at the run's deadline (``shared.store.deadline``),
+    so a Redis that stops answering mid-run cannot hold the run past it."""
+
+    _sock: Any
+
+    def _cut(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def _watched(self, call: Callable[[], Any]) -> Any:
+        with abandon_at_deadline(self._cut) as watch:
+            try:
+                return call()
+            finally:
+                if watch.fired:
+                    # redis-py reconnects and retries on its own: say why it must not.
+                    raise TransientStoreError("redis: no answer by the run's deadline; "
+                                              "the connection was abandoned")
+
+    def connect(self) -> None:
+        self._watched(super().connect)  # type: ignore[misc]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        self._watched(lambda: super(_Watched, self).send_packed_command(  # type: ignore[misc]
+            command, check_health))
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return self._watched(lambda: super(_Watched, self).read_response(  # type: ignore[misc]
+            *args, **kwargs))
+
+
+def watch_deadlines(client: Any) -> None:
+    """Make every connection ``client``'s pool opens from now on watched (``_Watched``)."""
+    pool = client.connection_pool
+    base = pool.connection_class
+    if not issubclass(base, _Watched):
+        pool.connection_class = type(f"Watched{base.__name__}", (_Watched, base), {})
+
+
 @contextmanager
 def _upstash_errors() -> Iterator[None]:
-    import httpx
     from upstash_redis.errors import UpstashError
 
+    from shared.egress.errors import library_transport_errors
+
+    unanswered: tuple[type[BaseException], ...] = (*library_transport_errors(),
+                                                   json.JSONDecodeError)
     try:
         yield
-    except (httpx.TransportError, json.JSONDecodeError) as exc:
+    except unanswered as exc:
         # No answer, or not Upstash's JSON (a proxy's 502 page): the same call may work later.
         raise TransientStoreError(f"upstash: {exc}") from exc
     except UpstashError as exc:
@@ -174,9 +221,16 @@ class UpstashClient(_PrefixedClient):
 def connect(settings: Settings) -> RedisClient:
     if settings.redis_url:
         import redis
+        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.retry import Retry
 
-        client = redis.Redis.from_url(settings.redis_url, decode_responses=True,
-                                      socket_connect_timeout=5, socket_timeout=10)
+        # Short retry pauses: a reconnect after a dropped idle connection is worth one,
+        # but the default pauses (up to seconds) would overrun a run's deadline.
+        client = redis.Redis.from_url(
+            settings.redis_url, decode_responses=True, socket_connect_timeout=5,
+            socket_timeout=10,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3))
+        watch_deadlines(client)
         return RedisPyClient(client, settings.redis_key_prefix)
     if settings.upstash_redis_rest_url and settings.upstash_redis_rest_token:
         return UpstashClient.from_url(settings.upstash_redis_rest_url,

@@ -90,6 +90,10 @@ def test_every_job_has_its_schedule_rule_and_timeout(packaged: Packaged) -> None
         assert any(getatt(p["Properties"]["FunctionName"]) == logical_id
                    and p["Properties"]["Principal"] == "events.amazonaws.com"
                    for p in permissions.values()), f"{job.name}: EventBridge may not invoke it"
+        # The cron GET with the job's whole time: a function URL on this very function.
+        urls = [u["Properties"] for u in packaged.of_type("AWS::Lambda::Url").values()
+                if getatt(u["Properties"]["TargetFunctionArn"]) == logical_id]
+        assert [u["AuthType"] for u in urls] == ["NONE"], f"{job.name}: no function URL"
 
 
 def test_every_topic_has_queue_dlq_and_partial_batch_consumer(packaged: Packaged) -> None:

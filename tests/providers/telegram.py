@@ -1,4 +1,5 @@
-"""A local stand-in for the Telegram Bot API's ``sendMessage``.
+"""A local stand-in for the Telegram Bot API's ``sendMessage`` (and ``sendPhoto``,
+``sendDocument``, ``sendAnimation`` by URL).
 
 As documented: ``POST /bot<token>/sendMessage`` with ``{chat_id, text, parse_mode?,
 disable_notification?, message_thread_id?, reply_parameters?}``. Success is ``{"ok":
@@ -63,6 +64,10 @@ def error(code: int, description: str, **parameters: Any) -> tuple[int, dict[str
     return json_response(code, body)
 
 
+# sendPhoto / sendDocument / sendAnimation: the file (an https URL here) in its own field.
+_MEDIA = {"sendphoto": "photo", "senddocument": "document", "sendanimation": "animation"}
+
+
 class TelegramStandIn(StandIn):
     def __init__(self, token: str = "123456:TEST-token", chats: tuple[str, ...] = ("1001",),
                  blocked: tuple[str, ...] = ()) -> None:
@@ -79,7 +84,8 @@ class TelegramStandIn(StandIn):
         token, _, name = path.removeprefix("/bot").partition("/")
         if token != self.token:
             return error(401, "Unauthorized")
-        if name.lower() != "sendmessage":
+        media = _MEDIA.get(name.lower())
+        if name.lower() != "sendmessage" and media is None:
             return error(404, "Not Found")
         if self.flood_wait:
             wait = self.flood_wait.pop(0)
@@ -92,6 +98,8 @@ class TelegramStandIn(StandIn):
             return error(403, "Forbidden: bot was blocked by the user")
         if chat not in self.chats:
             return error(400, "Bad Request: chat not found")
+        if media is not None:
+            return self._media(name, media, chat, data)
         if not text:
             return error(400, "Bad Request: message text is empty")
         mode = data.get("parse_mode")
@@ -113,3 +121,17 @@ class TelegramStandIn(StandIn):
         return json_response(200, {"ok": True, "result": {
             "message_id": message_id, "date": int(time.time()),
             "chat": {"id": int(chat), "type": "private"}, "text": text}})
+
+    def _media(self, name: str, field: str, chat: str,
+               data: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        url = data.get(field)
+        if not isinstance(url, str) or not url.startswith("https://"):
+            return error(400, f"Bad Request: there is no {field} in the request")
+        with self._lock:
+            message_id = len(self.messages) + 1
+            self.messages.append({"chat_id": chat, "method": name, field: url,
+                                  "message_id": message_id,
+                                  "silent": bool(data.get("disable_notification"))})
+        return json_response(200, {"ok": True, "result": {
+            "message_id": message_id, "date": int(time.time()),
+            "chat": {"id": int(chat), "type": "private"}}})

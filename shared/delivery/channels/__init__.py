@@ -1,7 +1,7 @@
 """Channel adapters, one module per channel, and the registry that lists them.
 
 A new channel is one module here (an adapter with ``send`` and ``outage_key``, a
-``build(settings, client, retrier)`` that returns it when its credential is set, and
+``build(settings, outbound, retrier)`` that returns it when its credential is set, and
 ``CHANNEL = Channel(name, recipient, build)``) plus its name in ``CHANNEL_MODULES``.
 Its settings go in the settings table (credentials marked ``secret``).
 """
@@ -12,9 +12,7 @@ import importlib
 from functools import cache
 from typing import TYPE_CHECKING
 
-import httpx
-
-from shared.delivery.channels.base import Channel, ChannelAdapter, refused
+from shared.delivery.channels.base import Channel, ChannelAdapter, Outbound, refused, webhook_guard
 from shared.delivery.channels.webhook import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
@@ -31,8 +29,8 @@ if TYPE_CHECKING:
 CHANNEL_MODULES = ("webhook", "slack", "telegram", "email")
 
 __all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
-           "Channel", "ChannelAdapter", "build_adapters", "channels", "refused",
-           "verify_webhook", "webhook_signature"]
+           "Channel", "ChannelAdapter", "Outbound", "build_adapters", "channels", "deduplicating",
+           "refused", "verify_webhook", "webhook_guard", "webhook_signature"]
 
 
 @cache
@@ -44,7 +42,12 @@ def channels() -> dict[str, Channel]:
     return found
 
 
-def build_adapters(settings: Settings, client: httpx.Client,
+def deduplicating() -> frozenset[str]:
+    """The channels whose receivers drop a repeat by its idempotency key."""
+    return frozenset(name for name, channel in channels().items() if channel.deduplicates)
+
+
+def build_adapters(settings: Settings, client: Outbound,
                    retrier: Retrier | None = None) -> dict[str, ChannelAdapter]:
     """The adapters whose credentials are configured; an entry for any other channel waits
     (``MissingAdapter``, a configuration problem) until its credential is set."""

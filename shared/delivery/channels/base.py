@@ -11,10 +11,9 @@ down (the channel, or a webhook's host), so the drain can stop sending there.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeVar
 
 from shared.core.observe import logger
 from shared.delivery.classify import (
@@ -28,6 +27,15 @@ from shared.delivery.classify import (
 from shared.delivery.payload import Message, parse
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import (
+    AddressGuard,
+    Answer,
+    AnswerRefused,
+    DestinationRefused,
+    Egress,
+    EgressError,
+    NotSent,
+)
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -46,44 +54,89 @@ class ChannelAdapter(Protocol):
     def outage_key(self, entry: DeliveryEntry) -> str: ...
 
 
+def webhook_guard(allow_hosts: Sequence[str] = ()) -> AddressGuard:
+    """Webhook recipients come from rules: public addresses only, unless the host is in
+    ``SLUICE_WEBHOOK_ALLOW_HOSTS``."""
+    return AddressGuard(allow_hosts, setting="SLUICE_WEBHOOK_ALLOW_HOSTS", field="recipient")
+
+
+class Outbound(NamedTuple):
+    """The adapters' ways out: ``providers`` for the APIs set in settings (Slack, Telegram:
+    trusted as configured), ``webhooks`` for recipients named in rules (guarded); both end
+    every request by ``deadline`` (``time.monotonic`` seconds)."""
+
+    providers: Egress
+    webhooks: Egress
+    deadline: float | None = None
+
+    @classmethod
+    def open(cls, settings: Settings, *, deadline_s: float | None = None) -> Outbound:
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        timeout = settings.delivery_send_timeout_s
+        return cls(Egress(timeout_s=timeout, deadline=deadline),
+                   Egress(timeout_s=timeout, deadline=deadline,
+                          guard=webhook_guard(settings.webhook_allow_hosts)),
+                   deadline)
+
+    def close(self) -> None:
+        self.providers.close()
+        self.webhooks.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Channel(NamedTuple):
     """One channel module's registration: its name, what a recipient is, how to build it
-    (None when its credential is not configured)."""
+    (None when its credential is not configured), and whether its receivers drop a repeated
+    message by its idempotency key (then an unknown outcome may be resent freely)."""
 
     name: str
     recipient: str
-    build: Callable[[Settings, httpx.Client, Retrier], ChannelAdapter | None]
+    build: Callable[[Settings, Outbound, Retrier], ChannelAdapter | None]
+    deduplicates: bool = False
 
 
 def refused(text: str, *, status: int | None = None,
             retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
-    """The typed error for a platform's refusal: permanent by pattern or by a final 4xx.
+    """The typed error for a platform's refusal: permanent by pattern (any status) or by a
+    final 4xx.
 
     A 401/403 that names no recipient problem is the receiver refusing Sluice's
     credentials (a wrong token or a rotated signing secret): configuration, not the
     message, so it is transient and the channel's outage rule stops the run before any
     entry loses an attempt.
     """
-    if (status in CREDENTIAL_STATUSES and retry_after_s is None
-            and not matches_permanent(text)):
+    # The platform's own words decide first, whatever the status: Telegram answers
+    # "bot was blocked" with 403 and has sent such texts with other codes.
+    if matches_permanent(text):
+        return PermanentDeliveryError(text, status=status)
+    if status in CREDENTIAL_STATUSES and retry_after_s is None:
         return CredentialsRefused(text, status=status)
     if retry_after_s is None and (
-            matches_permanent(text)
-            or (status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX)):
+            status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX):
         return PermanentDeliveryError(text, status=status)
     return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status)
 
 
-def transport_error(label: str, exc: httpx.TransportError,
-                    redact: str | None = None) -> TransientDeliveryError:
-    """Not connected (refused, DNS, connect timeout, no pooled connection): the request never
-    left, plain transient. Anything later (read or write timeout, the peer closing without an
-    answer) may have reached the receiver: ``OutcomeUnknown``."""
-    text = f"{label}: {type(exc).__name__}: {exc}"
+def transport_error(label: str, exc: EgressError,
+                    redact: str | None = None) -> PermanentDeliveryError | TransientDeliveryError:
+    """A refused destination (not a public address, a URL that cannot be parsed) is this
+    entry's for good. Not sent (DNS, connect refused or timed out, the deadline gone before
+    sending): plain transient. Anything later (no answer by the deadline, an answer that
+    could not be read) may have reached the receiver: ``OutcomeUnknown``."""
+    text = f"{label}: {exc.message}"
     if redact:
         text = text.replace(redact, "<token>")
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+    if isinstance(exc, DestinationRefused):
+        return PermanentDeliveryError(text)
+    if isinstance(exc, NotSent):
         return TransientDeliveryError(text)
+    if isinstance(exc, AnswerRefused):
+        return OutcomeUnknown(f"{text} (answered; unreadable)")
     return OutcomeUnknown(f"{text} (sent; no answer)")
 
 
@@ -94,7 +147,7 @@ def retry_after(value: Any) -> float | None:
         return None
 
 
-def json_of(response: httpx.Response) -> dict[str, Any]:
+def json_of(response: Answer) -> dict[str, Any]:
     try:
         data = response.json()
     except ValueError:

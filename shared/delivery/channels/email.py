@@ -10,20 +10,23 @@ recipient or the data is permanent; anything else (4xx, a dropped connection) is
 
 from __future__ import annotations
 
-import smtplib
-import ssl
-from collections.abc import Callable
 from email.message import EmailMessage
 from email.utils import make_msgid
 from typing import TYPE_CHECKING
 
-import httpx
-
-from shared.delivery.channels.base import Channel, ChannelAdapter, message_of
+from shared.delivery.channels.base import (
+    Channel,
+    ChannelAdapter,
+    Outbound,
+    message_of,
+    transport_error,
+)
 from shared.delivery.chunking import plain, to_html
 from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import EgressError, SmtpRefused
+from shared.egress.smtp import SmtpServer, send_mail
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -32,15 +35,15 @@ if TYPE_CHECKING:
 class EmailAdapter:
     name = "email"
 
-    def __init__(self, connect: Callable[[], smtplib.SMTP], sender: str,
-                 retrier: Retrier | None = None, server: str = "smtp") -> None:
-        self.connect = connect
+    def __init__(self, server: SmtpServer, sender: str, retrier: Retrier | None = None,
+                 deadline: float | None = None) -> None:
+        self.server = server
         self.sender = sender
         self.retrier = retrier or Retrier()
-        self.server = server
+        self.deadline = deadline
 
     def outage_key(self, entry: DeliveryEntry) -> str:
-        return f"email:{self.server}"
+        return f"email:{self.server.host}:{self.server.port}"
 
     def send(self, entry: DeliveryEntry) -> str:
         message = message_of(entry)
@@ -70,46 +73,26 @@ class EmailAdapter:
 
     def _deliver(self, mail: EmailMessage) -> None:
         try:
-            with self.connect() as smtp:
-                smtp.send_message(mail)
-        except smtplib.SMTPRecipientsRefused as exc:
-            code, reply = next(iter(exc.recipients.values()), (0, b""))
-            text_reply = reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
-            error = f"email: recipient address rejected: {code} {text_reply}"
-            raise (PermanentDeliveryError(error) if code >= 500
-                   else TransientDeliveryError(error)) from exc
-        except smtplib.SMTPDataError as exc:
-            error = f"email: data refused: {exc.smtp_code} {exc.smtp_error!r}"
-            raise (PermanentDeliveryError(error) if exc.smtp_code >= 500
-                   else TransientDeliveryError(error)) from exc
-        except (smtplib.SMTPException, OSError) as exc:
-            raise TransientDeliveryError(f"email: {type(exc).__name__}: {exc}") from exc
+            send_mail(self.server, mail, deadline=self.deadline)
+        except SmtpRefused as exc:
+            error = f"email: {exc.message}"
+            final = exc.smtp_code >= 500 and exc.stage in ("recipient", "data")
+            raise (PermanentDeliveryError(error) if final
+                   else TransientDeliveryError(error)) from None
+        except EgressError as exc:
+            raise transport_error("email", exc) from None
 
 
-def smtp_connector(settings: Settings) -> Callable[[], smtplib.SMTP]:
-    host, port, timeout = settings.smtp_host or "", settings.smtp_port, settings.delivery_send_timeout_s
-
-    def connect() -> smtplib.SMTP:
-        smtp: smtplib.SMTP
-        if settings.smtp_security == "ssl":
-            smtp = smtplib.SMTP_SSL(host, port, timeout=timeout,
-                                    context=ssl.create_default_context())
-        else:
-            smtp = smtplib.SMTP(host, port, timeout=timeout)
-            if settings.smtp_security == "starttls":
-                smtp.starttls(context=ssl.create_default_context())
-        if settings.smtp_username and settings.smtp_password:
-            smtp.login(settings.smtp_username, settings.smtp_password)
-        return smtp
-
-    return connect
+def smtp_server(settings: Settings) -> SmtpServer:
+    return SmtpServer(settings.smtp_host or "", settings.smtp_port, settings.smtp_security,
+                      settings.smtp_username, settings.smtp_password,
+                      settings.delivery_send_timeout_s)
 
 
-def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not (settings.smtp_host and settings.smtp_from):
         return None
-    return EmailAdapter(smtp_connector(settings), settings.smtp_from, retrier,
-                        server=f"{settings.smtp_host}:{settings.smtp_port}")
+    return EmailAdapter(smtp_server(settings), settings.smtp_from, retrier, client.deadline)
 
 
 CHANNEL = Channel("email", "an email address", build)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from shared.delivery.channels.base import (
     Channel,
     ChannelAdapter,
+    Outbound,
     json_of,
     message_of,
     refused,
@@ -28,6 +27,7 @@ from shared.delivery.chunking import SLACK_MAX_TEXT, chunk, to_slack_mrkdwn
 from shared.delivery.classify import TransientDeliveryError
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import Egress, EgressError
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 class SlackAdapter:
     name = "slack"
 
-    def __init__(self, client: httpx.Client, token: str,
+    def __init__(self, client: Egress, token: str,
                  base_url: str = "https://slack.com/api", retrier: Retrier | None = None) -> None:
         self.client = client
         self.token = token
@@ -62,27 +62,28 @@ class SlackAdapter:
 
     def _post(self, body: dict[str, Any]) -> str:
         try:
-            response = self.client.post(f"{self.base_url}/chat.postMessage", json=body,
-                                        headers={"authorization": f"Bearer {self.token}"})
-        except httpx.TransportError as exc:
-            raise transport_error("slack", exc) from exc
+            response = self.client.request(
+                "POST", f"{self.base_url}/chat.postMessage", json=body,
+                headers={"authorization": f"Bearer {self.token}"})
+        except EgressError as exc:
+            raise transport_error("slack", exc, redact=self.token) from None
         data = json_of(response)
-        if response.status_code == 429:
+        if response.status == 429:
             raise TransientDeliveryError(
                 "slack: rate_limited",
                 retry_after_s=retry_after(response.headers.get("retry-after")))
-        if response.status_code >= 500 or not data:
-            raise TransientDeliveryError(f"slack answered {response.status_code}")
+        if response.status >= 500 or not data:
+            raise TransientDeliveryError(f"slack answered {response.status}")
         if data.get("ok") is True:
             return f"{data.get('channel', body['channel'])}:{data.get('ts')}"
         # Slack's 4xx-like answers (invalid_auth, …) come as 200s: only the patterns decide.
         raise refused(f"slack: {data.get('error', 'unknown_error')}")
 
 
-def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.slack_bot_token:
         return None
-    return SlackAdapter(client, settings.slack_bot_token, settings.slack_api_url, retrier)
+    return SlackAdapter(client.providers, settings.slack_bot_token, settings.slack_api_url, retrier)
 
 
 CHANNEL = Channel("slack", "a channel id", build)

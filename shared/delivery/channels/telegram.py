@@ -5,7 +5,8 @@ escaped; ``**bold**`` -> ``<b>``, ```code``` -> ``<code>``) and split into messa
 of at most 4096 characters. ``silent`` -> ``disable_notification``, ``threadId`` ->
 ``message_thread_id`` (forum topics), ``replyToId`` -> ``reply_parameters`` of the
 first message (sent anyway if that message is gone); ``accountId`` is ignored (one bot
-per deployment). Errors: ``{"ok": false, "error_code": 400, "description": "Bad
+per deployment). ``mediaUrl`` goes first, by URL (Telegram fetches it): ``sendDocument``
+with ``forceDocument``, else ``sendAnimation`` with ``gifPlayback``, else ``sendPhoto``. Errors: ``{"ok": false, "error_code": 400, "description": "Bad
 Request: chat not found"}``; 429 carries ``parameters.retry_after``.
 """
 
@@ -13,11 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from shared.delivery.channels.base import (
     Channel,
     ChannelAdapter,
+    Outbound,
     json_of,
     message_of,
     refused,
@@ -26,9 +26,9 @@ from shared.delivery.channels.base import (
     transport_error,
 )
 from shared.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
-from shared.delivery.classify import CredentialsRefused
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import Egress, EgressError
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -38,10 +38,19 @@ def _int_or_str(value: str) -> int | str:
     return int(value) if value.lstrip("-").isdigit() else value
 
 
+def _media_method(force_document: bool, gif_playback: bool) -> tuple[str, str]:
+    """The Bot API method and its file field: a document wins over an animation."""
+    if force_document:
+        return "sendDocument", "document"
+    if gif_playback:
+        return "sendAnimation", "animation"
+    return "sendPhoto", "photo"
+
+
 class TelegramAdapter:
     name = "telegram"
 
-    def __init__(self, client: httpx.Client, token: str,
+    def __init__(self, client: Egress, token: str,
                  base_url: str = "https://api.telegram.org",
                  retrier: Retrier | None = None) -> None:
         self.client = client
@@ -65,6 +74,15 @@ class TelegramAdapter:
             if message.thread_id:
                 body["message_thread_id"] = _int_or_str(message.thread_id)
             bodies.append(body)
+        if message.media_url:
+            method, field = _media_method(message.force_document, message.gif_playback)
+            media: dict[str, Any] = {"chat_id": entry.recipient, field: message.media_url,
+                                     "method": method}
+            if message.silent:
+                media["disable_notification"] = True
+            if message.thread_id:
+                media["message_thread_id"] = _int_or_str(message.thread_id)
+            bodies.insert(0, media)
         if message.reply_to_id and bodies:
             bodies[0]["reply_parameters"] = {"message_id": _int_or_str(message.reply_to_id),
                                              "allow_sending_without_reply": True}
@@ -72,28 +90,29 @@ class TelegramAdapter:
                            label=f"telegram {entry.id}", best_effort=message.best_effort)
 
     def _post(self, body: dict[str, Any]) -> str:
+        body = dict(body)
+        method = body.pop("method", "sendMessage")
         try:
-            response = self.client.post(f"{self.base_url}/bot{self.token}/sendMessage", json=body)
-        except httpx.TransportError as exc:
+            response = self.client.request(
+                "POST", f"{self.base_url}/bot{self.token}/{method}", json=body)
+        except EgressError as exc:
             # The URL holds the bot token: keep it out of last_error.
             raise transport_error("telegram", exc, redact=self.token) from None
         data = json_of(response)
         if data.get("ok") is True and isinstance(data.get("result"), dict):
             return str(data["result"].get("message_id"))
-        status = int(data.get("error_code") or response.status_code)
-        description = str(data.get("description") or f"HTTP {response.status_code}")
+        status = int(data.get("error_code") or response.status)
+        description = str(data.get("description") or f"HTTP {response.status}")
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
-        if status == 401:  # a wrong token is configuration, not this message's fault
-            raise CredentialsRefused(f"telegram {status}: {description}", status=status)
         raise refused(f"telegram {status}: {description}", status=status,
                       retry_after_s=retry_after(wait))
 
 
-def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.telegram_bot_token:
         return None
-    return TelegramAdapter(client, settings.telegram_bot_token, settings.telegram_api_url,
+    return TelegramAdapter(client.providers, settings.telegram_bot_token, settings.telegram_api_url,
                            retrier)
 
 

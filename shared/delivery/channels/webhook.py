@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
-
 from shared.delivery.channels.base import (
     Channel,
     ChannelAdapter,
+    Outbound,
     json_of,
     message_of,
     refused,
@@ -31,6 +30,7 @@ from shared.delivery.channels.base import (
 from shared.delivery.classify import PermanentDeliveryError
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
+from shared.egress import Egress, EgressError
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -59,7 +59,7 @@ def verify_webhook(secret: str, headers: Mapping[str, str], body: bytes, *,
 class WebhookAdapter:
     name = "webhook"
 
-    def __init__(self, client: httpx.Client, secret: str, retrier: Retrier | None = None,
+    def __init__(self, client: Egress, secret: str, retrier: Retrier | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.secret = secret
@@ -67,8 +67,11 @@ class WebhookAdapter:
         self.clock = clock
 
     def outage_key(self, entry: DeliveryEntry) -> str:
-        parts = urlsplit(entry.recipient)
-        return f"webhook:{parts.hostname}:{parts.port or ''}"
+        try:
+            parts = urlsplit(entry.recipient)
+            return f"webhook:{parts.hostname}:{parts.port or ''}"
+        except ValueError:  # unparseable: the send refuses it for good, alone
+            return f"webhook:invalid:{entry.id}"
 
     def send(self, entry: DeliveryEntry) -> str:
         if not entry.recipient.startswith(("https://", "http://")):
@@ -89,21 +92,22 @@ class WebhookAdapter:
             "x-sluice-attempt": str(entry.attempts),
         }
         try:
-            response = self.client.post(entry.recipient, content=body, headers=headers)
-        except httpx.TransportError as exc:
-            raise transport_error("webhook", exc) from exc
-        if response.is_success:
+            response = self.client.request("POST", entry.recipient, content=body,
+                                           headers=headers)
+        except EgressError as exc:
+            raise transport_error("webhook", exc) from None
+        if response.ok:
             found = json_of(response).get("id")
-            return str(found) if found is not None else entry.dedupe_key
-        raise refused(f"webhook answered {response.status_code}: {response.text[:200]}",
-                      status=response.status_code,
+            return str(found)[:200] if found is not None else entry.dedupe_key
+        raise refused(f"webhook answered {response.status}: {response.text[:200]}",
+                      status=response.status,
                       retry_after_s=retry_after(response.headers.get("retry-after")))
 
 
-def build(settings: Settings, client: httpx.Client, retrier: Retrier) -> ChannelAdapter | None:
+def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.webhook_signing_secret:
         return None
-    return WebhookAdapter(client, settings.webhook_signing_secret, retrier)
+    return WebhookAdapter(client.webhooks, settings.webhook_signing_secret, retrier)
 
 
-CHANNEL = Channel("webhook", "an http(s) URL", build)
+CHANNEL = Channel("webhook", "an http(s) URL", build, deduplicates=True)

@@ -24,7 +24,7 @@ from shared.core.errors import NotFound, RequestError, SluiceError
 from shared.core.services import Services
 from shared.core.surfaces import Surface
 from shared.core.times import iso_z, json_default
-from shared.http.app import ACTION_OF, client_ip, request_id, services_of
+from shared.http.app import ACTION_OF, client_ip, preview, request_id, services_of
 from shared.http.console.guard import (
     CSRF_FIELD,
     Denied,
@@ -54,7 +54,7 @@ NAV: tuple[tuple[str, str], ...] = (
     ("/admin/queues", "Overview"), ("/admin/history", "History"),
     ("/admin/dlq", "Dead letters"), ("/admin/jobs", "Jobs"),
     ("/admin/deliveries", "Deliveries"), ("/admin/erasure", "Erasure"),
-    ("/admin/flags", "Flags"),
+    ("/admin/flags", "Flags"), ("/admin/audit", "Audit"),
 )
 PAGE_SIZES = (10, 25, 50, 100)
 
@@ -115,6 +115,9 @@ class Form:
 
 
 async def _form(request: Request, allowed: Iterable[str]) -> Form:
+    # An action takes its input from the form only: a query string it would ignore
+    # (``?dryRun=true`` on a purge) is refused, as the API refuses it.
+    check_names(request.query_params.multi_items(), ())
     data = await request.form()
     fields = [(k, v) for k, v in data.multi_items() if isinstance(v, str)]
     known = {CSRF_FIELD, *allowed}
@@ -245,12 +248,8 @@ async def logout(request: Request) -> Response:
 
 
 def overview_model(services: Services) -> dict[str, Any]:
-    data = model.overview(services)
-    try:
-        model.record_depths(services, data)
-    except SluiceError as exc:  # a sample that cannot be written never hides the figures
-        services.reporter.error("console.history_sample", exc)
-    return data
+    # Reading writes nothing: the history-sample job samples on its schedule.
+    return model.overview(services)
 
 
 @router.get("/admin/queues", name="console:overview", include_in_schema=False)
@@ -381,6 +380,8 @@ async def dlq_redrive(request: Request, identity: Identity, name: str) -> Respon
     form = await _form(request, ("ids", "scope", "confirm"))
     scope, ids = _chosen(form)
     confirm = form.flag("confirm")
+    if not confirm:
+        await run_in_threadpool(preview, request)
     limit = MAX_REDRIVE if ids is None else max(1, min(len(ids), MAX_REDRIVE))
     result = await run_in_threadpool(
         lambda: _dead_letters(_services(request)).redrive(
@@ -398,6 +399,7 @@ async def dlq_purge(request: Request, identity: Identity, name: str) -> Response
     scope, ids = _chosen(form)
     dead = _dead_letters(_services(request))
     if not form.flag("confirm"):
+        await run_in_threadpool(preview, request)
         depth = await run_in_threadpool(dead.depth, name)
         return _page(request, "dlq_action.html", identity=identity, action="purge", queue=name,
                      scope=scope, ids=ids or [], depth=depth, result=None, confirmed=False,
@@ -447,6 +449,7 @@ async def job_run(request: Request, identity: Identity, name: str) -> Response:
     job = get_job(name)
     form = await _form(request, ("confirm",))
     if not form.flag("confirm"):
+        await run_in_threadpool(preview, request)
         return _page(request, "job_run.html", identity=identity, job=job, outcome=None,
                      title=f"Run {name} now?")
     outcome = await run_in_threadpool(run_job, job, _services(request), "admin",
@@ -477,9 +480,10 @@ async def flags_page(request: Request, identity: Identity) -> Response:
 @router.post("/admin/flags", name="flags:set", include_in_schema=False)
 @_guarded("flags")
 async def flags_set(request: Request, identity: Identity) -> Response:
-    from shared.store.flags import FlagStore
+    from shared.rss.store import RssStore
+    from shared.store.flags import FlagStore, get_flag
 
-    form = await _form(request, ("key", "enabled", "tenantScopeId", "clearOverride"))
+    form = await _form(request, ("key", "enabled", "tenantScopeId", "clearOverride", "confirm"))
     body: dict[str, Any] = {"key": form.get("key")}
     tenant = form.get("tenantScopeId").strip()
     if tenant:
@@ -490,7 +494,14 @@ async def flags_set(request: Request, identity: Identity) -> Response:
         if form.get("enabled") not in ("true", "false"):
             raise RequestError("enabled must be true or false")
         body["enabled"] = form.get("enabled") == "true"
-    store = FlagStore(_services(request).state)
+    if not tenant and not form.flag("confirm"):  # the global switch: confirm first
+        flag = get_flag(body["key"])
+        await run_in_threadpool(preview, request)
+        return _page(request, "flag_confirm.html", identity=identity, flag=flag,
+                     enabled=body["enabled"], title=f"Turn {flag.label} "
+                     f"{'on' if body['enabled'] else 'off'} globally?")
+    services = _services(request)
+    store = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
     await run_in_threadpool(store.apply, body, identity.subject)
     return _secure(RedirectResponse(f"/admin/flags?saved={body['key']}", status_code=303))
 
@@ -537,6 +548,7 @@ async def erasure_cancel(request: Request, identity: Identity, request_id_: str)
     form = await _form(request, ("confirm",))
     store = ErasureStore(_services(request).db)
     if not form.flag("confirm"):
+        await run_in_threadpool(preview, request)
         current = await run_in_threadpool(store.get, request_id_)
         return _page(request, "erasure_action.html", identity=identity, action="cancel",
                      erasure=current.to_json(), preview=None, done=False,
@@ -556,12 +568,27 @@ async def erasure_confirm(request: Request, identity: Identity, request_id_: str
 
     form = await _form(request, ("confirm",))
     really = form.flag("confirm")
+    if not really:
+        await run_in_threadpool(preview, request)
     current, outcome = await run_in_threadpool(
         lambda: purge_now(_services(request), request_id_, confirmed_by=identity.subject,
                           dry_run=not really))
     return _page(request, "erasure_action.html", identity=identity, action="confirm",
                  erasure=current.to_json(), preview=outcome.to_json(), done=really,
                  title="Purge now?" if not really else f"Erasure {outcome.status}")
+
+
+# --- audit ---------------------------------------------------------------------------------
+
+
+@router.get("/admin/audit", name="console:audit", include_in_schema=False)
+@_guarded("audit")
+async def audit_page(request: Request, identity: Identity) -> Response:
+    from shared.ops.audit import find, parse_filter
+
+    params = _params(request, ("actor", "action", "target", "since", "until", "limit"))
+    data = await run_in_threadpool(find, _services(request).db, parse_filter(params))
+    return _page(request, "audit.html", identity=identity, title="Audit trail", data=data)
 
 
 # --- deliveries ----------------------------------------------------------------------------
@@ -612,9 +639,9 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
     entry_id, channel = form.get("id") or None, form.get("channel") or None
     store = DeliveryStore(_services(request).db)
     if not form.flag("confirm"):
-        count = (1 if entry_id else
-                 sum(1 for _ in await run_in_threadpool(
-                     lambda: store.list(status=_failed(), channel=channel, limit=500))))
+        await run_in_threadpool(preview, request)
+        count = 1 if entry_id else await run_in_threadpool(
+            lambda: store.count_failed(channel=channel))
         return _page(request, "delivery_action.html", identity=identity, action=action,
                      entry_id=entry_id, channel=channel, count=count, done=None,
                      title=f"{action.capitalize()} deliveries?")
@@ -629,12 +656,6 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
     return _page(request, "delivery_action.html", identity=identity, action=action,
                  entry_id=entry_id, channel=channel, count=done, done=done,
                  title=f"Deliveries {action}")
-
-
-def _failed() -> Any:
-    from shared.delivery.store import DeliveryStatus
-
-    return DeliveryStatus.FAILED
 
 
 # Every console route checks its query string with ``_params`` (names and repeats).

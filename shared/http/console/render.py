@@ -100,10 +100,35 @@ def _scale(value: float, lo: float, hi: float, out_lo: float, out_hi: float) -> 
     return out_lo + (value - lo) / (hi - lo) * (out_hi - out_lo)
 
 
+AXIS_BAND = 14  # room under the plot for the time axis labels
+
+
+def _axes(width: int, height: int, start: datetime, end: datetime, top: str,
+          unit: str) -> Markup:
+    """Both axes with their labels: the value scale (0 and the top, with the unit) and the
+    time window (its start and end, UTC), so a chart reads on its own."""
+    bottom = height - AXIS_BAND
+    span = end - start
+    fmt = "%H:%M" if span <= timedelta(days=1) else "%m-%d %H:%M"
+    window = f"{int(span.total_seconds() // 3600)} h" if span < timedelta(days=2) \
+        else f"{span.days} d"
+    return Markup(
+        '<line class="axis" x1="{p}" y1="{b}" x2="{r}" y2="{b}"/>'
+        '<line class="axis" x1="{p}" y1="{t}" x2="{p}" y2="{b}"/>'
+        '<text x="{lx}" y="{ty}" class="axis-label">{top} {unit}</text>'
+        '<text x="{lx}" y="{by}" class="axis-label">0</text>'
+        '<text x="{p}" y="{xy}" class="axis-label">{start} UTC</text>'
+        '<text x="{mid}" y="{xy}" class="axis-label" text-anchor="middle">last {window}</text>'
+        '<text x="{r}" y="{xy}" class="axis-label" text-anchor="end">{end} UTC</text>'
+    ).format(p=PAD, r=width - PAD, b=bottom, t=PAD + 14, lx=PAD + 3, ty=PAD + 24,
+             by=bottom - 2, xy=height - 2, mid=width // 2, top=top, unit=unit,
+             start=start.strftime(fmt), end=end.strftime(fmt), window=window)
+
+
 def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
                 label: str, compact: bool = False) -> Markup:
     """Depth over a window: a polyline of the samples, the peak written on the chart."""
-    W, H = (300, 56) if compact else (600, 120)
+    W, H = (300, 56 + AXIS_BAND) if compact else (600, 120 + AXIS_BAND)
     values = [(parse_time(p["at"]), p["value"]) for p in points if p.get("value") is not None]
     samples = [(at, float(v)) for at, v in values if at is not None]
     peak = max((v for _, v in samples), default=0.0)
@@ -111,13 +136,12 @@ def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
     top = max(peak, 1.0)
     coords = " ".join(
         f"{_scale(at.timestamp(), t0, t1, PAD, W - PAD):.1f},"
-        f"{_scale(v, 0, top, H - PAD, PAD + 16):.1f}" for at, v in samples)
-    desc = (f"{label}: {len(samples)} samples, peak {number(peak)}, last "
+        f"{_scale(v, 0, top, H - AXIS_BAND, PAD + 16):.1f}" for at, v in samples)
+    desc = (f"{label}: {len(samples)} samples, peak {number(peak)} items, last "
             f"{number(samples[-1][1]) if samples else '—'}")
     parts = [Markup('<svg class="chart{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
                     '<title>{}</title>').format(" compact" if compact else "", W, H, desc, desc),
-             Markup('<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>').format(
-                 PAD, H - PAD, W - PAD, H - PAD)]
+             _axes(W, H, start, end, number(top), "items")]
     if samples:
         if len(samples) == 1:
             x, y = coords.split(",")
@@ -136,7 +160,7 @@ def depth_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
 def runs_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
                label: str, compact: bool = False) -> Markup:
     """One bar per run: height is its duration, colour its outcome."""
-    W, H = (300, 56) if compact else (600, 120)
+    W, H = (300, 56 + AXIS_BAND) if compact else (600, 120 + AXIS_BAND)
     parsed = [(parse_time(p["at"]), p.get("value") or 0.0, p.get("outcome") or "")
               for p in points]
     runs = [(at, float(v), str(o)) for at, v, o in parsed if at is not None]
@@ -144,18 +168,18 @@ def runs_chart(points: list[dict[str, Any]], *, start: datetime, end: datetime,
     t0, t1 = start.timestamp(), end.timestamp()
     bad = sum(1 for _, _, o in runs if OUTCOME_CLASS.get(o) == "bad")
     desc = (f"{label}: {len(runs)} runs, {bad} failed, longest {number(longest)} ms")
+    top = max(longest, 1.0)
     parts = [Markup('<svg class="chart{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
                     '<title>{}</title>').format(" compact" if compact else "", W, H, desc, desc),
-             Markup('<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>').format(
-                 PAD, H - PAD, W - PAD, H - PAD)]
-    top = max(longest, 1.0)
+             _axes(W, H, start, end, number(top), "ms")]
+    base = H - AXIS_BAND
     for at, value, outcome in runs:
         x = _scale(at.timestamp(), t0, t1, PAD, W - PAD - 3)
-        y = _scale(value, 0, top, H - PAD, PAD + 14)
-        top_y = min(y, H - PAD - 1)
+        y = _scale(value, 0, top, base, PAD + 14)
+        top_y = min(y, base - 1)
         parts.append(Markup('<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="4" height="{:.1f}">'
                             '<title>{}: {} ms, {}</title></rect>').format(
-            OUTCOME_CLASS.get(outcome, "muted"), x, top_y, H - PAD - top_y, absolute(at),
+            OUTCOME_CLASS.get(outcome, "muted"), x, top_y, base - top_y, absolute(at),
             number(value), outcome))
     if runs:
         parts.append(Markup('<text x="{}" y="13" class="chart-label">longest {} ms</text>').format(

@@ -21,6 +21,45 @@ SELECT * FROM delivery_queue WHERE id = :id
 -- name: get_by_key
 SELECT * FROM delivery_queue WHERE idempotency_key = :key
 
+-- name: record_effect
+-- In the enqueue's transaction. A key already recorded keeps its first record.
+INSERT INTO delivery_effects
+    (idempotency_key, producer, scope_id, subject, entry_id, outcome, recorded_at, updated_at)
+VALUES (:key, :producer, :scope_id, :subject, :entry_id, 'enqueued', :now, :now)
+ON CONFLICT (idempotency_key) DO NOTHING
+
+-- name: get_effect
+SELECT * FROM delivery_effects WHERE idempotency_key = :key
+
+-- name: effects_before_prune
+-- The entries prune is about to delete (the same choice): their effect records keep the
+-- final state, and stay.
+UPDATE delivery_effects
+SET outcome = (SELECT q.status FROM delivery_queue q
+               WHERE q.idempotency_key = delivery_effects.idempotency_key),
+    updated_at = (SELECT q.updated_at FROM delivery_queue q
+                  WHERE q.idempotency_key = delivery_effects.idempotency_key)
+WHERE idempotency_key IN (
+    SELECT idempotency_key FROM delivery_queue
+    WHERE status IN ('acked', 'failed') AND updated_at < :before
+      AND idempotency_key IS NOT NULL
+    ORDER BY updated_at
+    LIMIT :limit
+)
+
+-- name: effect_purged
+UPDATE delivery_effects SET outcome = 'purged', updated_at = :now
+WHERE idempotency_key = (SELECT idempotency_key FROM delivery_queue
+                         WHERE id = :id AND status IN ('failed', 'unknown'))
+
+-- name: effects_purged_all
+UPDATE delivery_effects SET outcome = 'purged', updated_at = :now
+WHERE idempotency_key IN (
+    SELECT idempotency_key FROM delivery_queue
+    WHERE status = 'failed' AND idempotency_key IS NOT NULL
+      AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+)
+
 -- name: claim_due @postgres
 -- Oldest due first. SKIP LOCKED lets two drains (there should be one: the job is
 -- single-flight) or a drain and an admin redrive pass each other without waiting.
@@ -52,18 +91,27 @@ RETURNING *
 -- name: ack
 UPDATE delivery_queue
 SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
-    lease_until = NULL, last_error = NULL, acked_at = :now, updated_at = :now
+    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: nack
 UPDATE delivery_queue
 SET status = 'pending', next_attempt_at = :next_attempt_at, lease_until = NULL,
-    last_error = :error, duration_ms = :duration_ms, updated_at = :now
+    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: nack_unknown
+-- Sent, no answer: counted (attempt and unknown send), never failed; pending again only
+-- when the policy allows one more send, else resting in 'unknown' for the operator.
+UPDATE delivery_queue
+SET status = :status, unknown_sends = unknown_sends + 1, next_attempt_at = :next_attempt_at,
+    lease_until = NULL, last_error = :error, duration_ms = :duration_ms, held_by = NULL,
+    updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: fail
 UPDATE delivery_queue
-SET status = 'failed', last_error = :error, failure_reason = :reason,
+SET status = 'failed', last_error = :error, failure_reason = :reason, held_by = NULL,
     duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
@@ -72,7 +120,7 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 -- (no adapter, the channel is down, the process is out of memory). last_error says why.
 UPDATE delivery_queue
 SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
-    lease_until = NULL, last_error = :error, updated_at = :now
+    lease_until = NULL, last_error = :error, held_by = :held_by, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: expire
@@ -85,19 +133,17 @@ SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at 
 WHERE status = 'pending' AND enqueued_at < :before
 
 -- name: expired_leases
-SELECT id, attempts FROM delivery_queue
+SELECT id, attempts, channel, unknown_sends FROM delivery_queue
 WHERE status = 'in_flight' AND next_attempt_at < :now
 ORDER BY next_attempt_at, id
 LIMIT :limit
 
 -- name: recover_lease
--- A lapsed lease is a send that never reported back (the process died or timed out):
--- back to pending at once, or failed when that was the last attempt, so an entry
--- that kills its sender every time cannot loop.
+-- A lapsed lease is a send that never reported back (the process died or timed out): an
+-- unknown outcome, counted. :status is pending when it may be sent again, else unknown,
+-- so an entry that kills its sender every time cannot loop.
 UPDATE delivery_queue
-SET status = CASE WHEN attempts >= :max_attempts THEN 'failed' ELSE 'pending' END,
-    failed_at = CASE WHEN attempts >= :max_attempts THEN :now ELSE failed_at END,
-    failure_reason = CASE WHEN attempts >= :max_attempts THEN 'lease_lost' ELSE NULL END,
+SET status = :status, unknown_sends = unknown_sends + 1,
     next_attempt_at = :now, lease_until = NULL, last_error = :error, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND next_attempt_at < :now
 RETURNING status
@@ -148,7 +194,39 @@ SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
 WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 
 -- name: purge
-DELETE FROM delivery_queue WHERE id = :id AND status = 'failed'
+DELETE FROM delivery_queue WHERE id = :id AND status IN ('failed', 'unknown')
+
+-- name: mark_delivered
+UPDATE delivery_queue
+SET status = 'acked', acked_at = :now, updated_at = :now, held_by = NULL,
+    last_error = 'marked delivered by an operator; last error: ' || COALESCE(last_error, '')
+WHERE id = :id AND status = 'unknown'
+
+-- name: send_again
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
+    lease_until = NULL, held_by = NULL, updated_at = :now
+WHERE id = :id AND status = 'unknown'
+
+-- name: held_counts
+SELECT held_by, count(*) AS n FROM delivery_queue
+WHERE status = 'pending' AND held_by IS NOT NULL
+GROUP BY held_by
+
+-- name: destinations_all
+SELECT * FROM delivery_destinations ORDER BY down_since, key
+
+-- name: destination_failed
+INSERT INTO delivery_destinations (key, down_since, failures, last_error, next_probe_at,
+                                   updated_at)
+VALUES (:key, :now, 1, :error, :next_probe_at, :now)
+ON CONFLICT (key) DO UPDATE
+SET failures = delivery_destinations.failures + 1, last_error = excluded.last_error,
+    next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at
+RETURNING *
+
+-- name: destination_up
+DELETE FROM delivery_destinations WHERE key = :key
 
 -- name: purge_all
 DELETE FROM delivery_queue
@@ -156,3 +234,8 @@ WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channe
 
 -- name: status_counts
 SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GROUP BY status
+
+-- name: count_failed
+-- Exactly the rows redrive_all / purge_all would change, for their confirmation.
+SELECT count(*) AS n FROM delivery_queue
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)

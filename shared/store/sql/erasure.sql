@@ -160,11 +160,40 @@ WHERE subject_user_id = :subject OR recipient = :subject
 
 -- --- Targets: actor references, pseudonymised -------------------------------
 
--- name: count_audit_actor
-SELECT count(*) AS n FROM admin_audit WHERE actor = :subject
+-- The actor's rows, and rows already pseudonymised for this subject that still hold
+-- the address the request came from (detail.forwardedFor, kept by an older purge).
 
--- name: purge_audit_actor
-UPDATE admin_audit SET actor = :pseudonym, ip = NULL WHERE actor = :subject
+-- name: count_audit_actor @postgres
+SELECT count(*) AS n FROM admin_audit
+WHERE actor = :subject
+   OR (detail ->> 'forwardedFor' IS NOT NULL
+       AND actor IN (SELECT 'erased:' || id FROM data_erasure_requests
+                     WHERE subject_user_id = :subject))
+
+-- name: count_audit_actor @sqlite
+SELECT count(*) AS n FROM admin_audit
+WHERE actor = :subject
+   OR (json_extract(detail, '$.forwardedFor') IS NOT NULL
+       AND actor IN (SELECT 'erased:' || id FROM data_erasure_requests
+                     WHERE subject_user_id = :subject))
+
+-- name: purge_audit_actor @postgres
+UPDATE admin_audit
+SET actor = CASE WHEN actor = :subject THEN :pseudonym ELSE actor END, ip = NULL,
+    detail = CASE WHEN detail IS NULL THEN NULL ELSE detail - 'forwardedFor' END
+WHERE actor = :subject
+   OR (detail ->> 'forwardedFor' IS NOT NULL
+       AND actor IN (SELECT 'erased:' || id FROM data_erasure_requests
+                     WHERE subject_user_id = :subject))
+
+-- name: purge_audit_actor @sqlite
+UPDATE admin_audit
+SET actor = CASE WHEN actor = :subject THEN :pseudonym ELSE actor END, ip = NULL,
+    detail = json_remove(detail, '$.forwardedFor')
+WHERE actor = :subject
+   OR (json_extract(detail, '$.forwardedFor') IS NOT NULL
+       AND actor IN (SELECT 'erased:' || id FROM data_erasure_requests
+                     WHERE subject_user_id = :subject))
 
 -- name: count_requested_by
 SELECT count(*) AS n FROM data_erasure_requests WHERE requested_by = :subject
@@ -231,3 +260,10 @@ UPDATE platform_state SET value = json_set(value, '$.rules', (
 WHERE substr(key, 1, 22) = 'platform:alerts-rules:'
   AND EXISTS (SELECT 1 FROM json_each(platform_state.value, '$.rules') r
               WHERE lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject))
+
+-- name: mark_unpurgeable
+-- A purge that raised and rolled back: the request leaves the due list, failed with why,
+-- until an operator confirms it again. Only while still requested (nothing else changed it).
+UPDATE data_erasure_requests
+SET status = 'failed', result = :result, last_error = :last_error, updated_at = :now
+WHERE id = :id AND status = 'requested'

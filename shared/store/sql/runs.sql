@@ -59,6 +59,9 @@ VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
 UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
 WHERE id = :id
 
+-- name: discard_audit
+DELETE FROM admin_audit WHERE id = :id AND outcome = 'started'
+
 -- name: delete_old_runs_batch
 DELETE FROM job_runs WHERE id IN (
     SELECT id FROM job_runs WHERE started_at < :cutoff LIMIT :limit
@@ -88,3 +91,15 @@ SELECT holder FROM job_leases WHERE job = :job AND holder = :holder AND expires_
 UPDATE job_runs
 SET outcome = 'error', finished_at = :now, result = :result
 WHERE job = :job AND outcome = 'running'
+
+-- name: find_audit
+-- The trail, newest first, each filter applied only when given (targets by prefix).
+SELECT id, actor, action, target, outcome, ip, at, detail
+FROM admin_audit
+WHERE (CAST(:actor AS text) IS NULL OR actor = :actor)
+  AND (CAST(:action AS text) IS NULL OR action = :action)
+  AND (CAST(:target AS text) IS NULL
+       OR substr(target, 1, length(CAST(:target AS text))) = CAST(:target AS text))
+  AND (CAST(:since AS timestamptz) IS NULL OR at >= :since)
+  AND (CAST(:until AS timestamptz) IS NULL OR at < :until)
+ORDER BY at DESC, id DESC LIMIT :limit

@@ -14,14 +14,26 @@ from tests.conftest import BASE_ENV, run_cli
 
 
 def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path) -> None:
-    # No SLUICE_DATABASE_URL: the embedded default ./.sluice/sluice.db, migrated on first use.
+    # No SLUICE_DATABASE_URL: the embedded default ./.sluice/sluice.db. Only migrate (or dev)
+    # creates it; any other command refuses to start a new empty store here.
+    refused = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
+    assert refused.returncode == 78 and refused.stdout == ""
+    assert f"no SQLite database at {tmp_path / '.sluice' / 'sluice.db'}" in refused.stderr
+    assert "sluice migrate" in refused.stderr
+    assert not (tmp_path / ".sluice").exists()
+
+    assert run_cli(["migrate"], {}, cwd=tmp_path).returncode == 0
     done = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
                            "deletedAuditRecords", "processedAt"}
-    assert "applied migration 0001 foundation" in done.stderr
-    assert (tmp_path / ".sluice" / "sluice.db").exists()
+    assert done.stderr == "", "logs and metrics only with -v"
+    human = run_cli(["run", "state-cleanup"], {}, cwd=tmp_path)
+    assert f"database: sqlite {tmp_path / '.sluice' / 'sluice.db'}" in human.stderr
+    assert human.stdout.splitlines()[0] == "state-cleanup: ok"
+    verbose = run_cli(["run", "state-cleanup", "--json", "-v"], {}, cwd=tmp_path)
+    assert json.loads(verbose.stdout) and '"_aws"' in verbose.stderr, "metric blobs with -v"
 
 
 def test_run_human_summary_and_records(pg_url: str) -> None:

@@ -14,6 +14,7 @@ from shared.cli.main import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, main
 from shared.jobs.runs import RunStore
 from shared.queues.handlers import register_catalog_refresh
 from shared.queues.publish import REGISTRY
+from shared.rss.store import RssStore
 from shared.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 
@@ -31,7 +32,7 @@ def env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def _in_process(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any,
                 stdin: str = "") -> tuple[int, Any]:
     monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    code = main(argv)
+    code = main([*argv, "--json"])
     out = capsys.readouterr().out
     return code, json.loads(out) if out.strip() else None
 
@@ -67,6 +68,9 @@ def test_flags_on_and_off_write_one_audit_row_each(env: dict[str, str],
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    capsys: Any) -> None:
     _in_process(["flags", "rssQueuePipeline", "on"], monkeypatch, capsys)
+    scopes = open_database(env["SLUICE_DATABASE_URL"])
+    RssStore(scopes).put_scope("t-1", "tenant-1", (), "en", True)
+    scopes.close()
     _in_process(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], monkeypatch, capsys)
     _in_process(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear"], monkeypatch, capsys)
     db = open_database(env["SLUICE_DATABASE_URL"])
@@ -96,3 +100,17 @@ def test_enqueue_refuses_an_unknown_channel(env: dict[str, str], monkeypatch: py
 def test_the_unknown_job_is_a_usage_error_in_a_fresh_process(tmp_path: Path) -> None:
     done = run_cli(["run", "nope"], {"SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
     assert done.returncode == EXIT_USAGE
+
+
+def test_enqueue_refuses_a_webhook_aimed_inside_naming_the_recipient(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setenv("SLUICE_WEBHOOK_ALLOW_HOSTS", "")
+    for recipient in ("http://169.254.169.254/latest/meta-data/", "http://[::1/x"):
+        code = main(["delivery", "enqueue", "webhook", recipient, "--text", "hi"])
+        assert code == EXIT_USAGE
+        assert "recipient" in capsys.readouterr().err
+    db = open_database(env["SLUICE_DATABASE_URL"])
+    with db.transaction() as tx:
+        row = tx.fetchone("SELECT count(*) AS n FROM delivery_queue")
+    db.close()
+    assert row is not None and row["n"] == 0

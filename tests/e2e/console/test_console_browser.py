@@ -193,7 +193,9 @@ def test_the_console_in_a_browser(served: tuple[str, Services]) -> None:
 
             # Flip the flag.
             page.goto(f"{base}/admin/flags")
-            page.get_by_role("button", name="Turn RSS queue pipeline on globally").click()
+            page.get_by_role("button", name="Turn RSS queue pipeline on globally…").click()
+            assert not FlagStore(services.state).enabled("rssQueuePipeline"), "asked first"
+            page.get_by_role("button", name="Confirm: turn RSS queue pipeline on").click()
             page.wait_for_selector("text=Saved rssQueuePipeline")
             assert page.locator('[data-global="rssQueuePipeline"]').inner_text() == "on"
             assert FlagStore(services.state).enabled("rssQueuePipeline")
@@ -204,7 +206,8 @@ def test_the_console_in_a_browser(served: tuple[str, Services]) -> None:
     assert csp_errors == [], "nothing on the pages breaks the CSP"
     audit = {(a["action"], a["outcome"], a["actor"])
              for a in RunStore(services.db).recent_audit(100)}
-    for row in [("dlq:redrive", "200", "local-dev"), ("dlq:redrive", "dry_run", "local-dev"),
+    assert ("dlq:redrive", "dry_run", "local-dev") not in audit, "a preview is not an action"
+    for row in [("dlq:redrive", "200", "local-dev"),
                 ("dlq:redrive", "ok", "local-dev"), ("dlq:purge", "200", "local-dev"),
                 ("dlq:purge", "ok", "local-dev"), ("state-cleanup:admin", "200", "local-dev"),
                 ("flags:set", "303", "local-dev")]:

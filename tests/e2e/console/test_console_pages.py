@@ -98,13 +98,19 @@ def test_the_overview_twin_has_the_pages_numbers(db_url: str, make_services: Any
     assert cards["rss.ingest-dlq"]["figures"]["depth"] == 3
     assert cards["rss.ingest-dlq"]["source"] == "queue_dead_letters table"
     assert cards["rss.ingest"]["figures"]["depth"] is None, "in process: no backlog, not a zero"
-    assert cards["ledger"]["error"]["code"] == "redis_not_configured"
+    assert cards["ledger"]["error"] is None, "nothing configured is not an error"
+    assert "no Redis is configured" in cards["ledger"]["notConfigured"]
     assert cards["ledger"]["figures"] is None
     page = client.get("/admin/queues").text
     card = page.split('data-card="rss.ingest-dlq"')[1].split("</section>")[0]
     assert "<dt>Depth</dt><dd>3</dd>" in card and "<dt>Dead</dt><dd>3</dd>" in card
     ledger = page.split('data-card="ledger"')[1].split("</section>")[0]
-    assert "redis_not_configured" in ledger and "<dd>0</dd>" not in ledger
+    assert 'data-state="not-configured"' in ledger and "<dd>0</dd>" not in ledger
+    assert 'class="card failing' not in page.split('data-card="ledger"')[0].rsplit("<section", 1)[1]
+    assert 'role="alert"' not in ledger
+    dlq = client.get("/admin/dlq").text
+    row = dlq.split('href="/admin/dlq/ledger"')[0].rsplit("<tr", 1)[1]
+    assert "failing" not in row and "not configured" in dlq.split('href="/admin/dlq/ledger"')[1]
 
 
 def test_dead_letters_are_paginated_newest_first(sqlite_url: str, make_services: Any) -> None:
@@ -187,7 +193,8 @@ def test_redrive_previews_then_confirms_and_purge_confirms(db_url: str,
     assert "Purged: 1" in gone.text and LocalDeadLetters(services.db).count("rss.ingest") == 0
     actions = [(a["action"], a["outcome"], a["actor"]) for a in RunStore(services.db).recent_audit()]
     assert ("dlq:redrive", "200", "admin-1") in actions
-    assert ("dlq:redrive", "dry_run", "admin-1") in actions
+    assert [a for a in actions if a[0] == "dlq:redrive"].count(("dlq:redrive", "200", "admin-1")) \
+        == 1, "the preview left no row"
     assert ("dlq:redrive", "ok", "admin-1") in actions
     assert ("dlq:purge", "ok", "admin-1") in actions
     assert third  # purged with "all"
@@ -218,13 +225,27 @@ def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_service
 def test_flags_are_edited_from_the_page(db_url: str, make_services: Any) -> None:
     services = make_services(db_url)
     client = _client(services, ["super_admin"])
-    csrf = _csrf(client.get("/admin/flags").text)
+    from shared.rss.store import RssStore
+
+    RssStore(services.db).put_scope("t-9", "tenant-9", (), "en", True)
+    page = client.get("/admin/flags").text
+    csrf = _csrf(page)
+    assert 'data-override-note="rssQueuePipeline"' in page, "the page says why overrides do nothing"
+    ask = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
+                                            "enabled": "true"}, follow_redirects=False)
+    assert ask.status_code == 200 and "Confirm: turn RSS queue pipeline on" in ask.text
+    flags = FlagStore(services.state)
+    assert not flags.enabled("rssQueuePipeline"), "the global switch asks first"
+    assert not [a for a in RunStore(services.db).recent_audit() if a["action"] == "flags:set"]
     on = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
-                                           "enabled": "true"}, follow_redirects=False)
+                                           "enabled": "true", "confirm": "1"},
+                     follow_redirects=False)
     assert on.status_code == 303
     client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
                                       "enabled": "false", "tenantScopeId": "t-9"})
-    flags = FlagStore(services.state)
+    unknown = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
+                                                "enabled": "false", "tenantScopeId": "t-nope"})
+    assert unknown.status_code == 400 and "t-nope" in unknown.text
     assert flags.enabled("rssQueuePipeline") and not flags.enabled("rssQueuePipeline", "t-9")
     client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
                                       "tenantScopeId": "t-9", "clearOverride": "1"})

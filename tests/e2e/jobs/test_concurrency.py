@@ -18,6 +18,7 @@ import uvicorn
 
 from shared.billing.usage import insert_entries
 from shared.core.services import Services
+from shared.delivery.channels import Outbound
 from shared.delivery.drain import Deliverer
 from shared.delivery.store import DeliveryStatus, DeliveryStore
 from shared.http.app import create_app
@@ -126,7 +127,7 @@ def test_concurrent_delivery_drains_claim_nothing_twice(
             store.enqueue("webhook", hook.url, {"text": key}, idempotency_key=key)
 
         def drain(_: int) -> int:
-            with httpx.Client(timeout=10) as client:
+            with Outbound.open(services.settings) as client:
                 summary = Deliverer.from_services(services, client).drain(Deadline(60))
             return int(summary["recovered"])
 

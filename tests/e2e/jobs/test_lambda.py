@@ -68,7 +68,6 @@ def test_a_job_that_errored_fails_the_invocation_after_recording_it(
 @pytest.mark.parametrize("event", [
     {"source": "aws.events"},  # a body that merely claims to be scheduled
     {"detail-type": "Scheduled Event", "source": "my.app"},
-    "http_get_cron",
 ])
 def test_anything_else_is_refused_by_the_scheduled_function(
         event: Any, lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,6 +76,16 @@ def test_anything_else_is_refused_by_the_scheduled_function(
     with pytest.raises(Exception, match="not a scheduled event"):
         cron.handler(payload, LambdaContext())
     assert RunStore(cron.SERVICES.db).recent("state-cleanup") == []
+    cron.SERVICES.close()
+
+
+def test_the_scheduled_function_serves_its_cron_get_on_its_url(
+        lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    cron = fresh_import("functions.cron", monkeypatch, lambda_env)
+    answer = cron.handler(load_event("http_get_cron"), LambdaContext())
+    assert answer["statusCode"] == 200 and "deleted" in json.loads(answer["body"])
+    [run] = RunStore(cron.SERVICES.db).recent("state-cleanup")
+    assert run["trigger"] == "cron_http"
     cron.SERVICES.close()
 
 

@@ -10,6 +10,8 @@ import pytest
 from shared.core.services import Services
 from shared.queues.deadletters import Quarantine
 from shared.queues.signing import Signer
+from shared.rss.store import RssStore
+from shared.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
 
@@ -38,11 +40,16 @@ def test_sign_then_verify(sqlite_url: str) -> None:
 def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
     env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url}
     assert run_cli(["flags", "rssQueuePipeline", "on"], env).returncode == 0
-    over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
+    unknown_scope = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
+    assert unknown_scope.returncode == 64 and "t-1" in unknown_scope.stderr
+    db = open_database(sqlite_url)
+    RssStore(db).put_scope("t-1", "tenant-1", (), "en", True)
+    db.close()
+    over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1", "--json"], env)
     assert json.loads(over.stdout)["overrides"] == {"t-1": False}
-    [flag] = json.loads(run_cli(["flags"], env).stdout)["flags"]
+    [flag] = json.loads(run_cli(["flags", "--json"], env).stdout)["flags"]
     assert flag["enabled"] is True and flag["overrides"] == {"t-1": False}
-    cleared = run_cli(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear"], env)
+    cleared = run_cli(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear", "--json"], env)
     assert json.loads(cleared.stdout)["overrides"] == {}
     unknown = run_cli(["flags", "nope", "on"], env)
     assert unknown.returncode == 64 and "unknown_flag" in unknown.stderr
@@ -50,7 +57,7 @@ def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
 
 def test_publish_in_process_and_refusals(sqlite_url: str) -> None:
     env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET}
-    done = run_cli(["publish", "rss.ingest"], env, stdin='{"batchId": "b-local"}')
+    done = run_cli(["publish", "rss.ingest", "--json", "-v"], env, stdin='{"batchId": "b-local"}')
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["mode"] == "local" and result["dispatched"] is True
@@ -66,7 +73,7 @@ def test_publish_to_sqs_and_work_the_dlq(aws_env: dict[str, str], sqlite_url: st
     urls = create_queues(prefix, ("rss.ingest",))
     env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET,
            "SLUICE_QUEUE_MODE": "sqs", "SLUICE_QUEUE_PREFIX": prefix}
-    done = run_cli(["publish", "rss.ingest"], env, stdin='{"batchId": "b-sqs"}')
+    done = run_cli(["publish", "rss.ingest", "--json"], env, stdin='{"batchId": "b-sqs"}')
     assert done.returncode == 0, done.stderr
     [sent] = receive(urls["rss.ingest"], visibility=0)
     assert sent["MessageId"] == json.loads(done.stdout)["messageId"]
@@ -82,16 +89,16 @@ def test_publish_to_sqs_and_work_the_dlq(aws_env: dict[str, str], sqlite_url: st
     assert item["reason"] == "Boom: broke"
     human = run_cli(["dlq", "list", "rss.ingest"], env)
     assert "rss.ingest: 1 dead letter(s)" in human.stdout and "Boom: broke" in human.stdout
-    shown = run_cli(["dlq", "show", "rss.ingest", "m-1"], env)
+    shown = run_cli(["dlq", "show", "rss.ingest", "m-1", "--json"], env)
     assert json.loads(shown.stdout)["body"]["originalMessageId"] == "m-1"
-    dry = run_cli(["dlq", "redrive", "rss.ingest", "--dry-run"], env)
+    dry = run_cli(["dlq", "redrive", "rss.ingest", "--dry-run", "--json"], env)
     assert json.loads(dry.stdout)["count"] == 1 and len(bodies(urls["rss.ingest-dlq"])) == 1
-    redriven = run_cli(["dlq", "redrive", "rss.ingest", "--id", item["id"]], env)
+    redriven = run_cli(["dlq", "redrive", "rss.ingest", "--id", item["id"], "--json"], env)
     assert redriven.returncode == 0 and json.loads(redriven.stdout)["count"] == 1
     assert bodies(urls["rss.ingest-dlq"]) == []
     assert len(receive(urls["rss.ingest"], visibility=0)) == 2
     assert run_cli(["dlq", "purge", "rss.ingest"], env).returncode == 64
-    purged = run_cli(["dlq", "purge", "rss.ingest", "--all"], env)
+    purged = run_cli(["dlq", "purge", "rss.ingest", "--all", "--json"], env)
     assert json.loads(purged.stdout) == {"queue": "rss.ingest", "purged": 0}
 
 
@@ -104,8 +111,8 @@ def test_dlq_redrive_of_a_forgery_is_refused_with_exit_2(
     listed = run_cli(["dlq", "list", "quarantine"], env)
     assert "quarantine: 1 dead letter(s)" in listed.stdout
     assert "signature does not match" in listed.stdout
-    refused = run_cli(["dlq", "redrive", "quarantine"], env)
+    refused = run_cli(["dlq", "redrive", "quarantine", "--json"], env)
     assert refused.returncode == 2, refused.stderr
     assert [r["id"] for r in json.loads(refused.stdout)["refused"]] == ["m-1"]
-    assert json.loads(run_cli(["dlq", "purge", "quarantine", "--all"], env).stdout) == {
+    assert json.loads(run_cli(["dlq", "purge", "quarantine", "--all", "--json"], env).stdout) == {
         "queue": "quarantine", "purged": 1}

@@ -15,6 +15,7 @@ from shared.jobs.runs import RunStore
 from shared.queues.consumer import Consumer, InboundMessage
 from shared.queues.publish import REGISTRY
 from shared.queues.runtime import publisher_of
+from shared.rss.store import RssStore
 from shared.store.flags import FlagStore
 from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
@@ -41,6 +42,12 @@ def test_flags_are_super_admin_only_and_audited(client: TestClient, services: Se
     assert flag["key"] == "rssQueuePipeline" and flag["enabled"] is False
     assert flag["label"] == "RSS queue pipeline" and flag["overrides"] == {}
 
+    assert flag["overridesTakeEffect"] is False and "changes nothing" in flag["overrideNote"]
+    unknown = client.put("/api/admin/flags", headers=auth("super_admin"),
+                         json={"key": "rssQueuePipeline", "enabled": False,
+                               "tenantScopeId": "tenant-a"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "tenantScopeId"
+    RssStore(services.db).put_scope("tenant-a", "a", (), "en", True)
     on = client.put("/api/admin/flags", headers=auth("super_admin"),
                     json={"key": "rssQueuePipeline", "enabled": True})
     assert on.status_code == 200 and on.json()["flag"]["enabled"] is True
@@ -65,7 +72,7 @@ def test_flags_are_super_admin_only_and_audited(client: TestClient, services: Se
                           json=body).status_code == status
 
     audit = [(r["actor"], r["action"], r["outcome"]) for r in RunStore(services.db).recent_audit()]
-    assert ("ops-1", "flags:set", "403") in audit
+    assert ("ops-1", "flags:set", "403") in audit and ("admin-1", "flags:set", "400") in audit
     assert audit.count(("admin-1", "flags:set", "200")) == 3
 
 

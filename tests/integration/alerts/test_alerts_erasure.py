@@ -26,7 +26,7 @@ def test_an_erasure_removes_the_subjects_rules_and_keeps_the_others(
     rules.put("acme", [rule("mine", "email", "Ana@Example.com"), rule("team", "slack", "C0A"),
                        rule("mine-too", "email", "ana@example.com")])
     rules.put("globex", [rule("other", "email", "ana@example.org"),
-                         rule("dm", "telegram", "ana@example.com")])
+                         rule("dm", "email", "ANA@example.com")])
     rules.put("initech", [rule("r", "slack", "C0B")])
     assert count_subject(svc, "ana@example.com")["alert_rules"] == 3
 

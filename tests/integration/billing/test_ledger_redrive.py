@@ -298,8 +298,10 @@ def test_without_redis_the_job_says_so(make_services: Callable[..., Services],
                                        sqlite_url: str) -> None:
     outcome = run_job(JOBS["ledger-redrive"], make_services(sqlite_url), "cli")
     assert outcome.body == {"drained": 0, "succeeded": 0, "requeued": 0, "deadLettered": 0,
-                            "erased": 0, "errors": [], "reason": "redis_not_configured"}
+                            "erased": 0, "errors": ["redis_not_configured"],
+                            "reason": "redis_not_configured"}
     assert outcome.outcome == "ok", "not configured is not a failure: nothing pages"
+    assert JOBS["ledger-redrive"].failures(outcome.body) == 0
 
 
 def test_an_unreachable_redis_is_a_typed_error(make_services: Callable[..., Services],

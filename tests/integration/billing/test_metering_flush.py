@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from shared.billing.metering import IN_FLIGHT_NOTE, OutboxStore, PolarClient, flush
 from shared.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
 from shared.core.services import Services
+from shared.egress import Egress
 from shared.jobs.registry import JOBS, Deadline
 from shared.jobs.runner import run_job
 from shared.store.db import Database, open_database
@@ -27,8 +27,8 @@ def store(db_url: str) -> Iterator[Database]:
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=5) as client:
+def http() -> Iterator[Egress]:
+    with Egress(timeout_s=5) as client:
         yield client
 
 
@@ -41,14 +41,14 @@ def rows(db: Database) -> dict[str, dict[str, Any]]:
         return {r["ledger_id"]: r for r in tx.fetchall("SELECT * FROM ai_usage_metering_outbox")}
 
 
-def do_flush(db: Database, polar: PolarStandIn, http: httpx.Client, *, token: str | None = None,
+def do_flush(db: Database, polar: PolarStandIn, http: Egress, *, token: str | None = None,
              url: str | None = None, **kwargs: Any) -> dict[str, Any]:
     client = PolarClient(url or polar.url, token or polar.token, client=http)
     return flush(OutboxStore(db), client, now=T0, deadline=Deadline(60), **kwargs)
 
 
 def test_each_row_is_sent_once_oldest_first_one_request_at_a_time(
-        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
     seed(store, 12)
     result = do_flush(store, polar, http)
     assert result == {"processed": 12, "failed": 0, "skipped": 0, "reason": None}
@@ -66,14 +66,14 @@ def test_each_row_is_sent_once_oldest_first_one_request_at_a_time(
 
 
 def test_a_run_keeps_going_past_100_rows_until_the_outbox_is_empty(
-        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
     seed(store, 230)
     assert do_flush(store, polar, http)["processed"] == 230
     assert polar.max_in_flight == 1
 
 
 def test_a_run_stops_paging_at_its_deadline(store: Database, polar: PolarStandIn,
-                                            http: httpx.Client) -> None:
+                                            http: Egress) -> None:
     seed(store, 150)
     ticks = iter(range(10_000))  # one tick per look at the clock: 120 requests fit
     deadline = Deadline(121, clock=lambda: float(next(ticks)))
@@ -83,7 +83,7 @@ def test_a_run_stops_paging_at_its_deadline(store: Database, polar: PolarStandIn
 
 
 def test_eligible_rows_are_pending_or_failed_with_attempts_left(
-        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
     seed(store, 4)
     with store.transaction() as tx:
         tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 4 "
@@ -98,7 +98,7 @@ def test_eligible_rows_are_pending_or_failed_with_attempts_left(
 
 
 def test_a_transient_answer_fails_the_row_for_the_next_run(
-        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
     seed(store, 3)
     polar.answers.append((503, "upstream unavailable", {}))
     result = do_flush(store, polar, http)
@@ -113,7 +113,7 @@ def test_a_transient_answer_fails_the_row_for_the_next_run(
 
 @pytest.mark.parametrize("status", [408, 425, 500, 502, 504])
 def test_repeated_transient_answers_end_the_run(store: Database, polar: PolarStandIn,
-                                                http: httpx.Client, status: int) -> None:
+                                                http: Egress, status: int) -> None:
     seed(store, 10)
     polar.answers.extend([(status, {"detail": "busy"}, {})] * 3)
     result = do_flush(store, polar, http)
@@ -123,7 +123,7 @@ def test_repeated_transient_answers_end_the_run(store: Database, polar: PolarSta
 
 
 def test_an_outage_of_many_runs_fails_no_row_for_good(store: Database, polar: PolarStandIn,
-                                                       http: httpx.Client) -> None:
+                                                       http: Egress) -> None:
     seed(store, 4)
     for _ in range(MAX_METERING_ATTEMPTS * 2):
         polar.answers.extend([(503, "down", {})] * 3)
@@ -133,7 +133,7 @@ def test_an_outage_of_many_runs_fails_no_row_for_good(store: Database, polar: Po
 
 
 def test_a_5xx_between_successes_counts_against_its_row(store: Database, polar: PolarStandIn,
-                                                         http: httpx.Client) -> None:
+                                                         http: Egress) -> None:
     seed(store, 3)
     polar.answers.extend([(200, {"inserted": 1, "duplicates": 0}, {}), (502, "bad gateway", {})])
     result = do_flush(store, polar, http)
@@ -142,7 +142,7 @@ def test_a_5xx_between_successes_counts_against_its_row(store: Database, polar: 
 
 
 def test_retry_after_ends_the_run_as_rate_limited(store: Database, polar: PolarStandIn,
-                                                  http: httpx.Client) -> None:
+                                                  http: Egress) -> None:
     seed(store, 5)
     polar.answers.append((429, {"detail": "slow down"}, {"Retry-After": "30"}))
     result = do_flush(store, polar, http)
@@ -153,7 +153,7 @@ def test_retry_after_ends_the_run_as_rate_limited(store: Database, polar: PolarS
 
 
 def test_a_permanent_answer_uses_up_the_row(store: Database, polar: PolarStandIn,
-                                            http: httpx.Client) -> None:
+                                            http: Egress) -> None:
     seed(store, 2)
     polar.answers.append((400, {"detail": "bad event"}, {}))
     result = do_flush(store, polar, http)
@@ -166,7 +166,7 @@ def test_a_permanent_answer_uses_up_the_row(store: Database, polar: PolarStandIn
 
 
 def test_a_wrong_token_stops_the_run_without_spending_rows(
-        store: Database, polar: PolarStandIn, http: httpx.Client) -> None:
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
     seed(store, 4)
     result = do_flush(store, polar, http, token="wrong")
     assert result == {"processed": 0, "failed": 1, "skipped": 3, "reason": "polar_unauthorized"}
@@ -175,7 +175,7 @@ def test_a_wrong_token_stops_the_run_without_spending_rows(
 
 
 def test_an_unreachable_polar_is_transient(store: Database, polar: PolarStandIn,
-                                           http: httpx.Client) -> None:
+                                           http: Egress) -> None:
     seed(store, 5)
     result = do_flush(store, polar, http, url=f"http://127.0.0.1:{free_port()}")
     assert result == {"processed": 0, "failed": 3, "skipped": 2, "reason": "provider_unavailable"}
@@ -185,7 +185,7 @@ def test_an_unreachable_polar_is_transient(store: Database, polar: PolarStandIn,
 
 
 def test_several_events_a_request_and_per_event_errors(store: Database, polar: PolarStandIn,
-                                                       http: httpx.Client) -> None:
+                                                       http: Egress) -> None:
     seed(store, 25)
     polar.refused_customers.add("t2")  # rows 2, 5, 8, ... bill tenant t2
     result = do_flush(store, polar, http, events_per_request=10)
@@ -235,7 +235,7 @@ def test_the_job_through_the_cron_contract(make_services: Callable[..., Services
 
 
 def test_an_expired_deadline_counts_what_it_did_not_reach(store: Database, polar: PolarStandIn,
-                                                          http: httpx.Client) -> None:
+                                                          http: Egress) -> None:
     seed(store, 7)
     client = PolarClient(polar.url, polar.token, client=http)
     result = flush(OutboxStore(store), client, now=T0, deadline=Deadline(0))

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 
 from shared.core import awsjson, secrets
 from shared.core.errors import ConfigurationError
 from shared.core.secrets import SECRET_NAMES, SecretNotFound, load_secrets
 from shared.core.settings import Settings
-from shared.delivery.channels import build_adapters
+from shared.delivery.channels import Outbound, build_adapters
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.aws
@@ -296,7 +295,7 @@ def test_delivery_credentials_come_from_the_stage_path(aws_env: dict[str, str]) 
             settings.webhook_signing_secret) == tuple(stored[k] for k in (
                 "SLUICE_SLACK_BOT_TOKEN", "SLUICE_TELEGRAM_BOT_TOKEN", "SLUICE_SMTP_PASSWORD",
                 "SLUICE_WEBHOOK_SIGNING_SECRET"))
-    with httpx.Client() as client:
+    with Outbound.open(settings) as client:
         assert sorted(build_adapters(settings, client)) == ["email", "slack", "telegram",
                                                              "webhook"]
 

@@ -28,6 +28,7 @@ class Providers:
     def env(self) -> dict[str, str]:
         return {
             "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+            "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
             "SLUICE_SLACK_BOT_TOKEN": self.slack.token, "SLUICE_SLACK_API_URL": self.slack.url,
             "SLUICE_TELEGRAM_BOT_TOKEN": self.telegram.token,
             "SLUICE_TELEGRAM_API_URL": self.telegram.url,
@@ -52,7 +53,10 @@ def drain_once(services: Services) -> dict[str, int]:
 
 
 def due_now(services: Services) -> None:
-    """Time travel: every pending entry's backoff has passed."""
+    """Time travel: every pending entry's backoff, and every failing destination's wait for
+    its next probe, has passed."""
     with services.db.transaction() as tx:
         tx.execute("UPDATE delivery_queue SET next_attempt_at = :now WHERE status = 'pending'",
+                   {"now": utcnow() - timedelta(seconds=1)})
+        tx.execute("UPDATE delivery_destinations SET next_probe_at = :now",
                    {"now": utcnow() - timedelta(seconds=1)})

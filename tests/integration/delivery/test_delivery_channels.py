@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-
-import httpx
+from datetime import timedelta
 
 from shared.core.services import Services
+from shared.delivery.channels import Outbound
 from shared.delivery.drain import Deliverer, SendOutcome
 from shared.delivery.store import DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, get_job
@@ -162,31 +162,33 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
     third = drain_once(svc)
     assert seed(third) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
                            "deferredBackoff": 0}
-    # a rate limit (Telegram's flood wait, Slack's 429) gave its attempt back
-    assert {e.channel: e.attempts for e in store.list()} == {
-        "telegram": 1, "slack": 1, "webhook": 2, "email": 2}
+    # each destination's failure cost nothing; a rate limit (Telegram's flood wait, Slack's
+    # 429) gave its attempt back too
+    assert {e.attempts for e in store.list()} == {1}, "each destination's failure cost nothing"
     assert first["rateLimited"] == 2
 
 
-def test_the_fifth_transient_failure_ends_the_entry_as_skipped_max_retries(
+def test_a_destination_failing_every_attempt_holds_its_entry_until_it_expires(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
     entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"})
-    providers.webhook.answers.extend([503] * 15)
+    providers.webhook.answers.extend([503] * 100)
     results = []
-    for _ in range(5):
+    for _ in range(6):
         results.append(drain_once(svc))
         due_now(svc)
-    assert [r["skippedMaxRetries"] for r in results] == [0, 0, 0, 0, 1]
-    assert seed(results[-1]) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 1,
-                                 "deferredBackoff": 0}
-    dead = store.get(entry.id)
-    assert dead.status is DeliveryStatus.FAILED and dead.attempts == 5
-    assert dead.failure_reason == "max_attempts"
-    assert "gave up after 5 attempts" in (dead.last_error or "")
-    assert len(providers.webhook.received) == 15, "5 queue attempts of 3 tries each"
-    assert run_job(get_job("delivery-drain"), svc, "cli").outcome == "ok", \
-        "nothing left to fail in a later run"
+    assert [r["skippedMaxRetries"] + r["failed"] for r in results] == [0] * 6
+    held = store.get(entry.id)
+    assert held.status is DeliveryStatus.PENDING and held.attempts == 0
+    assert held.held_by is not None and held.held_by.startswith("webhook:127.0.0.1:")
+    assert len(providers.webhook.received) == 18, "one probe a run, 3 in-process tries each"
+    [down] = results[-1]["outages"]["destinations"]
+    assert down["down"] and down["failures"] == 6 and down["waiting"] == 1
+    with svc.db.transaction() as tx:  # a day passes
+        tx.execute("UPDATE delivery_queue SET enqueued_at = :t", {"t": utcnow() - timedelta(
+            days=2)})
+    assert drain_once(svc)["expired"] == 1
+    assert store.get(entry.id).failure_reason == "expired"
 
 
 def test_a_run_with_failures_is_reported_as_failures(svc: Services) -> None:
@@ -200,7 +202,7 @@ def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(
     store = DeliveryStore(svc.db)
     for i in range(3):
         store.enqueue("slack", "C0ALERTS", {"text": str(i)})
-    with httpx.Client(timeout=5) as client:
+    with Outbound.open(svc.settings) as client:
         deliverer = Deliverer.from_services(svc, client)
         assert deliverer.send_timeout_s == 5
         result = deliverer.drain(Deadline(4.0))
@@ -212,7 +214,7 @@ def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(
 
 def test_inline_delivery_is_write_ahead_and_a_repeated_key_is_not_resent(
         svc: Services, providers: Providers) -> None:
-    with httpx.Client(timeout=5) as client:
+    with Outbound.open(svc.settings) as client:
         deliverer = Deliverer.from_services(svc, client)
         entry, outcome = deliverer.deliver("webhook", providers.webhook.url, {"text": "now"},
                                            idempotency_key="notice:7", subject_user_id="u7")
@@ -249,5 +251,21 @@ def test_an_unreachable_platform_is_transient_and_never_leaks_the_bot_token(
                                       "deferredBackoff": 0}
     stored = DeliveryStore(services.db).get(entry.id)
     assert stored.status is DeliveryStatus.PENDING and "ConnectError" in (stored.last_error or "")
-    assert stored.attempts == 1, "one entry failing alone is its own attempt"
+    assert stored.attempts == 0, "the platform is unreachable: the entry waits, uncounted"
     assert token not in json.dumps(stored.to_json())
+
+
+def test_telegram_sends_media_as_the_flags_ask(svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/a.gif", "gifPlayback": True,
+                                       "text": "caption after"})
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/b.png",
+                                       "gifPlayback": True, "forceDocument": True})
+    store.enqueue("telegram", "1001", {"mediaUrl": "https://cdn.test/c.png", "mirror": True})
+    assert seed(drain_once(svc))["recovered"] == 3
+    sent = sorted((m.get("method", "sendMessage"), m.get("animation") or m.get("document")
+                   or m.get("photo") or m.get("text")) for m in providers.telegram.messages)
+    assert sent == [("sendAnimation", "https://cdn.test/a.gif"),
+                    ("sendDocument", "https://cdn.test/b.png"),
+                    ("sendMessage", "caption after"),
+                    ("sendPhoto", "https://cdn.test/c.png")]

@@ -165,7 +165,7 @@ def test_a_lapsed_lease_returns_to_pending_and_the_stale_sender_cannot_settle(
     assert store.ack(again, "m", 1)
 
 
-def test_a_poison_entry_that_kills_every_sender_ends_failed_never_loops(
+def test_a_poison_entry_that_kills_every_sender_rests_unknown_never_loops(
         store: DeliveryStore) -> None:
     entry, _ = store.enqueue("webhook", "https://h", {"a": 1})
     now = utcnow()
@@ -173,10 +173,23 @@ def test_a_poison_entry_that_kills_every_sender_ends_failed_never_loops(
         [claimed] = store.claim(LEASE, now=now)  # ... and the sender dies holding it
         assert claimed.attempts == attempt
         now += LEASE + timedelta(seconds=1)
-        assert store.recover(now=now) == ((1, 0) if attempt < 5 else (0, 1))
+        assert store.recover(now=now, deduplicating=frozenset({"webhook"})) == (
+            (1, 0) if attempt < 5 else (0, 1))
     dead = store.get(entry.id)
-    assert dead.status is DeliveryStatus.FAILED and "attempt 5" in (dead.last_error or "")
+    assert dead.status is DeliveryStatus.UNKNOWN and "attempt 5" in (dead.last_error or "")
+    assert dead.unknown_sends == 5
     assert store.claim(LEASE, now=now + timedelta(days=1)) == []
+
+
+def test_a_sender_dying_twice_on_a_chat_entry_rests_unknown_after_one_resend(
+        store: DeliveryStore) -> None:
+    entry, _ = store.enqueue("telegram", "1001", {"text": "x"})
+    now = utcnow()
+    for expected in ((1, 0), (0, 1)):
+        store.claim(LEASE, now=now)
+        now += LEASE + timedelta(seconds=1)
+        assert store.recover(now=now, deduplicating=frozenset({"webhook"})) == expected
+    assert store.get(entry.id).status is DeliveryStatus.UNKNOWN
 
 
 def test_prune_deletes_old_settled_entries_only(store: DeliveryStore) -> None:

@@ -1,7 +1,11 @@
-"""The delivery queue against a model: enqueue, claim, ack, nack, fail, lease expiry,
-recovery and redrive in any order, on the real store; after every step each entry's
-status and attempts match the model, nothing is lost, and a settle by a holder whose
-claim was superseded changes nothing."""
+"""The delivery queue against a model: enqueue (with its effect record), claim, ack,
+nack, unknown outcomes, fail, lease expiry, recovery, redrive, purge and the operator's
+unknown-outcome actions in any order, on the real store; after every step each entry's
+status, attempts and unknown sends match the model, nothing is lost, a settle by a
+holder whose claim was superseded changes nothing, no entry passes the attempt limit, a
+channel that cannot deduplicate gets at most one more send after an unknown outcome, and
+a key once enqueued is never enqueued again by its producer (its effect record stays
+through purges)."""
 
 from __future__ import annotations
 
@@ -11,13 +15,21 @@ from datetime import datetime, timedelta
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.delivery.store import DEFAULT_SCHEDULE, DeliveryEntry, DeliveryStatus, DeliveryStore
+from shared.delivery.store import (
+    DEFAULT_SCHEDULE,
+    DeliveryEntry,
+    DeliveryStatus,
+    DeliveryStore,
+    Effect,
+)
 from shared.store.db import Database
 from tests.model import EPOCH, run_model
 
 LEASE = timedelta(seconds=60)
 KEYS = [f"k{i}" for i in range(4)]
-SETTLES = ("ack", "nack", "fail")
+SETTLES = ("ack", "nack", "fail", "unknown")
+DEDUPLICATING = {"k0", "k1"}  # webhooks; k2 and k3 go to a chat that cannot deduplicate
+RESENDS = 1
 
 
 @dataclass
@@ -25,6 +37,16 @@ class Expected:
     status: DeliveryStatus
     attempts: int
     next_at: datetime  # due time when pending, lease end when in flight
+    unknown: int = 0
+
+    def unknown_outcome(self, key: str, now: datetime) -> DeliveryStatus:
+        """What the store must do with a send whose outcome is unknown."""
+        self.unknown += 1
+        decision = DEFAULT_SCHEDULE.decide(self.attempts)
+        resend = decision.retry and (key in DEDUPLICATING or self.unknown <= RESENDS)
+        self.status = DeliveryStatus.PENDING if resend else DeliveryStatus.UNKNOWN
+        self.next_at = now + decision.delay
+        return self.status
 
 
 def machine_for(db: Database) -> type[RuleBasedStateMachine]:
@@ -33,7 +55,9 @@ def machine_for(db: Database) -> type[RuleBasedStateMachine]:
             super().__init__()
             with db.transaction() as tx:
                 tx.execute("DELETE FROM delivery_queue")
-            self.store = DeliveryStore(db)
+                tx.execute("DELETE FROM delivery_effects")
+            self.store = DeliveryStore(db, unknown_resends=RESENDS)
+            self.recorded: set[str] = set()
             self.now = EPOCH
             self.model: dict[str, Expected] = {}
             self.ids: dict[str, str] = {}
@@ -45,13 +69,19 @@ def machine_for(db: Database) -> type[RuleBasedStateMachine]:
 
         @rule(key=st.sampled_from(KEYS))
         def enqueue(self, key: str) -> None:
-            entry, created = self.store.enqueue("webhook", "http://127.0.0.1:9/h", {"k": key},
-                                                idempotency_key=key, now=self.now)
-            assert created == (key not in self.model)
-            if created:
-                self.model[key] = Expected(DeliveryStatus.PENDING, 0, self.now)
-                self.ids[key] = entry.id
-            assert entry.id == self.ids[key]
+            # The producer's check first: a key with an effect record is never enqueued again
+            if self.store.known_effects([key]):
+                assert key in self.recorded
+                return
+            assert key not in self.recorded
+            channel = "webhook" if key in DEDUPLICATING else "telegram"
+            entry, created = self.store.enqueue(channel, "http://127.0.0.1:9/h", {"k": key},
+                                                idempotency_key=key, now=self.now,
+                                                effect=Effect("alert", None, key))
+            assert created
+            self.recorded.add(key)
+            self.model[key] = Expected(DeliveryStatus.PENDING, 0, self.now)
+            self.ids[key] = entry.id
 
         @rule(then=st.sampled_from(("hold", *SETTLES, "hold")))
         def claim(self, then: str) -> None:
@@ -86,6 +116,13 @@ def machine_for(db: Database) -> type[RuleBasedStateMachine]:
                 assert self.store.ack(entry, "msg", 1, now=self.now) == ours
                 if ours:
                     expected.status = DeliveryStatus.ACKED
+            elif how == "unknown":
+                status = self.store.nack(entry, "read timeout (sent; no answer)", unknown=True,
+                                         deduplicates=entry.channel == "webhook", now=self.now)
+                if not ours:
+                    assert status is None
+                    return
+                assert status is expected.unknown_outcome(entry.idempotency_key or "", self.now)
             elif how == "fail":
                 assert self.store.fail(entry, "chat not found", now=self.now) == ours
                 if ours:
@@ -108,14 +145,14 @@ def machine_for(db: Database) -> type[RuleBasedStateMachine]:
         def next_drain(self, seconds: int) -> None:
             """Time passes; the next drain starts by recovering lapsed leases."""
             self.now += timedelta(seconds=seconds)
-            lapsed = [e for e in self.model.values()
-                      if e.status is DeliveryStatus.IN_FLIGHT and e.next_at < self.now]
-            back, failed = self.store.recover(now=self.now)
-            gone = [e for e in lapsed if e.attempts >= DEFAULT_SCHEDULE.max_attempts]
-            assert (back, failed) == (len(lapsed) - len(gone), len(gone))
-            for e in lapsed:
-                e.status = DeliveryStatus.FAILED if e in gone else DeliveryStatus.PENDING
+            lapsed = {k: e for k, e in self.model.items()
+                      if e.status is DeliveryStatus.IN_FLIGHT and e.next_at < self.now}
+            outcomes = [e.unknown_outcome(k, self.now) for k, e in lapsed.items()]
+            for e in lapsed.values():
                 e.next_at = self.now
+            rested = outcomes.count(DeliveryStatus.UNKNOWN)
+            assert self.store.recover(now=self.now, deduplicating=frozenset({"webhook"})) == (
+                len(lapsed) - rested, rested)
 
         @rule()
         def sender_dies(self) -> None:
@@ -133,13 +170,39 @@ def machine_for(db: Database) -> type[RuleBasedStateMachine]:
             expected.status, expected.attempts, expected.next_at = (
                 DeliveryStatus.PENDING, 0, self.now)
 
+        @rule(key=st.sampled_from(KEYS), how=st.sampled_from(("mark", "again", "purge")))
+        def operator(self, key: str, how: str) -> None:
+            """An operator acts on an entry resting unknown (or purges a failed one)."""
+            expected = self.model.get(key)
+            if expected is None or expected.status not in (DeliveryStatus.UNKNOWN,
+                                                             DeliveryStatus.FAILED):
+                return
+            if how == "purge":
+                self.store.purge(self.ids[key])
+                del self.model[key]  # its effect record stays: never enqueued again
+            elif expected.status is DeliveryStatus.UNKNOWN and how == "mark":
+                assert self.store.mark_delivered(self.ids[key], now=self.now).status \
+                    is DeliveryStatus.ACKED
+                expected.status = DeliveryStatus.ACKED
+            elif expected.status is DeliveryStatus.UNKNOWN:
+                entry = self.store.send_again(self.ids[key], now=self.now)
+                assert (entry.status, entry.attempts) == (DeliveryStatus.PENDING, 0)
+                expected.status, expected.attempts, expected.unknown = (
+                    DeliveryStatus.PENDING, 0, 0)
+                expected.next_at = self.now
+
         @invariant()
         def store_matches_model(self) -> None:
             stored = {e.idempotency_key: e for e in self.store.list(limit=500)}
             assert set(stored) == set(self.model), "nothing lost, nothing invented"
             for key, expected in self.model.items():
                 entry = stored[key]
-                assert (entry.status, entry.attempts) == (expected.status, expected.attempts), key
+                assert (entry.status, entry.attempts, entry.unknown_sends) == (
+                    expected.status, expected.attempts, expected.unknown), key
+                assert entry.attempts <= DEFAULT_SCHEDULE.max_attempts, "the limit is a limit"
+                if key not in DEDUPLICATING:
+                    assert entry.unknown_sends <= RESENDS + 1, "one more send at most"
+            assert self.store.known_effects(KEYS) == self.recorded, "effects outlive entries"
 
     return DeliveryQueueModel
 

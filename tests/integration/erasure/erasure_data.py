@@ -50,7 +50,7 @@ def seed_subject(db: Database, subject: str, *, rows: int = 3, tenant: str = "t1
                  for i, user in enumerate((subject, subject, f"{subject}0", None))])
     runs = RunStore(db)
     runs.audit(actor=subject, action="erasure:create", target="/x", outcome="201",
-               ip="10.0.0.1")
+               ip="10.0.0.1", detail={"requestId": "r", "forwardedFor": "10.0.0.1, 10.0.0.3"})
     runs.audit(actor=f"{subject}0", action="erasure:create", target="/x", outcome="201",
                ip="10.0.0.2")
 

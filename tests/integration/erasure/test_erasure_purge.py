@@ -17,6 +17,7 @@ from shared.erasure.registry import TARGETS, RedisJsonLists
 from shared.erasure.requests import ErasureStatus, ErasureStore
 from shared.jobs.registry import Deadline, get_job
 from shared.jobs.runner import run_job
+from shared.jobs.runs import RunStore
 from shared.store.db import utcnow
 from tests.conftest import REDIS_URL
 from tests.integration.erasure.erasure_data import (
@@ -80,6 +81,9 @@ def test_a_due_request_leaves_nothing_of_the_subject_and_spares_everyone_else(
     # The audit trail keeps the action, not the person.
     assert count(svc.db, "SELECT count(*) AS n FROM admin_audit WHERE actor = :a AND ip IS NULL",
                  {"a": f"erased:{request_id}"}) == 1
+    [kept] = [r for r in RunStore(svc.db).recent_audit(500)
+              if r["actor"] == f"erased:{request_id}"]
+    assert kept["detail"] == {"requestId": "r"}, "the forwarded address went with the actor"
 
     stored = ErasureStore(svc.db).get(request_id)
     assert stored.status is ErasureStatus.PURGED and stored.confirmed_by == SYSTEM_ACTOR

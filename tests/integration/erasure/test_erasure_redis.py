@@ -43,3 +43,27 @@ def test_the_sweep_counts_then_removes_only_the_subjects_entries(
 
 def test_no_redis_configured_means_nothing_to_sweep() -> None:
     assert STORE.count(None, "u1") == {} and STORE.purge(None, "u1") == {}
+
+
+def test_dead_letters_of_any_shape_are_matched_or_reported_unmatchable(
+        redis_client: RedisClient) -> None:  # noqa: F811 — the imported fixture
+    from shared.billing.usage import dead_letter
+    from shared.store.db import utcnow
+
+    _, _, dlq = LEDGER_RETRY_LISTS
+    wrapped = dead_letter(json.dumps([{"entry": {"userId": "42"}}]), "not an envelope", utcnow())
+    raw_object = dead_letter("garbage", "x", utcnow()).replace('"garbage"', json.dumps(
+        json.dumps({"entry": {"userId": 42}})))  # an object kept as text, numeric userId
+    numeric = json.dumps({"id": "e9", "entry": {"id": "l9", "userId": 42}})
+    mentions = dead_letter("user 42 broke this", "not json", utcnow())
+    other = json.dumps({"entry": {"userId": 420}})
+    redis_client.rpush(dlq, wrapped, raw_object, numeric, mentions, other)
+
+    counted = STORE.count(redis_client, "42")
+    assert counted[f"redis:{dlq}"] == 2, "numeric userId, also inside a kept raw text"
+    assert counted[f"redis:{dlq}:unmatchable"] == 2, "no owner to read, but the id is there"
+    STORE.purge(redis_client, "42")
+    assert redis_client.lrange(dlq, 0, -1) == [wrapped, mentions, other]
+    after = STORE.count(redis_client, "42")
+    assert after == {f"redis:{q}": 0 for q in LEDGER_RETRY_LISTS} | {
+        f"redis:{dlq}:unmatchable": 2}, "never counted as clean"

@@ -86,6 +86,13 @@ PROBES: dict[tuple[str, str], tuple[str, dict[str, object]]] = {
     ("admin_audit", "ip"): (
         ("INSERT INTO admin_audit (id, actor, action, outcome, ip, at) "
         "VALUES ('a2', :s, 'x', 'ok', '127.0.0.1', :now)"), {}),
+    # A row an older purge pseudonymised but whose forwarded address it kept.
+    ("admin_audit", "detail"): ((
+        ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
+         "requested_at, grace_until) VALUES ('r9', :s, 'purged', 'dpo', :now, :now)"),
+        ("INSERT INTO admin_audit (id, actor, action, outcome, at, detail) "
+         "VALUES ('a3', 'erased:r9', 'x', 'ok', :now, :m)")),
+        {"m": {"forwardedFor": "127.0.0.9"}}),
     ("data_erasure_requests", "requested_by"): (
         ("INSERT INTO data_erasure_requests (id, subject_user_id, status, requested_by, "
         "requested_at, grace_until) VALUES ('r1', 'other', 'cancelled', :s, :now, :now)"), {}),
@@ -109,8 +116,10 @@ def test_a_row_holding_the_subject_only_in_a_claimed_column_is_counted_and_purge
     sql, extra = PROBES[key]
     now = datetime(2026, 3, 1, 12, tzinfo=UTC)
     with db.transaction() as tx:
-        tx.execute(sql, {"s": S, "now": now, **{k: tx.json({}) if k == "m" else v
-                                                for k, v in extra.items()}})
+        for statement in sql if isinstance(sql, tuple) else (sql,):
+            tx.execute(statement, {"s": S, "now": now,
+                                   **{k: tx.json(v if isinstance(v, dict) else {})
+                                      if k == "m" else v for k, v in extra.items()}})
     [target] = [t for t in TARGETS if t.table == key[0] and key[1] in t.columns]
     params = subject_params(S, pseudonym="erased:r")
     with db.transaction() as tx:

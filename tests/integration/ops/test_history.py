@@ -15,14 +15,28 @@ from shared.store.db import utcnow
 from shared.store.history import HistoryStore, Sample
 
 
-def test_console_reads_sample_depths_once_a_minute(services: Services) -> None:
+def test_depths_are_sampled_on_the_schedule_not_by_reading_the_console(
+        services: Services) -> None:
+    from fastapi.testclient import TestClient
+
+    from shared.http.app import create_app
+    from tests.conftest import admin_token
+
     LocalDeadLetters(services.db).add("rss.enrich", {"errorMessage": "x"})
+    client = TestClient(create_app(services))
+    client.cookies.set("__session", admin_token(["ops"]))
+    assert client.get("/admin/queues").status_code == 200
+    assert HistoryStore(services.db).latest_at("depth") is None, "reading writes nothing"
+
     now = utcnow()
+    sampled = run_job(get_job("history-sample"), services, "schedule")
+    assert sampled.outcome == "ok", sampled.body
+    written = sampled.body["sampled"]
     data = console.overview(services)
-    written = console.record_depths(services, data, now=now)
     measured = [c for c in data["cards"] if c["figures"] and c["figures"]["depth"] is not None]
     assert written == len(measured) > 0
-    assert console.record_depths(services, data, now=now + timedelta(seconds=30)) == 0
+    assert console.record_depths(services, data, now=utcnow() + timedelta(seconds=10)) == 0, \
+        "a duplicate delivery of the event adds no second point"
     assert console.record_depths(services, data, now=now + timedelta(seconds=61)) == written
     history = console.history(services, now=now + timedelta(seconds=62))
     assert [p["value"] for p in history["depth"]["24h"]["rss.enrich-dlq"]] == [1.0, 1.0]

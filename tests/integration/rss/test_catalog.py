@@ -151,7 +151,7 @@ def test_new_stories_reach_the_hooks_with_every_scope_on_the_build(
     calls: list[tuple[str, list[str], list[str]]] = []
 
     def hook(services: Services, build: CatalogBuild, new: list[Story],
-             scope_ids: list[str]) -> None:
+             scope_ids: list[str], now: bool) -> None:
         calls.append((build.key, [s.title for s in new], scope_ids))
 
     def broken_hook(*args: Any) -> None:

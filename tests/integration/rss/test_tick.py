@@ -64,10 +64,15 @@ def test_the_tick_refreshes_global_then_tenants_then_sweeps(
     assert (body["published"], body["pipelineEnabled"], body["inlineRefreshed"]) == (
         False, False, True)
     tenants = body["tenantIngestion"]
-    assert set(tenants) == {"tenantScopes", "refreshed", "failed", "skippedTimeBudget",
-                            "elapsedMs"}
-    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["failed"],
-            tenants["skippedTimeBudget"]) == (4, 4, 0, 0)
+    assert set(tenants) == {"tenantScopes", "refreshed", "shared", "throttled", "locked",
+                            "failed", "skippedTimeBudget", "elapsedMs"}
+    # Four scopes over two source sets: two builds, two scopes served by them.
+    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["shared"],
+            tenants["throttled"], tenants["locked"], tenants["failed"],
+            tenants["skippedTimeBudget"]) == (4, 2, 2, 0, 0, 0, 0)
+    again = run_job(JOBS["rss-refresh"], svc, "cron_http").body
+    assert (again["inlineRefreshed"], again["tenantIngestion"]["throttled"],
+            again["tenantIngestion"]["refreshed"]) == (False, 4, 0), "inside the throttle"
     assert body["alertSweep"] == {"tenantsWithRules": 0, "evaluated": 0,
                                   "skippedNoFeedCache": 0, "failed": 0,
                                   "skippedDeadline": 0, "evaluations": 0, "enqueued": 0}
@@ -92,6 +97,44 @@ def test_the_admin_post_refreshes_global_and_sweeps_without_tenant_ingestion(
     assert set(feeds.hits) == {"/global"}
 
 
+def test_the_admin_post_rebuilds_the_global_catalog_inside_the_throttle(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url)
+    seed(svc, feeds)
+    first = run_job(JOBS["rss-refresh"], svc, "cron_http").body
+    assert first["inlineRefreshed"] is True
+    built_at = peek(svc, GLOBAL_KEY).built_at  # type: ignore[union-attr]
+    manual = run_job(JOBS["rss-refresh"], svc, "admin").body
+    assert manual["inlineRefreshed"] is True and manual["catalog"]["builds"] == 1
+    assert peek(svc, GLOBAL_KEY).built_at > built_at  # type: ignore[union-attr]
+    assert feeds.hits["/global"] == 2
+    scheduled = run_job(JOBS["rss-refresh"], svc, "cron_http").body
+    assert scheduled["inlineRefreshed"] is False, "the throttle held: nothing was rebuilt"
+
+
+def test_alerts_from_new_stories_are_counted_in_the_ticks_answer(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    from shared.alerts.rules import RulesStore
+
+    svc = feed_services(make_services, db_url)
+    store = RssStore(svc.db)
+    source = store.add_source(feeds.add_rss("/t/live", items=2))
+    store.put_scope("scope-a", "tenant-a", (source.id,), "en", True)
+    clock = FakeClock()
+    with catalog(svc, clock) as cat:
+        cat.refresh_scope("scope-a")
+    RulesStore(svc).put("scope-a", [{"id": "r1", "match": {"keywords": ["story"]},
+                                     "destination": {"channel": "slack",
+                                                     "recipient": "C0ALERTS"}}])
+    feeds.add_rss("/t/live", items=4)
+    clock.advance(3600)
+    with catalog(svc, clock) as cat:
+        body = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(60),
+                            started_at=clock.now(), catalog=cat, monotonic=clock.monotonic)
+    assert body["newStoryAlerts"] == {"enqueued": 2, "failed": 0}
+    assert body["alertSweep"]["enqueued"] == 2, "the sweep then saw the old stories too"
+
+
 def test_the_budget_with_an_injected_clock(db_url: str, make_services: Callable[..., Services],
                                            feeds: FeedServer) -> None:
     svc = feed_services(make_services, db_url)
@@ -111,8 +154,8 @@ def test_the_budget_with_an_injected_clock(db_url: str, make_services: Callable[
         result = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(600),
                               started_at=started, catalog=cat, monotonic=clock.monotonic)
     tenants = result["tenantIngestion"]
-    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["skippedTimeBudget"]) == (
-        6, 3, 3)
+    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["shared"],
+            tenants["skippedTimeBudget"]) == (6, 2, 1, 3), "3 scopes over 2 sets: 2 builds"
     assert tenants["elapsedMs"] == 300_000
     offset = (int(started.timestamp() * 1000) // ROTATION_WINDOW_MS) % 6
     assert order == (scopes[offset:] + scopes[:offset])[:3]
@@ -151,7 +194,7 @@ def test_one_failing_tenant_is_isolated_and_reported(
         result = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(60),
                               started_at=FakeClock().now(), catalog=cat)
     assert result["tenantIngestion"]["failed"] == 1 and result["failed"] == 1
-    assert result["tenantIngestion"]["refreshed"] == 3
+    assert result["tenantIngestion"]["refreshed"] + result["tenantIngestion"]["shared"] == 3
     assert [r.getMessage() for r in caplog.records if "ingestion failed" in r.getMessage()] == [
         "[rss-refresh] tenant ingestion failed for scope-2: tenant store exploded"]
 

@@ -50,7 +50,8 @@ def test_a_sqlite_lock_wait_ends_at_the_time_left(sqlite_url: str) -> None:
     import sqlite3
 
     from shared.core.errors import TransientStoreError
-    from shared.store.db import bounded_by, open_database
+    from shared.store.db import open_database
+    from shared.store.deadline import bounded_by
 
     db = open_database(sqlite_url)
     holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)

@@ -13,7 +13,8 @@ import pytest
 from shared.core.errors import TransientStoreError
 from shared.core.services import pg_options
 from shared.core.settings import Settings
-from shared.store.db import PgOptions, PostgresDatabase, bounded_by, open_database
+from shared.store.db import PgOptions, PostgresDatabase, open_database
+from shared.store.deadline import bounded_by
 from shared.store.migrate import discover, migrate
 
 

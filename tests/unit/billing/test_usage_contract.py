@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
-import httpx
 import pytest
 
 from shared.billing.ledger_redrive import MAX_ATTEMPTS, Settlement
@@ -20,6 +19,7 @@ from shared.billing.usage import (
 )
 from shared.core.errors import ConfigurationError, RequestError
 from shared.core.settings import Settings
+from shared.egress import Answer
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ENTRY = UsageEntry(id="e1", model="m", occurred_at=T0, tenant_id="t", user_id="u",
@@ -49,10 +49,10 @@ def test_per_event_errors_are_read_from_the_validation_detail() -> None:
         {"loc": ["body"], "msg": "whole body"},
         "junk",
     ]}
-    response = httpx.Response(422, json=body)
+    response = Answer(422, {}, json.dumps(body).encode(), "")
     assert _event_errors(response, 3) == {
         1: "polar 422: metadata.k: too long; polar 422: name: missing"}
-    assert _event_errors(httpx.Response(400, text="<html>"), 3) == {}
+    assert _event_errors(Answer(400, {}, b"<html>", ""), 3) == {}
 
 
 def test_the_polar_event_shape() -> None:

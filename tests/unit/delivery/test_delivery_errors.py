@@ -7,8 +7,10 @@ from datetime import timedelta
 import pytest
 
 from shared.core.errors import SluiceError
+from shared.delivery.channels.base import refused
 from shared.delivery.classify import (
     MAX_DEPTH,
+    CredentialsRefused,
     FatalDeliveryError,
     MissingAdapter,
     OutcomeUnknown,
@@ -36,6 +38,9 @@ PERMANENT_TEXTS = [
     "slack: channel_not_found",
     "slack: is_archived",
     "email: recipient address rejected: 550 user unknown",
+    "Bad Request: not enough rights to send text messages to the chat",
+    "Forbidden: insufficient permissions for this chat",
+    "Forbidden: not enough permissions to post here",
 ]
 TRANSIENT_TEXTS = [
     "Too Many Requests: retry after 3",
@@ -166,3 +171,23 @@ def test_a_timeout_after_sending_is_unknown_and_still_transient() -> None:
     error = _raise_from(RuntimeError("send"), OutcomeUnknown("read timeout"))
     assert is_unknown(error) and classify(error) == "transient"
     assert not is_unknown(TransientDeliveryError("connect refused"))
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 429, 500, 502, None])
+@pytest.mark.parametrize("text", ["Forbidden: bot was blocked by the user",
+                                  "Forbidden: bot was kicked from the supergroup chat",
+                                  "Bad Request: not enough rights to send text messages",
+                                  "Bad Request: chat not found",
+                                  "Forbidden: user is deactivated",
+                                  "Forbidden: insufficient permissions"])
+def test_a_permanent_text_fails_at_once_whatever_the_status(status: int | None,
+                                                           text: str) -> None:
+    error = refused(f"telegram {status}: {text}", status=status,
+                    retry_after_s=5.0 if status == 429 else None)
+    assert type(error) is PermanentDeliveryError
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_credential_stays_an_outage(status: int) -> None:
+    error = refused(f"telegram {status}: Unauthorized", status=status)
+    assert isinstance(error, CredentialsRefused) and classify(error) == "transient"

@@ -51,3 +51,27 @@ def test_an_unknown_channel_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(RequestError, match="unknown channel 'sms'; known: webhook, slack, "
                                            "telegram, email"):
         check_enqueue("sms", {"text": "x"})
+
+
+def test_every_field_of_the_document_is_accepted_and_kept() -> None:
+    payload = {"text": "t", "gifPlayback": True, "forceDocument": False, "mirror": True,
+               "gatewayClientScopes": ["operator.write"], "mediaUrl": "https://x.test/a.gif"}
+    message = parse("telegram", payload)
+    assert (message.gif_playback, message.force_document, message.mirror) == (True, False, True)
+    assert message.gateway_client_scopes == ("operator.write",)
+    assert message.media_url == "https://x.test/a.gif"
+    slack = parse("slack", {k: v for k, v in payload.items() if k != "mediaUrl"})
+    assert slack.gif_playback and slack.mirror, "accepted everywhere, used where a channel can"
+
+
+@pytest.mark.parametrize(("channel", "payload", "field"), [
+    ("telegram", {"text": "x", "gifPlayback": "yes"}, "gifPlayback"),
+    ("slack", {"text": "x", "gatewayClientScopes": "admin"}, "gatewayClientScopes"),
+    ("telegram", {"mediaUrl": "http://plain.test/a.png"}, "mediaUrl"),
+    ("slack", {"text": "x", "mediaUrl": "https://x.test/a.png"}, "mediaUrl"),
+])
+def test_the_documents_fields_are_checked(channel: str, payload: dict[str, object],
+                                          field: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        parse(channel, payload)
+    assert caught.value.context["field"] == field

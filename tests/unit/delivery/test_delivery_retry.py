@@ -3,8 +3,14 @@ that the deadline or an over-long Retry-After cancels. The sleep is injected."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
 import pytest
 
+from shared.core.errors import ShutdownRequested
+from shared.core.shutdown import SHUTDOWN, install, sleep_with_abort
 from shared.delivery.channels.base import send_chunks
 from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
 from shared.delivery.retry import Retrier, RetryPolicy
@@ -109,3 +115,47 @@ def test_best_effort_skips_a_refused_chunk_and_keeps_the_rest() -> None:
         send_chunks(["a", "bad", "b"], send, retrier=retrier, label="t", best_effort=False)
     with pytest.raises(PermanentDeliveryError):
         send_chunks(["bad"], send, retrier=retrier, label="t", best_effort=True)
+
+
+def test_a_wait_ends_at_once_on_shutdown_and_the_attempts_error_is_the_answer() -> None:
+    abort = threading.Event()
+    fn = Flaky(TransientDeliveryError("503 first"), TransientDeliveryError("503 second"))
+    # The signal lands just as the 30 s wait begins (the real, abortable sleep).
+    retrier = Retrier(RetryPolicy(min_delay_s=30.0, max_delay_s=60.0), abort=abort,
+                      on_retry=lambda error, attempt, wait: abort.set())
+    started = time.monotonic()
+    with pytest.raises(TransientDeliveryError, match="503 first"):
+        retrier.call(fn, label="t")
+    assert time.monotonic() - started < 20, "the 30 s wait was cut short"
+    assert fn.calls == 1, "no new attempt after the shutdown"
+
+
+def test_no_wait_starts_once_shutdown_has_begun() -> None:
+    abort = threading.Event()
+    abort.set()
+    sleeps: list[float] = []
+    fn = Flaky(TransientDeliveryError("503"))
+    with pytest.raises(TransientDeliveryError):
+        Retrier(sleep=sleeps.append, abort=abort).call(fn, label="t")
+    assert sleeps == [] and fn.calls == 1
+
+
+def test_sleep_with_abort_raises_on_the_event() -> None:
+    abort = threading.Event()
+    abort.set()
+    with pytest.raises(ShutdownRequested):
+        sleep_with_abort(3600, abort)
+    sleep_with_abort(0.0, threading.Event())
+
+
+def test_sigterm_sets_the_shutdown_event() -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+    seen: list[int] = []
+    signal.signal(signal.SIGTERM, lambda n, f: seen.append(n))
+    try:
+        assert install()
+        signal.raise_signal(signal.SIGTERM)
+        assert SHUTDOWN.is_set() and seen == [signal.SIGTERM], "the old handler still runs"
+    finally:
+        SHUTDOWN.clear()
+        signal.signal(signal.SIGTERM, previous)

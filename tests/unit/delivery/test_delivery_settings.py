@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from shared.core.errors import ConfigurationError
@@ -14,6 +13,7 @@ from shared.delivery.channels import (
     CHANNEL_MODULES,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    Outbound,
     build_adapters,
     channels,
     verify_webhook,
@@ -27,7 +27,7 @@ def test_defaults_configure_no_adapter() -> None:
     settings = Settings.from_env({})
     assert (settings.delivery_lease_s, settings.delivery_retention_days,
             settings.delivery_send_timeout_s) == (120, 7, 10.0)
-    with httpx.Client() as client:
+    with Outbound.open(settings) as client:
         assert build_adapters(settings, client) == {}
 
 
@@ -37,7 +37,7 @@ def test_each_credential_adds_its_adapter() -> None:
         "SLUICE_TELEGRAM_BOT_TOKEN": "1:abc", "SLUICE_SMTP_HOST": "mail.local",
         "SLUICE_SMTP_FROM": "a@b.c", "SLUICE_SLACK_API_URL": "http://127.0.0.1:9/api/"})
     assert settings.slack_api_url == "http://127.0.0.1:9/api"
-    with httpx.Client() as client:
+    with Outbound.open(settings) as client:
         assert sorted(build_adapters(settings, client)) == ["email", "slack", "telegram",
                                                              "webhook"]
 

@@ -40,3 +40,14 @@ def test_result_summary() -> None:
     assert summary({"deleted": 1200, "processedAt": "x", "results": []}) == "deleted=1,200"
     assert summary({"error": {"code": "internal_error", "cause": "store_unavailable",
                               "message": "down"}}).startswith("error store_unavailable")
+
+
+def test_charts_have_axes_units_and_their_window() -> None:
+    points = [{"at": (NOW - timedelta(hours=2)).isoformat(), "value": 2.0}]
+    day = str(depth_chart(points, start=NOW - timedelta(days=1), end=NOW, label="q"))
+    assert day.count('class="axis"') == 2, "a time axis and a value axis"
+    assert ">2 items<" in day and ">0<" in day
+    assert ">11-29 12:00 UTC<" not in day and ">12:00 UTC<" in day and ">last 24 h<" in day
+    week = str(runs_chart([{"at": NOW.isoformat(), "value": 1500.0, "outcome": "ok"}],
+                          start=NOW - timedelta(days=7), end=NOW, label="job"))
+    assert ">1,500 ms<" in week and ">last 7 d<" in week and ">11-23 12:00 UTC<" in week

@@ -45,3 +45,13 @@ def test_serverless_yml_schedules_every_registered_job_with_its_default() -> Non
     for name, job in JOBS.items():
         assert schedules[name] == [job.schedule], name
         parse(job.schedule)
+
+
+def test_a_rate_counts_from_its_last_scheduled_run_not_from_now() -> None:
+    rate = parse("rate(10 minutes)")
+    assert rate.next_run(T0, None) is None, "unknown before the first scheduled run"
+    last = T0 - timedelta(minutes=3)
+    assert rate.next_run(T0, last) == T0 + timedelta(minutes=7)
+    assert rate.next_run(T0, T0 - timedelta(minutes=25)) == T0 + timedelta(minutes=5)
+    assert parse("cron(15 3 * * ? *)").next_run(T0, None) == datetime(2026, 11, 30, 3, 15,
+                                                                        tzinfo=UTC)

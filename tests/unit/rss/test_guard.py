@@ -8,15 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.rss.fetch import (
-    AddressGuard,
-    Backoff,
-    Fetcher,
-    RefusedAddress,
-    feed_client,
-    refusal,
-    retry_after,
-)
+from shared.egress import AddressGuard, DestinationRefused, refusal
+from shared.rss.fetch import Backoff, Fetcher, feed_client, retry_after
 from shared.rss.store import Source
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -54,9 +47,10 @@ def test_public_addresses_pass(address: str) -> None:
                                   "mixed.test", "group.test", "v6-local.test", "loop.test"])
 def test_a_name_resolving_to_any_refused_address_is_refused(host: str) -> None:
     guard = AddressGuard(resolver=stub_resolver)
-    with pytest.raises(RefusedAddress, match="refused") as caught:
+    with pytest.raises(DestinationRefused, match="not a public address") as caught:
         guard.addresses(host, 80)
     assert caught.value.status == 400 and caught.value.context["field"] == "url"
+    assert not any(a in caught.value.message for a in NAMES[host]), "names no address"
     assert guard.addresses("public.test", 443) == ["93.184.216.34"]
 
 
@@ -66,14 +60,14 @@ def test_a_name_resolving_to_any_refused_address_is_refused(host: str) -> None:
                                  "http://[::1]:8080/feed", "https://10.0.0.8/rss",
                                  "http://public.test:99999/"])
 def test_check_url_refuses_bad_schemes_and_addresses(url: str) -> None:
-    with pytest.raises(RefusedAddress):
+    with pytest.raises(DestinationRefused):
         AddressGuard(resolver=stub_resolver).check_url(url)
 
 
 def test_check_url_resolves_names_only_when_asked() -> None:
     guard = AddressGuard(resolver=stub_resolver)
     guard.check_url("https://metadata.test/feed")  # the connection checks it
-    with pytest.raises(RefusedAddress):
+    with pytest.raises(DestinationRefused):
         guard.check_url("https://metadata.test/feed", resolve=True)
     guard.check_url("https://public.test/feed", resolve=True)
 
@@ -82,9 +76,9 @@ def test_allowed_hosts_skip_the_check_by_name_or_name_and_port() -> None:
     guard = AddressGuard(["127.0.0.1", "loop.test:8080"], resolver=stub_resolver)
     guard.check_url("http://127.0.0.1:1234/feed")
     assert guard.addresses("loop.test", 8080) == ["127.0.0.1"]
-    with pytest.raises(RefusedAddress):
+    with pytest.raises(DestinationRefused):
         guard.addresses("loop.test", 8081)
-    with pytest.raises(RefusedAddress):
+    with pytest.raises(DestinationRefused):
         guard.check_url("http://127.0.0.2:1234/feed")
 
 

@@ -35,8 +35,8 @@ def test_scopes_not_reached_before_the_budget_are_counted_not_retried() -> None:
     # GIVEN 100 s per scope and 240 s: scopes start at 0, 100, 200; the fourth would start
     # at 300 s, past the budget.
     assert seen == SCOPES[:3]
-    assert result == {"tenantScopes": 6, "refreshed": 3, "failed": 0, "skippedTimeBudget": 3,
-                      "elapsedMs": 300_000}
+    assert result == {"tenantScopes": 6, "refreshed": 3, "shared": 0, "throttled": 0,
+                      "locked": 0, "failed": 0, "skippedTimeBudget": 3, "elapsedMs": 300_000}
 
 
 def test_everything_is_refreshed_when_the_budget_allows() -> None:

@@ -6,14 +6,15 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpcore
 import pytest
 
 from shared.core.services import Services
-from shared.core.tls import tls_context
+from shared.egress import AddressGuard
+from shared.egress.tls import tls_context
 from shared.jobs.registry import JOBS
 from shared.jobs.runner import run_job
-from shared.rss.fetch import AddressGuard, feed_client
+from shared.rss.fetch import feed_client
 
 
 def test_one_verifying_context_per_process_and_trust_setting() -> None:
@@ -24,29 +25,30 @@ def test_one_verifying_context_per_process_and_trust_setting() -> None:
     assert tls_context(trust_env=False) is not context
 
 
-@pytest.mark.parametrize(("job", "env"), [
-    ("delivery-drain", {}),
+@pytest.mark.parametrize(("job", "env", "contexts"), [
+    # the providers' client (SSL_CERT_FILE honoured) and the webhooks' (not)
+    ("delivery-drain", {}, [True, False]),
     ("metering-flush", {"POLAR_ACCESS_TOKEN": "polar_oat_test",
-                        "POLAR_API_URL": "http://127.0.0.1:9/v1"}),  # nothing to send: unused
+                        "POLAR_API_URL": "http://127.0.0.1:9/v1"}, [True]),
 ])
-def test_each_run_builds_its_client_on_the_process_context(
-        job: str, env: dict[str, str], db_url: str, make_services: Callable[..., Services],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    verify: list[Any] = []
-    real = httpx.Client
+def test_each_run_builds_its_clients_on_the_process_contexts(
+        job: str, env: dict[str, str], contexts: list[bool], db_url: str,
+        make_services: Callable[..., Services], monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    real = httpcore.ConnectionPool
 
-    def spy(*args: Any, **kwargs: Any) -> httpx.Client:
-        verify.append(kwargs.get("verify"))
+    def spy(*args: Any, **kwargs: Any) -> httpcore.ConnectionPool:
+        seen.append(kwargs.get("ssl_context"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(httpx, "Client", spy)
+    monkeypatch.setattr(httpcore, "ConnectionPool", spy)
     services = make_services(db_url, **env)
     for _ in range(2):
         assert run_job(JOBS[job], services, "cli").outcome == "ok"
-    assert verify == [tls_context(), tls_context()]
+    assert seen == [tls_context(trust_env=t) for t in contexts] * 2
 
 
 def test_the_feed_client_uses_the_context_that_ignores_the_environment() -> None:
     with feed_client(AddressGuard(), timeout_s=5, max_connections=2) as client:
-        pool = client._transport._pool  # type: ignore[attr-defined]
+        pool = client._client._transport._pool  # type: ignore[attr-defined]
         assert pool._ssl_context is tls_context(trust_env=False)

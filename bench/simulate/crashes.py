@@ -1,0 +1,66 @@
+"""Crashes at Sluice's named crash points, in process.
+
+``shared.core.crash.crash_point`` exits the process when ``SLUICE_CRASH_AT`` names the
+point (the kill sweep uses that). Here each module's ``crash_point`` is replaced while the
+simulation runs: an armed point raises ``SimCrash``, which no ``except Exception`` in
+Sluice catches, so the run stops there with its claims, leases and rows as they were,
+like a killed Lambda. (Unlike a kill, ``finally`` blocks still run: the job's lease is
+released rather than left to lapse.)
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from bench.chaos.points import discover
+
+
+class SimCrash(BaseException):
+    def __init__(self, point: str) -> None:
+        super().__init__(point)
+        self.point = point
+
+
+class Crashes:
+    def __init__(self, rng: random.Random, start: datetime, end: datetime,
+                 faults: dict[str, int], per_month: float = 4.0) -> None:
+        self.points = sorted(discover())
+        span_days = (end - start).total_seconds() / 86400
+        count = int(per_month * span_days / 30)
+        self.plan = sorted((start + timedelta(days=rng.uniform(0, span_days)),
+                            rng.choice(self.points)) for _ in range(count))
+        self.armed: str | None = None
+        self.faults = faults
+        self.hit: list[str] = []
+        self.on_crash: Callable[[str], None] = lambda point: None
+
+    def arm(self, point: str) -> None:
+        self.armed = point
+
+    def _crash_point(self, name: str) -> None:
+        if name == self.armed:
+            self.armed = None
+            self.hit.append(name)
+            self.faults["crash"] = self.faults.get("crash", 0) + 1
+            self.on_crash(name)
+            raise SimCrash(name)
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        from shared.core import crash
+
+        original = crash.crash_point
+        patched = [module for name, module in sorted(sys.modules.items())
+                   if name.startswith("shared.") and module is not None
+                   and getattr(module, "crash_point", None) is original]
+        for module in patched:
+            module.crash_point = self._crash_point  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            for module in patched:
+                module.crash_point = original  # type: ignore[attr-defined]

@@ -1,0 +1,418 @@
+"""One seed: the real Sluice on SQLite, its jobs fired on serverless.yml's schedules by
+the simulated clock, against the world and peers the seed generated.
+
+The loop takes the earliest of: a job's next firing, a rule change, an operator visit, a
+crash being armed, an owed delivery coming due for its check. Each is one *step*: it is
+logged (the last ones are printed with a failure), folded into the history digest, and
+followed by the invariants' checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.simulate.clock import SimClock, SimulatedWaits
+from bench.simulate.crashes import Crashes, SimCrash
+from bench.simulate.inline import inline_pools
+from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
+from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
+from bench.simulate.rogue import RETENTION_LIKE, Rogue
+from bench.simulate.world import HORIZON_DAYS, SimRule, World, generate
+
+# A frequent job (every few minutes) with nothing to do is fired at most this often: its
+# idle runs would only record themselves. Work waiting is never held back.
+IDLE_EVERY = timedelta(hours=6)
+# The rss tick with nothing new to read (no feed changed, no rule, no delivery row, no
+# operator action since its last run) is fired at most this often.
+IDLE_TICK_EVERY = timedelta(hours=6)
+LIVENESS_AFTER = timedelta(hours=3)
+# A feed that failed is retried on a backoff of up to a day: only a story from a feed that
+# was up that long before is owed within LIVENESS_AFTER.
+FEED_BACKOFF_CAP = timedelta(days=2)
+TRAIL = 25  # steps printed before a failure
+
+
+@dataclass
+class Outcome:
+    seed: int
+    days: int
+    steps: int = 0
+    runs: int = 0
+    coalesced: int = 0
+    deliveries: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    trail: list[str] = field(default_factory=list)
+    digest: str = ""
+    wall_s: float = 0.0
+
+
+def _env(directory: Path) -> dict[str, str]:
+    """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
+    from the environment pass through (to try a retention, an attempt limit…)."""
+    passed = {k: v for k, v in os.environ.items()
+              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
+    return passed | {
+        "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
+        "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
+        "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
+        "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",
+        "SLUICE_SLACK_API_URL": f"http://{SLACK}",
+        "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
+        "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
+        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+    }
+
+
+def match_of(entry: Any) -> Match:
+    """(channel, recipient, story) of a delivery entry, from its public fields."""
+    text = " ".join(str(p) for p in entry.payload.get("payloads", []))
+    found = STORY.search(text)
+    return entry.channel, entry.recipient, int(found.group(1)) if found else -1
+
+
+class Simulation:
+    def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
+                 inject: str | None = None) -> None:
+        self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
+        self.rng = random.Random(seed)
+        self.world: World = generate(seed, clock.start, days)
+        # The world is drawn first; the same generator then decides operator choices and
+        # crashes, so one seed fixes everything.
+        self.network = Network(clock.now, clock.sleep)
+        self.network.feeds = self.world.feeds
+        self.network.destinations = self.world.destinations
+        self.judge = Judge(clock.start)
+        self.network.on_receipt = self.judge.receipt
+        self.out = Outcome(seed, days, faults=dict(self.world.faults))
+        self.trail: deque[str] = deque(maxlen=TRAIL)
+        self.digest = hashlib.sha256(f"{seed}:{days}".encode())
+        self.queue: list[tuple[datetime, int, str, Any]] = []
+        self.sequence = 0
+        self.last_run: dict[str, datetime] = {}
+        self.changes = 0  # rule edits, operator actions, drains, crashes: what a tick may see
+        self.tick_seen: tuple[Any, ...] = ()
+        self.day30: dict[str, int] | None = None
+        self.crashes = Crashes(self.rng, self.world.start,
+                               self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
+                               self.out.faults)
+        self.crashes.on_crash = self._crashed
+        self.rogue = Rogue(inject)
+        self.sent: dict[Match, dict[str, Any]] = {}  # the payload each match went out with
+
+    # --- set-up ---------------------------------------------------------------------
+
+    def _open(self) -> None:
+        from shared.core.services import Services
+        from shared.core.settings import Settings
+        from shared.rss.store import RssStore
+        from shared.store.db import open_database
+        from shared.store.migrate import migrate
+
+        env = _env(self.directory)
+        migrate(open_database(env["SLUICE_DATABASE_URL"]))
+        self.services = Services.from_settings(Settings.from_env(env))
+        rss = RssStore(self.services.db)
+        sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
+                   for name in sorted(self.world.feeds)}
+        for tenant in self.world.tenants:
+            rss.put_scope(tenant.scope, f"org-{tenant.scope}",
+                          tuple(sources[f] for f in tenant.feeds), "en", True)
+            self._put_rules(tenant.scope)
+
+    def _put_rules(self, scope: str) -> None:
+        from shared.alerts.rules import RulesStore
+
+        now = self.clock.now()
+        tenant = next(t for t in self.world.tenants if t.scope == scope)
+        body = []
+        for rule in tenant.rules:
+            keyword = rule.keyword_at(now)
+            if keyword is None:
+                continue
+            recipient = (f"http://{HOOKS}/{rule.recipient}" if rule.channel == "webhook"
+                         else rule.recipient)
+            body.append({"id": rule.rule_id, "match": {"keywords": [keyword]},
+                         "destination": {"channel": rule.channel, "recipient": recipient}})
+        RulesStore(self.services).put(scope, body)
+
+    def _schedule(self, at: datetime, kind: str, what: Any) -> None:
+        self.sequence += 1
+        heapq.heappush(self.queue, (at, self.sequence, kind, what))
+
+    def _plan(self) -> None:
+        from shared.jobs.schedule import job_schedules, parse
+
+        start = self.world.start
+        for job, expressions in sorted(job_schedules().items()):
+            for expression in expressions:
+                schedule = parse(expression)
+                self._schedule(schedule.next_after(start), "job", (job, schedule))
+        for tenant in self.world.tenants:
+            for rule in tenant.rules:
+                for version in rule.versions[1:]:
+                    self._schedule(version.since, "rules", tenant.scope)
+                self._owe(rule)
+        for moment in self.world.operator_at:
+            self._schedule(moment, "operator", None)
+        for moment, point in self.crashes.plan:
+            if moment < self.world.end:
+                self._schedule(moment, "crash", point)
+        self._schedule(start + timedelta(days=30), "measure", None)
+
+    def _owe(self, rule: SimRule) -> None:
+        """The matches this rule must deliver: feed and destination up, rule unchanged."""
+        tenant = next(t for t in self.world.tenants if t.scope == rule.scope)
+        peer = self.world.destinations[f"{rule.channel}:{rule.recipient}"]
+        for name in tenant.feeds:
+            feed = self.world.feeds[name]
+            for story in feed.stories:
+                published, due = story.published, story.published + LIVENESS_AFTER
+                if published < self.world.start or due > self.world.end:
+                    continue
+                keyword = rule.keyword_at(published)
+                if keyword is None or keyword not in story.words:
+                    continue
+                if not (rule.unchanged(published - timedelta(minutes=20), due)
+                        and _clear(peer.windows, published, due)
+                        and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
+                        and story in feed.visible(published + timedelta(hours=1))):
+                    continue
+                self._schedule(due, "owed", ((rule.channel, rule.recipient, story.number),
+                                             published))
+
+    # --- the loop -------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started = time.perf_counter()
+        self._open()
+        self._plan()
+        from shared.jobs.registry import JOBS
+
+        for job in JOBS.values():  # imported before the crash points are replaced
+            job.resolve()
+        with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
+                inline_pools(), _seeded_ids(self.seed):
+            while self.queue and not self.judge.violations:
+                at, _, kind, what = heapq.heappop(self.queue)
+                if at > self.world.end:
+                    break
+                self.clock.move_to(at)
+                self._step(kind, what)
+        self.out.deliveries = len(self.network.receipts)
+        self.out.violations = list(self.judge.violations)
+        self.out.trail = list(self.trail)
+        self.out.digest = self.digest.hexdigest()[:16]
+        self.out.wall_s = time.perf_counter() - started
+        self.services.close()
+        return self.out
+
+    def _log(self, line: str) -> None:
+        stamp = f"day {self.clock.day():7.3f} {self.clock.now():%Y-%m-%d %H:%M:%S}"
+        self.trail.append(f"{stamp}  {line}")
+        self.digest.update(f"{stamp}|{line}\n".encode())
+        self.out.steps += 1
+
+    def _step(self, kind: str, what: Any) -> None:
+        before = len(self.network.receipts)
+        if kind == "job":
+            job, schedule = what
+            self._schedule(schedule.next_after(self.clock.now()), "job", what)
+            self._job(job)
+        elif kind == "rules":
+            self.changes += 1
+            self._put_rules(what)
+            self._log(f"rules of {what} changed")
+        elif kind == "operator":
+            self.changes += 1
+            self._operator()
+        elif kind == "crash":
+            self.crashes.arm(what)
+            self._log(f"crash armed at {what}")
+        elif kind == "owed":
+            match, published = what
+            self.judge.owed(match, self.clock.now(), published)
+        elif kind == "rogue":
+            self.rogue.enqueue_copy(self.services, what)
+            self._log(f"rogue producer enqueued {match_of_like(what)} again")
+        elif kind == "measure":
+            self.day30 = self._sizes()
+            self._log(f"sizes at day 30: {self.day30}")
+        for receipt in self.network.receipts[before:]:
+            self._rogue_after_receipt(receipt)
+            self._log(f"  received story-{receipt.story} at {receipt.channel}:"
+                      f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
+
+    def _job(self, name: str) -> None:
+        from shared.delivery.store import DeliveryStore
+        from shared.jobs.registry import get_job
+        from shared.jobs.runner import run_job
+
+        now = self.clock.now()
+        job = get_job(name)
+        if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge",
+                    "history-sample") \
+                and now - self.last_run.get(name, datetime.min.replace(tzinfo=now.tzinfo)) \
+                < IDLE_EVERY:
+            idle = name != "delivery-drain" or DeliveryStore(self.services.db).count_due() == 0
+            if idle:
+                self.out.coalesced += 1
+                return
+        if name == "rss-refresh":
+            seen = (self.changes, tuple((f.behaviour(now), len(f.visible(now)),
+                                         f.visible(now)[-1].number if f.visible(now) else 0)
+                                        for _, f in sorted(self.world.feeds.items())))
+            if seen == self.tick_seen and now - self.last_run.get(name, now) < IDLE_TICK_EVERY:
+                self.out.coalesced += 1
+                return
+            self.tick_seen = seen
+        self.last_run[name] = now
+        if name == "delivery-drain":
+            self.changes += 1
+        deadline_ms = job.timeout_s * 1000
+
+        def remaining_ms() -> int:
+            return int(deadline_ms - (self.clock.now() - now).total_seconds() * 1000)
+
+        try:
+            outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
+            summary = f"{name}: {outcome.outcome} {_brief(outcome.body)}"
+        except SimCrash as crash:
+            summary = f"{name}: crashed at {crash.point}"
+        self.out.runs += 1
+        took = (self.clock.now() - now).total_seconds()
+        self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
+        self._log(summary)
+        if name == "delivery-drain":
+            self._observe_failed()
+        if self.day30 is not None and self.clock.now() >= self.world.end - timedelta(hours=1) \
+                and self.days >= 90:
+            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
+            self.day30 = None
+
+    def _rogue_after_receipt(self, receipt: Any) -> None:
+        if self.rogue.name not in ("resend-after-retention", "repeat-late"):
+            return
+        from shared.delivery.store import DeliveryStore
+
+        match = (receipt.channel, receipt.recipient, receipt.story)
+        if match in self.sent:
+            return
+        entries = [e for e in DeliveryStore(self.services.db).list(limit=500)
+                   if match_of(e) == match]
+        if not entries:
+            return
+        self.sent[match] = like = _like(entries[0])
+        if self.rogue.name == "resend-after-retention":
+            self._schedule(receipt.at + RETENTION_LIKE, "rogue", like)
+        elif receipt.late:
+            self._schedule(receipt.at + timedelta(minutes=1), "rogue", like)
+            self._schedule(receipt.at + timedelta(minutes=2), "rogue", like)
+
+    def _crashed(self, point: str) -> None:
+        """A crash right after a send: the message arrived, the entry still says in flight.
+        Its next send is the documented re-send of an unknown outcome."""
+        if point == "delivery.after_send" and self.network.receipts:
+            last = self.network.receipts[-1]
+            self.judge.late.add((last.channel, last.recipient, last.story))
+
+    def _observe_failed(self) -> None:
+        """Entries failed for good, as ``GET /api/delivery/entries?status=failed`` lists them."""
+        from shared.delivery.store import DeliveryStatus, DeliveryStore
+
+        for entry in DeliveryStore(self.services.db).list(status=DeliveryStatus.FAILED,
+                                                         limit=500):
+            self.judge.settled_for_good(match_of(entry), self.clock.now(),
+                                        f"failed for good ({entry.last_error or 'failed'})"[:120])
+
+    def _operator(self) -> None:
+        """The operator reads failed entries and purges or redrives each, as the console's
+        buttons do (the routes call these same store methods)."""
+        from shared.delivery.store import DeliveryStatus, DeliveryStore
+
+        store = DeliveryStore(self.services.db)
+        failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
+        for entry in failed:
+            match = match_of(entry)
+            if self.rng.random() < 0.7:
+                store.purge(entry.id)
+                self.judge.final[match] = (self.clock.now(), "purged by the operator")
+                if self.rogue.name == "undo-purge":
+                    self.rogue.enqueue_copy(self.services, _like(entry))
+                    self._log(f"rogue producer enqueued {match_of_like(_like(entry))} again")
+                self.out.faults["operator_purge"] = self.out.faults.get("operator_purge", 0) + 1
+                self._log(f"operator purged story-{match[2]} -> {match[0]}:{match[1]}")
+            else:
+                store.redrive(entry.id)
+                self.judge.redriven(match)
+                self.out.faults["operator_redrive"] = (
+                    self.out.faults.get("operator_redrive", 0) + 1)
+                self._log(f"operator redrove story-{match[2]} -> {match[0]}:{match[1]}")
+        if not failed:
+            self._log("operator: nothing failed")
+
+    def _sizes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        with self.services.db.transaction() as tx:
+            for table in BOUNDED_TABLES:
+                row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})
+                sizes[table] = int(row["n"]) if row else 0
+        return sizes
+
+
+@contextmanager
+def _seeded_ids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
+    ids = random.Random(f"ids-{seed}")
+    original = uuid.uuid4
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=ids.getrandbits(128), version=4)
+
+    uuid.uuid4 = uuid4
+    try:
+        yield
+    finally:
+        uuid.uuid4 = original
+
+
+def _like(entry: Any) -> dict[str, Any]:
+    return {"channel": entry.channel, "recipient": entry.recipient, "payload": entry.payload}
+
+
+def match_of_like(like: dict[str, Any]) -> str:
+    found = STORY.search(" ".join(str(p) for p in like["payload"].get("payloads", [])))
+    return f"story-{found.group(1) if found else '?'} -> {like['channel']}:{like['recipient']}"
+
+
+def _clear(windows: list[Any], start: datetime, end: datetime) -> bool:
+    return not any(w.start < end and start < w.end for w in windows)
+
+
+def _brief(body: dict[str, Any]) -> str:
+    """The counts of a job's result (ids and timings left out: the digest must not see them)."""
+    keep = ("recovered", "failed", "skippedMaxRetries", "unknown", "expired", "enqueued",
+            "outages", "deleted", "purged", "processed")
+    parts = []
+    for key in keep:
+        value = body.get(key)
+        if key == "outages" and isinstance(value, dict):
+            value = value.get("count")
+        if isinstance(value, int) and value:
+            parts.append(f"{key}={value}")
+    sweep = body.get("alertSweep")
+    if isinstance(sweep, dict) and sweep.get("enqueued"):
+        parts.append(f"enqueued={sweep['enqueued']}")
+    return " ".join(parts)

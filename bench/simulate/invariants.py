@@ -1,0 +1,107 @@
+"""The invariants, judged from what the peers received and from public state (the
+delivery entries the API lists, the jobs' results), never from Sluice's internals.
+
+- ``at_most_once``: a (channel, recipient, story) reaches its receiver at most once, plus
+  ``SLUICE_DELIVERY_UNKNOWN_RESENDS`` (default 1) more when a send of it timed out after it
+  arrived (an unknown outcome), plus one per operator redrive. A webhook receiver drops a
+  repeated ``Idempotency-Key``, so for webhooks a new key for the same match counts.
+- ``eventually_once``: a match whose feed and destination were up and whose rule did not
+  change for three hours after the story was published has been received by then.
+- ``nothing_comes_back``: after the operator purged a match, or after its entry failed for
+  good (a permanent refusal, the attempt limit, expiry), its receiver never gets it again.
+- ``run_within_deadline``: every job run ends within its Lambda timeout (simulated time).
+- ``bounded_tables``: ``job_runs``, ``ops_samples``, ``delivery_queue`` and the dead-letter
+  tables at the end of a run of 90 days or more are within ``GROWTH_FACTOR`` of day 30.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+from bench.simulate.peers import Receipt
+
+GROWTH_FACTOR = 3.0
+BOUNDED_TABLES = ("job_runs", "ops_samples", "delivery_queue", "queue_dead_letters",
+                  "queue_quarantine")
+Match = tuple[str, str, int]  # channel, recipient, story number
+
+
+def unknown_resends() -> int:
+    """The documented re-send of an unknown outcome to a channel that cannot deduplicate."""
+    return int(os.environ.get("SLUICE_DELIVERY_UNKNOWN_RESENDS", "1"))
+
+
+class Violation(NamedTuple):
+    invariant: str
+    at: datetime
+    day: float
+    detail: str
+
+
+@dataclass
+class Judge:
+    start: datetime
+    violations: list[Violation] = field(default_factory=list)
+    received: Counter[Match] = field(default_factory=Counter)
+    keys: dict[Match, set[str]] = field(default_factory=lambda: defaultdict(set))
+    late: set[Match] = field(default_factory=set)
+    redrives: Counter[Match] = field(default_factory=Counter)
+    final: dict[Match, tuple[datetime, str]] = field(default_factory=dict)
+
+    def fail(self, invariant: str, at: datetime, detail: str) -> None:
+        day = (at - self.start).total_seconds() / 86400
+        self.violations.append(Violation(invariant, at, day, detail))
+
+    def receipt(self, receipt: Receipt) -> None:
+        match: Match = (receipt.channel, receipt.recipient, receipt.story)
+        if match in self.final:
+            since, why = self.final[match]
+            self.fail("nothing_comes_back", receipt.at,
+                      f"{_name(match)} received again after it was {why} at {since:%Y-%m-%d %H:%M}")
+        self.received[match] += 1
+        if receipt.key is not None:
+            self.keys[match].add(receipt.key)
+        allowed = 1 + self.redrives[match] + (unknown_resends() if match in self.late else 0)
+        if receipt.late:
+            self.late.add(match)
+        count = (len(self.keys[match]) if receipt.channel == "webhook"
+                 else self.received[match])
+        if count > allowed:
+            self.fail("at_most_once", receipt.at,
+                      f"{_name(match)} received {count} times (allowed {allowed}"
+                      f"{', an unknown outcome' if match in self.late else ''})")
+
+    def settled_for_good(self, match: Match, at: datetime, why: str) -> None:
+        self.final.setdefault(match, (at, why))
+
+    def redriven(self, match: Match) -> None:
+        self.final.pop(match, None)
+        self.redrives[match] += 1
+
+    def owed(self, match: Match, at: datetime, published: datetime) -> None:
+        if self.received[match] == 0 and match not in self.final:
+            self.fail("eventually_once", at,
+                      f"{_name(match)} (published {published:%Y-%m-%d %H:%M}) not received "
+                      "although its feed and destination were up and its rule unchanged")
+
+    def run_ended(self, job: str, at: datetime, took_s: float, timeout_s: int) -> None:
+        if took_s > timeout_s:
+            self.fail("run_within_deadline", at,
+                      f"{job} ran {took_s:.0f} s of simulated time; its timeout is {timeout_s} s")
+
+    def bounded(self, at: datetime, day30: dict[str, int], now: dict[str, int]) -> None:
+        for table in BOUNDED_TABLES:
+            floor = max(day30.get(table, 0), 50)
+            if now.get(table, 0) > floor * GROWTH_FACTOR:
+                self.fail("bounded_tables", at,
+                          f"{table}: {now[table]} rows, {day30.get(table, 0)} at day 30 "
+                          f"(allowed x{GROWTH_FACTOR:g})")
+
+
+def _name(match: Match) -> str:
+    channel, recipient, story = match
+    return f"story-{story} -> {channel}:{recipient}"

@@ -1,0 +1,252 @@
+"""The peers, in process: feeds, a Telegram and a Slack API, webhook receivers.
+
+Every outbound HTTP request Sluice makes goes through ``httpx.HTTPTransport``; the
+simulation replaces its ``handle_request`` with ``Network.handle``, so the real
+adapters, fetcher and clients run unchanged and no packet leaves the process. A request
+to anything but the simulated hosts (all on 127.0.0.1) is refused without dialling.
+
+Each peer follows a behaviour that changes over time (``Peer.windows``):
+
+- ``up``: answers at once;
+- ``down``: the connection is refused (nothing arrived);
+- ``late``: accepts and records the message, then answers after the client's read
+  timeout: the caller sees a timeout, the message was delivered, and the wait costs
+  simulated time;
+- ``ratelimit``: 429 with ``Retry-After``;
+- ``refuse``: refuses permanently (chat not found, 410 Gone);
+- for feeds also ``malformed`` (a body that is not a feed), ``vanished`` (404) and
+  ``slow`` (times out, nothing read).
+
+What the receivers got is the evidence the invariants judge (``Receipt``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email.utils import format_datetime
+from typing import Any, NamedTuple, Self
+from xml.sax.saxutils import escape
+
+import httpx
+
+FEEDS = "127.0.0.1:7001"
+TELEGRAM = "127.0.0.1:7002"
+SLACK = "127.0.0.1:7003"
+HOOKS = "127.0.0.1:7004"
+STORY = re.compile(r"story-(\d+)")
+FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
+
+
+class Window(NamedTuple):
+    start: datetime
+    end: datetime
+    kind: str
+
+
+@dataclass
+class Peer:
+    name: str
+    windows: list[Window] = field(default_factory=list)
+
+    def behaviour(self, now: datetime) -> str:
+        for window in self.windows:
+            if window.start <= now < window.end:
+                return window.kind
+        return "up"
+
+
+class FeedStory(NamedTuple):
+    number: int
+    published: datetime
+    words: tuple[str, ...]
+
+
+@dataclass
+class Feed(Peer):
+    stories: list[FeedStory] = field(default_factory=list)
+    _times: list[datetime] = field(default_factory=list, repr=False, compare=False)
+
+    def visible(self, now: datetime) -> list[FeedStory]:
+        """The newest ``FEED_ITEMS`` stories published by ``now`` (stories are in order)."""
+        if len(self._times) != len(self.stories):
+            self._times = [s.published for s in self.stories]
+        shown = bisect.bisect_right(self._times, now)
+        return self.stories[max(0, shown - FEED_ITEMS):shown]
+
+    def etag(self, now: datetime) -> str:
+        shown = self.visible(now)
+        return f'"{shown[-1].number if shown else 0}-{len(shown)}"'
+
+    def body(self, now: datetime) -> bytes:
+        items = "".join(
+            f"<item><title>{escape(title_of(s))}</title>"
+            f"<link>http://{FEEDS}/{self.name}/story-{s.number}</link>"
+            f"<guid>story-{s.number}</guid><pubDate>{format_datetime(s.published)}</pubDate>"
+            f"<description>{escape(' '.join(s.words))}</description></item>"
+            for s in reversed(self.visible(now)))
+        return (f'<?xml version="1.0"?><rss version="2.0"><channel><title>{self.name}</title>'
+                f"<link>http://{FEEDS}/</link><description>sim</description>{items}"
+                "</channel></rss>").encode()
+
+
+def title_of(story: FeedStory) -> str:
+    return f"Report story-{story.number}: {' '.join(story.words)}"
+
+
+class Receipt(NamedTuple):
+    at: datetime
+    channel: str
+    recipient: str
+    story: int
+    key: str | None  # the webhook's Idempotency-Key
+    late: bool  # the sender saw a timeout for this one
+
+
+class Network:
+    """Routes every request to its peer; records what the receivers accepted."""
+
+    def __init__(self, now: Callable[[], datetime], sleep: Callable[[float], None]) -> None:
+        self.now = now
+        self.sleep = sleep
+        self.feeds: dict[str, Feed] = {}
+        self.destinations: dict[str, Peer] = {}  # "telegram:<chat>", "slack:<chan>", "webhook:<n>"
+        self.receipts: list[Receipt] = []
+        self.on_receipt: Callable[[Receipt], None] = lambda receipt: None
+        self.requests = 0
+        self.refused_hosts: list[str] = []
+        self.hook_keys: set[str] = set()
+
+    # --- the transport seam -------------------------------------------------------
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        host = f"{request.url.host}:{request.url.port}"
+        if host == FEEDS:
+            return self._feed(request)
+        if host == TELEGRAM:
+            body = json.loads(request.content)
+            return self._chat(request, "telegram", str(body["chat_id"]), body["text"], None)
+        if host == SLACK:
+            body = json.loads(request.content)
+            return self._chat(request, "slack", str(body["channel"]), body["text"], None)
+        if host == HOOKS:
+            body = json.loads(request.content)
+            text = json.dumps(body.get("payloads"))
+            return self._chat(request, "webhook", request.url.path.strip("/"), text,
+                              request.headers.get("idempotency-key"))
+        # Never dialled: the simulation has no network.
+        self.refused_hosts.append(host)
+        raise httpx.ConnectError(f"simulated network: no route to {host}", request=request)
+
+    # --- feeds --------------------------------------------------------------------
+
+    def _feed(self, request: httpx.Request) -> httpx.Response:
+        feed = self.feeds.get(request.url.path.strip("/").removesuffix(".xml"))
+        now = self.now()
+        kind = feed.behaviour(now) if feed else "vanished"
+        if feed is None or kind == "vanished":
+            return httpx.Response(404, text="gone", request=request)
+        if kind == "down":
+            raise httpx.ConnectError("simulated: connection refused", request=request)
+        if kind == "slow":  # a fetch runs in a worker thread: no clock move (determinism)
+            raise httpx.ReadTimeout("simulated: feed too slow", request=request)
+        if kind == "ratelimit":
+            return httpx.Response(429, headers={"retry-after": "600"}, request=request)
+        if kind == "malformed":
+            return httpx.Response(200, content=b"<html><body>not a feed</body>",
+                                  headers={"content-type": "text/html"}, request=request)
+        etag = feed.etag(now)
+        if request.headers.get("if-none-match") == etag:  # as real feeds do: 304, no body
+            return httpx.Response(304, headers={"etag": etag}, request=request)
+        return httpx.Response(200, content=feed.body(now), request=request,
+                              headers={"content-type": "application/rss+xml", "etag": etag})
+
+    # --- destinations -------------------------------------------------------------
+
+    def _chat(self, request: httpx.Request, channel: str, recipient: str, text: str,
+              key: str | None) -> httpx.Response:
+        peer = self.destinations.get(f"{channel}:{recipient}")
+        kind = peer.behaviour(self.now()) if peer else "refuse"
+        if kind == "down":
+            raise httpx.ConnectError("simulated: connection refused", request=request)
+        if kind == "ratelimit":
+            return _rate_limited(channel, request)
+        if kind == "refuse":
+            return _refused(channel, request)
+        match = STORY.search(text)
+        story = int(match.group(1)) if match else -1
+        receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late")
+        if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
+            if key is not None:
+                self.hook_keys.add(key)
+            self.receipts.append(receipt)
+            self.on_receipt(receipt)
+        if kind == "late":
+            timeout = (request.extensions.get("timeout") or {}).get("read") or 10.0
+            self.sleep(float(timeout))
+            raise httpx.ReadTimeout("simulated: answered after the timeout", request=request)
+        return _accepted(channel, recipient, len(self.receipts), request)
+
+
+def _accepted(channel: str, recipient: str, number: int, request: httpx.Request) -> httpx.Response:
+    if channel == "telegram":
+        return httpx.Response(200, json={"ok": True, "result": {"message_id": number}},
+                              request=request)
+    if channel == "slack":
+        return httpx.Response(200, json={"ok": True, "channel": recipient, "ts": f"{number}.0"},
+                              request=request)
+    return httpx.Response(200, json={"id": f"hook-{number}"}, request=request)
+
+
+def _rate_limited(channel: str, request: httpx.Request) -> httpx.Response:
+    if channel == "telegram":
+        return httpx.Response(429, json={"ok": False, "error_code": 429,
+                                         "description": "Too Many Requests: retry after 20",
+                                         "parameters": {"retry_after": 20}}, request=request)
+    return httpx.Response(429, headers={"retry-after": "20"}, json={"ok": False},
+                          request=request)
+
+
+def _refused(channel: str, request: httpx.Request) -> httpx.Response:
+    if channel == "telegram":
+        return httpx.Response(400, json={"ok": False, "error_code": 400,
+                                         "description": "Bad Request: chat not found"},
+                              request=request)
+    if channel == "slack":
+        return httpx.Response(200, json={"ok": False, "error": "channel_not_found"},
+                              request=request)
+    return httpx.Response(410, text="gone", request=request)
+
+
+class Installed:
+    """``httpx.HTTPTransport.handle_request`` routed to ``network`` while installed."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self.saved: Any = None
+
+    def __enter__(self) -> Self:
+        self.saved = httpx.HTTPTransport.handle_request
+        network = self.network
+
+        def handle_request(_self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+            answer = network.handle(request)
+            # a transport's answer is a stream (the egress layer reads it raw, decoding and
+            # counting as it goes), not a body read already
+            return httpx.Response(answer.status_code, headers=answer.headers,
+                                  stream=httpx.ByteStream(answer.content), request=request)
+
+        httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        httpx.HTTPTransport.handle_request = self.saved  # type: ignore[method-assign]
+
+
+def delay(now: datetime, hours: float) -> datetime:
+    return now + timedelta(hours=hours)

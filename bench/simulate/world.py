@@ -1,0 +1,163 @@
+"""The world a seed generates: feeds and their stories, tenants and their alert rules,
+the destinations' behaviours over time, and the operator's actions.
+
+Everything comes from one ``random.Random(seed)``, drawn in a fixed order, so the same
+seed and length give the same world. A story is matched by a rule when its words hold the
+rule's keyword (``kwNN``, a token no other word contains), so the model knows what each
+rule matches without running Sluice's matcher.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from bench.simulate.peers import Feed, FeedStory, Peer, Window
+
+KEYWORDS = tuple(f"kw{n:02d}" for n in range(12))
+FILLER = ("market", "energy", "health", "climate", "transport", "culture", "sport", "data")
+CHANNELS = ("telegram", "slack", "webhook")
+
+
+@dataclass
+class RuleVersion:
+    since: datetime
+    keyword: str | None  # None: deleted
+
+
+@dataclass
+class SimRule:
+    scope: str
+    rule_id: str
+    channel: str
+    recipient: str
+    versions: list[RuleVersion] = field(default_factory=list)
+
+    def keyword_at(self, moment: datetime) -> str | None:
+        found: str | None = None
+        for version in self.versions:
+            if version.since <= moment:
+                found = version.keyword
+        return found
+
+    def unchanged(self, start: datetime, end: datetime) -> bool:
+        return not any(start < v.since <= end for v in self.versions)
+
+
+@dataclass
+class Tenant:
+    scope: str
+    feeds: tuple[str, ...]
+    rules: list[SimRule] = field(default_factory=list)
+
+
+@dataclass
+class World:
+    start: datetime
+    end: datetime
+    feeds: dict[str, Feed]
+    tenants: list[Tenant]
+    destinations: dict[str, Peer]
+    operator_at: list[datetime]  # when the operator looks at failed entries
+    faults: dict[str, int]
+
+    def rules(self) -> list[SimRule]:
+        return [rule for tenant in self.tenants for rule in tenant.rules]
+
+
+def _windows(rng: random.Random, start: datetime, end: datetime, kinds: tuple[str, ...],
+             per_month: float, hours: tuple[float, float], faults: dict[str, int]) -> list[Window]:
+    """Fault windows at random times: ``per_month`` on average, each ``hours`` long."""
+    windows: list[Window] = []
+    span_h = (end - start).total_seconds() / 3600
+    count = int(rng.random() * per_month * 2 * span_h / 720 + 0.5)
+    for _ in range(count):
+        at = start + timedelta(hours=rng.uniform(1, span_h))
+        kind = rng.choice(kinds)
+        length = timedelta(hours=rng.uniform(*hours))
+        windows.append(Window(at, at + length, kind))
+        faults[kind] = faults.get(kind, 0) + 1
+    windows.sort()
+    return windows
+
+
+def _stories(rng: random.Random, name: str, start: datetime, end: datetime,
+             numbers: list[int]) -> list[FeedStory]:
+    """A feed's rhythm: a mean gap between stories, quiet spells, bursts."""
+    rhythm = rng.choice(("busy", "daily", "quiet"))
+    mean_h = {"busy": 3.0, "daily": 20.0, "quiet": 24.0 * 12}[rhythm]
+    stories: list[FeedStory] = []
+    at = start - timedelta(hours=rng.uniform(1, 48))
+    while at < end:
+        burst = rng.random() < 0.03
+        for _ in range(rng.randint(5, 12) if burst else 1):
+            numbers[0] += 1
+            words = tuple(rng.sample(KEYWORDS, rng.randint(1, 2)) + rng.sample(FILLER, 2))
+            stories.append(FeedStory(numbers[0], at, words))
+            at += timedelta(minutes=rng.uniform(1, 5))
+        at += timedelta(hours=rng.expovariate(1 / mean_h))
+    return stories
+
+
+HORIZON_DAYS = 365  # the world is drawn for a year (or longer runs): a shorter run is its prefix
+
+
+def generate(seed: int, start: datetime, days: int) -> World:
+    rng = random.Random(seed)
+    stop = start + timedelta(days=days)
+    days = max(days, HORIZON_DAYS)
+    end = start + timedelta(days=days)
+    faults: dict[str, int] = {}
+    numbers = [0]
+    feeds: dict[str, Feed] = {}
+    for n in range(rng.randint(3, 5)):
+        name = f"feed-{n}"
+        feed = Feed(name, _windows(rng, start, end, ("down", "slow", "malformed", "ratelimit"),
+                                   1.0, (0.5, 30.0), faults))
+        feed.stories = _stories(rng, name, start, end, numbers)
+        if rng.random() < 0.15:  # a feed that vanishes for good
+            gone = start + timedelta(days=rng.uniform(days / 3, days))
+            feed.windows.append(Window(gone, end + timedelta(days=1), "vanished"))
+            faults["vanished"] = faults.get("vanished", 0) + 1
+        feeds[name] = feed
+    destinations: dict[str, Peer] = {}
+    tenants: list[Tenant] = []
+    for t in range(rng.randint(2, 4)):
+        scope = f"tenant-{t}"
+        chosen = tuple(sorted(rng.sample(sorted(feeds), rng.randint(1, min(3, len(feeds))))))
+        tenant = Tenant(scope, chosen)
+        for r in range(rng.randint(1, 3)):
+            channel = rng.choice(CHANNELS)
+            recipient = (f"{-1000 - t * 10 - r}" if channel == "telegram"
+                         else f"C{t}{r}" if channel == "slack" else f"hook-{t}-{r}")
+            rule = SimRule(scope, f"rule-{t}-{r}", channel, recipient,
+                           [RuleVersion(start, rng.choice(KEYWORDS))])
+            edits = int(rng.random() * days / 20)
+            for moment in sorted(start + timedelta(days=rng.uniform(1, days))
+                                 for _ in range(edits)):
+                deleted = rng.random() < 0.2
+                rule.versions.append(RuleVersion(moment, None if deleted
+                                                 else rng.choice(KEYWORDS)))
+                faults["rule_edit"] = faults.get("rule_edit", 0) + 1
+                if deleted:
+                    break
+            kinds = ("down", "late", "ratelimit", "refuse")
+            destinations[f"{channel}:{recipient}"] = Peer(
+                f"{channel}:{recipient}", _windows(rng, start, end, kinds, 1.5, (0.2, 40.0),
+                                                   faults))
+            tenant.rules.append(rule)
+        tenants.append(tenant)
+    operator_at = sorted(start + timedelta(days=rng.uniform(1, days))
+                         for _ in range(max(1, days // 10)))
+    # Faults counted are those that begin within the run.
+    counted: dict[str, int] = {}
+    for peer in [*feeds.values(), *destinations.values()]:
+        for window in peer.windows:
+            if window.start < stop:
+                counted[window.kind] = counted.get(window.kind, 0) + 1
+    counted["rule_edit"] = sum(1 for rule in (r for t in tenants for r in t.rules)
+                               for v in rule.versions[1:] if v.since < stop)
+    return World(start, stop, feeds, tenants, destinations,
+                 [moment for moment in operator_at if moment < stop],
+                 {k: v for k, v in counted.items() if v})

@@ -1,0 +1,192 @@
+// @ts-check
+// How a TypeScript (or JavaScript) web app feeds Sluice. Plain JavaScript with JSDoc types:
+// `tsc --checkJs` checks it, and Node runs it as is (the test suite does, with no compiler).
+// It needs nothing but Node's standard library: the SQS, Postgres and Redis clients are the
+// app's own (@aws-sdk/client-sqs, pg, ioredis…) and are passed in, so this file shows the
+// exact bytes each one must send. See docs/integration.md.
+"use strict";
+
+const crypto = require("crypto");
+
+/** @typedef {{[key: string]: unknown}} Message */
+
+/**
+ * The signing input: every field but `signature`, as the key-sorted list of [key, value]
+ * pairs, compact JSON. Sluice's Python signer produces the same bytes.
+ * @param {Message} message
+ * @returns {string}
+ */
+function canonical(message) {
+  const { signature, ...rest } = message;
+  return JSON.stringify(Object.entries(rest).sort());
+}
+
+/**
+ * The message with its `signature` (HMAC-SHA256 of the signing input, hex). Sign with the
+ * first of SLUICE_QUEUE_SIGNING_SECRETS; Sluice accepts any configured secret.
+ * @param {Message} message
+ * @param {string} secret
+ * @returns {Message}
+ */
+function sign(message, secret) {
+  const signature = crypto.createHmac("sha256", secret).update(canonical(message), "utf8")
+    .digest("hex");
+  return { ...message, signature };
+}
+
+/**
+ * A message for `topic` as Sluice's publisher builds it: the standard fields, then the
+ * topic's own, then the signature.
+ * @param {string} topic
+ * @param {Message} fields
+ * @param {string} secret
+ * @param {Date} [now]
+ * @returns {Message}
+ */
+function buildMessage(topic, fields, secret, now = new Date()) {
+  /** @type {Message} */
+  const message = {
+    topic,
+    batchId: String(fields.batchId || crypto.randomUUID()),
+    sourceId: fields.sourceId ?? "all-sources",
+    feedUrl: fields.feedUrl ?? "",
+    publishedAt: fields.publishedAt || now.toISOString(),
+  };
+  for (const [key, value] of Object.entries(fields)) {
+    if (!(key in message) && key !== "topic" && key !== "signature") message[key] = value;
+  }
+  return sign(message, secret);
+}
+
+/**
+ * The `idempotencyKey` message attribute: `<topic>:<batchId>:<first 96 characters of the
+ * unsigned message's JSON, each non-alphanumeric as _>`.
+ * @param {Message} message
+ * @returns {string}
+ */
+function idempotencyKey(message) {
+  const { signature, ...body } = message;
+  const head = Array.from(JSON.stringify(body)).slice(0, 96).join("");
+  return `${message.topic}:${message.batchId}:${head.replace(/[^A-Za-z0-9]/gu, "_")}`;
+}
+
+/**
+ * The input of SQS SendMessage for a signed message, for
+ * `sqs.send(new SendMessageCommand(sendMessageInput(url, message)))`. The queue URL is
+ * `<SLUICE_QUEUE_PREFIX><topic with . as ->` in your account (see docs/queues.md).
+ * @param {string} queueUrl
+ * @param {Message} message
+ */
+function sendMessageInput(queueUrl, message) {
+  return {
+    QueueUrl: queueUrl,
+    MessageBody: JSON.stringify(message),
+    MessageAttributes: {
+      idempotencyKey: { DataType: "String", StringValue: idempotencyKey(message) },
+    },
+  };
+}
+
+/**
+ * @typedef {object} UsageEntry
+ * @property {string} id          the app's stable id for the model call (idempotency key)
+ * @property {string|null} tenantId
+ * @property {string|null} userId
+ * @property {string} model
+ * @property {number} inputTokens
+ * @property {number} outputTokens
+ * @property {number} costMicros
+ * @property {string} occurredAt  ISO-8601 UTC
+ */
+
+/**
+ * One statement for `pg`'s `client.query(text, values)`: the ledger row and, when billable
+ * (a customer, the tenant else the user, and some usage), its metering outbox row, in one
+ * transaction; an id already written and a user who was erased write nothing.
+ * @param {UsageEntry} e
+ * @returns {{text: string, values: unknown[]}}
+ */
+function usageStatement(e) {
+  const text = `
+WITH gone AS (
+  SELECT subject_user_id AS subject FROM erasure_tombstones
+  WHERE subject_user_id IN ($2::text, $3::text)
+), ledger AS (
+  INSERT INTO ai_usage_ledger
+    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::integer, $6::integer, $7::bigint,
+         $8::timestamptz
+  WHERE NOT EXISTS (SELECT 1 FROM gone WHERE subject = $3::text)
+  ON CONFLICT (id) DO NOTHING
+  RETURNING id, coalesce(nullif(tenant_id, ''), nullif(user_id, '')) AS customer, model,
+            input_tokens, output_tokens, cost_micros
+)
+INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
+SELECT l.id || ':metering', l.id, l.customer, 'ai_usage',
+       jsonb_build_object('model', l.model, 'input_tokens', l.input_tokens,
+                          'output_tokens', l.output_tokens,
+                          'total_tokens', l.input_tokens + l.output_tokens,
+                          'cost_micros', l.cost_micros, 'ledger_id', l.id)
+FROM ledger l
+WHERE l.customer IS NOT NULL
+  AND (l.input_tokens <> 0 OR l.output_tokens <> 0 OR l.cost_micros <> 0)
+  AND NOT EXISTS (SELECT 1 FROM gone WHERE subject = l.customer)
+ON CONFLICT (id) DO NOTHING`;
+  return { text, values: [e.id, e.tenantId, e.userId, e.model, e.inputTokens, e.outputTokens,
+    e.costMicros, e.occurredAt] };
+}
+
+/**
+ * The Redis retry entry for a usage entry Postgres could not take (connection refused or
+ * timed out, never a constraint error): `LPUSH <SLUICE_REDIS_KEY_PREFIX>ai:ledger:retry:queue`
+ * this string, and ledger-redrive writes it later with every check above.
+ * @param {UsageEntry} entry
+ * @param {string} lastError
+ * @param {Date} [now]
+ * @returns {string}
+ */
+function retryEnvelope(entry, lastError, now = new Date()) {
+  return JSON.stringify({ id: entry.id, attempts: 0, enqueuedAt: now.toISOString(),
+    lastError, entry });
+}
+
+/**
+ * A delivery entry for `pg`: stored `pending` and due now; delivery-drain sends it. A key
+ * already stored inserts nothing (the first entry stands).
+ * @param {{channel: string, recipient: string, payload: object, idempotencyKey?: string,
+ *          subjectUserId?: string}} d
+ * @param {Date} [now]
+ */
+function deliveryStatement(d, now = new Date()) {
+  const text = `
+INSERT INTO delivery_queue
+  (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+   next_attempt_at, lease_until, enqueued_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, NULL, $7, $7)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`;
+  return { text, values: [crypto.randomUUID(), d.channel, d.recipient, d.subjectUserId ?? null,
+    JSON.stringify(d.payload), d.idempotencyKey ?? null, now.toISOString()] };
+}
+
+/**
+ * Open an erasure request through Sluice's API (an admin token with the privacy role;
+ * `POST /api/admin/erasure/requests`). Answers the request, or the subject's open one.
+ * @param {string} baseUrl   e.g. https://sluice.example.com
+ * @param {string} token     a JWT your identity provider issues (verified against the JWKS)
+ * @param {string} subjectUserId
+ * @param {typeof fetch} [fetchImpl]
+ */
+async function requestErasure(baseUrl, token, subjectUserId, fetchImpl = fetch) {
+  const response = await fetchImpl(`${baseUrl}/api/admin/erasure/requests`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ subjectUserId }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`erasure request refused: ${response.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+module.exports = { canonical, sign, buildMessage, idempotencyKey, sendMessageInput,
+  usageStatement, retryEnvelope, deliveryStatement, requestErasure };

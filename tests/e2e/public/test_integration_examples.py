@@ -1,0 +1,180 @@
+"""The examples of docs/integration.md, run: the Python one as an app would run it, the
+JavaScript one under Node, each checked against what Sluice itself does."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+import uvicorn
+
+from shared.billing.usage import RETRY_QUEUE, RetryEnvelope, UsageEntry
+from shared.core.settings import Settings
+from shared.delivery.store import DeliveryStatus, DeliveryStore
+from shared.erasure.requests import ErasureStore
+from shared.http.app import create_app
+from shared.ops.access import mint_token
+from shared.queues.keys import idempotency_key
+from shared.queues.signing import Signer, canonical
+from shared.store.redis_clients import connect
+from tests.conftest import BASE_ENV, ROOT, free_port
+from tests.unit.queues.test_signing import VECTORS
+
+EXAMPLES = ROOT / "docs" / "examples"
+SECRET = "integration-secret-0123456789"
+
+
+def node(script: str, payload: Any) -> Any:
+    """Run ``script`` with ``app`` = docs/examples/app.js and ``input`` = ``payload``;
+    it prints its answer as JSON."""
+    program = (f"const app = require({json.dumps(str(EXAMPLES / 'app.js'))});\n"
+               "const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));\n"
+               f"(async () => {{ {script} }})().catch(e => {{ console.error(e); process.exit(1); }});")
+    done = subprocess.run(["node", "-e", program], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def python_example(hooks: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(EXAMPLES / "app_python.py"), *hooks],
+                          env={**BASE_ENV, **env, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+# --- Python ----------------------------------------------------------------------------
+
+
+def test_the_python_example_feeds_every_store(sqlite_url: str) -> None:
+    env = {"SLUICE_DATABASE_URL": sqlite_url, "SLUICE_QUEUE_SIGNING_SECRET": SECRET}
+    hooks = ["publish", "deliver", "usage", "erase", "deliver"]
+    done = python_example(hooks, env)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    outputs = dict(zip(hooks, lines, strict=True))
+    assert outputs["publish"]["dispatched"] is True and outputs["publish"]["mode"] == "local"
+    assert outputs["deliver"]["status"] == "pending"
+    assert outputs["deliver"]["idempotencyKey"] == "signup:u-docs"
+    assert outputs["usage"] == {"outcome": "recorded"}
+    assert outputs["erase"]["status"] == "requested"
+    assert lines[1]["id"] == lines[4]["id"], "the key stores one entry"
+
+
+def test_the_python_example_parks_usage_in_redis_when_postgres_is_down(
+        redis_server: str, redis_prefix: str) -> None:
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"  # nothing listens there
+    env = {"SLUICE_DATABASE_URL": down, "SLUICE_REDIS_URL": redis_server,
+           "SLUICE_REDIS_KEY_PREFIX": redis_prefix, "SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS": "2"}
+    done = python_example(["usage"], env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"outcome": "queued"}
+    redis = connect(Settings.from_env({**BASE_ENV, **env}))
+    [raw] = redis.lrange(RETRY_QUEUE, 0, -1)
+    envelope = RetryEnvelope.parse(raw)
+    assert envelope.attempts == 0 and envelope.entry["model"] == "gpt-4.1-mini"
+
+
+# --- JavaScript ------------------------------------------------------------------------
+
+
+def test_the_javascript_signer_is_byte_exact_with_sluice() -> None:
+    answers = node("console.log(JSON.stringify(input.map(t => { const m = JSON.parse(t); "
+                   "return {canonical: app.canonical(m), "
+                   "signature: app.sign(m, " + json.dumps(SECRET) + ").signature}; })));",
+                   VECTORS)
+    signer = Signer([SECRET])
+    for text, answer in zip(VECTORS, answers, strict=True):
+        message = json.loads(text)
+        assert canonical(message).decode("utf-8") == answer["canonical"], text
+        assert signer.signature(message) == answer["signature"], text
+
+
+def test_a_javascript_message_is_what_sluice_publishes() -> None:
+    sent = node("const m = app.buildMessage('rss.ingest', input, " + json.dumps(SECRET) + ");"
+                "console.log(JSON.stringify(app.sendMessageInput('https://sqs/q', m)));",
+                {"sourceId": "src-1", "feedUrl": "https://feeds.example.com/a.xml",
+                 "note": "caf\u00e9 \U0001f600"})
+    message = json.loads(sent["MessageBody"])
+    assert Signer([SECRET]).check(message) is None
+    assert list(message)[:5] == ["topic", "batchId", "sourceId", "feedUrl", "publishedAt"]
+    assert sent["MessageAttributes"]["idempotencyKey"] == {
+        "DataType": "String", "StringValue": idempotency_key(message)}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message["publishedAt"])
+
+
+def test_javascript_usage_and_delivery_statements_write_what_sluice_reads(pg_url: str) -> None:
+    entry = {"id": "js-use-1", "tenantId": "t1", "userId": "u1", "model": "gpt-4.1-mini",
+             "inputTokens": 104, "outputTokens": 20, "costMicros": 1004,
+             "occurredAt": "2026-03-01T12:00:04.000Z"}
+    usage = node("console.log(JSON.stringify(app.usageStatement(input)));", entry)
+    delivery = node("console.log(JSON.stringify(app.deliveryStatement(input)));",
+                    {"channel": "webhook", "recipient": "https://hooks.example.com/x",
+                     "payload": {"text": "hello"}, "idempotencyKey": "js:1",
+                     "subjectUserId": "u1"})
+    envelope = node("console.log(JSON.stringify(app.retryEnvelope(input, 'connect timeout')));",
+                    entry)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statement in (usage, usage, delivery, delivery):  # twice: idempotent
+            # node-postgres numbers its parameters $1…; psycopg names them
+            conn.execute(re.sub(r"\$(\d+)", r"%(p\1)s", statement["text"]),
+                         {f"p{n}": v for n, v in enumerate(statement["values"], 1)})
+        ledger = conn.execute("SELECT * FROM ai_usage_ledger").fetchall()
+        outbox = conn.execute("SELECT id, external_customer_id, status, metadata "
+                              "FROM ai_usage_metering_outbox").fetchall()
+    assert len(ledger) == 1
+    assert outbox == [("js-use-1:metering", "t1", "pending", {
+        "model": "gpt-4.1-mini", "input_tokens": 104, "output_tokens": 20,
+        "total_tokens": 124, "cost_micros": 1004, "ledger_id": "js-use-1"})]
+    from shared.store.db import open_database
+
+    db = open_database(pg_url)
+    [queued] = DeliveryStore(db).list(status=DeliveryStatus.PENDING, channel=None, limit=10)
+    assert queued.payload == {"text": "hello"} and queued.subject_user_id == "u1"
+    db.close()
+    parsed = RetryEnvelope.parse(envelope)
+    assert UsageEntry.from_contract(parsed.entry).occurred_at == datetime(
+        2026, 3, 1, 12, 0, 4, tzinfo=UTC)
+    assert parsed.last_error == "connect timeout"
+
+
+@pytest.fixture
+def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Any]]:
+    services = make_services(sqlite_url)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(create_app(services), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", services
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def test_a_javascript_app_requests_an_erasure_over_the_api(served: tuple[str, Any]) -> None:
+    base, services = served
+    token = mint_token(services.settings, ["privacy"], subject="app:account-deleted")
+    body = node("console.log(JSON.stringify(await app.requestErasure(input.base, input.token, "
+                "'u-js')));", {"base": base, "token": token})
+    assert body["status"] == "requested" and body["requestedBy"] == "app:account-deleted"
+    assert ErasureStore(services.db).get(body["id"]).subject_user_id == "u-js"
+
+
+def test_the_guide_names_only_the_stable_api() -> None:
+    import sluice
+
+    text = (ROOT / "docs" / "integration.md").read_text()
+    named = set(re.findall(r"\bsluice\.(\w+)", text))
+    assert named and named <= set(sluice.__all__), named - set(sluice.__all__)

@@ -1,0 +1,103 @@
+"""The simulator's judge and world, without running Sluice: the bounds the invariants apply,
+and the same world from the same seed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bench.simulate.invariants import Judge
+from bench.simulate.peers import Feed, FeedStory, Network, Receipt
+from bench.simulate.world import generate
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+def _receipt(hours: float, channel: str = "telegram", late: bool = False,
+             key: str | None = None) -> Receipt:
+    return Receipt(T0 + timedelta(hours=hours), channel, "-100", 7, key, late)
+
+
+def test_a_second_copy_to_a_chat_is_a_violation() -> None:
+    judge = Judge(T0)
+    judge.receipt(_receipt(1))
+    assert judge.violations == []
+    judge.receipt(_receipt(200))
+    assert [v.invariant for v in judge.violations] == ["at_most_once"]
+    assert judge.violations[0].day == pytest.approx(200 / 24)
+
+
+def test_an_unknown_outcome_allows_the_documented_resend_and_no_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLUICE_DELIVERY_UNKNOWN_RESENDS", raising=False)
+    judge = Judge(T0)
+    judge.receipt(_receipt(1, late=True))
+    judge.receipt(_receipt(2, late=True))
+    assert judge.violations == []
+    judge.receipt(_receipt(3))
+    assert [v.invariant for v in judge.violations] == ["at_most_once"]
+    assert "unknown outcome" in judge.violations[0].detail
+
+
+def test_a_webhook_counts_idempotency_keys_and_a_redrive_allows_one_more() -> None:
+    judge = Judge(T0)
+    judge.receipt(_receipt(1, channel="webhook", key="k1"))
+    judge.receipt(_receipt(2, channel="webhook", key="k1"))
+    assert judge.violations == []
+    judge.redriven(("telegram", "-100", 7))
+    judge.receipt(_receipt(3))
+    judge.receipt(_receipt(4))
+    assert judge.violations == []
+    judge.receipt(_receipt(5, channel="webhook", key="k2"))
+    assert [v.invariant for v in judge.violations] == ["at_most_once"]
+
+
+def test_nothing_purged_or_failed_comes_back_and_owed_matches_are_checked() -> None:
+    judge = Judge(T0)
+    judge.final[("telegram", "-100", 7)] = (T0, "purged by the operator")
+    judge.receipt(_receipt(1))
+    assert [v.invariant for v in judge.violations] == ["nothing_comes_back"]
+    judge.owed(("slack", "C1", 9), T0 + timedelta(hours=3), T0)
+    judge.run_ended("delivery-drain", T0, 61.0, 60)
+    judge.bounded(T0, {"job_runs": 100}, {"job_runs": 301})
+    assert [v.invariant for v in judge.violations][1:] == [
+        "eventually_once", "run_within_deadline", "bounded_tables"]
+
+
+def test_the_same_seed_draws_the_same_world_and_another_seed_another() -> None:
+    def shape(seed: int) -> object:
+        world = generate(seed, T0, 30)
+        return ([(f.name, f.windows, f.stories) for f in world.feeds.values()],
+                [(r.rule_id, r.channel, r.recipient, r.versions) for r in world.rules()],
+                world.operator_at)
+
+    assert shape(11) == shape(11)
+    assert shape(11) != shape(12)
+
+
+def test_feeds_answer_304_to_their_etag_and_chats_record_late_messages() -> None:
+    import httpx
+
+    moments = [T0]
+    network = Network(lambda: moments[0], lambda s: moments.__setitem__(
+        0, moments[0] + timedelta(seconds=s)))
+    network.feeds["feed-0"] = Feed("feed-0", stories=[FeedStory(1, T0, ("kw01", "data"))])
+    with httpx.Client(transport=httpx.MockTransport(network.handle)) as client:
+        first = client.get("http://127.0.0.1:7001/feed-0.xml")
+        assert b"story-1" in first.content
+        again = client.get("http://127.0.0.1:7001/feed-0.xml",
+                           headers={"if-none-match": first.headers["etag"]})
+        assert again.status_code == 304
+        from bench.simulate.peers import Peer, Window
+
+        network.destinations["telegram:-5"] = Peer(
+            "telegram:-5", [Window(T0, T0 + timedelta(hours=1), "late")])
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("http://127.0.0.1:7002/botX/sendMessage",
+                        json={"chat_id": "-5", "text": "story-1"}, timeout=10.0)
+        with pytest.raises(httpx.ConnectError):  # never dialled: not a simulated host
+            client.get("http://10.0.0.1/")
+    assert [(r.story, r.late) for r in network.receipts] == [(1, True)]
+    assert moments[0] == T0 + timedelta(seconds=10)
+    assert network.refused_hosts == ["10.0.0.1:None"]
