@@ -86,11 +86,10 @@ def _reset(services: Any) -> None:
 
 
 def _run(url: str, senders: int) -> Run:
-    import httpx
-
     from bench.scale.standins import LimitedHooks, LimitedTelegram
     from shared.core.services import Services
     from shared.core.settings import Settings
+    from shared.delivery.channels import Outbound
     from shared.delivery.drain import Deliverer
     from shared.delivery.store import DeliveryStore
     from shared.jobs.registry import Deadline
@@ -108,7 +107,7 @@ def _run(url: str, senders: int) -> Run:
         def sender() -> None:
             services = Services.from_settings(settings)
             try:
-                with httpx.Client(timeout=10) as client:
+                with Outbound.open(settings, deadline_s=3600) as client:
                     deliverer = Deliverer.from_services(services, client)
                     while not stop.is_set():
                         done = deliverer.drain(Deadline(30))
