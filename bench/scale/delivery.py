@@ -49,7 +49,7 @@ def _env(url: str, telegram_url: str) -> dict[str, str]:
     # would configure; the queue itself on Postgres
     return {"SLUICE_DATABASE_URL": url, "SLUICE_REDIS_URL": REDIS_URL,
             "SLUICE_REDIS_KEY_PREFIX": f"bench-scale-{uuid.uuid4().hex[:8]}:",
-            "SLUICE_TELEGRAM_BOT_TOKEN": TOKEN,
+            "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1", "SLUICE_TELEGRAM_BOT_TOKEN": TOKEN,
             "SLUICE_TELEGRAM_API_URL": telegram_url, "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET,
             "SLUICE_TELEGRAM_RATE_PER_SECOND": str(BOT_RATE),
             "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": str(CHAT_RATE),
