@@ -158,13 +158,31 @@ def _job_alarms(job: Job) -> str:
     )
 
 
+def _delivery_alarms() -> str:
+    """The delivery queue's own: a destination reported down (its entries wait, no run
+    fails, so DrainFailures stays quiet) and sends whose outcome is unknown."""
+    dimensions = [("event", "queue_drained"), ("service", SERVICE)]
+    return _alarm(
+        "DeliveryDestinationsDownAlarm", "delivery-destinations-down",
+        "A delivery destination (webhook host, chat API, SMTP server) is down and its entries "
+        "wait; see GET /api/queue/status (destinations) or the console's Deliveries page.",
+        NAMESPACE, "QueueDrained.destinationsDown", dimensions, "Maximum", "0",
+    ) + _alarm(
+        "DeliveryUnknownOutcomesAlarm", "delivery-unknown-outcomes",
+        "Deliveries were sent without an answer (outcome unknown); entries resting unknown "
+        "wait for an operator (sluice delivery list --status unknown).",
+        NAMESPACE, "QueueDrained.unknown", dimensions, "Sum", "0",
+    )
+
+
 def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
     out = HEADER.format(sources="JOBS and TOPICS") + _lines(
         "# CloudWatch alarms. Per topic: any message in its DLQ, a queue whose oldest message",
         "# is older than custom.alarms.oldestMessageAgeSeconds (consumers stuck or failing),",
         "# and any message its consumer rejected into the quarantine. Per scheduled job: its function's Lambda Errors, and the DrainFailures",
         "# metric the runner emits when a run reports failed items (namespace and dimensions",
-        "# as shared/core/observe.py writes them). All notify the SNS topic below; subscribe",
+        "# as shared/core/observe.py writes them). For the delivery queue: a destination down",
+        "# and unknown outcomes (QueueDrained.*). All notify the SNS topic below; subscribe",
         "# the on-call address to it (see docs/deployment.md).",
         "Resources:",
         "  AlarmTopic:",
@@ -173,7 +191,8 @@ def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
         "      TopicName: ${self:custom.names.prefix}alarms",
         "",
     )
-    out += "\n".join([_topic_alarms(t) for t in topics] + [_job_alarms(j) for j in jobs])
+    out += "\n".join([_topic_alarms(t) for t in topics] + [_job_alarms(j) for j in jobs]
+                      + [_delivery_alarms()])
     return out
 
 

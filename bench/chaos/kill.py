@@ -380,32 +380,50 @@ class Redrive:
 
 
 class Delivery:
+    """Webhook entries (the receiver deduplicates on ``Idempotency-Key``) and Telegram
+    entries (nothing deduplicates them), each enqueued with its effect record as the alert
+    sweep does. After any kill and the completion runs: every entry delivered, every effect
+    record there, each webhook acted on once, and at most one Telegram message sent twice
+    (the send in flight when the process died, whose outcome was unknown), never three
+    times."""
+
     name = "kill: delivery-drain"
     job = "delivery-drain"
     prefix = "delivery."
     ENTRIES = 5
+    CHATS = 2
 
     def __init__(self, stack: ExitStack) -> None:
+        from tests.providers.telegram import TelegramStandIn
         from tests.providers.webhook import WebhookReceiver
 
         self.hook = stack.enter_context(WebhookReceiver(WEBHOOK_SECRET))
+        self.chat = stack.enter_context(TelegramStandIn(chats=("1001",)))
         self.keys: list[str] = []
+        self.chat_keys: list[str] = []
 
     def prepare(self, url: str, *, recipient: str | None = None) -> dict[str, str]:
-        from shared.delivery.store import DeliveryStore
+        from shared.delivery.store import DeliveryStore, Effect
 
         self.hook.received.clear()
         self.hook.delivered.clear()
+        self.chat.messages.clear()
         db = _db(url)
         store = DeliveryStore(db)
         self.keys = [f"chaos:{i}" for i in range(self.ENTRIES)]
+        self.chat_keys = [f"chaos:chat:{i}" for i in range(self.CHATS)]
         for key in self.keys:
             store.enqueue("webhook", recipient or self.hook.url, {"text": key},
-                          idempotency_key=key)
+                          idempotency_key=key, effect=Effect("alert", "chaos", key))
+        for key in self.chat_keys:
+            store.enqueue("telegram", "1001", {"text": key}, idempotency_key=key,
+                          effect=Effect("alert", "chaos", key))
         db.close()
         self.keys.append("chaos:sent-inline")
         return {"SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
                 "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+                "SLUICE_TELEGRAM_BOT_TOKEN": self.chat.token,
+                "SLUICE_TELEGRAM_API_URL": self.chat.url,
                 "SLUICE_DELIVERY_LEASE_SECONDS": "60"}
 
     def crash_args(self, point: str) -> list[str]:
@@ -423,6 +441,8 @@ class Delivery:
                        "WHERE status = 'in_flight'", {"past": _utc_past()})
             tx.execute("UPDATE delivery_queue SET next_attempt_at = :past "
                        "WHERE status = 'pending'", {"past": _utc_past()})
+            tx.execute("UPDATE delivery_destinations SET next_probe_at = :past",
+                       {"past": _utc_past()})
         db.close()
 
     def left(self, url: str) -> int:
@@ -433,12 +453,20 @@ class Delivery:
         from shared.delivery.store import DeliveryStatus, DeliveryStore
 
         db = _db(url)
-        entries = {e.idempotency_key: e for e in DeliveryStore(db).list(limit=500)}
+        store = DeliveryStore(db)
+        entries = {e.idempotency_key: e for e in store.list(limit=500)}
+        recorded = store.known_effects([k for k in self.keys + self.chat_keys
+                                         if k != "chaos:sent-inline"])
         db.close()
         counts = Counts()
-        for key in self.keys:
+        for key in self.keys + self.chat_keys:
             entry = entries.get(key)
-            received = sum(1 for r in self.hook.received if r["key"] == key)
+            chat = key in self.chat_keys
+            received = (sum(1 for m in self.chat.messages if m["text"] == key) if chat
+                        else sum(1 for r in self.hook.received if r["key"] == key))
+            if key != "chaos:sent-inline" and key not in recorded:
+                counts.lost += 1
+                counts.notes.append(f"{key}: no effect record")
             if entry is None:
                 if key == "chaos:sent-inline":
                     continue  # that run did not crash before its enqueue: nothing to find
@@ -450,9 +478,16 @@ class Delivery:
                     counts.lost += 1
             elif entry.status is not DeliveryStatus.ACKED:
                 counts.stuck += 1
-            elif key not in self.hook.delivered:
+            elif (chat and received == 0) or (not chat and key not in self.hook.delivered):
                 counts.lost += 1
-            counts.duplicated += max(0, received - 1)  # the receiver dedupes on the header
+            counts.duplicated += max(0, received - 1)
+            if chat:  # nothing deduplicates a chat: only the in-flight send may repeat, once
+                counts.unexpected += max(0, received - 2)
+        twice = sum(1 for key in self.chat_keys
+                    if sum(1 for m in self.chat.messages if m["text"] == key) > 1)
+        if twice > 1:
+            counts.unexpected += twice - 1
+            counts.notes.append(f"{twice} chat entries sent twice in one run")
         return counts
 
 

@@ -1,6 +1,7 @@
 // @ts-check
-// How a TypeScript (or JavaScript) web app feeds Sluice. Plain JavaScript with JSDoc types:
-// `tsc --checkJs` checks it, and Node runs it as is (the test suite does, with no compiler).
+// How a TypeScript (or JavaScript) web app feeds Sluice. Plain JavaScript typed with JSDoc
+// (`// @ts-check`), so a TypeScript project can type-check its use of it; Node runs it as is
+// (the test suite does, with no compiler).
 // It needs nothing but Node's standard library: the SQS, Postgres and Redis clients are the
 // app's own (@aws-sdk/client-sqs, pg, ioredis…) and are passed in, so this file shows the
 // exact bytes each one must send. See docs/integration.md.

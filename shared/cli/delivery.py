@@ -1,7 +1,8 @@
-"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries.
+"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries, and
+settle the ones resting ``unknown`` (``mark-delivered``, ``send-again``).
 
-Redrive and purge are written to ``admin_audit`` as the operator (``--by``, else
-``cli:$USER``), like the API's admin actions.
+Redrive, purge, mark-delivered and send-again are written to ``admin_audit`` as the
+operator (``--by``, else ``cli:$USER``), like the API's admin actions.
 """
 
 from __future__ import annotations
@@ -40,12 +41,17 @@ def _print(args: argparse.Namespace, body: Any) -> None:
     for row in body if isinstance(body, list) else [body]:
         if "recipient" in row:
             when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
-                    "in_flight": ("lease_until", row["leaseUntil"])}.get(
+                    "in_flight": ("lease_until", row["leaseUntil"]),
+                    "unknown": ("updated_at", row["updatedAt"])}.get(
                 row["status"], ("next", row["nextAttemptAt"]))
             print(f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
                   f"attempts={row['attempts']}  {when[0]}={when[1]}")
             if row.get("lastError"):
                 print(f"  last error: {row['lastError']}")
+            if row["status"] == "unknown":
+                print(f"  sent {row['unknownSends']} time(s) without an answer: it may have "
+                      f"arrived. `sluice delivery mark-delivered {row['id']}` if the receiver "
+                      f"has it, `sluice delivery send-again {row['id']}` if not, or purge it")
         else:
             emit(row)
 
@@ -101,6 +107,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_settle_unknown(args: argparse.Namespace) -> int:
+    services = _services()
+    action = "mark_delivered" if args.command_name == "mark-delivered" else "send_again"
+    with audited(services, _operator(args), f"delivery:{action}", args.id) as record:
+        entry = getattr(_store(services), action)(args.id)
+        record["outcome"] = entry.status.value
+    _print(args, entry.to_json())
+    return EXIT_OK
+
+
 def _one_id(args: argparse.Namespace) -> str:
     if not args.id:
         raise RequestError("give an entry ID, or --all-failed")
@@ -152,7 +168,7 @@ def register(sub: Any) -> None:
     add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
 
     p = add("list", cmd_list, "list entries, newest first", by=False)
-    p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed"])
+    p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed", "unknown"])
     p.add_argument("--channel")
     p.add_argument("--limit", type=int, default=100)
     add("show", cmd_show, "show one entry", by=False).add_argument("id")
@@ -163,6 +179,11 @@ def register(sub: Any) -> None:
         p.add_argument("id", nargs="?")
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
+    for name, what in (("mark-delivered", "the receiver has it: acked"),
+                       ("send-again", "the receiver does not have it: pending, attempts reset")):
+        p = add(name, cmd_settle_unknown, f"an entry resting unknown: {what}")
+        p.add_argument("id")
+        p.set_defaults(command_name=name)
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
             by=False)
     from shared.delivery.channels import channels

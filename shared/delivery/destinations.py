@@ -29,7 +29,7 @@ def _time(value: Any) -> datetime:
     return value
 
 
-class Destination(NamedTuple):
+class FailingDestination(NamedTuple):
     key: str
     down_since: datetime
     failures: int
@@ -37,7 +37,7 @@ class Destination(NamedTuple):
     next_probe_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row) -> Destination:
+    def from_row(cls, row: Row) -> FailingDestination:
         return cls(row["key"], _time(row["down_since"]), int(row["failures"]), row["last_error"],
                    _time(row["next_probe_at"]))
 
@@ -48,17 +48,17 @@ class Destinations:
         self.delays_s = delays_s
         self.threshold = threshold
 
-    def load(self) -> dict[str, Destination]:
+    def load(self) -> dict[str, FailingDestination]:
         with self.db.transaction() as tx:
-            return {row["key"]: Destination.from_row(row)
+            return {row["key"]: FailingDestination.from_row(row)
                     for row in tx.fetchall(Q.destinations_all)}
 
     def probe_delay(self, failures: int) -> timedelta:
         """The wait after ``failures`` failed probes in a row (the schedule, capped)."""
         return timedelta(seconds=self.delays_s[min(max(failures, 1), len(self.delays_s)) - 1])
 
-    def failed(self, key: str, error: str, *, known: Destination | None,
-               retry_after_s: float | None = None, now: datetime | None = None) -> Destination:
+    def failed(self, key: str, error: str, *, known: FailingDestination | None,
+               retry_after_s: float | None = None, now: datetime | None = None) -> FailingDestination:
         """One more transient failure of ``key``: the next probe is one schedule step later
         (or when the destination asked, if later, within the schedule's cap)."""
         now = now or utcnow()
@@ -71,13 +71,13 @@ class Destinations:
                 "key": key, "now": now, "error": error[:500],
                 "next_probe_at": now + wait}, final=True)
         assert row is not None
-        return Destination.from_row(row)
+        return FailingDestination.from_row(row)
 
     def up(self, key: str) -> None:
         with self.db.transaction() as tx:
             tx.execute(Q.destination_up, {"key": key}, final=True)
 
-    def reported(self, destination: Destination) -> bool:
+    def reported(self, destination: FailingDestination) -> bool:
         return destination.failures >= self.threshold
 
     def status(self) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ class Destinations:
             waiting = {row["held_by"]: int(row["n"]) for row in tx.fetchall(Q.held_counts)}
         out = []
         for row in rows:
-            found = Destination.from_row(row)
+            found = FailingDestination.from_row(row)
             out.append({"key": found.key, "down": self.reported(found),
                         "downSince": iso_z_or_none(found.down_since),
                         "failures": found.failures, "waiting": waiting.get(found.key, 0),

@@ -65,7 +65,7 @@ from shared.delivery.classify import (
     is_unknown,
     retry_after_s,
 )
-from shared.delivery.destinations import Destination, Destinations
+from shared.delivery.destinations import Destinations, FailingDestination
 from shared.delivery.payload import parse
 from shared.delivery.ratelimit import Limiter
 from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
@@ -276,7 +276,7 @@ class _Run:
                                     unconfigured={"count": 0, "channels": {}},
                                     outages={"count": 0, "down": {}, "destinations": []},
                                     rateLimited=0, fatal=0, fatalError=None)
-        self.failing: dict[str, Destination] = {}
+        self.failing: dict[str, FailingDestination] = {}
         self.up: set[str] = set()  # destinations that took an entry during this run
 
     def _hold(self) -> timedelta:
@@ -370,7 +370,7 @@ class _Run:
         self._count(self.d._settle(entry, sent))
         return True
 
-    def _wait(self, entry: DeliveryEntry, destination: Destination) -> None:
+    def _wait(self, entry: DeliveryEntry, destination: FailingDestination) -> None:
         delay = max(destination.next_probe_at - utcnow(), timedelta(0))
         self.store.release(entry, f"waiting: {destination.key} is failing since "
                                   f"{destination.down_since.isoformat()} "

@@ -98,6 +98,12 @@ EXEMPTIONS: tuple[Exemption, ...] = (
     Exemption("data_erasure_requests", "subject_user_id",
               "the record that the erasure happened (GDPR art. 5(2) accountability): an opaque "
               "id, no other personal data, and the pseudonyms above resolve through it"),
+    Exemption("delivery_effects", "subject",
+              "what an effect record is about: an alert's story id (a public article), "
+              "never a person"),
+    Exemption("delivery_queue", "held_by",
+              "the destination an entry waits on: a webhook host and port or a channel "
+              "name, never a recipient"),
     # Foundation tables without a user column, listed so the decision is written down
     # (column "" means the whole table).
     Exemption("job_runs", "", "job names, triggers, request ids and drain results holding "

@@ -1,11 +1,14 @@
 """Admin API for the delivery queue (surface ``delivery``: roles super_admin, ops).
 
 Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
-reset) and purge them. Every POST is audited by the app's middleware. The drain's
+reset) and purge them ("never send this": failed or unknown entries); for an entry
+resting ``unknown`` (sent, no answer), mark it delivered or send it again. Every POST
+is audited by the app's middleware. The drain's
 own route, ``/api/admin/delivery/drain``, comes from the job registry.
 ``GET /api/queue/status`` (the cron bearer, or an admin on ``delivery``) is the
-queue's health: depth per status, entries in backoff, the oldest pending entry's
-age, and the last drain's summary.
+queue's health: depth per status (``unknown`` included), entries in backoff, the
+oldest pending entry's age, every failing destination with the entries waiting on it
+(``destinations``; ``down`` once reported), and the last drain's summary.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from fastapi import APIRouter, Request
 from shared.core.auth import Identity, is_authorized_cron
 from shared.core.errors import RequestError
 from shared.core.times import iso_z
-from shared.delivery.store import DeliveryStore, check_status
+from shared.delivery.destinations import Destinations
+from shared.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
 from shared.http.app import admin_token, require, services_of
 from shared.jobs.runs import RunStore
 
@@ -65,6 +69,20 @@ def purge_entry(request: Request, entry_id: str,
     return {"purged": 1, "id": entry_id}
 
 
+@router.post("/entries/{entry_id}/mark-delivered", name="delivery:mark_delivered")
+def mark_delivered(request: Request, entry_id: str,
+                   identity: Identity = require("delivery")) -> dict[str, Any]:
+    """An unknown entry the receiver confirmed: acked (409 unless unknown)."""
+    return _store(request).mark_delivered(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/send-again", name="delivery:send_again")
+def send_again(request: Request, entry_id: str,
+               identity: Identity = require("delivery")) -> dict[str, Any]:
+    """An unknown entry back to pending, due now, attempts reset (409 unless unknown)."""
+    return _store(request).send_again(entry_id).to_json()
+
+
 @router.post("/redrive", name="delivery:redrive_all")
 def redrive_all(request: Request, channel: str | None = None,
                 identity: Identity = require("delivery")) -> dict[str, Any]:
@@ -90,6 +108,9 @@ def queue_status(request: Request) -> dict[str, Any]:
     if request.query_params:
         raise RequestError(f"unknown query parameter {min(request.query_params)!r}")
     status = DeliveryStore(services.db).queue_status()
+    status["destinations"] = Destinations(
+        services.db, DEFAULT_SCHEDULE.delays_s,
+        services.settings.delivery_outage_threshold).status()
     last = next((run for run in RunStore(services.db).recent(DRAIN_JOB, 10)
                  if run["outcome"] in ("ok", "failures")), None)
     status["lastSummary"] = None if last is None else {

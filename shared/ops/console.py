@@ -125,6 +125,25 @@ def _quarantine_card(services: Services) -> dict[str, Any]:
                  note="malformed, unsigned or forged messages, kept as received")
 
 
+def _delivery_alerts(services: Services, stats: Any) -> list[str]:
+    """What needs an operator on the delivery card: destinations down, unknown outcomes."""
+    from shared.delivery.destinations import Destinations
+    from shared.delivery.store import DEFAULT_SCHEDULE
+
+    alerts = []
+    down = _section(lambda: [d for d in Destinations(
+        services.db, DEFAULT_SCHEDULE.delays_s,
+        services.settings.delivery_outage_threshold).status() if d["down"]])
+    for d in down if isinstance(down, list) else []:
+        alerts.append(f"{d['key']} is down since {d['downSince']}: {d['waiting']} entries "
+                      "waiting (no attempt counted)")
+    unknown = stats.get("unknown", {}).get("count", 0) if isinstance(stats, dict) else 0
+    if unknown:
+        alerts.append(f"{unknown} entries sent without an answer rest unknown: mark them "
+                      "delivered, send them again or purge them")
+    return alerts
+
+
 def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
     """Every queue's card, each measured on its own."""
     from shared.billing.usage import usage_figures
@@ -158,12 +177,14 @@ def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
 
     delivery = _section(lambda: DeliveryStore(services.db).stats())
     now = utcnow()
-    cards.append(_card("delivery", "Delivery queue", "table", "delivery_queue", delivery, now,
-                       lambda m: {"depth": m["pending"]["count"],
-                                  "inFlight": m["in_flight"]["count"],
-                                  "dead": m["failed"]["count"],
-                                  "oldestAgeS": _age_s(now, m["pending"]["oldest"])},
-                       link="/admin/deliveries"))
+    card = _card("delivery", "Delivery queue", "table", "delivery_queue", delivery, now,
+                 lambda m: {"depth": m["pending"]["count"],
+                            "inFlight": m["in_flight"]["count"],
+                            "dead": m["failed"]["count"],
+                            "oldestAgeS": _age_s(now, m["pending"]["oldest"])},
+                 link="/admin/deliveries")
+    card["alerts"] = _delivery_alerts(services, delivery)
+    cards.append(card)
 
     erasure = _section(lambda: ErasureStore(services.db).summary())
     now = utcnow()

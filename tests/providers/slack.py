@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from tests.providers.http import ProviderServer, StandIn, json_response
@@ -33,6 +34,7 @@ class SlackStandIn(StandIn):
         self.archived = set(archived)
         self.answers: list[tuple[int, dict[str, Any], dict[str, str]]] = []
         self.messages: list[dict[str, Any]] = []
+        self.late_s = 0.0  # accept the message, then answer this much later
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
 
@@ -67,5 +69,7 @@ class SlackStandIn(StandIn):
                 if key in data:
                     message[key] = data[key]
             self.messages.append(message)
+        if self.late_s:
+            time.sleep(self.late_s)
         return json_response(200, {"ok": True, "channel": channel, "ts": ts,
                                    "message": {"type": "message", "text": text, "ts": ts}})

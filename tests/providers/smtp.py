@@ -3,7 +3,8 @@
 Speaks EHLO/HELO, MAIL FROM, RCPT TO, DATA (dot-unstuffed), RSET, NOOP and QUIT; no
 TLS or AUTH. Recipients in ``unknown`` are refused ``550 5.1.1``; those in ``busy``
 ``451 4.3.0`` (try later). Accepted messages land in ``messages`` as parsed
-``email.message.Message`` objects.
+``email.message.Message`` objects; with ``late_s`` the final reply to DATA comes that
+much later (the message is already taken).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import email
 import socketserver
 import threading
+import time
 from email.message import Message
 from typing import Self
 
@@ -21,6 +23,7 @@ class SmtpServer:
         self.envelopes: list[tuple[str, list[str]]] = []
         self.unknown: set[str] = set()
         self.busy: set[str] = set()
+        self.late_s = 0.0
         outer = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -67,7 +70,12 @@ class SmtpServer:
                             lines.append(data[1:] if data.startswith(b"..") else data)
                         outer.messages.append(email.message_from_bytes(b"".join(lines)))
                         outer.envelopes.append((sender, recipients))
-                        self.reply("250 2.0.0 queued")
+                        if outer.late_s:
+                            time.sleep(outer.late_s)
+                        try:
+                            self.reply("250 2.0.0 queued")
+                        except OSError:  # the client gave up waiting
+                            return
                     elif verb == "RSET":
                         sender, recipients = "", []
                         self.reply("250 2.0.0 OK")

@@ -75,6 +75,7 @@ class TelegramStandIn(StandIn):
         self.chats = set(chats)
         self.blocked = set(blocked)
         self.flood_wait: list[int] = []  # answer 429 with these retry_after values first
+        self.late_s = 0.0  # accept the message, then answer this much later
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
@@ -118,6 +119,8 @@ class TelegramStandIn(StandIn):
                 "parse_mode": mode, "silent": bool(data.get("disable_notification")),
                 "thread_id": data.get("message_thread_id"),
                 "reply_to": (data.get("reply_parameters") or {}).get("message_id")})
+        if self.late_s:
+            time.sleep(self.late_s)
         return json_response(200, {"ok": True, "result": {
             "message_id": message_id, "date": int(time.time()),
             "chat": {"id": int(chat), "type": "private"}, "text": text}})

@@ -22,7 +22,10 @@ from shared.delivery.channels.base import (
     transport_error,
 )
 from shared.delivery.chunking import plain, to_html
-from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
+from shared.delivery.classify import (
+    PermanentDeliveryError,
+    TransientDeliveryError,
+)
 from shared.delivery.retry import Retrier
 from shared.delivery.store import DeliveryEntry
 from shared.egress import EgressError, SmtpRefused

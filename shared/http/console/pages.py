@@ -596,12 +596,16 @@ async def audit_page(request: Request, identity: Identity) -> Response:
 
 def deliveries_model(services: Services, status: str | None, channel: str | None,
                      limit: int) -> dict[str, Any]:
-    from shared.delivery.store import DeliveryStore, check_status
+    from shared.delivery.destinations import Destinations
+    from shared.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
 
     store = DeliveryStore(services.db)
     rows = store.list(status=check_status(status), channel=channel, limit=limit)
+    destinations = Destinations(services.db, DEFAULT_SCHEDULE.delays_s,
+                                services.settings.delivery_outage_threshold).status()
     return {"generatedAt": iso_z(utcnow()), "stats": store.stats(), "status": status,
-            "channel": channel, "entries": [r.to_json() for r in rows]}
+            "channel": channel, "entries": [r.to_json() for r in rows],
+            "destinations": destinations}
 
 
 def _delivery_params(request: Request) -> tuple[str | None, str | None, int]:
@@ -630,13 +634,16 @@ async def deliveries_json(request: Request, identity: Identity) -> dict[str, Any
              include_in_schema=False)
 @_guarded("delivery")
 async def deliveries_action(request: Request, identity: Identity, action: str) -> Response:
-    """``redrive`` / ``purge`` one failed entry (``id``) or every failed one (of ``channel``)."""
+    """``redrive`` / ``purge`` one failed entry (``id``) or every failed one (of ``channel``);
+    ``mark-delivered`` / ``send-again`` one entry resting unknown (``purge`` takes it too)."""
     from shared.delivery.store import DeliveryStore
 
-    if action not in ("redrive", "purge"):
+    if action not in ("redrive", "purge", *UNKNOWN_ACTIONS):
         raise NotFound(f"no delivery action {action!r}")
     form = await _form(request, ("id", "channel", "confirm"))
     entry_id, channel = form.get("id") or None, form.get("channel") or None
+    if action in UNKNOWN_ACTIONS and not entry_id:
+        raise RequestError(f"{action} needs an entry id", field="id")
     store = DeliveryStore(_services(request).db)
     if not form.flag("confirm"):
         await run_in_threadpool(preview, request)
@@ -647,6 +654,9 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
                      title=f"{action.capitalize()} deliveries?")
 
     def act() -> int:
+        if action in UNKNOWN_ACTIONS and entry_id:
+            getattr(store, UNKNOWN_ACTIONS[action])(entry_id)
+            return 1
         if entry_id:
             (store.redrive if action == "redrive" else store.purge)(entry_id)
             return 1
@@ -656,6 +666,9 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
     return _page(request, "delivery_action.html", identity=identity, action=action,
                  entry_id=entry_id, channel=channel, count=done, done=done,
                  title=f"Deliveries {action}")
+
+
+UNKNOWN_ACTIONS = {"mark-delivered": "mark_delivered", "send-again": "send_again"}
 
 
 # Every console route checks its query string with ``_params`` (names and repeats).

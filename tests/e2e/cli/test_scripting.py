@@ -73,6 +73,7 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("rss", "scopes", "remove"), ["walk-scope"], "", {0}),
     (("rss", "sources", "remove"), ["{source}"], "", {0}),
     (("rss", "refresh"), [], "", {0, 2}),
+    (("audit",), ["--limit", "5"], "", {0}),
 ]
 # What an output gives later commands.
 CAPTURE: dict[tuple[str, ...], Callable[[Any], dict[str, str]]] = {
@@ -164,7 +165,8 @@ def test_one_exit_code_per_meaning(walk_env: dict[str, str], tmp_path: Any,
                  ["dlq", "show", "rss.ingest", "nope"], ["dlq", "list", "nope"],
                  ["rss", "sources", "show", "nope"], ["rss", "scopes", "show", "nope"],
                  ["rss", "stories", "nope"], ["alerts", "rules", "nope"], ["run", "nope"],
-                 ["flags", "nope"], ["publish", "nope"]):
+                 ["flags", "nope"], ["publish", "nope"],
+                 ["alerts", "rules", "nope", "--set", "-"]):  # stdin {}: no rules list
         code, out, err = _run([*argv, "--json"], "{}", monkeypatch, capfd)
         assert code == EXIT_USAGE and out == "" and err.startswith("sluice: "), (argv, err)
     # No database where SLUICE_DATABASE_URL points: configuration, and nothing created.

@@ -130,7 +130,7 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     redriven = run_cli(["delivery", "redrive", entry["id"], "--by", "oncall", "--json"], env)
     assert json.loads(redriven.stdout)["status"] == "pending"
     conflict = run_cli(["delivery", "purge", entry["id"]], env)
-    assert conflict.returncode == 64 and "only a failed entry can be purged" in conflict.stderr
+    assert conflict.returncode == 64 and "only a failed or unknown entry can be purged" in conflict.stderr
     assert run_cli(["delivery", "redrive"], env).returncode == 64
     assert run_cli(["delivery", "enqueue", "telegram", "1", "--payload", "[1]"],
                    env).returncode == 64
@@ -151,13 +151,17 @@ def test_queue_status_for_monitoring(client: TestClient, svc: Services,
     cron = {"authorization": f"Bearer {CRON_SECRET}"}
     empty = client.get("/api/queue/status", headers=cron)
     assert empty.status_code == 200
-    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0},
-                            "inBackoff": 0, "oldestPendingAgeS": None, "lastSummary": None}
+    assert empty.json() == {"depth": {"pending": 0, "in_flight": 0, "acked": 0, "failed": 0,
+                                      "unknown": 0},
+                            "inBackoff": 0, "oldestPendingAgeS": None, "destinations": [],
+                            "lastSummary": None}
 
-    # longer than the in-process retries wait: the first entry goes to its backoff at once
+    # a failed entry, then a flood wait longer than the in-process retries wait: Telegram is
+    # failing, the entry waits for its next probe
+    store.enqueue("telegram", "1002", {"text": "blocked"})
+    client.get(f"{BASE}/drain", headers=cron)
     telegram.flood_wait.append(60)
     store.enqueue("telegram", "1001", {"text": "later"})
-    store.enqueue("telegram", "1002", {"text": "blocked"})
     drained = client.get(f"{BASE}/drain", headers=cron).json()
     store.enqueue("telegram", "1001", {"text": "not yet drained"})
 
@@ -165,10 +169,14 @@ def test_queue_status_for_monitoring(client: TestClient, svc: Services,
 
     assert status.status_code == 200
     body = status.json()
-    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1}
+    assert body["depth"] == {"pending": 2, "in_flight": 0, "acked": 0, "failed": 1,
+                             "unknown": 0}
     assert body["inBackoff"] == 1
+    [telegram_down] = body["destinations"]
+    assert (telegram_down["key"], telegram_down["down"], telegram_down["waiting"]) == (
+        "telegram", False, 1), "failing once: its entry waits, not yet reported down"
     assert body["oldestPendingAgeS"] >= 0
-    assert body["lastSummary"]["outcome"] == "failures"
+    assert body["lastSummary"]["outcome"] == "ok"
     assert body["lastSummary"]["summary"] == drained
     assert body["lastSummary"]["finishedAt"].endswith("Z")
 

@@ -238,3 +238,30 @@ def test_each_drain_emits_queue_drained_with_its_summary(svc: Services,
     assert values["QueueDrained.recovered"] == 1.0
     assert {"QueueDrained.failed", "QueueDrained.skippedMaxRetries",
             "QueueDrained.deferredBackoff", "QueueDrained.outages"} <= set(values)
+
+
+def test_one_poisoned_entry_among_good_ones_fails_alone(
+        svc: Services, providers: Providers) -> None:
+    # GIVEN a webhook recipient that does not parse and an email recipient with CR/LF,
+    # stored before any check, among good entries
+    store = DeliveryStore(svc.db)
+    good = [store.enqueue("webhook", providers.webhook.url, {"text": "a"})[0]]
+    bad_hook, _ = store.enqueue("webhook", "http://[::1/x", {"text": "poison"})
+    bad_mail, _ = store.enqueue("email", "ops@example.com\r\nBcc: x@example.com",
+                                {"text": "poison"})
+    good += [store.enqueue("email", "ops@example.com", {"text": "b"})[0],
+             store.enqueue("slack", "C0ALERTS", {"text": "c"})[0]]
+
+    # WHEN the drain runs
+    result = drain_once(svc)
+
+    # THEN each poisoned entry is its own permanent failure, the SMTP server is not held,
+    # and every good entry is delivered in the same run
+    assert result["recovered"] == 3 and result["failed"] == 2
+    assert result["outages"] == {"count": 0, "down": {}, "destinations": []}
+    for entry in (bad_hook, bad_mail):
+        stored = store.get(entry.id)
+        assert stored.status is DeliveryStatus.FAILED and stored.failure_reason == "permanent"
+        assert stored.attempts == 1
+    assert {store.get(e.id).status for e in good} == {DeliveryStatus.ACKED}
+    assert len(providers.smtp.messages) == 1

@@ -1,0 +1,93 @@
+"""A tenant webhook down for 30 simulated minutes with one alert queued: nothing fails, a
+drain every minute probes it only at each backoff step, the status endpoint, the console
+(overview card and deliveries page) show the destination down with its waiting entry, and
+the alert is delivered once when the receiver is back. Time passes by moving the rows'
+timestamps back, never by sleeping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from shared.core.services import Services
+from shared.delivery import drain
+from shared.delivery.store import DeliveryStatus, DeliveryStore
+from shared.http.app import create_app
+from tests.conftest import CRON_SECRET, admin_token
+from tests.providers.webhook import WebhookReceiver
+
+SECRET = "webhook-secret-for-tests-0123456789"
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver(SECRET) as server:
+        yield server
+
+
+@pytest.fixture
+def svc(db_url: str, make_services: Callable[..., Services]) -> Services:
+    return make_services(db_url, SLUICE_WEBHOOK_SIGNING_SECRET=SECRET)
+
+
+def minute_passes(svc: Services) -> None:
+    d = timedelta(minutes=1)
+    with svc.db.transaction() as tx:
+        for row in tx.fetchall("SELECT id, next_attempt_at, enqueued_at, updated_at "
+                               "FROM delivery_queue"):
+            tx.execute("UPDATE delivery_queue SET next_attempt_at = :n, enqueued_at = :e, "
+                       "updated_at = :u WHERE id = :id",
+                       {"id": row["id"], "n": row["next_attempt_at"] - d,
+                        "e": row["enqueued_at"] - d, "u": row["updated_at"] - d})
+        for row in tx.fetchall("SELECT key, next_probe_at, down_since "
+                               "FROM delivery_destinations"):
+            tx.execute("UPDATE delivery_destinations SET next_probe_at = :n, down_since = :s "
+                       "WHERE key = :key", {"key": row["key"], "n": row["next_probe_at"] - d,
+                                            "s": row["down_since"] - d})
+
+
+def test_a_webhook_down_for_30_minutes_fails_nothing_and_is_shown_down(
+        svc: Services, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(drain, "SLEEP", lambda seconds: None)  # in-process retry waits
+    client = TestClient(create_app(svc), raise_server_exceptions=False)
+    cron = {"authorization": f"Bearer {CRON_SECRET}"}
+    store = DeliveryStore(svc.db)
+    entry, _ = store.enqueue("webhook", receiver.url, {"text": "breach"},
+                             idempotency_key="alert:down:1")
+    receiver.answers.extend([503] * 1000)
+
+    results = []
+    for _ in range(30):
+        drained = client.get("/api/admin/delivery/drain", headers=cron)
+        assert drained.status_code == 200
+        results.append(drained.json())
+        minute_passes(svc)
+
+    assert sum(r["failed"] + r["skippedMaxRetries"] for r in results) == 0
+    probes = len(receiver.received) // 3  # three in-process tries per probe
+    assert 4 <= probes <= 8, f"one probe per backoff step, not one a minute: {probes}"
+    assert store.get(entry.id).attempts == 0 and store.get(entry.id).held_by
+
+    status = client.get("/api/queue/status", headers=cron).json()
+    [down] = status["destinations"]
+    assert down["down"] and down["waiting"] == 1 and down["key"].startswith("webhook:127.0.0.1")
+    admin = {"authorization": f"Bearer {admin_token(['ops', 'super_admin'])}"}
+    overview = client.get("/api/admin/console/overview", headers=admin).json()
+    [card] = [c for c in overview["cards"] if c["key"] == "delivery"]
+    assert any("is down since" in alert and "1 entries waiting" in alert
+               for alert in card["alerts"])
+    page = client.get("/api/admin/console/deliveries", headers=admin).json()
+    assert [d["key"] for d in page["destinations"]] == [down["key"]]
+
+    # WHEN the receiver comes back, the next probe delivers it, once
+    receiver.answers.clear()
+    for _ in range(11):
+        client.get("/api/admin/delivery/drain", headers=cron)
+        minute_passes(svc)
+    stored = store.get(entry.id)
+    assert stored.status is DeliveryStatus.ACKED and stored.attempts == 1
+    assert list(receiver.delivered) == ["alert:down:1"]
+    assert client.get("/api/queue/status", headers=cron).json()["destinations"] == []
