@@ -18,6 +18,14 @@ from bench.common import Row
 
 
 def run() -> list[Row]:
+    import sys
+
+    from bench.__main__ import print_rows
     from bench.scale import delivery, rss
 
-    return rss.run() + delivery.run()
+    rows = []
+    for part in (rss, delivery):
+        produced = part.run()
+        print_rows(produced, sys.stderr)  # each part's rows as soon as it has them
+        rows += produced
+    return rows

@@ -67,7 +67,7 @@ from shared.delivery.classify import (
 )
 from shared.delivery.destinations import Destinations, FailingDestination
 from shared.delivery.payload import parse
-from shared.delivery.ratelimit import Limiter, rate_limited_for_s
+from shared.delivery.ratelimit import Limiter
 from shared.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from shared.jobs.registry import Deadline, JobContext
@@ -196,29 +196,12 @@ class Deliverer:
         return self._settle(entry, sent)
 
     def _throttled(self, entry: DeliveryEntry, time_left_s: float | None) -> bool:
-        """No slot on the entry's shared rates: set aside until one frees, attempt given
-        back."""
-        if self.limiter is None:
-            return False
-        wait_s = self.limiter.acquire(entry, time_left_s=time_left_s)
-        if wait_s <= 0:
-            return False
-        self.store.release(entry, f"not sent yet: {entry.channel} rate limit",
-                           delay=timedelta(seconds=wait_s))
-        return True
+        return self.limiter is not None and self.limiter.hold(self.store, entry, time_left_s)
 
     def _refused_for_rate(self, entry: DeliveryEntry, sent: Sent) -> bool:
-        """A 429 / Retry-After: every sender slows down there, and the attempt is given
-        back (the provider refused for its rate, not for the message)."""
-        if self.limiter is None or sent.verdict != "transient" or sent.error is None:
-            return False
-        wait_s = rate_limited_for_s(sent.error)
-        if wait_s is None:
-            return False
-        self.limiter.slow_down(entry, wait_s)
-        self.store.release(entry, f"not sent: {describe(sent.error)} (rate limited; no "
-                                  "attempt counted)", delay=timedelta(seconds=wait_s))
-        return True
+        return (self.limiter is not None and sent.verdict == "transient"
+                and sent.error is not None
+                and self.limiter.refused(self.store, entry, sent.error))
 
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()

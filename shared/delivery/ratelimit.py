@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-from shared.delivery.classify import TransientDeliveryError, _walk
-from shared.delivery.store import DeliveryEntry
+from shared.delivery.classify import TransientDeliveryError, _walk, describe
+from shared.delivery.store import DeliveryEntry, DeliveryStore
 from shared.store.db import Database, load_queries
 
 if TYPE_CHECKING:
@@ -204,6 +205,30 @@ class Limiter:
         until = self._now_us() + max(int(wait_s * US), narrowest.interval_us)
         self.store.slow(narrowest.key, until)
         self.slowed += 1
+
+    def hold(self, store: DeliveryStore, entry: DeliveryEntry,
+             time_left_s: float | None) -> bool:
+        """Before a send: True when no slot freed in time and the claimed entry was set
+        aside until one does (``pending``, its attempt given back)."""
+        wait_s = self.acquire(entry, time_left_s=time_left_s)
+        if wait_s <= 0:
+            return False
+        store.release(entry, f"not sent yet: {entry.channel} rate limit",
+                      delay=timedelta(seconds=wait_s))
+        return True
+
+    def refused(self, store: DeliveryStore, entry: DeliveryEntry,
+                error: BaseException) -> bool:
+        """After a transient failure: True when it was a 429 / Retry-After, which slowed the
+        destination for every sender and set the entry aside with its attempt given back
+        (the provider refused for its rate, not for the message)."""
+        wait_s = rate_limited_for_s(error)
+        if wait_s is None:
+            return False
+        self.slow_down(entry, wait_s)
+        store.release(entry, f"not sent: {describe(error)} (rate limited; no attempt "
+                             "counted)", delay=timedelta(seconds=wait_s))
+        return True
 
 
 __all__ = ["DbRates", "Limiter", "Rate", "RateStore", "RedisRates", "rate_limited_for_s",

@@ -10,10 +10,9 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
-import httpx
-
 from shared.core.services import Services
 from shared.core.settings import Settings
+from shared.delivery.channels import Outbound
 from shared.delivery.drain import Deliverer
 from shared.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
@@ -170,7 +169,7 @@ def test_concurrent_drains_send_every_entry_exactly_once(
 
     def drain() -> None:
         try:
-            with httpx.Client(timeout=5) as client:
+            with Outbound.open(svc.settings, deadline_s=60) as client:
                 Deliverer.from_services(svc, client).drain(Deadline(60))
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)

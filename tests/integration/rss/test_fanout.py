@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -14,7 +16,7 @@ from shared.jobs.registry import JOBS
 from shared.jobs.runner import run_job
 from shared.ops.overview import queue_figures
 from shared.queues.publish import REGISTRY
-from shared.queues.runtime import consumers_for
+from shared.queues.runtime import consumers_for, publisher_of
 from shared.rss.catalog import peek_scope
 from shared.rss.fanout import recent_ticks, refresh_build, tick_report
 from shared.rss.store import RssStore
@@ -140,3 +142,32 @@ def test_flag_on_publishes_per_build_messages_to_sqs_and_the_consumer_builds_the
     report = tick_report(svc.db, fan_out["tickId"])
     assert report is not None and (report["built"], report["pending"]) == (3, 0)
     assert bodies(urls["rss.ingest-dlq"]) == []
+
+
+def test_a_publish_that_fails_leaves_the_rest_to_the_inline_path(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    svc = feed_services(make_services, db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    scopes = seed(svc, feeds)
+    FlagStore(svc.state).set("rssQueuePipeline", True)
+    publisher_of(svc)  # builds and registers the in-process consumers
+    real = REGISTRY.get("rss.ingest")
+    assert real is not None
+
+    class QueueDownForBuilds:
+        """The seed's message goes through; the per-build ones are refused."""
+
+        def deliver_local(self, body: str, message_id: str) -> Any:
+            if '"buildKey"' in body:
+                return SimpleNamespace(outcome=SimpleNamespace(value="retry"), reason="down")
+            return real.deliver_local(body, message_id)
+
+    REGISTRY.register("rss.ingest", QueueDownForBuilds())
+    body = run_job(JOBS["rss-refresh"], svc, "schedule").body
+    fan_out = body["fanOut"]
+    assert (fan_out["due"], fan_out["published"], fan_out["publishFailed"]) == (3, 0, 1)
+    tenants = body["tenantIngestion"]
+    # three builds made inline, the other four scopes share them
+    assert (tenants["tenantScopes"], tenants["refreshed"], tenants["shared"],
+            tenants["failed"]) == (7, 3, 4, 0)
+    assert all(peek_scope(svc, s) is not None for s in scopes)
+    assert all(count == 1 for count in feeds.hits.values())
