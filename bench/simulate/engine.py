@@ -84,9 +84,10 @@ def match_of(entry: Any) -> Match:
 
 class Simulation:
     def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
-                 inject: str | None = None) -> None:
+                 inject: str | None = None, keep_going: bool = False) -> None:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
         self.rng = random.Random(seed)
+        self.keep_going = keep_going
         self.world: World = generate(seed, clock.start, days)
         # The world is drawn first; the same generator then decides operator choices and
         # crashes, so one seed fixes everything.
@@ -204,15 +205,17 @@ class Simulation:
             job.resolve()
         with Installed(self.network), self.crashes.installed(), inline_pools(), \
                 _seeded_ids(self.seed):
-            while self.queue and not self.judge.violations:
+            while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if at > self.world.end:
                     break
                 self.clock.move_to(at)
                 self._step(kind, what)
+                if self.judge.violations and not self.out.trail:
+                    self.out.trail = list(self.trail)  # the steps up to the first one
         self.out.deliveries = len(self.network.receipts)
         self.out.violations = list(self.judge.violations)
-        self.out.trail = list(self.trail)
+        self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
         self.out.wall_s = time.perf_counter() - started
         self.services.close()
