@@ -175,7 +175,11 @@ class Simulation:
     def _owe(self, rule: SimRule) -> None:
         """The matches this rule must deliver: feed and destination up, rule unchanged."""
         tenant = next(t for t in self.world.tenants if t.scope == rule.scope)
-        peer = self.world.destinations[f"{rule.channel}:{rule.recipient}"]
+        # A destination is held as down by its host (one API host per chat channel; every
+        # simulated webhook shares one host): a fault of any destination on the same
+        # channel may delay this one, so only a match clear of all of them is owed.
+        windows = [w for name, peer in sorted(self.world.destinations.items())
+                   if name.startswith(f"{rule.channel}:") for w in peer.windows]
         for name in tenant.feeds:
             feed = self.world.feeds[name]
             for story in feed.stories:
@@ -186,7 +190,7 @@ class Simulation:
                 if keyword is None or keyword not in story.words:
                     continue
                 if not (rule.unchanged(published - timedelta(minutes=20), due)
-                        and _clear(peer.windows, published, due)
+                        and _clear(windows, published - timedelta(hours=1), due)
                         and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
                         and story in feed.visible(published + timedelta(hours=1))):
                     continue
