@@ -102,6 +102,9 @@ class Simulation:
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
         self.last_run: dict[str, datetime] = {}
+        # After a crash, entries may sit in flight under a lease until it lapses (not "due"):
+        # drains run every minute until then, as they do on AWS.
+        self.busy_until = clock.start
         self.changes = 0  # rule edits, operator actions, drains, crashes: what a tick may see
         self.tick_seen: tuple[Any, ...] = ()
         self.day30: dict[str, int] | None = None
@@ -270,7 +273,7 @@ class Simulation:
         job = get_job(name)
         if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge") \
                 and now - self.last_run.get(name, datetime.min.replace(tzinfo=now.tzinfo)) \
-                < IDLE_EVERY:
+                < IDLE_EVERY and now >= self.busy_until:
             idle = name != "delivery-drain" or DeliveryStore(self.services.db).count_due() == 0
             if idle:
                 self.out.coalesced += 1
@@ -296,6 +299,8 @@ class Simulation:
             summary = f"{name}: {outcome.outcome} {_brief(outcome.body)}"
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
+            self.busy_until = self.clock.now() + timedelta(
+                seconds=self.services.settings.delivery_lease_s + 180)
         self.out.runs += 1
         took = (self.clock.now() - now).total_seconds()
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
