@@ -30,6 +30,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--days", type=int, default=30, help="simulated days (default 30)")
     parser.add_argument("--quiet", action="store_true", help="only the table")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="count every violation instead of stopping a seed at its first")
     parser.add_argument("--inject", choices=INJECTIONS,
                         help="switch on a known defect, to see the invariants catch it")
     return parser.parse_args(argv)
@@ -54,14 +56,15 @@ def _scratch() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None) -> Any:
+def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
+             keep_going: bool = False) -> Any:
     from bench.simulate.engine import Simulation
 
     clock.reset()
     with tempfile.TemporaryDirectory(prefix=f"sluice-sim-{seed}-", dir=_scratch()) as directory, \
             contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):  # the metrics' EMF lines
-        return Simulation(seed, days, Path(directory), clock, inject).run()
+        return Simulation(seed, days, Path(directory), clock, inject, keep_going).run()
 
 
 def _fixed_hashes(argv: list[str]) -> None:
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         for seed in seeds:
-            out = run_seed(seed, args.days, clock, args.inject)
+            out = run_seed(seed, args.days, clock, args.inject, args.keep_going)
             rows.append([str(seed), str(args.days), str(out.steps), str(out.runs),
                          _faults(out.faults), str(out.deliveries), str(len(out.violations)),
                          out.digest, f"{out.wall_s:.1f}"])
