@@ -17,7 +17,7 @@ from tests.conftest import CRON_SECRET, admin_token
 
 ROUTE = "/api/admin/state/cleanup"
 CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
-                "deletedAuditRecords", "processedAt"}
+                "deletedAuditRecords", "failed", "errors", "processedAt"}
 
 
 @pytest.fixture
