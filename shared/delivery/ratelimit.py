@@ -221,9 +221,13 @@ class Limiter:
                 error: BaseException) -> bool:
         """After a transient failure: True when it was a 429 / Retry-After, which slowed the
         destination for every sender and set the entry aside with its attempt given back
-        (the provider refused for its rate, not for the message)."""
+        (the provider refused for its rate, not for the message).
+
+        A 429 that names no wait is not handled here: set aside with no delay it would be
+        claimed again at once, so the drain holds its destination on the backoff schedule
+        instead (no attempt counted either way)."""
         wait_s = rate_limited_for_s(error)
-        if wait_s is None:
+        if wait_s is None or wait_s <= 0:
             return False
         self.slow_down(entry, wait_s)
         store.release(entry, f"not sent: {describe(error)} (rate limited; no attempt "
