@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
 from shared.core.crash import crash_point
-from shared.core.errors import RequestError
+from shared.core.errors import RequestError, StoreError
 from shared.core.observe import Reporter, logger
 from shared.core.services import Services
 from shared.core.shutdown import sleep_with_abort
@@ -304,8 +304,14 @@ class _Run:
             if not claimed:
                 break
             crash_point("delivery.after_claim")
-            if not self._one(claimed[0]):
-                break
+            try:
+                if not self._one(claimed[0]):
+                    break
+            except StoreError:
+                raise  # the store's trouble is no entry's: the run stops, the lease lapses
+            except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
+                logger.error(f"[delivery] {claimed[0].id} raised while being sent: {exc!r}")
+                self._count(self.d._settle(claimed[0], Sent(classify(exc), 0, error=exc)))
             self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                           f"{summary['failed'] + summary['skippedMaxRetries']} failed")
         summary["deferredBackoff"] = self.store.count_backoff(since=started)

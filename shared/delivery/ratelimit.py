@@ -58,9 +58,13 @@ def rates_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
         return [Rate.per(f"slack:channel:{entry.recipient}", settings.slack_channel_rate_per_s,
                          1)]
     if entry.channel == "webhook":
-        parts = urlsplit(entry.recipient)
-        return [Rate.per(f"webhook:host:{parts.hostname}:{parts.port or ''}",
-                         settings.webhook_host_rate_per_s, 1)]
+        try:
+            parts = urlsplit(entry.recipient)
+            host, port = parts.hostname, parts.port
+        except ValueError:  # unparseable: its send refuses it for good, and no host is reached
+            return []
+        return [Rate.per(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
+                         1)]
     return []
 
 

@@ -26,12 +26,14 @@ def client(sqlite_url: str, make_services: Callable[..., Services]) -> TestClien
 
 
 INSIDE = ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:6379/", "http://[::1]/",
-          "http://localhost:8080/hook", "http://0177.0.0.2/", "http://[::1/x",
-          "http://2130706433/", "ftp://example.com/hook", "http://10.0.0.8/hook", "http://a..b/"]
+          "http://localhost:8080/hook", "http://10.0.0.8/hook"]
+# not in the one canonical form the sender dials: refused by the door's URL rule first
+MALFORMED = ["http://0177.0.0.2/", "http://[::1/x", "http://2130706433/",
+             "ftp://example.com/hook", "http://a..b/"]
 
 
 def test_a_webhook_rule_aimed_inside_is_refused_naming_the_field(client: TestClient) -> None:
-    for recipient in INSIDE:
+    for recipient in INSIDE + MALFORMED:
         answer = client.put("/api/admin/alerts/rules/acme", headers=ops(), json={"rules": [
             {"id": "ok", "match": {"keywords": ["x"]},
              "destination": {"channel": "slack", "recipient": "C0123"}},
@@ -40,7 +42,8 @@ def test_a_webhook_rule_aimed_inside_is_refused_naming_the_field(client: TestCli
         assert answer.status_code == 400, (recipient, answer.text)
         error = answer.json()["error"]
         assert error["field"] == "rules[1].destination.recipient"
-        assert error["code"] == "address_refused"
+        assert error["code"] == ("address_refused" if recipient in INSIDE else "bad_request"), \
+            (recipient, error)
     assert client.get("/api/admin/alerts/rules/acme", headers=ops()).json()["rules"] == []
 
 
