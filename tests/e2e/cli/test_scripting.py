@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from shared.cli.main import EXIT_CONFIG, EXIT_USAGE, build_parser, leaf_commands, main
+from shared.delivery.store import DeliveryStore
 from shared.erasure.requests import ErasureStore
 from shared.queues.deadletters import LocalDeadLetters
 from shared.queues.signing import Signer
@@ -52,6 +53,8 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("delivery", "stats"), [], "", {0}),
     (("delivery", "redrive"), ["--all-failed"], "", {0}),
     (("delivery", "purge"), ["--all-failed"], "", {0}),
+    (("delivery", "mark-delivered"), ["{sent}"], "", {0}),
+    (("delivery", "send-again"), ["{lost}"], "", {0}),
     (("billing", "reset-attempts"), ["--dry-run"], "", {0}),
     (("erasure", "request"), ["walk-3", "--grace-days", "5"], "", {0}),
     (("erasure", "list"), [], "", {0}),
@@ -108,7 +111,14 @@ def _seed(make_services: Any, url: str) -> dict[str, str]:
         "originalMessageId": "m-walk", "originalTopic": "rss.ingest", "deliveryCount": 5,
         "failedAt": (utcnow() - timedelta(minutes=5)).isoformat(),
         "errorMessage": "feed fetch failed", "originalMessage": Signer([SECRET]).sign(MESSAGE)})
-    return {"later": later.id, "due": due.id, "dead": dead}
+    unknown = {}
+    for name in ("sent", "lost"):  # two entries resting unknown, for the operator's two verbs
+        entry, _ = DeliveryStore(services.db).enqueue("telegram", "1001", {"text": name})
+        with services.db.transaction() as tx:
+            tx.execute("UPDATE delivery_queue SET status = 'unknown', unknown_sends = 1 "
+                       "WHERE id = :id", {"id": entry.id})
+        unknown[name] = entry.id
+    return {"later": later.id, "due": due.id, "dead": dead, **unknown}
 
 
 def _run(argv: list[str], stdin: str, monkeypatch: pytest.MonkeyPatch,

@@ -114,7 +114,9 @@ def test_redrive_insert_killed_mid_transaction(pg: PostgresDatabase, redis_env: 
     services = services_on(killing, **redis_env)
     outcome = run_job(JOBS["ledger-redrive"], services, "cli")
     assert killing.killed == 1
-    assert outcome.status == 200 and outcome.outcome == "failures"
+    # an outage pages through the store alarms, not as drain failures: only deadLettered does
+    assert outcome.status == 200 and outcome.outcome == "ok"
+    assert outcome.body["reason"] == "store_unavailable"
     assert outcome.body["requeued"] == 40 and outcome.body["succeeded"] == 0
     [error] = outcome.body["errors"]
     assert error.startswith("store_unavailable: ")
