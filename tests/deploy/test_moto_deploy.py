@@ -23,6 +23,23 @@ REGION = "eu-west-3"
 STACK = f"sluice-{STAGE}"
 
 
+# moto's CloudFormation has no model of Lambda Function URLs (the job functions' cron GET,
+# checked in test_template.py): their resources, and the outputs reading their URL, are left
+# out of what moto deploys.
+UNMODELLED = {"AWS::Lambda::Url"}
+
+
+def modelled(template: dict[str, Any]) -> dict[str, Any]:
+    left_out = {name for name, r in template["Resources"].items() if r["Type"] in UNMODELLED}
+    assert left_out, "the job functions' URLs are in the template"
+    resources = {k: v for k, v in template["Resources"].items() if k not in left_out}
+    outputs = {k: v for k, v in template.get("Outputs", {}).items()
+               if not any(name in json.dumps(v) for name in left_out)}
+    assert not any(name in json.dumps(resources) for name in left_out), \
+        "no modelled resource depends on a Function URL"
+    return {**template, "Resources": resources, "Outputs": outputs}
+
+
 @pytest.fixture(scope="module")
 def deployed(packaged: Packaged, moto_endpoint: str) -> dict[str, Any]:
     def client(service: str) -> Any:
@@ -39,7 +56,7 @@ def deployed(packaged: Packaged, moto_endpoint: str) -> dict[str, Any]:
     for fn in packaged.functions().values():
         key = fn["Properties"]["Code"]["S3Key"]
         s3.upload_file(str(packaged.out / key.rsplit("/", 1)[1]), bucket, key)
-    cfn.update_stack(StackName=STACK, TemplateBody=json.dumps(packaged.template),
+    cfn.update_stack(StackName=STACK, TemplateBody=json.dumps(modelled(packaged.template)),
                      Capabilities=["CAPABILITY_IAM"])
     # No delete_stack afterwards: moto 5.2 fails deleting a stack with exports (KeyError on
     # the export name); the stack lives in its own region of this run's moto server.
