@@ -116,7 +116,8 @@ class HostilePeer:
                 sent += len(line)
         elif path == "/redirect":
             to = query["to"][0]
-            conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"
-                         .encode())
+            # one request a connection, and said so: a client never reuses a closing socket
+            conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n"
+                         "Connection: close\r\n\r\n".encode())
         else:
-            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

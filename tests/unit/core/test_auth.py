@@ -139,28 +139,28 @@ def test_an_unreachable_jwks_endpoint_is_a_503_not_a_401() -> None:
 def test_a_jwks_endpoint_trickling_its_headers_is_cut_at_five_seconds() -> None:
     from tests.providers.hostile import HostilePeer
 
-    with HostilePeer(drip_s=0.05) as peer:
+    with HostilePeer(drip_s=0.05) as peer, JwksProvider() as idp:
         verifier = AdminVerifier(Settings.from_env(
             {"SLUICE_ADMIN_JWKS_URL": peer.url + "/trickle-headers"}))
         started = time.monotonic()
         with pytest.raises(UpstreamUnavailable):
-            verifier.authorize(JwksProvider().token(["ops"]), "state")
+            verifier.authorize(idp.token(["ops"]), "state")
         assert time.monotonic() - started < 5 + 3, "a total deadline, headers included"
 
 
 def test_a_token_naming_a_new_key_reads_the_set_again_at_most_every_refresh() -> None:
-    idp = JwksProvider()  # its keys only: the fetch is injected
     reads: list[str] = []
     now = [100.0]
-    keys = JwksKeys("https://idp.example/jwks", lambda url: reads.append(url) or idp.keys,
-                    refresh_s=30, clock=lambda: now[0])
-    assert keys.signing_key(idp.token(["ops"])) is not None
-    rotated = jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, idp.rsa,
-                         algorithm="RS256", headers={"kid": "rotated-away"})
-    with pytest.raises(Unauthorized):
-        keys.signing_key(rotated)
-    assert len(reads) == 1, "an unknown kid within 30 s of a read reads nothing"
-    now[0] += 31
-    with pytest.raises(Unauthorized):
-        keys.signing_key(rotated)
-    assert len(reads) == 2, "after 30 s an unknown kid reads the set again, once"
+    with JwksProvider() as idp:  # its keys only: the fetch is injected
+        keys = JwksKeys("https://idp.example/jwks", lambda url: reads.append(url) or idp.keys,
+                        refresh_s=30, clock=lambda: now[0])
+        assert keys.signing_key(idp.token(["ops"])) is not None
+        rotated = jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, idp.rsa,
+                             algorithm="RS256", headers={"kid": "rotated-away"})
+        with pytest.raises(Unauthorized):
+            keys.signing_key(rotated)
+        assert len(reads) == 1, "an unknown kid within 30 s of a read reads nothing"
+        now[0] += 31
+        with pytest.raises(Unauthorized):
+            keys.signing_key(rotated)
+        assert len(reads) == 2, "after 30 s an unknown kid reads the set again, once"
