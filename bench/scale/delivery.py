@@ -14,9 +14,9 @@ burned by 429s in the note (all three must be 0).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
-import threading
 import time
 import uuid
 from typing import Any, NamedTuple
@@ -29,6 +29,8 @@ CHATS = 500
 HOSTS = 20
 SENDERS = tuple(int(c) for c in os.environ.get("SLUICE_BENCH_SCALE_DELIVERY_SENDERS",
                                                 "1,4,8").split(","))
+# sends each sender keeps in flight (SLUICE_DELIVERY_DRAIN_CONCURRENCY)
+CONCURRENCY = int(os.environ.get("SLUICE_BENCH_SCALE_DELIVERY_CONCURRENCY", "8"))
 BOT_RATE, CHAT_RATE, HOST_RATE = 30, 1, 10
 REDIS_URL = os.environ.get("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TOKEN = "4242:bench-scale-token"
@@ -53,7 +55,8 @@ def _env(url: str, telegram_url: str) -> dict[str, str]:
             "SLUICE_TELEGRAM_API_URL": telegram_url, "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET,
             "SLUICE_TELEGRAM_RATE_PER_SECOND": str(BOT_RATE),
             "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": str(CHAT_RATE),
-            "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": str(HOST_RATE)}
+            "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": str(HOST_RATE),
+            "SLUICE_DELIVERY_DRAIN_CONCURRENCY": str(CONCURRENCY)}
 
 
 def _split() -> tuple[int, int]:
@@ -85,54 +88,80 @@ def _reset(services: Any) -> None:
         tx.execute("DELETE FROM delivery_rate_limits")
 
 
-def _run(url: str, senders: int) -> Run:
-    from bench.scale.standins import LimitedHooks, LimitedTelegram
+def _sender(env: dict[str, str], go: Any, stop: Any, report: Any) -> None:
+    """One sender, as its own process (a separate function): the real drain, run again and
+    again until told to stop, with ``CONCURRENCY`` sends in flight."""
     from shared.core.services import Services
     from shared.core.settings import Settings
     from shared.delivery.channels import Outbound
     from shared.delivery.drain import Deliverer
-    from shared.delivery.store import DeliveryStore
     from shared.jobs.registry import Deadline
 
+    settings = Settings.from_env(env)
+    services = Services.from_settings(settings)
+    try:
+        with Outbound.open(settings, deadline_s=3600) as client:
+            deliverer = Deliverer.from_services(services, client)
+            report.put(("ready", ""))
+            go.wait()
+            while not stop.is_set():
+                done = deliverer.drain(Deadline(30))
+                if not done["recovered"] and not done["rateLimited"]:
+                    time.sleep(0.02)  # nothing due: poll again shortly
+        report.put(("done", ""))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        report.put(("error", repr(exc)))
+    finally:
+        services.close()
+
+
+def _run(url: str, senders: int) -> Run:
+    from bench.scale.standins import LimitedHooks, LimitedTelegram
+    from shared.core.services import Services
+    from shared.core.settings import Settings
+    from shared.delivery.store import DeliveryStore
+
+    processes = multiprocessing.get_context("spawn")
     with LimitedTelegram(TOKEN, BOT_RATE, CHAT_RATE) as telegram, \
             LimitedHooks(HOSTS, HOST_RATE) as hooks:
-        settings = Settings.from_env(_env(url, telegram.url))
-        main = Services.from_settings(settings)
+        env = _env(url, telegram.url)
+        main = Services.from_settings(Settings.from_env(env))
         _reset(main)
         _enqueue(main, hooks.urls)
         store = DeliveryStore(main.db)
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def sender() -> None:
-            services = Services.from_settings(settings)
-            try:
-                with Outbound.open(settings, deadline_s=3600) as client:
-                    deliverer = Deliverer.from_services(services, client)
-                    while not stop.is_set():
-                        done = deliverer.drain(Deadline(30))
-                        if not done["recovered"] and not done["rateLimited"]:
-                            time.sleep(0.02)  # nothing due: poll again shortly
-            except BaseException as exc:  # noqa: BLE001 - reported after the run
-                errors.append(exc)
-            finally:
-                services.close()
-
-        threads = [threading.Thread(target=sender, daemon=True) for _ in range(senders)]
+        go, stop, report = processes.Event(), processes.Event(), processes.Queue()
+        workers = [processes.Process(target=_sender, args=(env, go, stop, report), daemon=True)
+                   for _ in range(senders)]
+        for worker in workers:
+            worker.start()
+        errors = []
+        for _ in workers:  # every sender connected and ready before the clock starts
+            kind, detail = report.get(timeout=120)
+            if kind != "ready":
+                errors.append(detail)
         started = time.perf_counter()
-        for thread in threads:
-            thread.start()
+        go.set()
         limit_s = ENTRIES / 5 + 60  # a slow machine still finishes; a stuck queue does not
         while time.perf_counter() - started < limit_s and not errors:
             if store.stats()["acked"]["count"] >= ENTRIES:
                 break
             time.sleep(0.2)
+            while not report.empty():
+                kind, detail = report.get()
+                if kind == "error":
+                    errors.append(detail)
         wall = time.perf_counter() - started
         stop.set()
-        for thread in threads:
-            thread.join(60)
+        for worker in workers:
+            worker.join(60)
+            if worker.is_alive():
+                worker.kill()
+        while not report.empty():
+            kind, detail = report.get()
+            if kind == "error":
+                errors.append(detail)
         if errors:
-            raise errors[0]
+            raise RuntimeError(f"a sender failed: {errors[0]}")
         stats = store.stats()
         with main.db.transaction() as tx:
             burned_row = tx.fetchone("SELECT count(*) AS n FROM delivery_queue "

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 def pg_options(settings: Settings) -> PgOptions:
     return PgOptions(connect_timeout_s=settings.database_connect_timeout_s,
                      statement_timeout_s=settings.database_statement_timeout_s,
-                     prepared_statements=settings.database_prepared_statements)
+                     prepared_statements=settings.database_prepared_statements,
+                     # a delivery drain's concurrent sends each hold a transaction at times
+                     pool_size=max(4, settings.delivery_drain_concurrency + 1))
 
 
 class Services:

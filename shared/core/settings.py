@@ -161,6 +161,13 @@ class Settings(NamedTuple):
                                                   "float", 0.01, 10_000.0)] = 10.0
     delivery_rate_wait_s: Annotated[float, Var("SLUICE_DELIVERY_RATE_WAIT_SECONDS", "float",
                                                0.0, 60.0)] = 1.0
+    # the fraction below each limit Sluice spaces its sends at: jitter between a sender and
+    # the provider must not turn sends spaced exactly at the limit into a 429
+    delivery_rate_headroom: Annotated[float, Var("SLUICE_DELIVERY_RATE_HEADROOM", "float",
+                                                 0.0, 0.5)] = 0.05
+    # sends one drain run keeps in flight at once (threads, each claim -> send -> settle)
+    delivery_drain_concurrency: Annotated[int, Var("SLUICE_DELIVERY_DRAIN_CONCURRENCY", "int",
+                                                   1, 64)] = 1
     # Postgres connections (shared/store/db.py PgOptions); prepared statements off suits
     # PgBouncer's transaction pooling, where a prepared statement may land on another session
     database_connect_timeout_s: Annotated[int, Var("SLUICE_DATABASE_CONNECT_TIMEOUT_SECONDS",

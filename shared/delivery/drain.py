@@ -38,6 +38,8 @@ out of memory, with ``fatalError``).
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -127,7 +129,7 @@ class Deliverer:
                  lease: timedelta, send_timeout_s: float = 10.0,
                  expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
                  reporter: Reporter | None = None, limiter: Limiter | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, concurrency: int = 1) -> None:
         self.store = store
         self.adapters = adapters
         self.lease = lease
@@ -138,6 +140,7 @@ class Deliverer:
         self.reporter = reporter
         self.limiter = limiter
         self.clock = clock
+        self.concurrency = concurrency  # sends a drain run keeps in flight at once
 
     @classmethod
     def from_services(cls, services: Services, client: Outbound, *,
@@ -158,7 +161,8 @@ class Deliverer:
                    expire=timedelta(seconds=settings.delivery_expire_s),
                    outage_threshold=settings.delivery_outage_threshold,
                    reporter=services.reporter,
-                   limiter=limiter or Limiter.from_services(services))
+                   limiter=limiter or Limiter.from_services(services),
+                   concurrency=settings.delivery_drain_concurrency)
 
     # --- one entry -----------------------------------------------------------------
 
@@ -278,6 +282,9 @@ class _Run:
                                     rateLimited=0, fatal=0, fatalError=None)
         self.failing: dict[str, FailingDestination] = {}
         self.up: set[str] = set()  # destinations that took an entry during this run
+        self.stopped = threading.Event()
+        # the summary and the destinations above, when several workers send at once
+        self.lock = threading.RLock()
 
     def _hold(self) -> timedelta:
         """Set aside until after this run (so it is not claimed again before it ends)."""
@@ -298,22 +305,10 @@ class _Run:
             logger.info(f"[delivery] {back} lapsed lease(s) back to pending, {unknown} "
                         "resting unknown (each may have been sent)")
         self.failing = self.d.destinations.load()
-        # Stop while a whole send (its timeout) still fits before the deadline.
-        while self.deadline.remaining() > self.d.send_timeout_s:
-            claimed = self.store.claim(self.d.lease)
-            if not claimed:
-                break
-            crash_point("delivery.after_claim")
-            try:
-                if not self._one(claimed[0]):
-                    break
-            except StoreError:
-                raise  # the store's trouble is no entry's: the run stops, the lease lapses
-            except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
-                logger.error(f"[delivery] {claimed[0].id} raised while being sent: {exc!r}")
-                self._count(self.d._settle(claimed[0], Sent(classify(exc), 0, error=exc)))
-            self.progress(f"delivery-drain: {summary['recovered']} delivered, "
-                          f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+        if self.d.concurrency <= 1:
+            self._work()
+        else:
+            self._in_parallel(self.d.concurrency)
         summary["deferredBackoff"] = self.store.count_backoff(since=started)
         summary["leftDue"] = self.store.count_due()
         destinations = self.d.destinations.status()
@@ -324,44 +319,98 @@ class _Run:
             for d in destinations if d["down"]}
         return summary
 
+    def _work(self) -> None:
+        """Claim, send and settle one entry after another until none is due, the deadline
+        nears (a whole send, its timeout, must still fit) or the run must stop."""
+        summary = self.summary
+        while not self.stopped.is_set() and self.deadline.remaining() > self.d.send_timeout_s:
+            claimed = self.store.claim(self.d.lease)
+            if not claimed:
+                break
+            crash_point("delivery.after_claim")
+            try:
+                if not self._one(claimed[0]):
+                    self.stopped.set()
+                    break
+            except StoreError:
+                raise  # the store's trouble is no entry's: the run stops, the lease lapses
+            except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
+                logger.error(f"[delivery] {claimed[0].id} raised while being sent: {exc!r}")
+                self._count(self.d._settle(claimed[0], Sent(classify(exc), 0, error=exc)))
+            self.progress(f"delivery-drain: {summary['recovered']} delivered, "
+                          f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+
+    def _in_parallel(self, workers: int) -> None:
+        """``workers`` threads each running ``_work``: the waits on the network, the store
+        and the rates overlap. Claims stay exclusive and every settle is guarded, so no
+        entry is sent twice; the first thing a worker raises stops the others and is raised
+        here. Each worker runs in a copy of this context (the statement bound of the job's
+        time left goes with it)."""
+        raised: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self._work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                raised.append(exc)
+                self.stopped.set()
+
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(work,),
+                                    name=f"delivery-drain-{n}", daemon=True)
+                   for n in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if raised:
+            raise raised[0]
+
     def _one(self, entry: DeliveryEntry) -> bool:
         """Send and settle one entry; False when the run must stop."""
         summary = self.summary
         adapter = self.d.adapters.get(entry.channel)
         if adapter is None:
             self.d._unconfigured(entry, self._hold())
-            unconfigured = summary["unconfigured"]
-            unconfigured["count"] += 1
-            unconfigured["channels"][entry.channel] = (
-                f"no adapter configured for channel {entry.channel!r}")
+            with self.lock:
+                unconfigured = summary["unconfigured"]
+                unconfigured["count"] += 1
+                unconfigured["channels"][entry.channel] = (
+                    f"no adapter configured for channel {entry.channel!r}")
             return True
         try:
             key = adapter.outage_key(entry)
         except Exception as exc:  # noqa: BLE001 - a recipient that does not parse is this entry's
             self._count(self.d._settle(entry, Sent("permanent", 0, error=exc)))
             return True
-        known = self.failing.get(key)
-        if known is not None and key not in self.up and known.next_probe_at > utcnow():
+        with self.lock:
+            known = self.failing.get(key)
+            holding = (known is not None and key not in self.up
+                       and known.next_probe_at > utcnow())
+        if holding:
+            assert known is not None
             self._wait(entry, known)
             return True
         if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
-            summary["rateLimited"] += 1
+            self._add("rateLimited")
             return True
         sent = self.d._send(adapter, entry)
         if self.d._refused_for_rate(entry, sent):
-            summary["rateLimited"] += 1
+            self._add("rateLimited")
             return True
         if sent.verdict == "fatal":
             self.d._fatal(entry, sent)
-            summary["fatal"] = 1
-            summary["fatalError"] = describe(sent.error) if sent.error else "fatal"
+            with self.lock:
+                summary["fatal"] = 1
+                summary["fatalError"] = describe(sent.error) if sent.error else "fatal"
             return False
         if (sent.verdict == "transient" and sent.error is not None
                 and not is_unknown(sent.error) and key not in self.up):
             # The destination failed, not (as far as anyone can tell) the entry: it waits.
-            found = self.d.destinations.failed(key, describe(sent.error), known=known,
-                                               retry_after_s=retry_after_s(sent.error))
-            self.failing[key] = found
+            with self.lock:  # one worker at a time counts a destination's failures
+                found = self.d.destinations.failed(key, describe(sent.error),
+                                                   known=self.failing.get(key),
+                                                   retry_after_s=retry_after_s(sent.error))
+                self.failing[key] = found
             if self.d.destinations.reported(found):
                 logger.warning(f"[delivery] {key} is down ({found.failures} failures in a row; "
                                f"last: {found.last_error}); its entries wait, no attempt "
@@ -369,8 +418,10 @@ class _Run:
             self._wait(entry, found)
             return True
         if sent.verdict == "acked":
-            self.up.add(key)
-            if self.failing.pop(key, None) is not None:
+            with self.lock:
+                self.up.add(key)
+                back = self.failing.pop(key, None) is not None
+            if back:
                 self.d.destinations.up(key)
                 logger.info(f"[delivery] {key} is back")
         self._count(self.d._settle(entry, sent))
@@ -383,17 +434,22 @@ class _Run:
                                   f"({destination.failures} in a row; last: "
                                   f"{destination.last_error})",
                            delay=delay, held_by=destination.key)
-        self.summary["outages"]["count"] += 1
+        with self.lock:
+            self.summary["outages"]["count"] += 1
 
     def _count(self, outcome: SendOutcome) -> None:
-        if outcome is SendOutcome.ACKED:
-            self.summary["recovered"] += 1
-        elif outcome is SendOutcome.FAILED:
-            self.summary["failed"] += 1
-        elif outcome is SendOutcome.GAVE_UP:
-            self.summary["skippedMaxRetries"] += 1
-        elif outcome is SendOutcome.UNKNOWN:
-            self.summary["unknown"] += 1
+        key = _COUNTED.get(outcome)
+        if key is not None:
+            self._add(key)
+
+    def _add(self, key: str) -> None:
+        with self.lock:
+            self.summary[key] += 1  # type: ignore[literal-required]
+
+
+# The summary key each outcome of a send adds one to.
+_COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
+            SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown"}
 
 
 def report_drained(summary: DrainSummary, reporter: Reporter) -> None:

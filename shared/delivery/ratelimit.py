@@ -4,7 +4,8 @@ Each entry maps to the rates it must respect (``rates_for``): Telegram's per-bot
 and its per-chat one (a group, whose chat id is negative, has a per-minute one),
 Slack's per channel, a webhook's per host; email has none. A rate is held as the next
 moment one more message may go to its key, and messages are spaced evenly at the
-rate's interval (no bursts), so no window of the rate's period ever holds more than
+rate's interval (no bursts; by default 5% wider than the limit's, the headroom that keeps
+network jitter from turning an exact spacing into a provider's 429), so no window of the rate's period ever holds more than
 its limit, plus the one on the window's closing edge, whatever the number of senders.
 
 ``take`` is atomic across every key of the entry: either all have a slot now and all
@@ -47,7 +48,14 @@ class Rate(NamedTuple):
 
 
 def rates_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
-    """The rates an entry's send must respect, widest first (the last is the narrowest)."""
+    """The rates an entry's send must respect, widest first (the last is the narrowest),
+    each ``delivery_rate_headroom`` below its limit."""
+    slower = 1.0 - settings.delivery_rate_headroom
+    return [Rate(rate.key, math.ceil(rate.interval_us / slower))
+            for rate in _limits_for(entry, settings)]
+
+
+def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
     if entry.channel == "telegram":
         chat = entry.recipient
         per_chat = (Rate.per(f"telegram:chat:{chat}", settings.telegram_group_rate_per_min, 60)

@@ -573,6 +573,8 @@ class PgOptions(NamedTuple):
     keepalives_idle_s: int = 5
     keepalives_interval_s: int = 2
     keepalives_count: int = 3
+    # Connections the pool may open: one per thread that holds a transaction at once.
+    pool_size: int = 4
 
 
 class PostgresDatabase:
@@ -592,7 +594,7 @@ class PostgresDatabase:
     dialect: Dialect = "postgres"
     ADVISORY_LOCK = 727274  # migrations
 
-    def __init__(self, conninfo: str, *, max_size: int = 4, timeout: float = 10.0,
+    def __init__(self, conninfo: str, *, max_size: int | None = None, timeout: float = 10.0,
                  options: PgOptions | None = None) -> None:
         import psycopg
         from psycopg import pq
@@ -613,7 +615,7 @@ class PostgresDatabase:
         self._pool = ConnectionPool(
             conninfo,
             min_size=0,
-            max_size=max_size,
+            max_size=max_size or options.pool_size,
             timeout=timeout,
             kwargs={"row_factory": dict_row, "connect_timeout": options.connect_timeout_s,
                     "keepalives": 1, "keepalives_idle": options.keepalives_idle_s,

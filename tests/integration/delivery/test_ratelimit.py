@@ -77,7 +77,7 @@ def entry(channel: str, recipient: str) -> DeliveryEntry:
 
 
 def test_the_rates_of_each_channel_come_from_the_settings() -> None:
-    settings = Settings.from_env({})
+    settings = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0"})
     assert rates_for(entry("telegram", "1001"), settings) == [
         Rate("telegram:bot", 33_334), Rate("telegram:chat:1001", US)]
     assert rates_for(entry("telegram", GROUP), settings)[1] == Rate(f"telegram:chat:{GROUP}",
@@ -86,8 +86,17 @@ def test_the_rates_of_each_channel_come_from_the_settings() -> None:
     assert rates_for(entry("webhook", "https://hooks.example:8443/a"), settings) == [
         Rate("webhook:host:hooks.example:8443", 100_000)]
     assert rates_for(entry("email", "a@example.com"), settings) == []
-    custom = Settings.from_env({"SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE": "30"})
+    custom = Settings.from_env({"SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE": "30",
+                                "SLUICE_DELIVERY_RATE_HEADROOM": "0"})
     assert rates_for(entry("telegram", GROUP), custom)[1].interval_us == 2 * US
+
+
+def test_sends_are_spaced_with_the_headroom_below_each_limit() -> None:
+    default = Settings.from_env({})  # 5% below: 10/s to a host becomes one per 105.3 ms
+    assert rates_for(entry("webhook", "https://hooks.example/a"), default) == [
+        Rate("webhook:host:hooks.example:", 105_264)]
+    wide = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0.5"})
+    assert rates_for(entry("slack", "C1"), wide) == [Rate("slack:channel:C1", 2 * US)]
 
 
 def test_concurrent_senders_never_exceed_a_rate_by_more_than_one_db(
