@@ -3,9 +3,9 @@ of 3 feeds each, every feed answering in 300 ms on loopback, on Postgres.
 
 The inline tick (``rssQueuePipeline`` off) builds every due key serially in the tick.
 With the pipeline on, the tick publishes one signed ``rss.ingest`` message per due key
-and 1, 4 or 16 consumers (threads running the real consumer: verify, idempotency,
-handler) build them through the same catalog, locks and throttle. Each run starts from
-the same state (no builds, no validators). Reported: wall time from the tick's start to
+and 1, 4 or 16 consumers (each its own process with its own connections, as separate
+function instances are, running the real consumer: verify, idempotency, handler) build
+them through the same catalog, locks and throttle. Each run starts from the same state (no builds, no validators). Reported: wall time from the tick's start to
 the last build, builds per ten-minute tick window (what the capacity would finish; the
 inline tick has a 240 s budget), the speed-up against one consumer (target: at least
 0.7 x the consumer count), and that no key was built twice.
@@ -13,9 +13,8 @@ inline tick has a 240 s budget), the speed-up against one consumer (target: at l
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import queue
-import threading
 import time
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -41,7 +40,7 @@ class Run(NamedTuple):
 
 
 class Collector:
-    """Stands in for SQS: the tick's publishes land on a local queue the consumers read."""
+    """Stands in for SQS: the tick's publishes land on a queue the consumer processes read."""
 
     class Decision(NamedTuple):
         outcome: Any
@@ -50,12 +49,33 @@ class Collector:
     class Outcome(NamedTuple):
         value: str
 
-    def __init__(self) -> None:
-        self.messages: queue.Queue[tuple[str, str]] = queue.Queue()
+    def __init__(self, messages: Any) -> None:
+        self.messages = messages
+        self.published = 0
 
     def deliver_local(self, body: str, message_id: str) -> Any:
         self.messages.put((body, message_id))
+        self.published += 1
         return self.Decision(self.Outcome("done"))
+
+
+def _consumer(url: str, messages: Any, report: Any) -> None:
+    """One consumer, as its own process (a separate function instance, as SQS's event
+    source mapping runs them): the real ``rss.ingest`` consumer, one message at a time."""
+    from shared.queues.runtime import consumers_for
+
+    services = _services(url)
+    try:
+        consumer = consumers_for(services, registry=None)["rss.ingest"]
+        report.put(("ready", ""))
+        while (message := messages.get()) is not None:
+            body, message_id = message
+            decision = consumer.deliver_local(body, message_id)
+            report.put(("done", str(getattr(decision.outcome, "value", decision.outcome))))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        report.put(("error", repr(exc)))
+    finally:
+        services.close()
 
 
 def _services(url: str) -> Any:
@@ -117,44 +137,45 @@ def _inline(services: Any) -> Run:
     return Run(wall, builds, max(0, builds - _count_builds(services)))
 
 
-def _pipeline(services: Any, consumers: int) -> Run:
+def _pipeline(url: str, services: Any, consumers: int) -> Run:
     from shared.queues.publish import REGISTRY
-    from shared.queues.runtime import consumers_for, publisher_of
+    from shared.queues.runtime import publisher_of
     from shared.store.flags import FlagStore
 
     FlagStore(services.state).set("rssQueuePipeline", True)
     _reset(services)
     publisher_of(services)
-    consumer = consumers_for(services, registry=None)["rss.ingest"]
-    collector = Collector()
-    REGISTRY.register("rss.ingest", collector)
-    stop = threading.Event()
-
-    def work() -> None:
-        while not stop.is_set():
-            try:
-                body, message_id = collector.messages.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            consumer.deliver_local(body, message_id)
-            collector.messages.task_done()
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(consumers)]
-    for thread in threads:
-        thread.start()
-    started = time.perf_counter()
-    result = _tick(services)
-    collector.messages.join()
-    wall = time.perf_counter() - started
-    stop.set()
-    for thread in threads:
-        thread.join(5)
-    REGISTRY.clear()
+    processes = multiprocessing.get_context("spawn")
+    messages, report = processes.Queue(), processes.Queue()
+    workers = [processes.Process(target=_consumer, args=(url, messages, report), daemon=True)
+               for _ in range(consumers)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in workers:  # every consumer connected and ready before the clock starts
+            kind, detail = report.get(timeout=120)
+            assert kind == "ready", detail
+        collector = Collector(messages)
+        REGISTRY.register("rss.ingest", collector)
+        started = time.perf_counter()
+        result = _tick(services)
+        for _ in range(collector.published):
+            kind, detail = report.get(timeout=600)
+            assert kind == "done", detail
+        wall = time.perf_counter() - started
+    finally:
+        REGISTRY.clear()
+        for _ in workers:
+            messages.put(None)
+        for worker in workers:
+            worker.join(30)
+            if worker.is_alive():
+                worker.kill()
     from shared.rss.fanout import tick_report
 
-    report = tick_report(services.db, result["fanOut"]["tickId"]) or {}
-    builds = int(report.get("built", 0))
-    assert report.get("failed") == 0 and report.get("pending") == 0, report
+    report_ = tick_report(services.db, result["fanOut"]["tickId"]) or {}
+    builds = int(report_.get("built", 0))
+    assert report_.get("failed") == 0 and report_.get("pending") == 0, report_
     return Run(wall, builds, max(0, builds - _count_builds(services)))
 
 
@@ -166,7 +187,7 @@ def run() -> list[Row]:
         try:
             _seed(services, feeds)
             inline = _inline(services)
-            runs = {c: _pipeline(services, c) for c in CONSUMERS}
+            runs = {c: _pipeline(url, services, c) for c in CONSUMERS}
         finally:
             services.close()
     assert inline.builds == SETS and all(r.builds == SETS for r in runs.values()), (

@@ -7,7 +7,8 @@ webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
 The drain fails pending entries past the expiry (reason ``expired``), returns
 lapsed leases to ``pending`` (an unknown outcome: see below), then claims due entries
-one at a time and sends each, until none is due or the deadline is near; finally it
+one at a time and sends each, until none is due or the deadline is near (with
+``delivery_drain_concurrency`` above 1, that many workers do so at once); finally it
 prunes settled entries past their retention (their effect records stay). What is not
 the entry's fault never costs it an attempt: an entry whose channel has no adapter
 (configuration), an entry whose destination is down (``shared.delivery.destinations``:
@@ -151,9 +152,11 @@ class Deliverer:
         """Adapters retry in-process on ``policy``, never waiting past ``deadline``; the
         rates shared with every other sender are the limiter's (Redis, else the database)."""
         settings = services.settings
+        limiter = limiter or Limiter.from_services(services)
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
-                          reserve_s=settings.delivery_send_timeout_s)
+                          reserve_s=settings.delivery_send_timeout_s,
+                          on_retry=limiter.on_retry)
         store = DeliveryStore(services.db, unknown_resends=settings.delivery_unknown_resends)
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
@@ -161,8 +164,7 @@ class Deliverer:
                    expire=timedelta(seconds=settings.delivery_expire_s),
                    outage_threshold=settings.delivery_outage_threshold,
                    reporter=services.reporter,
-                   limiter=limiter or Limiter.from_services(services),
-                   concurrency=settings.delivery_drain_concurrency)
+                   limiter=limiter, concurrency=settings.delivery_drain_concurrency)
 
     # --- one entry -----------------------------------------------------------------
 
@@ -210,7 +212,11 @@ class Deliverer:
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()
         try:
-            message_id = adapter.send(entry)
+            if self.limiter is not None:
+                with self.limiter.sending(entry):
+                    message_id = adapter.send(entry)
+            else:
+                message_id = adapter.send(entry)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
             # (a malformed recipient's ValueError is the entry's permanent failure: classify)
             return Sent(classify(exc), self._ms(started), error=exc)

@@ -3,25 +3,29 @@
 Each entry maps to the rates it must respect (``rates_for``): Telegram's per-bot rate
 and its per-chat one (a group, whose chat id is negative, has a per-minute one),
 Slack's per channel, a webhook's per host; email has none. A rate is held as the next
-moment one more message may go to its key, and messages are spaced evenly at the
-rate's interval (no bursts; by default 5% wider than the limit's, the headroom that keeps
-network jitter from turning an exact spacing into a provider's 429), so no window of the rate's period ever holds more than
-its limit, plus the one on the window's closing edge, whatever the number of senders.
+moment one more message may go to its key, and messages are spaced evenly at the rate's
+interval (no bursts; by default 5% wider than the limit's, the headroom that keeps network
+jitter from turning an exact spacing into a provider's 429), so no window of the rate's
+period ever holds more than its limit, plus the one on the window's closing edge,
+whatever the number of senders.
 
 ``take`` is atomic across every key of the entry: either all have a slot now and all
 advance, or none does and the caller learns how long to wait. The state lives in
 Redis when configured (one Lua script), else in ``delivery_rate_limits`` (one
-transaction, rows locked in key order). A provider's 429 or ``Retry-After`` moves the
-entry's narrowest key (the chat, the channel, the host) to at least then: every
-sender slows down for it, and the entry goes back to pending with its attempt given
-back.
+transaction, rows locked in key order). A 429 that names its wait and is retried in
+process (``on_retry``) holds the entry's narrowest key (the chat, the channel, the host)
+for every sender until the retry, whose slot it keeps; one that outlasts the in-process
+retries moves that key to at least then, and the entry goes back to pending with its
+attempt given back.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
@@ -175,6 +179,7 @@ class Limiter:
         self.max_wait_s = settings.delivery_rate_wait_s
         self.waited_s = 0.0
         self.slowed = 0
+        self._local = threading.local()
 
     @classmethod
     def from_services(cls, services: Services, **kwargs: Any) -> Limiter:
@@ -207,16 +212,37 @@ class Limiter:
             waited += wait_s
             self.waited_s += wait_s
 
-    def slow_down(self, entry: DeliveryEntry, wait_s: float) -> None:
+    def slow_down(self, entry: DeliveryEntry, wait_s: float, *, keep_first: bool = False) -> None:
         """A provider refused for its rate: no slot for the entry's narrowest key for
-        ``wait_s`` (at least one interval of that key)."""
+        ``wait_s`` (at least one interval of that key); ``keep_first`` holds one interval
+        more, the first slot after the wait kept for the send that retries then."""
         rates = rates_for(entry, self.settings)
         if not rates:
             return
         narrowest = rates[-1]
-        until = self._now_us() + max(int(wait_s * US), narrowest.interval_us)
+        until = self._now_us() + max(int(wait_s * US), narrowest.interval_us) + (
+            narrowest.interval_us if keep_first else 0)
         self.store.slow(narrowest.key, until)
         self.slowed += 1
+
+    @contextmanager
+    def sending(self, entry: DeliveryEntry) -> Iterator[None]:
+        """While ``entry`` is being sent by this thread (its in-process retries included)."""
+        self._local.entry = entry
+        try:
+            yield
+        finally:
+            self._local.entry = None
+
+    def on_retry(self, error: BaseException, attempt: int, wait_s: float) -> None:
+        """The send being made (``sending``) is about to wait ``wait_s`` in process and try
+        again after a 429 that named its wait: every sender holds off that key until then,
+        the first slot after it kept for this retry, so the others neither pile more
+        refusals on the provider meanwhile nor collide with the retry."""
+        entry = getattr(self._local, "entry", None)
+        asked = rate_limited_for_s(error)
+        if entry is not None and asked is not None and asked > 0:
+            self.slow_down(entry, wait_s, keep_first=True)
 
     def hold(self, store: DeliveryStore, entry: DeliveryEntry,
              time_left_s: float | None) -> bool:

@@ -10,9 +10,12 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
 from shared.core.services import Services
 from shared.core.settings import Settings
 from shared.delivery.channels import Outbound
+from shared.delivery.classify import TransientDeliveryError
 from shared.delivery.drain import Deliverer
 from shared.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
 from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
@@ -194,3 +197,31 @@ def test_concurrent_drains_send_every_entry_exactly_once(
     assert {store.get(i).status for i in ids} == {DeliveryStatus.ACKED}
     assert {store.get(i).attempts for i in ids} == {1}
     assert store.claim(timedelta(seconds=30)) == []
+
+
+def test_a_429_retried_in_process_holds_its_key_for_every_sender_until_the_retry(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    """The sender that got the 429 waits 2 s in process: meanwhile no other sender gets a
+    slot on that chat, and the first slot after the wait is the retry's (one interval on)."""
+    clock = SharedClock()
+    settings = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0"})
+    rates = DbRates(make_services(db_url).db)
+    retrying = Limiter(rates, settings, clock=clock.now, sleep=clock.sleep)
+    other = Limiter(rates, settings, clock=clock.now, sleep=clock.sleep)
+    other.max_wait_s = 0.0  # report the wait instead of sleeping it
+    chat, elsewhere = entry("telegram", "1001"), entry("telegram", "1002")
+    assert retrying.acquire(chat) == 0.0
+
+    refused = TransientDeliveryError("telegram answered 429", retry_after_s=2, status=429)
+    with retrying.sending(chat):
+        retrying.on_retry(refused, 1, 2.0)
+    clock.sleep(0.05)  # past the bot's own interval (1/30 s)
+    assert other.acquire(chat) == pytest.approx(2.95, abs=0.01), \
+        "the wait, then the retry's slot"
+    assert other.acquire(elsewhere) == 0.0, "another chat is not held"
+    # outside a send (no entry), or an error that is no rate limit, holds nothing
+    other.on_retry(refused, 1, 2.0)
+    with retrying.sending(elsewhere):
+        retrying.on_retry(TransientDeliveryError("503", status=503), 1, 0.3)
+    clock.sleep(1.0)
+    assert other.acquire(entry("telegram", "1002")) == 0.0
