@@ -62,11 +62,17 @@ class Collector:
 def _consumer(url: str, messages: Any, report: Any) -> None:
     """One consumer, as its own process (a separate function instance, as SQS's event
     source mapping runs them): the real ``rss.ingest`` consumer, one message at a time."""
+    from shared.egress.tls import tls_context
+    from shared.queues.handlers import build_refresh
     from shared.queues.runtime import consumers_for
 
     services = _services(url)
     try:
         consumer = consumers_for(services, registry=None)["rss.ingest"]
+        # warm, as a function is after its first message: the build's imports, the process's
+        # TLS context (the CA bundle); the first tick a cold function pays them once
+        build_refresh()
+        tls_context()
         report.put(("ready", ""))
         while (message := messages.get()) is not None:
             body, message_id = message

@@ -7,7 +7,10 @@ moment one more message may go to its key, and messages are spaced evenly at the
 interval (no bursts; by default 5% wider than the limit's, the headroom that keeps network
 jitter from turning an exact spacing into a provider's 429), so no window of the rate's
 period ever holds more than its limit, plus the one on the window's closing edge,
-whatever the number of senders.
+whatever the number of senders. A slot taken late by at most the headroom keeps the next
+one on schedule (``slack_us``): the senders' own delays (a wake-up, a round trip) do not
+pile up into a slower rate, and no two messages are ever closer than the limit's own
+interval.
 
 ``take`` is atomic across every key of the entry: either all have a slot now and all
 advance, or none does and the caller learns how long to wait. The state lives in
@@ -45,6 +48,10 @@ US = 1_000_000
 class Rate(NamedTuple):
     key: str
     interval_us: int  # the spacing between two messages to this key
+    # How late a slot may be taken and still keep the next one on schedule (the headroom
+    # over the limit's own interval): a sender a little late does not push every later
+    # message back, and no two messages are ever closer than the limit's interval.
+    slack_us: int = 0
 
     @classmethod
     def per(cls, key: str, limit: float, period_s: float) -> Rate:
@@ -55,8 +62,9 @@ def rates_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
     """The rates an entry's send must respect, widest first (the last is the narrowest),
     each ``delivery_rate_headroom`` below its limit."""
     slower = 1.0 - settings.delivery_rate_headroom
-    return [Rate(rate.key, math.ceil(rate.interval_us / slower))
-            for rate in _limits_for(entry, settings)]
+    spaced = [(rate.key, rate.interval_us, math.ceil(rate.interval_us / slower))
+              for rate in _limits_for(entry, settings)]
+    return [Rate(key, interval, interval - exact) for key, exact, interval in spaced]
 
 
 def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
@@ -113,7 +121,7 @@ end
 if wait > 0 then return wait end
 for i, key in ipairs(KEYS) do
   local at = tonumber(redis.call('GET', key) or '0')
-  local nxt = math.max(at, now) + tonumber(ARGV[i + 1])
+  local nxt = math.max(at, now - tonumber(ARGV[#KEYS + i + 1])) + tonumber(ARGV[i + 1])
   redis.call('SET', key, string.format('%.0f', nxt), 'PX',
              math.ceil((nxt - now) / 1000) + 60000)
 end
@@ -135,7 +143,8 @@ return 0
 
     def take(self, rates: list[Rate], now_us: int) -> int:
         keys = [f"delivery:rate:{r.key}" for r in rates]
-        return int(self.redis.eval(self.TAKE, keys, [now_us, *(r.interval_us for r in rates)]))
+        return int(self.redis.eval(self.TAKE, keys, [now_us, *(r.interval_us for r in rates),
+                                                     *(r.slack_us for r in rates)]))
 
     def slow(self, key: str, until_us: int) -> None:
         now = self.now_us() if self.now_us else int(time.time() * US)
@@ -157,8 +166,8 @@ class DbRates:
             if wait > 0:
                 return wait
             for rate in ordered:
-                tx.execute(Q.rate_set, {"key": rate.key, "next_at_us":
-                                        max(found.get(rate.key, 0), now_us) + rate.interval_us})
+                tx.execute(Q.rate_set, {"key": rate.key, "next_at_us": max(
+                    found.get(rate.key, 0), now_us - rate.slack_us) + rate.interval_us})
         return 0
 
     def slow(self, key: str, until_us: int) -> None:

@@ -44,6 +44,9 @@ class ProviderServer:
 
         class _Server(ThreadingHTTPServer):
             daemon_threads = True
+            # socketserver's default backlog is 5: a burst of new connections past it has
+            # its SYNs dropped and retried a second later, which no real provider does
+            request_queue_size = 128
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):

@@ -97,9 +97,33 @@ def test_the_rates_of_each_channel_come_from_the_settings() -> None:
 def test_sends_are_spaced_with_the_headroom_below_each_limit() -> None:
     default = Settings.from_env({})  # 5% below: 10/s to a host becomes one per 105.3 ms
     assert rates_for(entry("webhook", "https://hooks.example/a"), default) == [
-        Rate("webhook:host:hooks.example:", 105_264)]
+        Rate("webhook:host:hooks.example:", 105_264, 5_264)]
     wide = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0.5"})
-    assert rates_for(entry("slack", "C1"), wide) == [Rate("slack:channel:C1", 2 * US)]
+    assert rates_for(entry("slack", "C1"), wide) == [Rate("slack:channel:C1", 2 * US, US)]
+
+
+def test_a_slot_taken_a_little_late_keeps_the_next_on_schedule_never_closer_than_the_limit(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    """10 a second with 5% headroom: one per 105.264 ms. A sender that always wakes 3 ms
+    late keeps that schedule (its delays do not add up); one 50 ms late moves it, by what
+    is past the headroom; two grants are never closer than the limit's own 100 ms."""
+    clock = SharedClock()
+    limiter = Limiter(DbRates(make_services(db_url).db), Settings.from_env({}),
+                      clock=clock.now, sleep=clock.sleep)
+    limiter.max_wait_s = 0.0  # report the wait instead of sleeping it
+    hook = entry("webhook", "https://hooks.example/a")
+    grants = []
+    for _ in range(20):
+        wait = limiter.acquire(hook)
+        if wait > 0:
+            clock.sleep(wait + 0.003)
+            assert limiter.acquire(hook) == 0.0
+        grants.append(clock.now())
+    assert min(b - a for a, b in itertools.pairwise(grants)) >= 0.1 - 1e-6
+    assert grants[-1] - grants[1] == pytest.approx(18 * 0.105264, abs=1e-4), "on schedule"
+    clock.sleep(limiter.acquire(hook) + 0.050)
+    assert limiter.acquire(hook) == 0.0
+    assert limiter.acquire(hook) == pytest.approx(0.1, abs=1e-5), "the limit's interval on"
 
 
 def test_concurrent_senders_never_exceed_a_rate_by_more_than_one_db(
