@@ -329,9 +329,8 @@ class Catalog:
             self.counters.fetch_failures += 1
             logger.warning(f"[rss] fetch failed for {source.id} ({source.url}): "
                            f"{fetched.state.error}")
-        if fetched.stories:
-            self.store.save_stories(source.id, fetched.stories, now, STORIES_KEPT_PER_SOURCE)
-        self.store.record_fetch(source.id, fetched.state, now)
+        self.store.record_fetch(source.id, fetched.state, now, stories=fetched.stories,
+                                keep=STORIES_KEPT_PER_SOURCE)
 
     def _assemble(self, source_ids: tuple[str, ...]) -> tuple[Story, ...]:
         """The newest stories of the set, one per id (the same article from two sources

@@ -166,8 +166,7 @@ def refresh_build(services: Services, message: dict[str, Any], *,
         except ValueError:
             lag_ms = 0
     store = RssStore(services.db)
-    scopes = [scope for scope in (store.scope(s) for s in store.scope_ids_for_build(key))
-              if scope.completed]
+    scopes = [scope for scope in store.scopes_for_build(key) if scope.completed]
     if not scopes:  # every scope on the key was removed or edited since the tick
         _record(services.db, tick_id, "shared", lag_ms, now())
         logger.info(f"[rss.ingest] no completed scope uses {key} any more; nothing built")
@@ -178,8 +177,7 @@ def refresh_build(services: Services, message: dict[str, Any], *,
         first = scopes[0]
         refreshed = cat.refresh(key, first.source_ids, first.locale, force=True)
         if refreshed.outcome in ("built", "shared", "fresh"):
-            for scope in scopes:
-                store.mark_refreshed(scope.scope_id, started)
+            store.mark_all_refreshed([scope.scope_id for scope in scopes], started)
     except Exception:
         _record(services.db, tick_id, "failed", lag_ms, now())
         raise

@@ -81,6 +81,9 @@ DELETE FROM rss_scopes WHERE scope_id = :scope_id
 -- name: scope_ids_for_build
 SELECT scope_id FROM rss_scopes WHERE build_key = :build_key ORDER BY scope_id
 
+-- name: scopes_for_build
+SELECT * FROM rss_scopes WHERE build_key = :build_key ORDER BY scope_id
+
 -- name: scope_refreshed
 UPDATE rss_scopes SET last_refreshed_at = :now WHERE scope_id = :scope_id
 

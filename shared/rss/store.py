@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from shared.core.errors import Conflict, ConstraintViolation, NotFound
-from shared.store.db import Database, Queries, Row, utcnow
+from shared.store.db import Database, Queries, Row, Tx, utcnow
 
 Q = Queries.parse((Path(__file__).parent / "rss.sql").read_text())
 
@@ -179,8 +179,12 @@ class RssStore:
             if tx.execute(Q.source_delete, {"id": source_id}) == 0:
                 raise NotFound(f"no source {source_id!r}", field="sourceId")
 
-    def record_fetch(self, source_id: str, state: FetchState, now: datetime) -> None:
+    def record_fetch(self, source_id: str, state: FetchState, now: datetime, *,
+                     stories: list[Story] | None = None, keep: int = 0) -> None:
+        """The fetch's outcome, and (``stories``) what it read, in one transaction."""
         with self.db.transaction() as tx:
+            if stories:
+                self._save_stories(tx, source_id, stories, now, keep)
             if state.ok:
                 tx.execute(Q.source_fetched, {"id": source_id, "etag": state.etag,
                                               "last_modified": state.last_modified,
@@ -197,11 +201,16 @@ class RssStore:
         if not stories:
             return
         with self.db.transaction() as tx:
-            tx.executemany(Q.story_upsert, [
-                {"source_id": source_id, "id": s.id, "title": s.title, "link": s.link,
-                 "published_at": s.published_at, "summary": s.summary, "now": now}
-                for s in stories])
-            tx.execute(Q.stories_prune, {"source_id": source_id, "keep": keep})
+            self._save_stories(tx, source_id, stories, now, keep)
+
+    @staticmethod
+    def _save_stories(tx: Tx, source_id: str, stories: list[Story], now: datetime,
+                      keep: int) -> None:
+        tx.executemany(Q.story_upsert, [
+            {"source_id": source_id, "id": s.id, "title": s.title, "link": s.link,
+             "published_at": s.published_at, "summary": s.summary, "now": now}
+            for s in stories])
+        tx.execute(Q.stories_prune, {"source_id": source_id, "keep": keep})
 
     def stories_of(self, source_ids: Iterable[str]) -> list[Row]:
         with self.db.transaction() as tx:
@@ -248,9 +257,18 @@ class RssStore:
             if tx.execute(Q.scope_delete, {"scope_id": scope_id}) == 0:
                 raise NotFound(f"no scope {scope_id!r}", field="scopeId")
 
-    def mark_refreshed(self, scope_id: str, now: datetime) -> None:
+    def scopes_for_build(self, key: str) -> list[Scope]:
         with self.db.transaction() as tx:
-            tx.execute(Q.scope_refreshed, {"scope_id": scope_id, "now": now})
+            return [Scope.from_row(r) for r in tx.fetchall(Q.scopes_for_build,
+                                                           {"build_key": key})]
+
+    def mark_refreshed(self, scope_id: str, now: datetime) -> None:
+        self.mark_all_refreshed([scope_id], now)
+
+    def mark_all_refreshed(self, scope_ids: list[str], now: datetime) -> None:
+        with self.db.transaction() as tx:
+            tx.executemany(Q.scope_refreshed, [{"scope_id": scope_id, "now": now}
+                                               for scope_id in scope_ids])
 
     # --- builds ----------------------------------------------------------------
 
