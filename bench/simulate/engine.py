@@ -25,18 +25,13 @@ from typing import Any
 
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
+from bench.simulate.firing import IDLE_EVERY, Firing, drain_wake, tick_wake
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
 from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
 from bench.simulate.world import HORIZON_DAYS, SimRule, World, generate
 
-# A frequent job (every few minutes) with nothing to do is fired at most this often: its
-# idle runs would only record themselves. Work waiting is never held back.
-IDLE_EVERY = timedelta(hours=6)
-# The rss tick with nothing new to read (no feed changed, no rule, no delivery row, no
-# operator action since its last run) is fired at most this often.
-IDLE_TICK_EVERY = timedelta(hours=6)
 LIVENESS_AFTER = timedelta(hours=3)
 # A feed that failed is retried on a backoff of up to a day: only a story from a feed that
 # was up that long before is owed within LIVENESS_AFTER.
@@ -50,7 +45,7 @@ class Outcome:
     days: int
     steps: int = 0
     runs: int = 0
-    coalesced: int = 0
+    coalesced: dict[str, int] = field(default_factory=dict)  # job -> firings not run
     deliveries: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
@@ -102,12 +97,9 @@ class Simulation:
         self.digest = hashlib.sha256(f"{seed}:{days}".encode())
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
-        self.last_run: dict[str, datetime] = {}
-        # After a crash, entries may sit in flight under a lease until it lapses (not "due"):
-        # drains run every minute until then, as they do on AWS.
-        self.busy_until = clock.start
-        self.changes = 0  # rule edits, operator actions, drains, crashes: what a tick may see
-        self.tick_seen: tuple[Any, ...] = ()
+        self.firings: dict[str, Firing] = {}
+        self.rules_edited = False  # since the last tick
+        self.feed_of_url: dict[str, Any] = {}
         self.day30: dict[str, int] | None = None
         self.crashes = Crashes(self.rng, self.world.start,
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
@@ -128,9 +120,12 @@ class Simulation:
         env = _env(self.directory)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
+        self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
         rss = RssStore(self.services.db)
         sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
                    for name in sorted(self.world.feeds)}
+        self.feed_of_url = {f"http://{FEEDS}/{name}.xml": feed
+                            for name, feed in self.world.feeds.items()}
         for tenant in self.world.tenants:
             rss.put_scope(tenant.scope, f"org-{tenant.scope}",
                           tuple(sources[f] for f in tenant.feeds), "en", True)
@@ -161,9 +156,10 @@ class Simulation:
 
         start = self.world.start
         for job, expressions in sorted(job_schedules().items()):
-            for expression in expressions:
-                schedule = parse(expression)
-                self._schedule(schedule.next_after(start), "job", (job, schedule))
+            for n, expression in enumerate(expressions):
+                firing = Firing(job, parse(expression), start)
+                self.firings[job if n == 0 else f"{job}#{n}"] = firing
+                self._fire_at(firing, firing.after(start))
         for tenant in self.world.tenants:
             for rule in tenant.rules:
                 for version in rule.versions[1:]:
@@ -175,6 +171,35 @@ class Simulation:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
         self._schedule(start + timedelta(days=30), "measure", None)
+        if self.days >= 90:
+            self._schedule(self.world.end - timedelta(minutes=1), "bounded", None)
+
+    def _fire_at(self, firing: Firing, at: datetime) -> None:
+        if firing.queued == at:
+            return
+        firing.token += 1
+        firing.queued = at
+        self._schedule(at, "job", (firing, firing.token))
+
+    def _replan(self) -> None:
+        """Each gated job's next firing: the first that can do something, at the latest
+        one ``IDLE_EVERY`` after its last run (see ``firing.py``)."""
+        now = self.clock.now()
+        for firing in self.firings.values():
+            if not firing.gated:
+                continue
+            wake: datetime | None = None
+            if firing.again:
+                wake = now
+            elif firing.job == "delivery-drain":
+                wake = drain_wake(self.services.db, self.expire)
+            elif firing.job == "rss-refresh":
+                wake = now if self.rules_edited else tick_wake(
+                    self.services.db, self.feed_of_url, self.world.start)
+            at = firing.after(firing.last + IDLE_EVERY - timedelta(microseconds=1))
+            if wake is not None:
+                at = min(at, firing.ceil(max(wake, now, firing.last + timedelta(microseconds=1))))
+            self._fire_at(firing, at)
 
     def _owe(self, rule: SimRule) -> None:
         """The matches this rule must deliver: feed and destination up, rule unchanged."""
@@ -215,13 +240,19 @@ class Simulation:
                 inline_pools(), _seeded_ids(self.seed):
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
+                if kind == "job" and what[1] != what[0].token:
+                    continue  # a firing planned again since
                 if at > self.world.end:
                     break
                 self.clock.move_to(at)
                 self._step(kind, what)
+                self._replan()
                 if self.judge.violations and not self.out.trail:
                     self.out.trail = list(self.trail)  # the steps up to the first one
         self.out.deliveries = len(self.network.receipts)
+        self.out.coalesced = {name: firing.grid_count(self.world.end) - firing.fired
+                              for name, firing in sorted(self.firings.items())
+                              if firing.gated}
         self.out.violations = list(self.judge.violations)
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
@@ -238,15 +269,15 @@ class Simulation:
     def _step(self, kind: str, what: Any) -> None:
         before = len(self.network.receipts)
         if kind == "job":
-            job, schedule = what
-            self._schedule(schedule.next_after(self.clock.now()), "job", what)
-            self._job(job)
+            firing = what[0]
+            if not firing.gated:
+                self._fire_at(firing, firing.after(self.clock.now()))
+            self._job(firing)
         elif kind == "rules":
-            self.changes += 1
+            self.rules_edited = True
             self._put_rules(what)
             self._log(f"rules of {what} changed")
         elif kind == "operator":
-            self.changes += 1
             self._operator()
         elif kind == "crash":
             self.crashes.arm(what)
@@ -260,37 +291,24 @@ class Simulation:
         elif kind == "measure":
             self.day30 = self._sizes()
             self._log(f"sizes at day 30: {self.day30}")
+        elif kind == "bounded" and self.day30 is not None:
+            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
         for receipt in self.network.receipts[before:]:
             self._rogue_after_receipt(receipt)
             self._log(f"  received story-{receipt.story} at {receipt.channel}:"
                       f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
 
-    def _job(self, name: str) -> None:
-        from shared.delivery.store import DeliveryStore
+    def _job(self, firing: Firing) -> None:
         from shared.jobs.registry import get_job
         from shared.jobs.runner import run_job
 
+        name = firing.job
         now = self.clock.now()
         job = get_job(name)
-        if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge",
-                    "history-sample") \
-                and now - self.last_run.get(name, datetime.min.replace(tzinfo=now.tzinfo)) \
-                < IDLE_EVERY and now >= self.busy_until:
-            idle = name != "delivery-drain" or DeliveryStore(self.services.db).count_due() == 0
-            if idle:
-                self.out.coalesced += 1
-                return
+        firing.last = now
+        firing.fired += 1
         if name == "rss-refresh":
-            seen = (self.changes, tuple((f.behaviour(now), len(f.visible(now)),
-                                         f.visible(now)[-1].number if f.visible(now) else 0)
-                                        for _, f in sorted(self.world.feeds.items())))
-            if seen == self.tick_seen and now - self.last_run.get(name, now) < IDLE_TICK_EVERY:
-                self.out.coalesced += 1
-                return
-            self.tick_seen = seen
-        self.last_run[name] = now
-        if name == "delivery-drain":
-            self.changes += 1
+            self.rules_edited = False
         deadline_ms = job.timeout_s * 1000
 
         def remaining_ms() -> int:
@@ -299,20 +317,16 @@ class Simulation:
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
             summary = f"{name}: {outcome.outcome} {_brief(outcome.body)}"
+            firing.again = outcome.outcome not in ("ok", "skipped")
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
-            self.busy_until = self.clock.now() + timedelta(
-                seconds=self.services.settings.delivery_lease_s + 180)
+            firing.again = True
         self.out.runs += 1
         took = (self.clock.now() - now).total_seconds()
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
         self._log(summary)
         if name == "delivery-drain":
             self._observe_failed()
-        if self.day30 is not None and self.clock.now() >= self.world.end - timedelta(hours=1) \
-                and self.days >= 90:
-            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
-            self.day30 = None
 
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):

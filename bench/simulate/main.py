@@ -56,14 +56,19 @@ def _scratch() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+class _Discard(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
              keep_going: bool = False) -> Any:
     from bench.simulate.engine import Simulation
 
     clock.reset()
     with tempfile.TemporaryDirectory(prefix=f"sluice-sim-{seed}-", dir=_scratch()) as directory, \
-            contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):  # the metrics' EMF lines
+            contextlib.redirect_stdout(_Discard()), \
+            contextlib.redirect_stderr(_Discard()):  # the metrics' EMF lines, the logs
         return Simulation(seed, days, Path(directory), clock, inject, keep_going).run()
 
 

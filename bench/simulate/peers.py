@@ -70,6 +70,7 @@ class FeedStory(NamedTuple):
 class Feed(Peer):
     stories: list[FeedStory] = field(default_factory=list)
     _times: list[datetime] = field(default_factory=list, repr=False, compare=False)
+    _changes: list[datetime] = field(default_factory=list, repr=False, compare=False)
 
     def visible(self, now: datetime) -> list[FeedStory]:
         """The newest ``FEED_ITEMS`` stories published by ``now`` (stories are in order)."""
@@ -77,6 +78,16 @@ class Feed(Peer):
             self._times = [s.published for s in self.stories]
         shown = bisect.bisect_right(self._times, now)
         return self.stories[max(0, shown - FEED_ITEMS):shown]
+
+    def next_change(self, after: datetime) -> datetime | None:
+        """The first moment after ``after`` at which this feed answers differently: a story
+        published, a fault window beginning or ending."""
+        if len(self._changes) != len(self.stories) + 2 * len(self.windows):
+            self._changes = sorted([s.published for s in self.stories]
+                                   + [w.start for w in self.windows]
+                                   + [w.end for w in self.windows])
+        found = bisect.bisect_right(self._changes, after)
+        return self._changes[found] if found < len(self._changes) else None
 
     def etag(self, now: datetime) -> str:
         shown = self.visible(now)
