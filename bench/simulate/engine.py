@@ -124,8 +124,9 @@ class Simulation:
         rss = RssStore(self.services.db)
         sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
                    for name in sorted(self.world.feeds)}
-        self.feed_of_url = {f"http://{FEEDS}/{name}.xml": feed
-                            for name, feed in self.world.feeds.items()}
+        # the feeds a tick fetches: those of the scopes (a source no scope uses is not)
+        self.feed_of_url = {f"http://{FEEDS}/{name}.xml": self.world.feeds[name]
+                            for name in sorted({f for t in self.world.tenants for f in t.feeds})}
         for tenant in self.world.tenants:
             rss.put_scope(tenant.scope, f"org-{tenant.scope}",
                           tuple(sources[f] for f in tenant.feeds), "en", True)

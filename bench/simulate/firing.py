@@ -95,18 +95,19 @@ def drain_wake(db: Database, expire: timedelta) -> datetime | None:
 
 
 def tick_wake(db: Database, feeds: dict[str, Feed], start: datetime) -> datetime | None:
-    """When the rss tick next fetches something new: per source, its backoff's end when it
-    is failing, else its feed's first change since it was last fetched."""
+    """When the rss tick next fetches something new: per source of ``feeds`` (by URL), its
+    backoff's end when it is failing, else its feed's first change since it was last
+    fetched."""
     moments = []
     with db.transaction() as tx:
         rows = tx.fetchall(Q.tick_sources, {}, final=True)
     for row in rows:
+        feed = feeds.get(row["url"])
+        if feed is None:
+            continue
         backoff = _time(row["next_attempt_at"])
         if backoff is not None:
             moments.append(backoff)
-            continue
-        feed = feeds.get(row["url"])
-        if feed is None:
             continue
         fetched = _time(row["last_fetched_at"])
         change = feed.next_change(fetched if fetched is not None else start - TICK)

@@ -12,7 +12,8 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
 - ``late``: accepts and records the message, then answers after the client's read
   timeout: the caller sees a timeout, the message was delivered, and the wait costs
   simulated time;
-- ``ratelimit``: 429 with ``Retry-After``;
+- ``ratelimit``: 429 with ``Retry-After`` saying when to come back, as Telegram's
+  ``retry_after`` and Slack's header do: the time left in the window, at most an hour;
 - ``refuse``: refuses permanently (chat not found, 410 Gone);
 - for feeds also ``malformed`` (a body that is not a feed), ``vanished`` (404) and
   ``slow`` (times out, nothing read).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
 HOOKS = "127.0.0.1:7004"
 STORY = re.compile(r"story-(\d+)")
+RETRY_AFTER_MAX_S = 3600
 FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
 
 
@@ -54,10 +57,14 @@ class Peer:
     windows: list[Window] = field(default_factory=list)
 
     def behaviour(self, now: datetime) -> str:
+        window = self.window(now)
+        return window.kind if window else "up"
+
+    def window(self, now: datetime) -> Window | None:
         for window in self.windows:
             if window.start <= now < window.end:
-                return window.kind
-        return "up"
+                return window
+        return None
 
 
 class FeedStory(NamedTuple):
@@ -182,11 +189,13 @@ class Network:
     def _chat(self, request: httpx.Request, channel: str, recipient: str, text: str,
               key: str | None) -> httpx.Response:
         peer = self.destinations.get(f"{channel}:{recipient}")
-        kind = peer.behaviour(self.now()) if peer else "refuse"
+        window = peer.window(self.now()) if peer else Window(self.now(), self.now(), "refuse")
+        kind = window.kind if window else "up"
         if kind == "down":
             raise httpx.ConnectError("simulated: connection refused", request=request)
-        if kind == "ratelimit":
-            return _rate_limited(channel, request)
+        if kind == "ratelimit" and window is not None:
+            left = (window.end - self.now()).total_seconds()
+            return _rate_limited(channel, request, max(1, min(RETRY_AFTER_MAX_S, math.ceil(left))))
         if kind == "refuse":
             return _refused(channel, request)
         match = STORY.search(text)
@@ -214,12 +223,12 @@ def _accepted(channel: str, recipient: str, number: int, request: httpx.Request)
     return httpx.Response(200, json={"id": f"hook-{number}"}, request=request)
 
 
-def _rate_limited(channel: str, request: httpx.Request) -> httpx.Response:
+def _rate_limited(channel: str, request: httpx.Request, wait_s: int) -> httpx.Response:
     if channel == "telegram":
         return httpx.Response(429, json={"ok": False, "error_code": 429,
-                                         "description": "Too Many Requests: retry after 20",
-                                         "parameters": {"retry_after": 20}}, request=request)
-    return httpx.Response(429, headers={"retry-after": "20"}, json={"ok": False},
+                                         "description": f"Too Many Requests: retry after {wait_s}",
+                                         "parameters": {"retry_after": wait_s}}, request=request)
+    return httpx.Response(429, headers={"retry-after": str(wait_s)}, json={"ok": False},
                           request=request)
 
 
