@@ -23,16 +23,45 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
+from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
-from bench.simulate.firing import IDLE_EVERY, Firing, drain_wake, tick_wake
+from bench.simulate.firing import (
+    IDLE_EVERY,
+    Firing,
+    drain_wake,
+    outbox_waiting,
+    retry_waiting,
+    tick_wake,
+)
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
-from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
+from bench.simulate.outages import FlakyRedis, Outages
+from bench.simulate.peers import (
+    FEEDS,
+    HOOKS,
+    POLAR,
+    SLACK,
+    STORY,
+    TELEGRAM,
+    Installed,
+    Network,
+    Receipt,
+)
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
-from bench.simulate.world import HORIZON_DAYS, SimRule, World, generate
+from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, generate
 
 LIVENESS_AFTER = timedelta(hours=3)
+# The gated jobs whose check a step (its kind, or the job that ran) may change.
+TOUCHES = {
+    "job": ("delivery-drain",),  # a tick enqueues, a drain settles, any run may crash
+    "usage": ("metering-flush", "ledger-redrive"),
+    "rules": ("rss-refresh",),
+    "operator": ("delivery-drain",),
+    "rogue": ("delivery-drain",),
+    "ledger-redrive": ("metering-flush",),
+}
 # A feed that failed is retried on a backoff of up to a day: only a story from a feed that
 # was up that long before is owed within LIVENESS_AFTER.
 FEED_BACKOFF_CAP = timedelta(days=2)
@@ -54,7 +83,7 @@ class Outcome:
     wall_s: float = 0.0
 
 
-def _env(directory: Path) -> dict[str, str]:
+def _env(directory: Path, redis_prefix: str) -> dict[str, str]:
     """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
     from the environment pass through (to try a retention, an attempt limit…)."""
     passed = {k: v for k, v in os.environ.items()
@@ -68,6 +97,12 @@ def _env(directory: Path) -> dict[str, str]:
         "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
         "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
         "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+        "POLAR_ACCESS_TOKEN": "polar-sim-token",
+        "POLAR_API_URL": f"http://{POLAR}",
+        # the real Redis (a key prefix of the seed's own): the ledger's retry queue, and the
+        # rates and locks that use Redis when it is configured
+        "SLUICE_REDIS_URL": os.environ.get("SLUICE_SIM_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
     }
 
 
@@ -91,7 +126,9 @@ class Simulation:
         self.network.feeds = self.world.feeds
         self.network.destinations = self.world.destinations
         self.judge = Judge(clock.start)
-        self.network.on_receipt = self.judge.receipt
+        self.network.on_receipt = self._receipt
+        self.network.polar = self.world.polar
+        self.outages = Outages(self.world.outages, clock.now)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         self.digest = hashlib.sha256(f"{seed}:{days}".encode())
@@ -116,10 +153,17 @@ class Simulation:
         from shared.rss.store import RssStore
         from shared.store.db import open_database
         from shared.store.migrate import migrate
+        from shared.store.redis_clients import connect
 
-        env = _env(self.directory)
+        env = _env(self.directory, f"sim:{self.seed}:{os.getpid()}:")
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
+        self.redis = connect(self.services.settings)
+        self._clear_redis()
+        self.services.__dict__["redis"] = FlakyRedis(self.redis, self.outages)
+        self.billing = Billing(self.judge, self.services, self.redis, self._log)
+        self.network.on_polar = lambda external_id: self.billing.polar_received(
+            external_id, self.clock.now())
         self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
         rss = RssStore(self.services.db)
         sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
@@ -131,6 +175,13 @@ class Simulation:
             rss.put_scope(tenant.scope, f"org-{tenant.scope}",
                           tuple(sources[f] for f in tenant.feeds), "en", True)
             self._put_rules(tenant.scope)
+
+    def _clear_redis(self) -> None:
+        """The seed's keys gone (before its run, and after it)."""
+        raw = self.redis.client  # type: ignore[attr-defined]  # redis-py, for SCAN
+        keys = list(raw.scan_iter(match=f"{self.redis.prefix}*", count=500))
+        if keys:
+            raw.delete(*keys)
 
     def _put_rules(self, scope: str) -> None:
         from shared.alerts.rules import RulesStore
@@ -168,6 +219,9 @@ class Simulation:
                 self._owe(rule)
         for moment in self.world.operator_at:
             self._schedule(moment, "operator", None)
+        for call in self.world.usage:
+            if call.at < self.world.end:
+                self._schedule(call.at, "usage", call)
         for moment, point in self.crashes.plan:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
@@ -182,12 +236,16 @@ class Simulation:
         firing.queued = at
         self._schedule(at, "job", (firing, firing.token))
 
-    def _replan(self) -> None:
-        """Each gated job's next firing: the first that can do something, at the latest
-        one ``IDLE_EVERY`` after its last run (see ``firing.py``)."""
+    def _replan(self, kind: str, what: Any) -> None:
+        """The next firing of each gated job a step may have given work: the first that can
+        do something, at the latest one ``IDLE_EVERY`` after its last run (see
+        ``firing.py``)."""
         now = self.clock.now()
+        touched = set(TOUCHES.get(kind, ()))
+        if kind == "job":
+            touched |= {what[0].job, *TOUCHES.get(what[0].job, ())}
         for firing in self.firings.values():
-            if not firing.gated:
+            if not firing.gated or firing.job not in touched:
                 continue
             wake: datetime | None = None
             if firing.again:
@@ -197,6 +255,10 @@ class Simulation:
             elif firing.job == "rss-refresh":
                 wake = now if self.rules_edited else tick_wake(
                     self.services.db, self.feed_of_url, self.world.start)
+            elif firing.job == "metering-flush":
+                wake = now if outbox_waiting(self.services.db) else None
+            elif firing.job == "ledger-redrive":
+                wake = now if retry_waiting(self.redis) else None
             at = firing.after(firing.last + IDLE_EVERY - timedelta(microseconds=1))
             if wake is not None:
                 at = min(at, firing.ceil(max(wake, now, firing.last + timedelta(microseconds=1))))
@@ -222,6 +284,8 @@ class Simulation:
                 if not (rule.unchanged(published - timedelta(minutes=20), due)
                         and _clear(windows, published - timedelta(hours=1), due)
                         and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
+                        and _clear(self.world.outages.windows, published - timedelta(hours=1),
+                                   due)
                         and story in feed.visible(published + timedelta(hours=1))):
                     continue
                 self._schedule(due, "owed", ((rule.channel, rule.recipient, story.number),
@@ -238,7 +302,7 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), _seeded_ids(self.seed):
+                inline_pools(), _seeded_ids(self.seed), self.outages.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -247,7 +311,8 @@ class Simulation:
                     break
                 self.clock.move_to(at)
                 self._step(kind, what)
-                self._replan()
+                with self.outages.harness():
+                    self._replan(kind, what)
                 if self.judge.violations and not self.out.trail:
                     self.out.trail = list(self.trail)  # the steps up to the first one
         self.out.deliveries = len(self.network.receipts)
@@ -258,6 +323,7 @@ class Simulation:
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
         self.out.wall_s = time.perf_counter() - started
+        self._clear_redis()
         self.services.close()
         return self.out
 
@@ -274,7 +340,19 @@ class Simulation:
             if not firing.gated:
                 self._fire_at(firing, firing.after(self.clock.now()))
             self._job(firing)
-        elif kind == "rules":
+        elif kind == "usage":
+            self._usage(what)
+        else:
+            with self.outages.harness():
+                self._event(kind, what)
+        with self.outages.harness():
+            for receipt in self.network.receipts[before:]:
+                self._rogue_after_receipt(receipt)
+                self._log(f"  received story-{receipt.story} at {receipt.channel}:"
+                          f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
+
+    def _event(self, kind: str, what: Any) -> None:
+        if kind == "rules":
             self.rules_edited = True
             self._put_rules(what)
             self._log(f"rules of {what} changed")
@@ -294,10 +372,26 @@ class Simulation:
             self._log(f"sizes at day 30: {self.day30}")
         elif kind == "bounded" and self.day30 is not None:
             self.judge.bounded(self.clock.now(), self.day30, self._sizes())
-        for receipt in self.network.receipts[before:]:
-            self._rogue_after_receipt(receipt)
-            self._log(f"  received story-{receipt.story} at {receipt.channel}:"
-                      f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
+        elif kind == "metered":
+            self.billing.owed(what, self.network.polar_ids, self.clock.now())
+
+    def _usage(self, call: UsageCall) -> None:
+        """A model call reported; refused (both stores down), it is reported again later."""
+        if not self.billing.report(call):
+            self.out.faults["usage_retry"] = self.out.faults.get("usage_retry", 0) + 1
+            self._schedule(self.clock.now() + USAGE_RETRY, "usage", call)
+            return
+        due = owed_at(self.clock.now(), [*self.world.polar.windows,
+                                         *self.world.outages.windows], self.world.end)
+        if due is not None:
+            self._schedule(due, "metered", call.entry_id + OUTBOX_SUFFIX)
+
+    def _receipt(self, receipt: Receipt) -> None:
+        """A message the store could not settle after its send (it was down) is an unknown
+        outcome, like a crash after the send: its documented re-send is allowed."""
+        if self.world.outages.behaviour(receipt.at) == "store_down":
+            self.judge.late.add((receipt.channel, receipt.recipient, receipt.story))
+        self.judge.receipt(receipt)
 
     def _job(self, firing: Firing) -> None:
         from shared.jobs.registry import get_job
@@ -326,8 +420,11 @@ class Simulation:
         took = (self.clock.now() - now).total_seconds()
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
         self._log(summary)
-        if name == "delivery-drain":
-            self._observe_failed()
+        with self.outages.harness():
+            if name == "delivery-drain":
+                self._observe_failed()
+            elif name in ("metering-flush", "ledger-redrive"):
+                self.billing.check_attempts(self.clock.now())
 
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):
@@ -431,13 +528,14 @@ def _clear(windows: list[Any], start: datetime, end: datetime) -> bool:
 def _brief(body: dict[str, Any]) -> str:
     """The counts of a job's result (ids and timings left out: the digest must not see them)."""
     keep = ("recovered", "failed", "skippedMaxRetries", "unknown", "expired", "enqueued",
-            "outages", "deleted", "purged", "processed")
+            "outages", "deleted", "purged", "processed", "succeeded", "requeued",
+            "deadLettered", "erased", "reason")
     parts = []
     for key in keep:
         value = body.get(key)
         if key == "outages" and isinstance(value, dict):
             value = value.get("count")
-        if isinstance(value, int) and value:
+        if (isinstance(value, int) and value) or (key == "reason" and isinstance(value, str)):
             parts.append(f"{key}={value}")
     sweep = body.get("alertSweep")
     if isinstance(sweep, dict) and sweep.get("enqueued"):

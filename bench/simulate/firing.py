@@ -5,6 +5,9 @@ can do something, decided by an exact and cheap check:
 - ``delivery-drain``: a pending entry comes due or reaches its expiry, or an in-flight
   lease lapses (one read of ``delivery_queue``; waiting destinations and rate limits set
   their entries' ``next_attempt_at``, so they are covered);
+- ``metering-flush``: its outbox holds a row it may send (pending, or failed with
+  attempts left);
+- ``ledger-redrive``: the Redis retry queue (or its processing list) holds an entry;
 - ``rss-refresh``: a failing source's backoff ends, or a feed answers differently from
   what its source last fetched (a story published, a fault window beginning or ending: the
   world knows these moments), or an alert rule was edited;
@@ -114,3 +117,15 @@ def tick_wake(db: Database, feeds: dict[str, Feed], start: datetime) -> datetime
         if change is not None:
             moments.append(change)
     return min(moments, default=None)
+
+
+def outbox_waiting(db: Database) -> bool:
+    from shared.billing.metering import OutboxStore
+
+    return OutboxStore(db).eligible_count() > 0
+
+
+def retry_waiting(redis: Any) -> bool:
+    from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
+
+    return bool(redis.llen(LEDGER_RETRY_QUEUE) or redis.llen(LEDGER_RETRY_PROCESSING))

@@ -16,7 +16,7 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
   ``retry_after`` and Slack's header do: the time left in the window, at most an hour;
 - ``refuse``: refuses permanently (chat not found, 410 Gone);
 - for feeds also ``malformed`` (a body that is not a feed), ``vanished`` (404) and
-  ``slow`` (times out, nothing read).
+  ``slow`` (times out, nothing read); Polar also ``error`` (500 for the whole window).
 
 What the receivers got is the evidence the invariants judge (``Receipt``).
 """
@@ -27,6 +27,7 @@ import bisect
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,6 +41,7 @@ FEEDS = "127.0.0.1:7001"
 TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
 HOOKS = "127.0.0.1:7004"
+POLAR = "127.0.0.1:7005"
 STORY = re.compile(r"story-(\d+)")
 RETRY_AFTER_MAX_S = 3600
 FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
@@ -138,6 +140,9 @@ class Network:
         self.requests = 0
         self.refused_hosts: list[str] = []
         self.hook_keys: set[str] = set()
+        self.polar = Peer("polar")
+        self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
+        self.on_polar: Callable[[str], None] = lambda external_id: None
 
     # --- the transport seam -------------------------------------------------------
 
@@ -152,6 +157,8 @@ class Network:
         if host == SLACK:
             body = json.loads(request.content)
             return self._chat(request, "slack", str(body["channel"]), body["text"], None)
+        if host == POLAR:
+            return self._polar(request)
         if host == HOOKS:
             body = json.loads(request.content)
             text = json.dumps(body.get("payloads"))
@@ -183,6 +190,35 @@ class Network:
             return httpx.Response(304, headers={"etag": etag}, request=request)
         return httpx.Response(200, content=feed.body(now), request=request,
                               headers={"content-type": "application/rss+xml", "etag": etag})
+
+    # --- Polar's event ingestion -------------------------------------------------
+
+    def _polar(self, request: httpx.Request) -> httpx.Response:
+        """``POST /v1/events/ingest``: events deduplicated on ``external_id``, as Polar does;
+        ``error`` answers 500 for the whole window, ``late`` ingests and answers after the
+        client's timeout."""
+        kind = self.polar.behaviour(self.now())
+        if kind == "down":
+            raise httpx.ConnectError("simulated: connection refused", request=request)
+        if kind == "ratelimit":
+            return httpx.Response(429, headers={"retry-after": "60"}, json={"detail": "slow"},
+                                  request=request)
+        if kind == "error":
+            return httpx.Response(500, text="internal error", request=request)
+        events = json.loads(request.content)["events"]
+        inserted = 0
+        for event in events:
+            external_id = str(event["external_id"])
+            inserted += external_id not in self.polar_ids
+            self.polar_ids[external_id] += 1
+            self.on_polar(external_id)
+        if kind == "late":
+            timeout = (request.extensions.get("timeout") or {}).get("read") or 10.0
+            self.sleep(float(timeout))
+            raise httpx.ReadTimeout("simulated: answered after the timeout", request=request)
+        return httpx.Response(200, json={"inserted": inserted,
+                                         "duplicates": len(events) - inserted},
+                              request=request)
 
     # --- destinations -------------------------------------------------------------
 
