@@ -381,6 +381,9 @@ class Simulation:
             self.out.faults["usage_retry"] = self.out.faults.get("usage_retry", 0) + 1
             self._schedule(self.clock.now() + USAGE_RETRY, "usage", call)
             return
+        with self.outages.harness():
+            if self.rogue.meter_again(self.services, call.entry_id):
+                self._log(f"rogue biller metered {call.entry_id} again")
         due = owed_at(self.clock.now(), [*self.world.polar.windows,
                                          *self.world.outages.windows], self.world.end)
         if due is not None:
