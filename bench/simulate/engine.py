@@ -1,10 +1,11 @@
 """One seed: the real Sluice on SQLite, its jobs fired on serverless.yml's schedules by
 the simulated clock, against the world and peers the seed generated.
 
-The loop takes the earliest of: a job's next firing, a rule change, an operator visit, a
-crash being armed, an owed delivery coming due for its check. Each is one *step*: it is
-logged (the last ones are printed with a failure), folded into the history digest, and
-followed by the invariants' checks.
+The loop takes the earliest of: a job's next firing (``firing.py``: only firings that can do
+something), a rule change, an operator visit, an AI call reported, a crash being armed, an
+owed delivery or metering row coming due for its check. Each is one *step*: it is logged
+(the last ones are printed with a failure), folded into the history digest, and followed by
+the invariants' checks and the re-planning of the firings it may have given work.
 """
 
 from __future__ import annotations
@@ -14,10 +15,7 @@ import heapq
 import os
 import random
 import time
-import uuid
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,6 +25,7 @@ from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
+from bench.simulate.deployment import brief, seeded_ids, settings_env
 from bench.simulate.firing import (
     IDLE_EVERY,
     Firing,
@@ -36,15 +35,12 @@ from bench.simulate.firing import (
     tick_wake,
 )
 from bench.simulate.inline import inline_pools
-from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
+from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation, owed_matches
+from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
 from bench.simulate.outages import FlakyRedis, Outages
 from bench.simulate.peers import (
     FEEDS,
     HOOKS,
-    POLAR,
-    SLACK,
-    STORY,
-    TELEGRAM,
     Installed,
     Network,
     Receipt,
@@ -52,7 +48,6 @@ from bench.simulate.peers import (
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
 from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, generate
 
-LIVENESS_AFTER = timedelta(hours=3)
 # The gated jobs whose check a step (its kind, or the job that ran) may change.
 TOUCHES = {
     "job": ("delivery-drain",),  # a tick enqueues, a drain settles, any run may crash
@@ -62,9 +57,6 @@ TOUCHES = {
     "rogue": ("delivery-drain",),
     "ledger-redrive": ("metering-flush",),
 }
-# A feed that failed is retried on a backoff of up to a day: only a story from a feed that
-# was up that long before is owed within LIVENESS_AFTER.
-FEED_BACKOFF_CAP = timedelta(days=2)
 TRAIL = 25  # steps printed before a failure
 
 
@@ -81,36 +73,6 @@ class Outcome:
     trail: list[str] = field(default_factory=list)
     digest: str = ""
     wall_s: float = 0.0
-
-
-def _env(directory: Path, redis_prefix: str) -> dict[str, str]:
-    """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
-    from the environment pass through (to try a retention, an attempt limit…)."""
-    passed = {k: v for k, v in os.environ.items()
-              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
-    return passed | {
-        "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
-        "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
-        "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
-        "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",
-        "SLUICE_SLACK_API_URL": f"http://{SLACK}",
-        "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
-        "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
-        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-        "POLAR_ACCESS_TOKEN": "polar-sim-token",
-        "POLAR_API_URL": f"http://{POLAR}",
-        # the real Redis (a key prefix of the seed's own): the ledger's retry queue, and the
-        # rates and locks that use Redis when it is configured
-        "SLUICE_REDIS_URL": os.environ.get("SLUICE_SIM_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
-    }
-
-
-def match_of(entry: Any) -> Match:
-    """(channel, recipient, story) of a delivery entry, from its public fields."""
-    text = " ".join(str(p) for p in entry.payload.get("payloads", []))
-    found = STORY.search(text)
-    return entry.channel, entry.recipient, int(found.group(1)) if found else -1
 
 
 class Simulation:
@@ -155,7 +117,7 @@ class Simulation:
         from shared.store.migrate import migrate
         from shared.store.redis_clients import connect
 
-        env = _env(self.directory, f"sim:{self.seed}:{os.getpid()}:")
+        env = settings_env(self.directory, f"sim:{self.seed}:{os.getpid()}:")
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
         self.redis = connect(self.services.settings)
@@ -264,33 +226,6 @@ class Simulation:
                 at = min(at, firing.ceil(max(wake, now, firing.last + timedelta(microseconds=1))))
             self._fire_at(firing, at)
 
-    def _owe(self, rule: SimRule) -> None:
-        """The matches this rule must deliver: feed and destination up, rule unchanged."""
-        tenant = next(t for t in self.world.tenants if t.scope == rule.scope)
-        # A destination is held as down by its host (one API host per chat channel; every
-        # simulated webhook shares one host): a fault of any destination on the same
-        # channel may delay this one, so only a match clear of all of them is owed.
-        windows = [w for name, peer in sorted(self.world.destinations.items())
-                   if name.startswith(f"{rule.channel}:") for w in peer.windows]
-        for name in tenant.feeds:
-            feed = self.world.feeds[name]
-            for story in feed.stories:
-                published, due = story.published, story.published + LIVENESS_AFTER
-                if published < self.world.start or due > self.world.end:
-                    continue
-                keyword = rule.keyword_at(published)
-                if keyword is None or keyword not in story.words:
-                    continue
-                if not (rule.unchanged(published - timedelta(minutes=20), due)
-                        and _clear(windows, published - timedelta(hours=1), due)
-                        and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
-                        and _clear(self.world.outages.windows, published - timedelta(hours=1),
-                                   due)
-                        and story in feed.visible(published + timedelta(hours=1))):
-                    continue
-                self._schedule(due, "owed", ((rule.channel, rule.recipient, story.number),
-                                             published))
-
     # --- the loop -------------------------------------------------------------------
 
     def run(self) -> Outcome:
@@ -302,7 +237,7 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), _seeded_ids(self.seed), self.outages.installed():
+                inline_pools(), seeded_ids(self.seed), self.outages.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -414,7 +349,7 @@ class Simulation:
 
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
-            summary = f"{name}: {outcome.outcome} {_brief(outcome.body)}"
+            summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
             firing.again = outcome.outcome not in ("ok", "skipped")
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
@@ -441,12 +376,12 @@ class Simulation:
                    if match_of(e) == match]
         if not entries:
             return
-        self.sent[match] = like = _like(entries[0])
+        self.sent[match] = copy = like(entries[0])
         if self.rogue.name == "resend-after-retention":
-            self._schedule(receipt.at + RETENTION_LIKE, "rogue", like)
+            self._schedule(receipt.at + RETENTION_LIKE, "rogue", copy)
         elif receipt.late:
-            self._schedule(receipt.at + timedelta(minutes=1), "rogue", like)
-            self._schedule(receipt.at + timedelta(minutes=2), "rogue", like)
+            self._schedule(receipt.at + timedelta(minutes=1), "rogue", copy)
+            self._schedule(receipt.at + timedelta(minutes=2), "rogue", copy)
 
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
@@ -455,40 +390,16 @@ class Simulation:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
 
-    def _observe_failed(self) -> None:
-        """Entries failed for good, as ``GET /api/delivery/entries?status=failed`` lists them."""
-        from shared.delivery.store import DeliveryStatus, DeliveryStore
+    def _owe(self, rule: SimRule) -> None:
+        for due, match, published in owed_matches(self.world, rule):
+            self._schedule(due, "owed", (match, published))
 
-        for entry in DeliveryStore(self.services.db).list(status=DeliveryStatus.FAILED,
-                                                         limit=500):
-            self.judge.settled_for_good(match_of(entry), self.clock.now(),
-                                        f"failed for good ({entry.last_error or 'failed'})"[:120])
+    def _observe_failed(self) -> None:
+        observe_failed(self.services, self.judge, self.clock.now())
 
     def _operator(self) -> None:
-        """The operator reads failed entries and purges or redrives each, as the console's
-        buttons do (the routes call these same store methods)."""
-        from shared.delivery.store import DeliveryStatus, DeliveryStore
-
-        store = DeliveryStore(self.services.db)
-        failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
-        for entry in failed:
-            match = match_of(entry)
-            if self.rng.random() < 0.7:
-                store.purge(entry.id)
-                self.judge.final[match] = (self.clock.now(), "purged by the operator")
-                if self.rogue.name == "undo-purge":
-                    self.rogue.enqueue_copy(self.services, _like(entry))
-                    self._log(f"rogue producer enqueued {match_of_like(_like(entry))} again")
-                self.out.faults["operator_purge"] = self.out.faults.get("operator_purge", 0) + 1
-                self._log(f"operator purged story-{match[2]} -> {match[0]}:{match[1]}")
-            else:
-                store.redrive(entry.id)
-                self.judge.redriven(match)
-                self.out.faults["operator_redrive"] = (
-                    self.out.faults.get("operator_redrive", 0) + 1)
-                self._log(f"operator redrove story-{match[2]} -> {match[0]}:{match[1]}")
-        if not failed:
-            self._log("operator: nothing failed")
+        visit(self.services, self.rng, self.judge, self.rogue, self.clock.now(), self._log,
+              self.out.faults)
 
     def _sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -497,50 +408,3 @@ class Simulation:
                 row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})
                 sizes[table] = int(row["n"]) if row else 0
         return sizes
-
-
-@contextmanager
-def _seeded_ids(seed: int) -> Iterator[None]:
-    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
-    ids = random.Random(f"ids-{seed}")
-    original = uuid.uuid4
-
-    def uuid4() -> uuid.UUID:
-        return uuid.UUID(int=ids.getrandbits(128), version=4)
-
-    uuid.uuid4 = uuid4
-    try:
-        yield
-    finally:
-        uuid.uuid4 = original
-
-
-def _like(entry: Any) -> dict[str, Any]:
-    return {"channel": entry.channel, "recipient": entry.recipient, "payload": entry.payload}
-
-
-def match_of_like(like: dict[str, Any]) -> str:
-    found = STORY.search(" ".join(str(p) for p in like["payload"].get("payloads", [])))
-    return f"story-{found.group(1) if found else '?'} -> {like['channel']}:{like['recipient']}"
-
-
-def _clear(windows: list[Any], start: datetime, end: datetime) -> bool:
-    return not any(w.start < end and start < w.end for w in windows)
-
-
-def _brief(body: dict[str, Any]) -> str:
-    """The counts of a job's result (ids and timings left out: the digest must not see them)."""
-    keep = ("recovered", "failed", "skippedMaxRetries", "unknown", "expired", "enqueued",
-            "outages", "deleted", "purged", "processed", "succeeded", "requeued",
-            "deadLettered", "erased", "reason")
-    parts = []
-    for key in keep:
-        value = body.get(key)
-        if key == "outages" and isinstance(value, dict):
-            value = value.get("count")
-        if (isinstance(value, int) and value) or (key == "reason" and isinstance(value, str)):
-            parts.append(f"{key}={value}")
-    sweep = body.get("alertSweep")
-    if isinstance(sweep, dict) and sweep.get("enqueued"):
-        parts.append(f"enqueued={sweep['enqueued']}")
-    return " ".join(parts)
