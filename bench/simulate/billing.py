@@ -14,6 +14,8 @@ The invariants, judged from what Polar received and from public state:
   ``OWED_AFTER`` into the first stretch of that length, from its acceptance on, with Polar,
   the store and Redis up;
 - ``ledger_once``: by the same time the call is in the ledger, exactly once;
+- (a call of a user erased meanwhile is owed to neither: the purge deletes its rows, and
+  ``record_usage`` and ``ledger-redrive`` drop it; see ``erasure.py``)
 - ``no_attempt_burned``: no outbox row ends with its attempts used up, and no ledger entry
   is dead-lettered. This Polar never refuses an event and no call is malformed, so such a
   row could only have been burned by an outage.
@@ -36,16 +38,18 @@ RETRY_AFTER = timedelta(minutes=5)
 OUTBOX_SUFFIX = ":metering"
 
 
-def owed_at(accepted: datetime, windows: list[Window], end: datetime) -> datetime | None:
-    """The end of the first ``OWED_AFTER`` from ``accepted`` on clear of every window."""
-    start = accepted
+def owed_at(since: datetime, windows: list[Window], end: datetime,
+            length: timedelta = OWED_AFTER) -> datetime | None:
+    """The end of the first ``length`` from ``since`` on clear of every window (None past
+    ``end``)."""
+    start = since
     moved = True
     while moved:
         moved = False
         for window in windows:
-            if window.start < start + OWED_AFTER and start < window.end:
+            if window.start < start + length and start < window.end:
                 start, moved = window.end, True
-    due = start + OWED_AFTER
+    due = start + length
     return due if due <= end else None
 
 
@@ -57,6 +61,8 @@ class Billing:
         self.redis = redis  # the client without the injected outages (the harness's reads)
         self.log = log
         self.accepted: dict[str, datetime] = {}  # outbox id -> when its call was accepted
+        self.user_of: dict[str, str] = {}  # outbox id -> the call's user
+        self.erased: Callable[[str], bool] = lambda user: False  # the user was erased
         self.burned = 0
 
     def report(self, call: UsageCall) -> bool:
@@ -74,8 +80,10 @@ class Billing:
             self.log(f"usage {call.entry_id}: refused (store and Redis down); reported again "
                      "later")
             return False
-        self.accepted[call.entry_id + OUTBOX_SUFFIX] = utcnow()
         self.log(f"usage {call.entry_id}: {recorded}")
+        if recorded != "erased":  # an erased user's call is dropped: nothing is owed
+            self.accepted[call.entry_id + OUTBOX_SUFFIX] = utcnow()
+            self.user_of[call.entry_id + OUTBOX_SUFFIX] = call.user_id
         return True
 
     def polar_received(self, external_id: str, at: datetime) -> None:
@@ -85,6 +93,8 @@ class Billing:
 
     def owed(self, external_id: str, polar_ids: Any, at: datetime) -> None:
         ledger_id = external_id.removesuffix(OUTBOX_SUFFIX)
+        if self.erased(self.user_of[external_id]):
+            return  # purged with its user (or dropped at redrive): erasure's invariants judge
         since = f"accepted {self.accepted[external_id]:%Y-%m-%d %H:%M}"
         if not polar_ids.get(external_id):
             self.judge.fail("metered_once", at, f"{external_id} ({since}) has not reached "

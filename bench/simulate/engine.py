@@ -26,10 +26,12 @@ from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.deployment import brief, seeded_ids, settings_env
+from bench.simulate.erasure import Erasures
 from bench.simulate.firing import (
     IDLE_EVERY,
     Firing,
     drain_wake,
+    erasure_wake,
     outbox_waiting,
     retry_waiting,
     tick_wake,
@@ -53,6 +55,8 @@ TOUCHES = {
     "job": ("delivery-drain",),  # a tick enqueues, a drain settles, any run may crash
     "usage": ("metering-flush", "ledger-redrive"),
     "rules": ("rss-refresh",),
+    "erase": ("erasure-purge",),
+    "cancel": ("erasure-purge",),
     "operator": ("delivery-drain",),
     "rogue": ("delivery-drain",),
     "ledger-redrive": ("metering-flush",),
@@ -124,6 +128,8 @@ class Simulation:
         self._clear_redis()
         self.services.__dict__["redis"] = FlakyRedis(self.redis, self.outages)
         self.billing = Billing(self.judge, self.services, self.redis, self._log)
+        self.erasures = Erasures(self.judge, self.services, self._log)
+        self.billing.erased = self.erasures.erased
         self.network.on_polar = lambda external_id: self.billing.polar_received(
             external_id, self.clock.now())
         self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
@@ -184,6 +190,15 @@ class Simulation:
         for call in self.world.usage:
             if call.at < self.world.end:
                 self._schedule(call.at, "usage", call)
+        for erasure in self.world.erasures:
+            if erasure.at >= self.world.end:
+                continue
+            self._schedule(erasure.at, "erase", erasure)
+            if erasure.cancel_at is not None and erasure.cancel_at < self.world.end:
+                self._schedule(erasure.cancel_at, "cancel", erasure)
+            due = self.erasures.due(erasure, self.world.outages.windows, self.world.end)
+            if due is not None:
+                self._schedule(due, "erased-due", erasure)
         for moment, point in self.crashes.plan:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
@@ -221,6 +236,8 @@ class Simulation:
                 wake = now if outbox_waiting(self.services.db) else None
             elif firing.job == "ledger-redrive":
                 wake = now if retry_waiting(self.redis) else None
+            elif firing.job == "erasure-purge":
+                wake = erasure_wake(self.services.db)
             at = firing.after(firing.last + IDLE_EVERY - timedelta(microseconds=1))
             if wake is not None:
                 at = min(at, firing.ceil(max(wake, now, firing.last + timedelta(microseconds=1))))
@@ -309,6 +326,12 @@ class Simulation:
             self.judge.bounded(self.clock.now(), self.day30, self._sizes())
         elif kind == "metered":
             self.billing.owed(what, self.network.polar_ids, self.clock.now())
+        elif kind == "erase":
+            self.erasures.request(what)
+        elif kind == "cancel":
+            self.erasures.cancel(what)
+        elif kind == "erased-due":
+            self.erasures.check_purged(what, self.clock.now())
 
     def _usage(self, call: UsageCall) -> None:
         """A model call reported; refused (both stores down), it is reported again later."""
@@ -319,6 +342,10 @@ class Simulation:
         with self.outages.harness():
             if self.rogue.meter_again(self.services, call.entry_id):
                 self._log(f"rogue biller metered {call.entry_id} again")
+            if call.user_id in self.erasures.ids:
+                self.erasures.check(self.clock.now())
+        if call.entry_id + OUTBOX_SUFFIX not in self.billing.accepted:
+            return  # an erased user's call, dropped
         due = owed_at(self.clock.now(), [*self.world.polar.windows,
                                          *self.world.outages.windows], self.world.end)
         if due is not None:
@@ -363,6 +390,8 @@ class Simulation:
                 self._observe_failed()
             elif name in ("metering-flush", "ledger-redrive"):
                 self.billing.check_attempts(self.clock.now())
+            if name in ("erasure-purge", "ledger-redrive"):
+                self.erasures.check(self.clock.now())
 
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):

@@ -8,6 +8,7 @@ can do something, decided by an exact and cheap check:
 - ``metering-flush``: its outbox holds a row it may send (pending, or failed with
   attempts left);
 - ``ledger-redrive``: the Redis retry queue (or its processing list) holds an entry;
+- ``erasure-purge``: a request's grace window ends, or a purge's sweep is pending;
 - ``rss-refresh``: a failing source's backoff ends, or a feed answers differently from
   what its source last fetched (a story published, a fault window beginning or ending: the
   world knows these moments), or an alert rule was edited;
@@ -26,7 +27,7 @@ either, so a coalesced firing is exactly a firing that would have found nothing 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,3 +130,15 @@ def retry_waiting(redis: Any) -> bool:
     from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 
     return bool(redis.llen(LEDGER_RETRY_QUEUE) or redis.llen(LEDGER_RETRY_PROCESSING))
+
+
+def erasure_wake(db: Database) -> datetime | None:
+    """When erasure-purge next has something to do: a grace window ends, or a purge's sweep
+    of the external stores is still pending (now)."""
+    with db.transaction() as tx:
+        row = tx.fetchone(Q.erasure_wake, {}, final=True)
+    if row is None:
+        return None
+    if row["sweeps"]:
+        return datetime.min.replace(tzinfo=UTC)
+    return _time(row["due"])

@@ -13,3 +13,8 @@ WHERE status IN ('pending', 'in_flight')
 -- name: tick_sources
 -- Each source's fetch state: a failing one waits for next_attempt_at.
 SELECT id, url, last_fetched_at, next_attempt_at FROM rss_sources ORDER BY id
+
+-- name: erasure_wake
+-- The earliest grace window to end, and whether a purge's sweep is still pending.
+SELECT (SELECT min(grace_until) FROM data_erasure_requests WHERE status = 'requested') AS due,
+       (SELECT count(*) FROM erasure_tombstones WHERE sweep_pending) AS sweeps

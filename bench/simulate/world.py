@@ -63,6 +63,16 @@ class UsageCall(NamedTuple):
     tokens: int
 
 
+class ErasureCall(NamedTuple):
+    """A user's erasure request, its grace window, and whether it is cancelled in it."""
+
+    at: datetime
+    subject: str
+    tenant_id: str
+    grace_days: int
+    cancel_at: datetime | None
+
+
 @dataclass
 class World:
     start: datetime
@@ -75,6 +85,7 @@ class World:
     polar: Peer = field(default_factory=lambda: Peer("polar"))
     outages: Peer = field(default_factory=lambda: Peer("stores"))  # store_down, redis_down
     usage: list[UsageCall] = field(default_factory=list)
+    erasures: list[ErasureCall] = field(default_factory=list)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]
@@ -176,7 +187,27 @@ def generate(seed: int, start: datetime, days: int) -> World:
                   [moment for moment in operator_at if moment < stop],
                   {k: v for k, v in counted.items() if v})
     _billing(world, seed, end)
+    _erasures(world, seed, end)
     return world
+
+
+def _erasures(world: World, seed: int, end: datetime) -> None:
+    """About one erasure request a month, for a user who made AI calls, with a grace window
+    of 1-14 days; a quarter are cancelled within it (a generator of their own)."""
+    rng = random.Random(f"erasure-{seed}")
+    span_days = (end - world.start).total_seconds() / 86400
+    for _ in range(int(span_days / 30)):
+        at = world.start + timedelta(days=rng.uniform(1, span_days))
+        t = rng.randrange(len(world.tenants))
+        grace = rng.randint(1, 14)
+        cancel = (at + timedelta(days=rng.uniform(0, grace)) if rng.random() < 0.25
+                  else None)
+        world.erasures.append(ErasureCall(at, f"user-{t}-{rng.randint(0, 4)}",
+                                          f"org-{world.tenants[t].scope}", grace, cancel))
+    world.erasures.sort()
+    counted = sum(1 for e in world.erasures if e.at < world.end)
+    if counted:
+        world.faults["erasure"] = counted
 
 
 def _billing(world: World, seed: int, end: datetime) -> None:
