@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 Q = Queries.parse((Path(__file__).parent / "wake.sql").read_text())
 
-IDLE_EVERY = timedelta(hours=6)
+IDLE_EVERY = timedelta(hours=24)
 GATED = ("delivery-drain", "rss-refresh", "history-sample", "metering-flush",
          "ledger-redrive", "erasure-purge")
 TICK = timedelta(microseconds=1)  # "strictly after" for a comparison with <
