@@ -2,9 +2,12 @@
 
 The real code (the jobs through the real job runner, the rss tick with its fetcher,
 catalog and alert sweep, the delivery drain with its real channel adapters and retry
-policy, state cleanup, erasure, the operator's purge and redrive) on SQLite, against a
-world generated from one seed: feeds (``world.py``) and peers with behaviours
-(``peers.py``), crashes at the named crash points (``crashes.py``), invariants checked after
-every step (``invariants.py``). ``engine.py`` runs one seed, ``main.py`` prints the table.
-See docs/reliability.md.
+policy, AI usage through the ledger, metering-flush and ledger-redrive on the real Redis,
+state cleanup, erasure, the operator's purge and redrive) on SQLite, against a world
+generated from one seed: feeds, tenants, rules and usage (``world.py``), peers with
+behaviours, Polar among them (``peers.py``), store outages (``outages.py``), crashes at the
+named crash points (``crashes.py``), invariants checked after every step
+(``invariants.py``, ``billing.py``). ``firing.py`` decides which scheduled firings can do
+something, ``engine.py`` runs one seed, ``main.py`` prints the table. See
+docs/reliability.md.
 """

@@ -1,10 +1,11 @@
 """One seed: the real Sluice on SQLite, its jobs fired on serverless.yml's schedules by
 the simulated clock, against the world and peers the seed generated.
 
-The loop takes the earliest of: a job's next firing, a rule change, an operator visit, a
-crash being armed, an owed delivery coming due for its check. Each is one *step*: it is
-logged (the last ones are printed with a failure), folded into the history digest, and
-followed by the invariants' checks.
+The loop takes the earliest of: a job's next firing (``firing.py``: only firings that can do
+something), a rule change, an operator visit, an AI call reported, a crash being armed, an
+owed delivery or metering row coming due for its check. Each is one *step*: it is logged
+(the last ones are printed with a failure), folded into the history digest, and followed by
+the invariants' checks and the re-planning of the firings it may have given work.
 """
 
 from __future__ import annotations
@@ -14,33 +15,52 @@ import heapq
 import os
 import random
 import time
-import uuid
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
+from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
+from bench.simulate.deployment import brief, seeded_ids, settings_env
+from bench.simulate.erasure import Erasures
+from bench.simulate.firing import (
+    IDLE_EVERY,
+    Firing,
+    drain_wake,
+    erasure_wake,
+    outbox_waiting,
+    retry_waiting,
+    tick_wake,
+)
 from bench.simulate.inline import inline_pools
-from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation
-from bench.simulate.peers import FEEDS, HOOKS, SLACK, STORY, TELEGRAM, Installed, Network
+from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation, owed_matches
+from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
+from bench.simulate.outages import FlakyRedis, Outages
+from bench.simulate.peers import (
+    FEEDS,
+    HOOKS,
+    Installed,
+    Network,
+    Receipt,
+)
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
-from bench.simulate.world import HORIZON_DAYS, SimRule, World, generate
+from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, generate
 
-# A frequent job (every few minutes) with nothing to do is fired at most this often: its
-# idle runs would only record themselves. Work waiting is never held back.
-IDLE_EVERY = timedelta(hours=6)
-# The rss tick with nothing new to read (no feed changed, no rule, no delivery row, no
-# operator action since its last run) is fired at most this often.
-IDLE_TICK_EVERY = timedelta(hours=6)
-LIVENESS_AFTER = timedelta(hours=3)
-# A feed that failed is retried on a backoff of up to a day: only a story from a feed that
-# was up that long before is owed within LIVENESS_AFTER.
-FEED_BACKOFF_CAP = timedelta(days=2)
+# The gated jobs whose check a step (its kind, or the job that ran) may change.
+TOUCHES = {
+    "job": ("delivery-drain",),  # a tick enqueues, a drain settles, any run may crash
+    "usage": ("metering-flush", "ledger-redrive"),
+    "rules": ("rss-refresh",),
+    "erase": ("erasure-purge",),
+    "cancel": ("erasure-purge",),
+    "operator": ("delivery-drain",),
+    "rogue": ("delivery-drain",),
+    "ledger-redrive": ("metering-flush",),
+}
 TRAIL = 25  # steps printed before a failure
 
 
@@ -50,37 +70,13 @@ class Outcome:
     days: int
     steps: int = 0
     runs: int = 0
-    coalesced: int = 0
+    coalesced: dict[str, int] = field(default_factory=dict)  # job -> firings not run
     deliveries: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     trail: list[str] = field(default_factory=list)
     digest: str = ""
     wall_s: float = 0.0
-
-
-def _env(directory: Path) -> dict[str, str]:
-    """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
-    from the environment pass through (to try a retention, an attempt limit…)."""
-    passed = {k: v for k, v in os.environ.items()
-              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
-    return passed | {
-        "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
-        "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
-        "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
-        "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",
-        "SLUICE_SLACK_API_URL": f"http://{SLACK}",
-        "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
-        "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
-        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-    }
-
-
-def match_of(entry: Any) -> Match:
-    """(channel, recipient, story) of a delivery entry, from its public fields."""
-    text = " ".join(str(p) for p in entry.payload.get("payloads", []))
-    found = STORY.search(text)
-    return entry.channel, entry.recipient, int(found.group(1)) if found else -1
 
 
 class Simulation:
@@ -96,18 +92,17 @@ class Simulation:
         self.network.feeds = self.world.feeds
         self.network.destinations = self.world.destinations
         self.judge = Judge(clock.start)
-        self.network.on_receipt = self.judge.receipt
+        self.network.on_receipt = self._receipt
+        self.network.polar = self.world.polar
+        self.outages = Outages(self.world.outages, clock.now)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         self.digest = hashlib.sha256(f"{seed}:{days}".encode())
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
-        self.last_run: dict[str, datetime] = {}
-        # After a crash, entries may sit in flight under a lease until it lapses (not "due"):
-        # drains run every minute until then, as they do on AWS.
-        self.busy_until = clock.start
-        self.changes = 0  # rule edits, operator actions, drains, crashes: what a tick may see
-        self.tick_seen: tuple[Any, ...] = ()
+        self.firings: dict[str, Firing] = {}
+        self.rules_edited = False  # since the last tick
+        self.feed_of_url: dict[str, Any] = {}
         self.day30: dict[str, int] | None = None
         self.crashes = Crashes(self.rng, self.world.start,
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
@@ -124,17 +119,37 @@ class Simulation:
         from shared.rss.store import RssStore
         from shared.store.db import open_database
         from shared.store.migrate import migrate
+        from shared.store.redis_clients import connect
 
-        env = _env(self.directory)
+        env = settings_env(self.directory, f"sim:{self.seed}:{os.getpid()}:")
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
+        self.redis = connect(self.services.settings)
+        self._clear_redis()
+        self.services.__dict__["redis"] = FlakyRedis(self.redis, self.outages)
+        self.billing = Billing(self.judge, self.services, self.redis, self._log)
+        self.erasures = Erasures(self.judge, self.services, self._log)
+        self.billing.erased = self.erasures.erased
+        self.network.on_polar = lambda external_id: self.billing.polar_received(
+            external_id, self.clock.now())
+        self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
         rss = RssStore(self.services.db)
         sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
                    for name in sorted(self.world.feeds)}
+        # the feeds a tick fetches: those of the scopes (a source no scope uses is not)
+        self.feed_of_url = {f"http://{FEEDS}/{name}.xml": self.world.feeds[name]
+                            for name in sorted({f for t in self.world.tenants for f in t.feeds})}
         for tenant in self.world.tenants:
             rss.put_scope(tenant.scope, f"org-{tenant.scope}",
                           tuple(sources[f] for f in tenant.feeds), "en", True)
             self._put_rules(tenant.scope)
+
+    def _clear_redis(self) -> None:
+        """The seed's keys gone (before its run, and after it)."""
+        raw = self.redis.client  # type: ignore[attr-defined]  # redis-py, for SCAN
+        keys = list(raw.scan_iter(match=f"{self.redis.prefix}*", count=500))
+        if keys:
+            raw.delete(*keys)
 
     def _put_rules(self, scope: str) -> None:
         from shared.alerts.rules import RulesStore
@@ -161,9 +176,10 @@ class Simulation:
 
         start = self.world.start
         for job, expressions in sorted(job_schedules().items()):
-            for expression in expressions:
-                schedule = parse(expression)
-                self._schedule(schedule.next_after(start), "job", (job, schedule))
+            for n, expression in enumerate(expressions):
+                firing = Firing(job, parse(expression), start)
+                self.firings[job if n == 0 else f"{job}#{n}"] = firing
+                self._fire_at(firing, firing.after(start))
         for tenant in self.world.tenants:
             for rule in tenant.rules:
                 for version in rule.versions[1:]:
@@ -171,35 +187,61 @@ class Simulation:
                 self._owe(rule)
         for moment in self.world.operator_at:
             self._schedule(moment, "operator", None)
+        for call in self.world.usage:
+            if call.at < self.world.end:
+                self._schedule(call.at, "usage", call)
+        for erasure in self.world.erasures:
+            if erasure.at >= self.world.end:
+                continue
+            self._schedule(erasure.at, "erase", erasure)
+            if erasure.cancel_at is not None and erasure.cancel_at < self.world.end:
+                self._schedule(erasure.cancel_at, "cancel", erasure)
+            due = self.erasures.due(erasure, self.world.outages.windows, self.world.end)
+            if due is not None:
+                self._schedule(due, "erased-due", erasure)
         for moment, point in self.crashes.plan:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
         self._schedule(start + timedelta(days=30), "measure", None)
+        if self.days >= 90:
+            self._schedule(self.world.end - timedelta(minutes=1), "bounded", None)
 
-    def _owe(self, rule: SimRule) -> None:
-        """The matches this rule must deliver: feed and destination up, rule unchanged."""
-        tenant = next(t for t in self.world.tenants if t.scope == rule.scope)
-        # A destination is held as down by its host (one API host per chat channel; every
-        # simulated webhook shares one host): a fault of any destination on the same
-        # channel may delay this one, so only a match clear of all of them is owed.
-        windows = [w for name, peer in sorted(self.world.destinations.items())
-                   if name.startswith(f"{rule.channel}:") for w in peer.windows]
-        for name in tenant.feeds:
-            feed = self.world.feeds[name]
-            for story in feed.stories:
-                published, due = story.published, story.published + LIVENESS_AFTER
-                if published < self.world.start or due > self.world.end:
-                    continue
-                keyword = rule.keyword_at(published)
-                if keyword is None or keyword not in story.words:
-                    continue
-                if not (rule.unchanged(published - timedelta(minutes=20), due)
-                        and _clear(windows, published - timedelta(hours=1), due)
-                        and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
-                        and story in feed.visible(published + timedelta(hours=1))):
-                    continue
-                self._schedule(due, "owed", ((rule.channel, rule.recipient, story.number),
-                                             published))
+    def _fire_at(self, firing: Firing, at: datetime) -> None:
+        if firing.queued == at:
+            return
+        firing.token += 1
+        firing.queued = at
+        self._schedule(at, "job", (firing, firing.token))
+
+    def _replan(self, kind: str, what: Any) -> None:
+        """The next firing of each gated job a step may have given work: the first that can
+        do something, at the latest one ``IDLE_EVERY`` after its last run (see
+        ``firing.py``)."""
+        now = self.clock.now()
+        touched = set(TOUCHES.get(kind, ()))
+        if kind == "job":
+            touched |= {what[0].job, *TOUCHES.get(what[0].job, ())}
+        for firing in self.firings.values():
+            if not firing.gated or firing.job not in touched:
+                continue
+            wake: datetime | None = None
+            if firing.again:
+                wake = now
+            elif firing.job == "delivery-drain":
+                wake = drain_wake(self.services.db, self.expire)
+            elif firing.job == "rss-refresh":
+                wake = now if self.rules_edited else tick_wake(
+                    self.services.db, self.feed_of_url, self.world.start)
+            elif firing.job == "metering-flush":
+                wake = now if outbox_waiting(self.services.db) else None
+            elif firing.job == "ledger-redrive":
+                wake = now if retry_waiting(self.redis) else None
+            elif firing.job == "erasure-purge":
+                wake = erasure_wake(self.services.db)
+            at = firing.after(firing.last + IDLE_EVERY - timedelta(microseconds=1))
+            if wake is not None:
+                at = min(at, firing.ceil(max(wake, now, firing.last + timedelta(microseconds=1))))
+            self._fire_at(firing, at)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -212,20 +254,28 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), _seeded_ids(self.seed):
+                inline_pools(), seeded_ids(self.seed), self.outages.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
+                if kind == "job" and what[1] != what[0].token:
+                    continue  # a firing planned again since
                 if at > self.world.end:
                     break
                 self.clock.move_to(at)
                 self._step(kind, what)
+                with self.outages.harness():
+                    self._replan(kind, what)
                 if self.judge.violations and not self.out.trail:
                     self.out.trail = list(self.trail)  # the steps up to the first one
         self.out.deliveries = len(self.network.receipts)
+        self.out.coalesced = {name: firing.grid_count(self.world.end) - firing.fired
+                              for name, firing in sorted(self.firings.items())
+                              if firing.gated}
         self.out.violations = list(self.judge.violations)
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
         self.out.wall_s = time.perf_counter() - started
+        self._clear_redis()
         self.services.close()
         return self.out
 
@@ -238,15 +288,27 @@ class Simulation:
     def _step(self, kind: str, what: Any) -> None:
         before = len(self.network.receipts)
         if kind == "job":
-            job, schedule = what
-            self._schedule(schedule.next_after(self.clock.now()), "job", what)
-            self._job(job)
-        elif kind == "rules":
-            self.changes += 1
+            firing = what[0]
+            if not firing.gated:
+                self._fire_at(firing, firing.after(self.clock.now()))
+            self._job(firing)
+        elif kind == "usage":
+            self._usage(what)
+        else:
+            with self.outages.harness():
+                self._event(kind, what)
+        with self.outages.harness():
+            for receipt in self.network.receipts[before:]:
+                self._rogue_after_receipt(receipt)
+                self._log(f"  received story-{receipt.story} at {receipt.channel}:"
+                          f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
+
+    def _event(self, kind: str, what: Any) -> None:
+        if kind == "rules":
+            self.rules_edited = True
             self._put_rules(what)
             self._log(f"rules of {what} changed")
         elif kind == "operator":
-            self.changes += 1
             self._operator()
         elif kind == "crash":
             self.crashes.arm(what)
@@ -260,37 +322,53 @@ class Simulation:
         elif kind == "measure":
             self.day30 = self._sizes()
             self._log(f"sizes at day 30: {self.day30}")
-        for receipt in self.network.receipts[before:]:
-            self._rogue_after_receipt(receipt)
-            self._log(f"  received story-{receipt.story} at {receipt.channel}:"
-                      f"{receipt.recipient}{' (answered late)' if receipt.late else ''}")
+        elif kind == "bounded" and self.day30 is not None:
+            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
+        elif kind == "metered":
+            self.billing.owed(what, self.network.polar_ids, self.clock.now())
+        elif kind == "erase":
+            self.erasures.request(what)
+        elif kind == "cancel":
+            self.erasures.cancel(what)
+        elif kind == "erased-due":
+            self.erasures.check_purged(what, self.clock.now())
 
-    def _job(self, name: str) -> None:
-        from shared.delivery.store import DeliveryStore
+    def _usage(self, call: UsageCall) -> None:
+        """A model call reported; refused (both stores down), it is reported again later."""
+        if not self.billing.report(call):
+            self.out.faults["usage_retry"] = self.out.faults.get("usage_retry", 0) + 1
+            self._schedule(self.clock.now() + USAGE_RETRY, "usage", call)
+            return
+        with self.outages.harness():
+            if self.rogue.meter_again(self.services, call.entry_id):
+                self._log(f"rogue biller metered {call.entry_id} again")
+            if call.user_id in self.erasures.ids:
+                self.erasures.check(self.clock.now())
+        if call.entry_id + OUTBOX_SUFFIX not in self.billing.accepted:
+            return  # an erased user's call, dropped
+        due = owed_at(self.clock.now(), [*self.world.polar.windows,
+                                         *self.world.outages.windows], self.world.end)
+        if due is not None:
+            self._schedule(due, "metered", call.entry_id + OUTBOX_SUFFIX)
+
+    def _receipt(self, receipt: Receipt) -> None:
+        """A message the store could not settle after its send (it was down) is an unknown
+        outcome, like a crash after the send: its documented re-send is allowed."""
+        if self.world.outages.behaviour(receipt.at) == "store_down":
+            self.judge.late.add((receipt.channel, receipt.recipient, receipt.story))
+        self.judge.receipt(receipt)
+
+    def _job(self, firing: Firing) -> None:
         from shared.jobs.registry import get_job
         from shared.jobs.runner import run_job
 
+        name = firing.job
         now = self.clock.now()
         job = get_job(name)
-        if name in ("delivery-drain", "metering-flush", "ledger-redrive", "erasure-purge",
-                    "history-sample") \
-                and now - self.last_run.get(name, datetime.min.replace(tzinfo=now.tzinfo)) \
-                < IDLE_EVERY and now >= self.busy_until:
-            idle = name != "delivery-drain" or DeliveryStore(self.services.db).count_due() == 0
-            if idle:
-                self.out.coalesced += 1
-                return
+        firing.last = now
+        firing.fired += 1
         if name == "rss-refresh":
-            seen = (self.changes, tuple((f.behaviour(now), len(f.visible(now)),
-                                         f.visible(now)[-1].number if f.visible(now) else 0)
-                                        for _, f in sorted(self.world.feeds.items())))
-            if seen == self.tick_seen and now - self.last_run.get(name, now) < IDLE_TICK_EVERY:
-                self.out.coalesced += 1
-                return
-            self.tick_seen = seen
-        self.last_run[name] = now
-        if name == "delivery-drain":
-            self.changes += 1
+            self.rules_edited = False
         deadline_ms = job.timeout_s * 1000
 
         def remaining_ms() -> int:
@@ -298,21 +376,22 @@ class Simulation:
 
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
-            summary = f"{name}: {outcome.outcome} {_brief(outcome.body)}"
+            summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
+            firing.again = outcome.outcome not in ("ok", "skipped")
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
-            self.busy_until = self.clock.now() + timedelta(
-                seconds=self.services.settings.delivery_lease_s + 180)
+            firing.again = True
         self.out.runs += 1
         took = (self.clock.now() - now).total_seconds()
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
         self._log(summary)
-        if name == "delivery-drain":
-            self._observe_failed()
-        if self.day30 is not None and self.clock.now() >= self.world.end - timedelta(hours=1) \
-                and self.days >= 90:
-            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
-            self.day30 = None
+        with self.outages.harness():
+            if name == "delivery-drain":
+                self._observe_failed()
+            elif name in ("metering-flush", "ledger-redrive"):
+                self.billing.check_attempts(self.clock.now())
+            if name in ("erasure-purge", "ledger-redrive"):
+                self.erasures.check(self.clock.now())
 
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):
@@ -326,12 +405,12 @@ class Simulation:
                    if match_of(e) == match]
         if not entries:
             return
-        self.sent[match] = like = _like(entries[0])
+        self.sent[match] = copy = like(entries[0])
         if self.rogue.name == "resend-after-retention":
-            self._schedule(receipt.at + RETENTION_LIKE, "rogue", like)
+            self._schedule(receipt.at + RETENTION_LIKE, "rogue", copy)
         elif receipt.late:
-            self._schedule(receipt.at + timedelta(minutes=1), "rogue", like)
-            self._schedule(receipt.at + timedelta(minutes=2), "rogue", like)
+            self._schedule(receipt.at + timedelta(minutes=1), "rogue", copy)
+            self._schedule(receipt.at + timedelta(minutes=2), "rogue", copy)
 
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
@@ -340,40 +419,16 @@ class Simulation:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
 
-    def _observe_failed(self) -> None:
-        """Entries failed for good, as ``GET /api/delivery/entries?status=failed`` lists them."""
-        from shared.delivery.store import DeliveryStatus, DeliveryStore
+    def _owe(self, rule: SimRule) -> None:
+        for due, match, published in owed_matches(self.world, rule):
+            self._schedule(due, "owed", (match, published))
 
-        for entry in DeliveryStore(self.services.db).list(status=DeliveryStatus.FAILED,
-                                                         limit=500):
-            self.judge.settled_for_good(match_of(entry), self.clock.now(),
-                                        f"failed for good ({entry.last_error or 'failed'})"[:120])
+    def _observe_failed(self) -> None:
+        observe_failed(self.services, self.judge, self.clock.now())
 
     def _operator(self) -> None:
-        """The operator reads failed entries and purges or redrives each, as the console's
-        buttons do (the routes call these same store methods)."""
-        from shared.delivery.store import DeliveryStatus, DeliveryStore
-
-        store = DeliveryStore(self.services.db)
-        failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
-        for entry in failed:
-            match = match_of(entry)
-            if self.rng.random() < 0.7:
-                store.purge(entry.id)
-                self.judge.final[match] = (self.clock.now(), "purged by the operator")
-                if self.rogue.name == "undo-purge":
-                    self.rogue.enqueue_copy(self.services, _like(entry))
-                    self._log(f"rogue producer enqueued {match_of_like(_like(entry))} again")
-                self.out.faults["operator_purge"] = self.out.faults.get("operator_purge", 0) + 1
-                self._log(f"operator purged story-{match[2]} -> {match[0]}:{match[1]}")
-            else:
-                store.redrive(entry.id)
-                self.judge.redriven(match)
-                self.out.faults["operator_redrive"] = (
-                    self.out.faults.get("operator_redrive", 0) + 1)
-                self._log(f"operator redrove story-{match[2]} -> {match[0]}:{match[1]}")
-        if not failed:
-            self._log("operator: nothing failed")
+        visit(self.services, self.rng, self.judge, self.rogue, self.clock.now(), self._log,
+              self.out.faults)
 
     def _sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -382,49 +437,3 @@ class Simulation:
                 row = tx.fetchone(f"SELECT COUNT(*) AS n FROM {table}", {})
                 sizes[table] = int(row["n"]) if row else 0
         return sizes
-
-
-@contextmanager
-def _seeded_ids(seed: int) -> Iterator[None]:
-    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
-    ids = random.Random(f"ids-{seed}")
-    original = uuid.uuid4
-
-    def uuid4() -> uuid.UUID:
-        return uuid.UUID(int=ids.getrandbits(128), version=4)
-
-    uuid.uuid4 = uuid4
-    try:
-        yield
-    finally:
-        uuid.uuid4 = original
-
-
-def _like(entry: Any) -> dict[str, Any]:
-    return {"channel": entry.channel, "recipient": entry.recipient, "payload": entry.payload}
-
-
-def match_of_like(like: dict[str, Any]) -> str:
-    found = STORY.search(" ".join(str(p) for p in like["payload"].get("payloads", [])))
-    return f"story-{found.group(1) if found else '?'} -> {like['channel']}:{like['recipient']}"
-
-
-def _clear(windows: list[Any], start: datetime, end: datetime) -> bool:
-    return not any(w.start < end and start < w.end for w in windows)
-
-
-def _brief(body: dict[str, Any]) -> str:
-    """The counts of a job's result (ids and timings left out: the digest must not see them)."""
-    keep = ("recovered", "failed", "skippedMaxRetries", "unknown", "expired", "enqueued",
-            "outages", "deleted", "purged", "processed")
-    parts = []
-    for key in keep:
-        value = body.get(key)
-        if key == "outages" and isinstance(value, dict):
-            value = value.get("count")
-        if isinstance(value, int) and value:
-            parts.append(f"{key}={value}")
-    sweep = body.get("alertSweep")
-    if isinstance(sweep, dict) and sweep.get("enqueued"):
-        parts.append(f"enqueued={sweep['enqueued']}")
-    return " ".join(parts)

@@ -19,15 +19,20 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from bench.simulate.peers import Receipt
+from bench.simulate.peers import Receipt, Window
+from bench.simulate.world import SimRule, World
 
 GROWTH_FACTOR = 3.0
 BOUNDED_TABLES = ("job_runs", "ops_samples", "delivery_queue", "queue_dead_letters",
                   "queue_quarantine")
 Match = tuple[str, str, int]  # channel, recipient, story number
+LIVENESS_AFTER = timedelta(hours=3)
+# A feed that failed is retried on a backoff of up to a day: only a story from a feed that
+# was up that long before is owed within LIVENESS_AFTER.
+FEED_BACKOFF_CAP = timedelta(days=2)
 
 
 def unknown_resends() -> int:
@@ -100,6 +105,40 @@ class Judge:
                 self.fail("bounded_tables", at,
                           f"{table}: {now[table]} rows, {day30.get(table, 0)} at day 30 "
                           f"(allowed x{GROWTH_FACTOR:g})")
+
+
+def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, datetime]]:
+    """The matches ``rule`` must deliver (when, what, published): its feed up for two days
+    before, every destination of its channel and the stores up from an hour before to
+    ``LIVENESS_AFTER`` after the story, the rule unchanged meanwhile."""
+    tenant = next(t for t in world.tenants if t.scope == rule.scope)
+    # A destination is held as down by its host (one API host per chat channel; every
+    # simulated webhook shares one host): a fault of any destination on the same
+    # channel may delay this one, so only a match clear of all of them is owed.
+    windows = [w for name, peer in sorted(world.destinations.items())
+               if name.startswith(f"{rule.channel}:") for w in peer.windows]
+    owed = []
+    for name in tenant.feeds:
+        feed = world.feeds[name]
+        for story in feed.stories:
+            published, due = story.published, story.published + LIVENESS_AFTER
+            if published < world.start or due > world.end:
+                continue
+            keyword = rule.keyword_at(published)
+            if keyword is None or keyword not in story.words:
+                continue
+            if not (rule.unchanged(published - timedelta(minutes=20), due)
+                    and _clear(windows, published - timedelta(hours=1), due)
+                    and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
+                    and _clear(world.outages.windows, published - timedelta(hours=1), due)
+                    and story in feed.visible(published + timedelta(hours=1))):
+                continue
+            owed.append((due, (rule.channel, rule.recipient, story.number), published))
+    return owed
+
+
+def _clear(windows: list[Window], start: datetime, end: datetime) -> bool:
+    return not any(w.start < end and start < w.end for w in windows)
 
 
 def _name(match: Match) -> str:

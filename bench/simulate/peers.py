@@ -12,10 +12,11 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
 - ``late``: accepts and records the message, then answers after the client's read
   timeout: the caller sees a timeout, the message was delivered, and the wait costs
   simulated time;
-- ``ratelimit``: 429 with ``Retry-After``;
+- ``ratelimit``: 429 with ``Retry-After`` saying when to come back, as Telegram's
+  ``retry_after`` and Slack's header do: the time left in the window, at most an hour;
 - ``refuse``: refuses permanently (chat not found, 410 Gone);
 - for feeds also ``malformed`` (a body that is not a feed), ``vanished`` (404) and
-  ``slow`` (times out, nothing read).
+  ``slow`` (times out, nothing read); Polar also ``error`` (500 for the whole window).
 
 What the receivers got is the evidence the invariants judge (``Receipt``).
 """
@@ -24,7 +25,9 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,7 +41,9 @@ FEEDS = "127.0.0.1:7001"
 TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
 HOOKS = "127.0.0.1:7004"
+POLAR = "127.0.0.1:7005"
 STORY = re.compile(r"story-(\d+)")
+RETRY_AFTER_MAX_S = 3600
 FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
 
 
@@ -54,10 +59,14 @@ class Peer:
     windows: list[Window] = field(default_factory=list)
 
     def behaviour(self, now: datetime) -> str:
+        window = self.window(now)
+        return window.kind if window else "up"
+
+    def window(self, now: datetime) -> Window | None:
         for window in self.windows:
             if window.start <= now < window.end:
-                return window.kind
-        return "up"
+                return window
+        return None
 
 
 class FeedStory(NamedTuple):
@@ -70,6 +79,7 @@ class FeedStory(NamedTuple):
 class Feed(Peer):
     stories: list[FeedStory] = field(default_factory=list)
     _times: list[datetime] = field(default_factory=list, repr=False, compare=False)
+    _changes: list[datetime] = field(default_factory=list, repr=False, compare=False)
 
     def visible(self, now: datetime) -> list[FeedStory]:
         """The newest ``FEED_ITEMS`` stories published by ``now`` (stories are in order)."""
@@ -77,6 +87,16 @@ class Feed(Peer):
             self._times = [s.published for s in self.stories]
         shown = bisect.bisect_right(self._times, now)
         return self.stories[max(0, shown - FEED_ITEMS):shown]
+
+    def next_change(self, after: datetime) -> datetime | None:
+        """The first moment after ``after`` at which this feed answers differently: a story
+        published, a fault window beginning or ending."""
+        if len(self._changes) != len(self.stories) + 2 * len(self.windows):
+            self._changes = sorted([s.published for s in self.stories]
+                                   + [w.start for w in self.windows]
+                                   + [w.end for w in self.windows])
+        found = bisect.bisect_right(self._changes, after)
+        return self._changes[found] if found < len(self._changes) else None
 
     def etag(self, now: datetime) -> str:
         shown = self.visible(now)
@@ -120,6 +140,9 @@ class Network:
         self.requests = 0
         self.refused_hosts: list[str] = []
         self.hook_keys: set[str] = set()
+        self.polar = Peer("polar")
+        self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
+        self.on_polar: Callable[[str], None] = lambda external_id: None
 
     # --- the transport seam -------------------------------------------------------
 
@@ -134,6 +157,8 @@ class Network:
         if host == SLACK:
             body = json.loads(request.content)
             return self._chat(request, "slack", str(body["channel"]), body["text"], None)
+        if host == POLAR:
+            return self._polar(request)
         if host == HOOKS:
             body = json.loads(request.content)
             text = json.dumps(body.get("payloads"))
@@ -166,16 +191,47 @@ class Network:
         return httpx.Response(200, content=feed.body(now), request=request,
                               headers={"content-type": "application/rss+xml", "etag": etag})
 
+    # --- Polar's event ingestion -------------------------------------------------
+
+    def _polar(self, request: httpx.Request) -> httpx.Response:
+        """``POST /v1/events/ingest``: events deduplicated on ``external_id``, as Polar does;
+        ``error`` answers 500 for the whole window, ``late`` ingests and answers after the
+        client's timeout."""
+        kind = self.polar.behaviour(self.now())
+        if kind == "down":
+            raise httpx.ConnectError("simulated: connection refused", request=request)
+        if kind == "ratelimit":
+            return httpx.Response(429, headers={"retry-after": "60"}, json={"detail": "slow"},
+                                  request=request)
+        if kind == "error":
+            return httpx.Response(500, text="internal error", request=request)
+        events = json.loads(request.content)["events"]
+        inserted = 0
+        for event in events:
+            external_id = str(event["external_id"])
+            inserted += external_id not in self.polar_ids
+            self.polar_ids[external_id] += 1
+            self.on_polar(external_id)
+        if kind == "late":
+            timeout = (request.extensions.get("timeout") or {}).get("read") or 10.0
+            self.sleep(float(timeout))
+            raise httpx.ReadTimeout("simulated: answered after the timeout", request=request)
+        return httpx.Response(200, json={"inserted": inserted,
+                                         "duplicates": len(events) - inserted},
+                              request=request)
+
     # --- destinations -------------------------------------------------------------
 
     def _chat(self, request: httpx.Request, channel: str, recipient: str, text: str,
               key: str | None) -> httpx.Response:
         peer = self.destinations.get(f"{channel}:{recipient}")
-        kind = peer.behaviour(self.now()) if peer else "refuse"
+        window = peer.window(self.now()) if peer else Window(self.now(), self.now(), "refuse")
+        kind = window.kind if window else "up"
         if kind == "down":
             raise httpx.ConnectError("simulated: connection refused", request=request)
-        if kind == "ratelimit":
-            return _rate_limited(channel, request)
+        if kind == "ratelimit" and window is not None:
+            left = (window.end - self.now()).total_seconds()
+            return _rate_limited(channel, request, max(1, min(RETRY_AFTER_MAX_S, math.ceil(left))))
         if kind == "refuse":
             return _refused(channel, request)
         match = STORY.search(text)
@@ -203,12 +259,12 @@ def _accepted(channel: str, recipient: str, number: int, request: httpx.Request)
     return httpx.Response(200, json={"id": f"hook-{number}"}, request=request)
 
 
-def _rate_limited(channel: str, request: httpx.Request) -> httpx.Response:
+def _rate_limited(channel: str, request: httpx.Request, wait_s: int) -> httpx.Response:
     if channel == "telegram":
         return httpx.Response(429, json={"ok": False, "error_code": 429,
-                                         "description": "Too Many Requests: retry after 20",
-                                         "parameters": {"retry_after": 20}}, request=request)
-    return httpx.Response(429, headers={"retry-after": "20"}, json={"ok": False},
+                                         "description": f"Too Many Requests: retry after {wait_s}",
+                                         "parameters": {"retry_after": wait_s}}, request=request)
+    return httpx.Response(429, headers={"retry-after": str(wait_s)}, json={"ok": False},
                           request=request)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
 
@@ -52,6 +53,26 @@ class Tenant:
     rules: list[SimRule] = field(default_factory=list)
 
 
+class UsageCall(NamedTuple):
+    """One AI model call reported to the ledger (``record_usage``), billable."""
+
+    at: datetime
+    entry_id: str
+    tenant_id: str
+    user_id: str
+    tokens: int
+
+
+class ErasureCall(NamedTuple):
+    """A user's erasure request, its grace window, and whether it is cancelled in it."""
+
+    at: datetime
+    subject: str
+    tenant_id: str
+    grace_days: int
+    cancel_at: datetime | None
+
+
 @dataclass
 class World:
     start: datetime
@@ -61,6 +82,10 @@ class World:
     destinations: dict[str, Peer]
     operator_at: list[datetime]  # when the operator looks at failed entries
     faults: dict[str, int]
+    polar: Peer = field(default_factory=lambda: Peer("polar"))
+    outages: Peer = field(default_factory=lambda: Peer("stores"))  # store_down, redis_down
+    usage: list[UsageCall] = field(default_factory=list)
+    erasures: list[ErasureCall] = field(default_factory=list)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]
@@ -158,6 +183,57 @@ def generate(seed: int, start: datetime, days: int) -> World:
                 counted[window.kind] = counted.get(window.kind, 0) + 1
     counted["rule_edit"] = sum(1 for rule in (r for t in tenants for r in t.rules)
                                for v in rule.versions[1:] if v.since < stop)
-    return World(start, stop, feeds, tenants, destinations,
-                 [moment for moment in operator_at if moment < stop],
-                 {k: v for k, v in counted.items() if v})
+    world = World(start, stop, feeds, tenants, destinations,
+                  [moment for moment in operator_at if moment < stop],
+                  {k: v for k, v in counted.items() if v})
+    _billing(world, seed, end)
+    _erasures(world, seed, end)
+    return world
+
+
+def _erasures(world: World, seed: int, end: datetime) -> None:
+    """About one erasure request a month, for a user who made AI calls, with a grace window
+    of 1-14 days; a quarter are cancelled within it (a generator of their own)."""
+    rng = random.Random(f"erasure-{seed}")
+    span_days = (end - world.start).total_seconds() / 86400
+    for _ in range(int(span_days / 30)):
+        at = world.start + timedelta(days=rng.uniform(1, span_days))
+        t = rng.randrange(len(world.tenants))
+        grace = rng.randint(1, 14)
+        cancel = (at + timedelta(days=rng.uniform(0, grace)) if rng.random() < 0.25
+                  else None)
+        world.erasures.append(ErasureCall(at, f"user-{t}-{rng.randint(0, 4)}",
+                                          f"org-{world.tenants[t].scope}", grace, cancel))
+    world.erasures.sort()
+    counted = sum(1 for e in world.erasures if e.at < world.end)
+    if counted:
+        world.faults["erasure"] = counted
+
+
+def _billing(world: World, seed: int, end: datetime) -> None:
+    """AI usage, Polar's behaviours and the stores' outages, from a generator of their own
+    (the rest of a seed's world is the same with or without them)."""
+    rng = random.Random(f"billing-{seed}")
+    start, drawn = world.start, dict[str, int]()
+    world.polar = Peer("polar", _windows(rng, start, end, ("down", "ratelimit", "error", "late"),
+                                         1.0, (0.1, 12.0), drawn))
+    world.outages = Peer("stores", _windows(rng, start, end, ("store_down", "redis_down"),
+                                            0.5, (0.05, 1.5), drawn))
+    for t, tenant in enumerate(world.tenants):
+        at = start + timedelta(hours=rng.uniform(0, 12))
+        n = 0
+        while at < end:
+            for _ in range(rng.randint(1, 4)):  # a user's session: a few calls
+                n += 1
+                world.usage.append(UsageCall(at, f"call-{t}-{n}", f"org-{tenant.scope}",
+                                             f"user-{t}-{rng.randint(0, 4)}",
+                                             rng.randint(10, 5000)))
+                at += timedelta(seconds=rng.uniform(5, 120))
+            at += timedelta(hours=rng.expovariate(1 / 12))
+    world.usage.sort()
+    names = {"down": "polar_down", "ratelimit": "polar_ratelimit", "error": "polar_error",
+             "late": "polar_late", "store_down": "store_down", "redis_down": "redis_down"}
+    for window in [*world.polar.windows, *world.outages.windows]:
+        if window.start < world.end:
+            kind = names[window.kind]
+            world.faults[kind] = world.faults.get(kind, 0) + 1

@@ -20,6 +20,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import NotFound, RequestError
@@ -59,7 +60,14 @@ def normalise(text: str) -> str:
 
 
 def story_text(story: Story) -> str:
-    return normalise(f"{story.title} {story.summary}")
+    return _story_text(story.title, story.summary)
+
+
+# A warm process meets the same stories on every sweep (each build holds up to 500):
+# each one's text is normalised once, not on every tick.
+@lru_cache(maxsize=4096)
+def _story_text(title: str, summary: str) -> str:
+    return normalise(f"{title} {summary}")
 
 
 @dataclass(frozen=True)

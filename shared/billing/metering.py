@@ -11,7 +11,9 @@ the claim (so a row whose send keeps killing the process, or whose outcome is ne
 recorded, still reaches ``MAX_METERING_ATTEMPTS``), then settled by the answer:
 
 - counts: a 4xx refusing the event (uses up every attempt at once), and a 5xx or a
-  timeout after the request was sent, when the next request succeeds;
+  timeout after the request was sent, when a later request of the same run succeeds
+  (a run that ends on such answers gives their attempts back: a lone row meeting an
+  outage run after run would otherwise use up its attempts one run at a time);
 - given back: 429 / ``Retry-After`` (``rate_limited``), 401/403
   (``polar_unauthorized``), a connection that never reached Polar, and every request
   of a run of ``MAX_CONSECUTIVE_TRANSIENT`` transient answers in a row
@@ -179,6 +181,11 @@ def flush(store: OutboxStore, polar: PolarClient, *, now: datetime, deadline: De
         more = min(events_per_request, limit - processed - failed) if reason is None else 0
         rows = store.settle(done, errors, now, refund=refund, then_claim=more, tried=tried)
         crash_point("metering.after_mark")
+    if streak and reason != "provider_unavailable":
+        # The run ended on transient answers that no success followed (the outbox ran out,
+        # a 429, the deadline): nothing showed the rows rather than Polar at fault, so they
+        # keep their attempts, as a longer run of such answers would have.
+        store.settle([], {}, now, refund=streak)
     # Rows this run did not reach because it ended early (not those it sent and failed).
     skipped = min(store.eligible_count(tried=tried), limit - processed - failed) if reason else 0
     return {"processed": processed, "failed": failed, "skipped": skipped, "reason": reason}

@@ -132,6 +132,19 @@ def test_an_outage_of_many_runs_fails_no_row_for_good(store: Database, polar: Po
     assert do_flush(store, polar, http)["processed"] == 4
 
 
+def test_an_outage_met_by_a_lone_row_run_after_run_counts_nothing(
+        store: Database, polar: PolarStandIn, http: Egress) -> None:
+    # GIVEN one row, and Polar answering 500 to each run's one request
+    seed(store, 1)
+    for _ in range(MAX_METERING_ATTEMPTS + 1):
+        polar.answers.append((500, "internal error", {}))
+        # WHEN each run ends on that answer (no success followed it)
+        assert do_flush(store, polar, http)["failed"] == 1
+    # THEN the row kept its attempts, and goes once Polar is back
+    assert rows(store)["use-00000"]["attempt_count"] == 0
+    assert do_flush(store, polar, http)["processed"] == 1
+
+
 def test_a_5xx_between_successes_counts_against_its_row(store: Database, polar: PolarStandIn,
                                                          http: Egress) -> None:
     seed(store, 3)

@@ -1,0 +1,122 @@
+"""AI usage through the real billing path, and invariant 3.
+
+Each model call of the world is reported with ``record_usage``, as the API does: into the
+ledger with its metering outbox row, or, while the SQL store is down, onto the Redis retry
+queue that ``ledger-redrive`` inserts from later. While Redis is down too the call fails,
+and the caller reports it again five minutes later (as a client retrying a 503 would):
+only a call ``record_usage`` accepted is owed. ``metering-flush`` sends the outbox to the
+Polar stand-in (``peers.py``).
+
+The invariants, judged from what Polar received and from public state:
+
+- ``metered_once``: Polar receives only the outbox rows of accepted calls, and each
+  accepted call's row has reached it (deduplicated on ``external_id``: exactly once) by
+  ``OWED_AFTER`` into the first stretch of that length, from its acceptance on, with Polar,
+  the store and Redis up;
+- ``ledger_once``: by the same time the call is in the ledger, exactly once;
+- (a call of a user erased meanwhile is owed to neither: the purge deletes its rows, and
+  ``record_usage`` and ``ledger-redrive`` drop it; see ``erasure.py``)
+- ``no_attempt_burned``: no outbox row ends with its attempts used up, and no ledger entry
+  is dead-lettered. This Polar never refuses an event and no call is malformed, so such a
+  row could only have been burned by an outage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from bench.simulate.peers import Window
+from bench.simulate.world import UsageCall
+
+if TYPE_CHECKING:
+    from bench.simulate.invariants import Judge
+
+OWED_AFTER = timedelta(hours=1)
+RETRY_AFTER = timedelta(minutes=5)
+OUTBOX_SUFFIX = ":metering"
+
+
+def owed_at(since: datetime, windows: list[Window], end: datetime,
+            length: timedelta = OWED_AFTER) -> datetime | None:
+    """The end of the first ``length`` from ``since`` on clear of every window (None past
+    ``end``)."""
+    start = since
+    moved = True
+    while moved:
+        moved = False
+        for window in windows:
+            if window.start < start + length and start < window.end:
+                start, moved = window.end, True
+    due = start + length
+    return due if due <= end else None
+
+
+class Billing:
+    def __init__(self, judge: Judge, services: Any, redis: Any,
+                 log: Callable[[str], None]) -> None:
+        self.judge = judge
+        self.services = services
+        self.redis = redis  # the client without the injected outages (the harness's reads)
+        self.log = log
+        self.accepted: dict[str, datetime] = {}  # outbox id -> when its call was accepted
+        self.user_of: dict[str, str] = {}  # outbox id -> the call's user
+        self.erased: Callable[[str], bool] = lambda user: False  # the user was erased
+        self.burned = 0
+
+    def report(self, call: UsageCall) -> bool:
+        """The call reported with ``record_usage``; False when it was refused (retry)."""
+        from shared.billing.usage import UsageEntry, record_usage
+        from shared.core.errors import TransientStoreError
+        from shared.store.db import utcnow
+
+        entry = UsageEntry(id=call.entry_id, model="sim-model", occurred_at=call.at,
+                           tenant_id=call.tenant_id, user_id=call.user_id,
+                           input_tokens=call.tokens, output_tokens=call.tokens // 3)
+        try:
+            recorded = record_usage(entry, db=self.services.db, redis=self.services.redis)
+        except TransientStoreError:
+            self.log(f"usage {call.entry_id}: refused (store and Redis down); reported again "
+                     "later")
+            return False
+        self.log(f"usage {call.entry_id}: {recorded}")
+        if recorded != "erased":  # an erased user's call is dropped: nothing is owed
+            self.accepted[call.entry_id + OUTBOX_SUFFIX] = utcnow()
+            self.user_of[call.entry_id + OUTBOX_SUFFIX] = call.user_id
+        return True
+
+    def polar_received(self, external_id: str, at: datetime) -> None:
+        if external_id not in self.accepted:
+            self.judge.fail("metered_once", at,
+                            f"Polar received {external_id}, the row of no accepted call")
+
+    def owed(self, external_id: str, polar_ids: Any, at: datetime) -> None:
+        ledger_id = external_id.removesuffix(OUTBOX_SUFFIX)
+        if self.erased(self.user_of[external_id]):
+            return  # purged with its user (or dropped at redrive): erasure's invariants judge
+        since = f"accepted {self.accepted[external_id]:%Y-%m-%d %H:%M}"
+        if not polar_ids.get(external_id):
+            self.judge.fail("metered_once", at, f"{external_id} ({since}) has not reached "
+                            "Polar although Polar and the stores were up")
+        with self.services.db.transaction() as tx:
+            row = tx.fetchone("SELECT count(*) AS n FROM ai_usage_ledger WHERE id = :id",
+                              {"id": ledger_id})
+        count = int(row["n"]) if row else 0
+        if count != 1:
+            self.judge.fail("ledger_once", at, f"ledger entry {ledger_id} ({since}) is there "
+                            f"{count} times")
+
+    def check_attempts(self, at: datetime) -> None:
+        """After a metering-flush or ledger-redrive run: nothing burned."""
+        from shared.billing.usage import usage_figures
+        from shared.store.redis_clients import LEDGER_RETRY_DLQ
+
+        figures = usage_figures(self.services.db, self.redis)
+        burned = figures["meteringOutbox"]["exhausted"] + (self.redis.llen(LEDGER_RETRY_DLQ)
+                                                           if self.redis else 0)
+        if burned > self.burned:
+            self.judge.fail("no_attempt_burned", at,
+                            f"{burned} outbox rows used up or ledger entries dead-lettered "
+                            "(this Polar refuses no event: an outage burned them)")
+        self.burned = burned

@@ -1,0 +1,72 @@
+"""The simulated deployment: its settings, its ids drawn from the seed, and how a job's
+result is summarised in the history (counts only: ids and timings would make the digest
+depend on the machine)."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.simulate.peers import POLAR, SLACK, TELEGRAM
+
+
+def settings_env(directory: Path, redis_prefix: str) -> dict[str, str]:
+    """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
+    from the environment pass through (to try a retention, an attempt limit…)."""
+    passed = {k: v for k, v in os.environ.items()
+              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
+    return passed | {
+        "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
+        "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
+        "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
+        "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",
+        "SLUICE_SLACK_API_URL": f"http://{SLACK}",
+        "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
+        "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
+        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+        "POLAR_ACCESS_TOKEN": "polar-sim-token",
+        "POLAR_API_URL": f"http://{POLAR}",
+        # the real Redis (a key prefix of the seed's own): the ledger's retry queue, and the
+        # rates and locks that use Redis when it is configured
+        "SLUICE_REDIS_URL": os.environ.get("SLUICE_SIM_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
+    }
+
+
+@contextmanager
+def seeded_ids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
+    ids = random.Random(f"ids-{seed}")
+    original = uuid.uuid4
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=ids.getrandbits(128), version=4)
+
+    uuid.uuid4 = uuid4
+    try:
+        yield
+    finally:
+        uuid.uuid4 = original
+
+
+def brief(body: dict[str, Any]) -> str:
+    """The counts of a job's result (ids and timings left out: the digest must not see them)."""
+    keep = ("recovered", "failed", "skippedMaxRetries", "unknown", "expired", "enqueued",
+            "outages", "deleted", "purged", "processed", "succeeded", "requeued",
+            "deadLettered", "erased", "reason")
+    parts = []
+    for key in keep:
+        value = body.get(key)
+        if key == "outages" and isinstance(value, dict):
+            value = value.get("count")
+        if (isinstance(value, int) and value) or (key == "reason" and isinstance(value, str)):
+            parts.append(f"{key}={value}")
+    sweep = body.get("alertSweep")
+    if isinstance(sweep, dict) and sweep.get("enqueued"):
+        parts.append(f"enqueued={sweep['enqueued']}")
+    return " ".join(parts)

@@ -1,0 +1,86 @@
+"""Store outages, injected where Sluice meets its stores.
+
+- ``store_down``: every transaction Sluice opens on its SQL store fails with the error an
+  unreachable database gives (``TransientStoreError``), as SQLite's "unable to open
+  database file" and a Postgres connection refused are translated at the store boundary;
+- ``redis_down``: every command on the real Redis client fails the same way (a refused
+  connection, as ``shared.store.redis_clients`` translates it).
+
+The simulation's own reads (its scheduler's checks, the invariants' reads, the
+operator's view) go through ``harness()``, which sees the stores as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from bench.simulate.peers import Peer
+
+
+class Outages:
+    def __init__(self, windows: Peer, now: Callable[[], datetime]) -> None:
+        self.windows = windows
+        self.now = now
+        self.bypass = 0
+        self.refused = {"store_down": 0, "redis_down": 0}
+
+    def down(self, kind: str) -> bool:
+        if self.bypass or self.windows.behaviour(self.now()) != kind:
+            return False
+        self.refused[kind] += 1
+        return True
+
+    @contextmanager
+    def harness(self) -> Iterator[None]:
+        self.bypass += 1
+        try:
+            yield
+        finally:
+            self.bypass -= 1
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        from shared.core.errors import TransientStoreError
+        from shared.store import db
+
+        original = db._SqliteTransaction.__enter__
+        outages = self
+
+        def enter(transaction: Any) -> Any:
+            if outages.down("store_down"):
+                raise TransientStoreError("sqlite: unable to open database file (simulated "
+                                          "outage)")
+            return original(transaction)
+
+        db._SqliteTransaction.__enter__ = enter  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            db._SqliteTransaction.__enter__ = original  # type: ignore[method-assign]
+
+
+class FlakyRedis:
+    """The real Redis client, refusing every command while Redis is down."""
+
+    def __init__(self, client: Any, outages: Outages) -> None:
+        self._client = client
+        self._outages = outages
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr) or name in ("key", "close"):
+            return attr
+        outages = self._outages
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if outages.down("redis_down"):
+                from shared.core.errors import TransientStoreError
+
+                raise TransientStoreError("redis: Error 111 connecting to 127.0.0.1:6379. "
+                                          "Connection refused (simulated outage)")
+            return attr(*args, **kwargs)
+
+        return call
