@@ -66,7 +66,9 @@ def _env(url: str, telegram_url: str, senders: int) -> dict[str, str]:
             "SLUICE_TELEGRAM_RATE_PER_SECOND": str(BOT_RATE),
             "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": str(CHAT_RATE),
             "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": str(HOST_RATE),
-            "SLUICE_DELIVERY_DRAIN_CONCURRENCY": str(concurrency(senders))}
+            "SLUICE_DELIVERY_DRAIN_CONCURRENCY": str(concurrency(senders))} | {
+        # a headroom to try passes through (the default is Sluice's own)
+        key: os.environ[key] for key in ("SLUICE_DELIVERY_RATE_HEADROOM",) if key in os.environ}
 
 
 def _split() -> tuple[int, int]:
@@ -115,7 +117,7 @@ def _sender(env: dict[str, str], go: Any, stop: Any, report: Any) -> None:
             report.put(("ready", ""))
             go.wait()
             while not stop.is_set():
-                done = deliverer.drain(Deadline(30))
+                done = deliverer.drain(Deadline(900))  # one long run, as a function's
                 if not done["recovered"] and not done["rateLimited"]:
                     time.sleep(0.02)  # nothing due: poll again shortly
         report.put(("done", ""))
