@@ -35,6 +35,9 @@ def settings_env(directory: Path, redis_prefix: str) -> dict[str, str]:
         # rates and locks that use Redis when it is configured
         "SLUICE_REDIS_URL": os.environ.get("SLUICE_SIM_REDIS_URL", "redis://127.0.0.1:6379/0"),
         "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
+        # one send at a time: with several in flight, thread scheduling would decide the
+        # order of effects, and a seed would no longer fix its history
+        "SLUICE_DELIVERY_DRAIN_CONCURRENCY": "1",
     }
 
 
