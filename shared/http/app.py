@@ -26,12 +26,13 @@ from shared.core.auth import (
 )
 from shared.core.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
 from shared.core.observe import logger
+from shared.core.query import QueryParam
 from shared.core.services import Services
 from shared.core.surfaces import Surface
 from shared.core.times import jsonable
 from shared.http.after import install as install_after_response
 from shared.http.guard import InputGuard
-from shared.http.params import QueryParam, openapi_query, strict_query
+from shared.http.params import openapi_query, strict_query
 from shared.jobs.registry import JOBS, Job
 from shared.jobs.runner import run_job
 from shared.jobs.runs import RunStore

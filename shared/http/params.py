@@ -11,21 +11,13 @@ declare, a name given twice, or a boolean other than ``true`` / ``false`` is a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
 
 from shared.core.errors import RequestError
-
-BOOLEANS = {"true": True, "false": False}
-
-
-class QueryParam(NamedTuple):
-    name: str
-    kind: str  # "boolean" | "integer" | "any"
-    minimum: int | None = None
-    maximum: int | None = None
+from shared.core.query import QueryParam, check_query
 
 
 def openapi_query(params: Iterable[QueryParam]) -> dict[str, Any]:
@@ -71,40 +63,6 @@ def declared_query(route: Any) -> dict[str, QueryParam]:
         cached = {p.name: p for p in found}
         route._sluice_query = cached
     return cached
-
-
-def parse_bool(name: str, value: str) -> bool:
-    try:
-        return BOOLEANS[value]
-    except KeyError:
-        raise RequestError(f"{name} must be true or false, got {value!r}",
-                           parameter=name) from None
-
-
-def _check_value(param: QueryParam, value: str) -> None:
-    if param.kind == "boolean":
-        parse_bool(param.name, value)
-    elif param.kind == "integer":
-        lo, hi = param.minimum, param.maximum
-        if not value.isascii() or not value.isdigit() or (lo is not None and int(value) < lo) \
-                or (hi is not None and int(value) > hi):
-            raise RequestError(f"{param.name} must be a whole number from {lo} to {hi}, "
-                               f"got {value!r}", parameter=param.name)
-
-
-def check_query(items: Iterable[tuple[str, str]], accepted: Mapping[str, QueryParam]) -> None:
-    seen: set[str] = set()
-    for name, value in items:
-        param = accepted.get(name)
-        if param is None:
-            known = ", ".join(sorted(accepted)) or "none"
-            raise RequestError(f"unknown query parameter {name!r}; this route accepts: {known}",
-                               parameter=name)
-        if name in seen:
-            raise RequestError(f"query parameter {name!r} is given more than once",
-                               parameter=name)
-        seen.add(name)
-        _check_value(param, value)
 
 
 def strict_query(request: Request) -> None:

@@ -15,8 +15,9 @@ from fastapi.responses import JSONResponse
 
 from shared.core.auth import Identity
 from shared.core.errors import RequestError
+from shared.core.query import QueryParam
 from shared.http.app import require, services_of
-from shared.http.params import QueryParam, openapi_query
+from shared.http.params import openapi_query
 from shared.rss.admin import MAX_STORIES, add_source, put_scope, scope_stories_body
 from shared.rss.store import RssStore
 

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl
 
 from shared.core.auth import is_authorized_cron
 from shared.core.errors import RequestError
+from shared.core.query import QueryParam, check_query
 from shared.core.times import json_default
 from shared.jobs.registry import Job
 from shared.jobs.runner import run_job
@@ -37,28 +38,11 @@ def _refused(status: int, code: str, message: str, request_id: str) -> dict[str,
 
 def cron_params(job: Job, raw_query: str) -> dict[str, str]:
     """The query string against the job's cron parameters: an unknown, repeated or
-    malformed one is a ``RequestError``, as on the HTTP route."""
-    accepted = {p.name: p for p in job.params if p.cron}
-    params: dict[str, str] = {}
-    for name, value in parse_qsl(raw_query, keep_blank_values=True):
-        param = accepted.get(name)
-        if param is None:
-            known = ", ".join(sorted(accepted)) or "none"
-            raise RequestError(f"unknown query parameter {name!r}; this route accepts: {known}",
-                               parameter=name)
-        if name in params:
-            raise RequestError(f"query parameter {name!r} is given more than once",
-                               parameter=name)
-        if param.kind == "boolean" and value not in ("true", "false"):
-            raise RequestError(f"{name} must be true or false", parameter=name)
-        if param.kind == "integer" and (
-                not value.isdigit()
-                or (param.minimum is not None and int(value) < param.minimum)
-                or (param.maximum is not None and int(value) > param.maximum)):
-            raise RequestError(f"{name} must be a whole number from {param.minimum} to "
-                               f"{param.maximum}", parameter=name)
-        params[name] = value
-    return params
+    malformed one is a ``RequestError``, as on the HTTP route (the same check)."""
+    items = parse_qsl(raw_query, keep_blank_values=True)
+    check_query(items, {p.name: QueryParam(p.name, p.kind, p.minimum, p.maximum)
+                        for p in job.params if p.cron})
+    return dict(items)
 
 
 def serve(job: Job, services: Services, event: dict[str, Any], context: Any) -> dict[str, Any]:
