@@ -64,6 +64,7 @@ class Billing:
         self.user_of: dict[str, str] = {}  # outbox id -> the call's user
         self.erased: Callable[[str], bool] = lambda user: False  # the user was erased
         self.burned = 0
+        self.queued = False  # the last call reported went to the Redis retry queue
 
     def report(self, call: UsageCall) -> bool:
         """The call reported with ``record_usage``; False when it was refused (retry)."""
@@ -74,6 +75,7 @@ class Billing:
         entry = UsageEntry(id=call.entry_id, model="sim-model", occurred_at=call.at,
                            tenant_id=call.tenant_id, user_id=call.user_id,
                            input_tokens=call.tokens, output_tokens=call.tokens // 3)
+        self.queued = False
         try:
             recorded = record_usage(entry, db=self.services.db, redis=self.services.redis)
         except TransientStoreError:
@@ -81,6 +83,7 @@ class Billing:
                      "later")
             return False
         self.log(f"usage {call.entry_id}: {recorded}")
+        self.queued = recorded == "queued"  # on the Redis retry queue: ledger-redrive's work
         if recorded != "erased":  # an erased user's call is dropped: nothing is owed
             self.accepted[call.entry_id + OUTBOX_SUFFIX] = utcnow()
             self.user_of[call.entry_id + OUTBOX_SUFFIX] = call.user_id

@@ -219,6 +219,8 @@ class Simulation:
         ``firing.py``)."""
         now = self.clock.now()
         touched = set(TOUCHES.get(kind, ()))
+        if kind == "usage" and not self.billing.queued:
+            touched.discard("ledger-redrive")  # only a call queued in Redis gives it work
         if kind == "job":
             touched |= {what[0].job, *TOUCHES.get(what[0].job, ())}
         for firing in self.firings.values():

@@ -16,6 +16,7 @@ summary, ignoring case and accents ("Resume" matches "résumé").
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -240,10 +241,16 @@ def rules_key(scope_id: str) -> str:
 
 
 def load_rules(value: Any) -> list[Rule]:
-    """Stored rules (already validated when written; sources are not re-checked)."""
+    """Stored rules (already validated when written; sources are not re-checked). Each
+    tick reads every scope's rules twice or more: the same stored text is parsed once."""
     if not isinstance(value, dict):
         return []
-    return [_stored_rule(item, f"rules[{n}]") for n, item in enumerate(value.get("rules") or [])]
+    return list(_load_stored(json.dumps(value.get("rules") or [], sort_keys=True)))
+
+
+@lru_cache(maxsize=1024)
+def _load_stored(text: str) -> tuple[Rule, ...]:  # rules are frozen: safe to share
+    return tuple(_stored_rule(item, f"rules[{n}]") for n, item in enumerate(json.loads(text)))
 
 
 def _stored_rule(item: Any, field: str) -> Rule:

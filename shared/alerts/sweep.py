@@ -3,7 +3,8 @@
 Tenants are the scopes with a ``platform:alerts-rules:`` row (one that never wrote a
 rules row is invisible here). They are evaluated in batches of ``SWEEP_CONCURRENCY``
 threads; each reads its candidate stories through ``peek_scope`` (stored builds only,
-never a fetch or a build), shared by every scope on the same build within one sweep,
+never a fetch or a build), shared by every scope on the same build within one sweep
+(the tick hands over the builds it made or found fresh, which are not read again),
 and each build's stories are normalised once. A scope without a stored build counts in
 ``skippedNoFeedCache``; a failing scope is logged and counted in ``failed`` and the
 others go on; scopes not reached before the deadline count in ``skippedDeadline``.
@@ -13,6 +14,7 @@ Then the effect records whose story is gone are pruned (``shared.alerts.effects`
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -35,8 +37,8 @@ SWEEP_CONCURRENCY = 5
 class _Shared:
     """What the scopes of one sweep share: builds by key, and their prepared stories."""
 
-    def __init__(self) -> None:
-        self.builds: dict[str, CatalogBuild | None] = {}
+    def __init__(self, builds: Mapping[str, CatalogBuild] | None = None) -> None:
+        self.builds: dict[str, CatalogBuild | None] = dict(builds or {})
         self.prepared: dict[str, list[Prepared]] = {}
         self.lock = threading.Lock()
 
@@ -48,10 +50,12 @@ class _Shared:
         return found
 
 
-def run_alert_sweep(services: Services, deadline: Deadline) -> SweepResult:
+def run_alert_sweep(services: Services, deadline: Deadline, *,
+                    builds: Mapping[str, CatalogBuild] | None = None) -> SweepResult:
+    """``builds``: the tick's own builds by key (read from the store otherwise)."""
     store = RulesStore(services)
     deliveries = DeliveryStore(services.db)
-    shared = _Shared()
+    shared = _Shared(builds)
     result: SweepResult = {"tenantsWithRules": 0, "evaluated": 0, "skippedNoFeedCache": 0,
                            "failed": 0, "skippedDeadline": 0, "evaluations": 0,
                            "enqueued": 0}

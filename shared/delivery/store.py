@@ -30,12 +30,13 @@ from typing import Any, NamedTuple
 
 from shared.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from shared.core.times import iso_z_or_none
-from shared.store.db import Database, Row, load_queries, utcnow
+from shared.store.db import Database, Query, Row, load_queries, utcnow
 
 Q = load_queries("delivery")
 
 MAX_LIST = 500
 MAX_KEY_LENGTH = 256
+KEYS_PER_READ = 500  # keys per statement of a set lookup (bounded statements, any sweep size)
 
 
 class DeliveryStatus(StrEnum):
@@ -234,18 +235,24 @@ class DeliveryStore:
     def known_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` are already stored (one read transaction): lets a caller that
         re-offers the same matches skip the write. ``enqueue`` stays the guard."""
-        if not keys:
-            return set()
-        with self.db.transaction() as tx:
-            return {key for key in keys if tx.fetchone(Q.get_by_key, {"key": key})}
+        return self._among(Q.entry_keys_among, keys)
 
     def known_effects(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` have an effect record: enqueued once, never to be enqueued again
         (whether or not their entry still exists)."""
+        return self._among(Q.effect_keys_among, keys)
+
+    def _among(self, query: Query, keys: list[str]) -> set[str]:
+        """Which of ``keys`` ``query`` finds: one statement per ``KEYS_PER_READ`` keys."""
+        found: set[str] = set()
         if not keys:
-            return set()
+            return found
         with self.db.transaction() as tx:
-            return {key for key in keys if tx.fetchone(Q.get_effect, {"key": key})}
+            for start in range(0, len(keys), KEYS_PER_READ):
+                chunk = keys[start:start + KEYS_PER_READ]
+                found.update(row["idempotency_key"]
+                             for row in tx.fetchall(query, {"keys": tx.json(chunk)}))
+        return found
 
     def claim(self, lease: timedelta, *, limit: int = 1,
               now: datetime | None = None) -> list[DeliveryEntry]:

@@ -119,12 +119,13 @@ class Counters:
 
     def __init__(self) -> None:
         self.builds = self.shared = self.throttled = self.locked = 0
+        self.reused = 0  # builds stored again as they were: no story of theirs changed
         self.fetches = self.not_modified = self.fetch_failures = self.backing_off = 0
         self.bytes_parsed = 0
         self.new_story_alerts = self.new_story_failures = 0
 
     def to_json(self) -> dict[str, int]:
-        return {"builds": self.builds, "shared": self.shared, "throttled": self.throttled,
+        return {"builds": self.builds, "reused": self.reused, "shared": self.shared, "throttled": self.throttled,
                 "locked": self.locked, "fetches": self.fetches, "notModified": self.not_modified,
                 "fetchFailures": self.fetch_failures, "backingOff": self.backing_off,
                 "bytesParsed": self.bytes_parsed, "newStoryAlerts": self.new_story_alerts}
@@ -207,11 +208,13 @@ class Catalog:
         if seen and (since is None or (known is not None and known.built_at >= since)):
             self.counters.shared += 1
             return Refreshed("shared", known)
-        stored = self.store.build(key)
-        if stored is not None and self._recent(stored, force, since):
-            self._remember(key, stored)
-            self.counters.shared += 1
-            return Refreshed("fresh", stored)
+        built_at = self.store.built_at(key)  # the stories are read only when needed
+        if built_at is not None and self._recent_at(built_at, force, since):
+            stored = self.store.build(key)
+            if stored is not None and self._recent(stored, force, since):
+                self._remember(key, stored)
+                self.counters.shared += 1
+                return Refreshed("fresh", stored)
         token = self.lock.acquire(key, timedelta(seconds=self.build_deadline_s + 30))
         if token is None:
             return self._wait_for_winner(key, force, since)
@@ -231,10 +234,18 @@ class Catalog:
     # --- internals -------------------------------------------------------------
 
     def _recent(self, build: CatalogBuild, force: bool, since: datetime | None = None) -> bool:
+        return self._recent_at(build.built_at, force, since)
+
+    def _recent_at(self, built_at: datetime, force: bool, since: datetime | None) -> bool:
         if since is not None:
-            return build.built_at >= since
-        age = self.now() - build.built_at
+            return built_at >= since
+        age = self.now() - built_at
         return age < self.min_interval or (not force and age < self.ttl)
+
+    def current_builds(self) -> dict[str, CatalogBuild]:
+        """The builds this catalog made or found fresh, by key (a copy)."""
+        with self.memo.lock:
+            return {key: build for key, build in self.memo.builds.items() if build is not None}
 
     def _remember(self, key: str, build: CatalogBuild | None) -> None:
         with self.memo.lock:
@@ -278,15 +289,37 @@ class Catalog:
                 except PermanentStoreError as exc:  # its stories cannot be stored: its failure
                     self._record(source, self.fetcher.abandoned(
                         source, now, f"not stored: {exc.message}"), now)
-        build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))), locale=locale,
-                             built_at=now, stories=self._assemble(source_ids))
-        self.store.save_build(build, self.ttl)
+        # the tokens are read before the stories: a write in between changes a token, and
+        # the next build assembles again
+        tokens = self.store.story_tokens(source_ids)
+        build = self._renewed(previous, source_ids, locale, tokens, now)
+        if build is None:
+            build = CatalogBuild(key=key, source_ids=tuple(sorted(set(source_ids))),
+                                 locale=locale, built_at=now,
+                                 stories=self._assemble(source_ids), source_tokens=tokens)
+            self.store.save_build(build, self.ttl)
         self.counters.builds += 1
         if previous is not None:
             known = {s.id for s in previous.stories}
             new = [s for s in build.stories if s.id not in known]
             if new:
                 self._announce(build, new)
+        return build
+
+    def _renewed(self, previous: CatalogBuild | None, source_ids: tuple[str, ...],
+                 locale: str, tokens: dict[str, str | None],
+                 now: datetime) -> CatalogBuild | None:
+        """``previous`` stored again as built ``now`` when no story of its sources was
+        written since it was assembled (every source answered 304, failed, was backing off
+        or fetched by another build that found nothing new): the same stories, without
+        reading and rewriting them. None: assemble."""
+        if (previous is None or previous.source_tokens != tokens or previous.locale != locale
+                or previous.source_ids != tuple(sorted(set(source_ids)))):
+            return None
+        build = previous._replace(built_at=now)
+        if not self.store.renew_build(build, self.ttl):
+            return None
+        self.counters.reused += 1
         return build
 
     def _fetch_all(self, due: list[Source], now: datetime,

@@ -36,6 +36,17 @@ SET last_fetched_at = :now, last_status = :status, last_error = :error,
     consecutive_failures = consecutive_failures + 1, next_attempt_at = :next_attempt_at
 WHERE id = :id
 
+-- name: source_stories_changed
+UPDATE rss_sources SET stories_token = :token WHERE id = :id
+
+-- name: story_tokens @sqlite
+SELECT id, stories_token FROM rss_sources WHERE id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+
+-- name: story_tokens @postgres
+SELECT id, stories_token FROM rss_sources WHERE id IN (SELECT jsonb_array_elements_text(:ids))
+ORDER BY id
+
 -- name: story_upsert
 INSERT INTO rss_stories (source_id, id, title, link, published_at, summary, first_seen_at)
 VALUES (:source_id, :id, :title, :link, :published_at, :summary, :now)
@@ -98,12 +109,27 @@ SELECT scope_id FROM rss_scopes WHERE source_ids ? :source_id ORDER BY scope_id
 -- name: build_get
 SELECT * FROM rss_builds WHERE key = :key
 
+-- name: build_time
+SELECT built_at FROM rss_builds WHERE key = :key
+
 -- name: build_save
-INSERT INTO rss_builds (key, source_ids, locale, built_at, expires_at, stories)
-VALUES (:key, :source_ids, :locale, :built_at, :expires_at, :stories)
+INSERT INTO rss_builds (key, source_ids, locale, built_at, expires_at, stories, source_tokens)
+VALUES (:key, :source_ids, :locale, :built_at, :expires_at, :stories, :source_tokens)
 ON CONFLICT (key) DO UPDATE
 SET source_ids = excluded.source_ids, locale = excluded.locale, built_at = excluded.built_at,
-    expires_at = excluded.expires_at, stories = excluded.stories
+    expires_at = excluded.expires_at, stories = excluded.stories,
+    source_tokens = excluded.source_tokens
+
+-- name: build_renew @sqlite
+-- The stories stay: the row is the one they were assembled for (same set, locale, tokens).
+UPDATE rss_builds SET built_at = :built_at, expires_at = :expires_at
+WHERE key = :key AND source_ids = :source_ids AND locale = :locale
+  AND source_tokens = :source_tokens
+
+-- name: build_renew @postgres
+UPDATE rss_builds SET built_at = :built_at, expires_at = :expires_at
+WHERE key = :key AND source_ids = :source_ids AND locale = :locale
+  AND source_tokens = :source_tokens
 
 -- name: lock_acquire
 INSERT INTO rss_build_locks (key, token, expires_at)

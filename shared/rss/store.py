@@ -50,6 +50,9 @@ class CatalogBuild(NamedTuple):
     locale: str
     built_at: datetime
     stories: tuple[Story, ...]
+    # Each source's stories token when the stories were assembled (``RssStore.story_tokens``);
+    # None: unknown (an older build), never reused.
+    source_tokens: dict[str, str | None] | None = None
 
     def to_json(self, limit: int | None = None) -> dict[str, Any]:
         return {"key": self.key, "sourceIds": list(self.source_ids), "locale": self.locale,
@@ -211,6 +214,16 @@ class RssStore:
              "published_at": s.published_at, "summary": s.summary, "now": now}
             for s in stories])
         tx.execute(Q.stories_prune, {"source_id": source_id, "keep": keep})
+        # a new token whenever the stories were written: a build assembled from the old
+        # ones is not reused (a random token, so a deleted and re-added source never
+        # repeats one)
+        tx.execute(Q.source_stories_changed, {"id": source_id, "token": uuid.uuid4().hex})
+
+    def story_tokens(self, source_ids: Iterable[str]) -> dict[str, str | None]:
+        """Each stored source's stories token (a source that is gone is absent)."""
+        with self.db.transaction() as tx:
+            return {r["id"]: r["stories_token"] for r in tx.fetchall(
+                Q.story_tokens, {"ids": tx.json(sorted(set(source_ids)))})}
 
     def stories_of(self, source_ids: Iterable[str]) -> list[Row]:
         with self.db.transaction() as tx:
@@ -280,15 +293,38 @@ class RssStore:
             return None
         return CatalogBuild(key=row["key"], source_ids=tuple(row["source_ids"]),
                             locale=row["locale"], built_at=row["built_at"],
-                            stories=tuple(Story.from_json(s) for s in row["stories"]))
+                            stories=tuple(Story.from_json(s) for s in row["stories"]),
+                            source_tokens=row["source_tokens"])
+
+    def built_at(self, key: str) -> datetime | None:
+        """When the stored build of ``key`` was made (None: never), without reading its
+        stories: what a freshness check needs."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.build_time, {"key": key})
+        return row["built_at"] if row is not None else None
 
     def save_build(self, build: CatalogBuild, ttl: timedelta) -> None:
+        tokens = build.source_tokens
         with self.db.transaction() as tx:
             tx.execute(Q.build_save, {
                 "key": build.key, "source_ids": tx.json(list(build.source_ids)),
                 "locale": build.locale, "built_at": build.built_at,
                 "expires_at": build.built_at + ttl,
-                "stories": tx.json([s.to_json() for s in build.stories])})
+                "stories": tx.json([s.to_json() for s in build.stories]),
+                "source_tokens": tx.json(tokens) if tokens is not None else None})
+
+    def renew_build(self, build: CatalogBuild, ttl: timedelta) -> bool:
+        """Store ``build`` again with its new ``built_at`` without rewriting its stories:
+        only while the stored row still holds the same source set, locale and tokens
+        (False, nothing written, otherwise: save it whole)."""
+        if build.source_tokens is None:
+            return False
+        with self.db.transaction() as tx:
+            return tx.execute(Q.build_renew, {
+                "key": build.key, "source_ids": tx.json(list(build.source_ids)),
+                "locale": build.locale, "built_at": build.built_at,
+                "expires_at": build.built_at + ttl,
+                "source_tokens": tx.json(build.source_tokens)}, final=True) == 1
 
     # --- the database lease (used when Redis is not configured) ---------------
 

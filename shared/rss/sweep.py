@@ -12,15 +12,17 @@ before announcing new stories, so a process that builds without ticking (the
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Mapping
 from functools import cache
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 if TYPE_CHECKING:
     from shared.core.services import Services
     from shared.jobs.registry import Deadline
+    from shared.rss.store import CatalogBuild
 
-# The sweep: a "module:function" taking (services, deadline) and returning SweepResult.
+# The sweep: a "module:function" taking (services, deadline, builds=None) and returning
+# SweepResult (``Sweep``).
 ALERT_SWEEP_TARGET = "shared.alerts.sweep:run_alert_sweep"
 
 
@@ -34,7 +36,12 @@ class SweepResult(TypedDict):
     enqueued: int  # new delivery entries
 
 
-Sweep = Callable[["Services", "Deadline"], SweepResult]
+class Sweep(Protocol):
+    def __call__(self, services: Services, deadline: Deadline, *,
+                 builds: Mapping[str, CatalogBuild] | None = None) -> SweepResult:
+        """``builds``: the builds the caller holds, by key, current as of its run (the
+        tick's own): used instead of reading them again."""
+        ...
 
 
 def resolve_alert_sweep() -> Sweep:
@@ -49,7 +56,8 @@ def _resolve(target: str) -> Sweep:
     return sweep
 
 
-def sweep_unavailable(services: Services, deadline: Deadline) -> SweepResult:
+def sweep_unavailable(services: Services, deadline: Deadline, *,
+                      builds: Mapping[str, CatalogBuild] | None = None) -> SweepResult:
     """What the tick reports when the target cannot be resolved: one failure, nothing
     evaluated."""
     return {"tenantsWithRules": 0, "evaluated": 0, "skippedNoFeedCache": 0, "failed": 1,

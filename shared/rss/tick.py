@@ -178,7 +178,7 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
         else:
             tenants = dict(EMPTY_INGESTION)  # type: ignore[assignment]
         progress("alert sweep")
-        sweep = run_alert_sweep(services, deadline)
+        sweep = run_alert_sweep(services, deadline, builds=catalog.current_builds())
         counters = catalog.counters
         failed += tenants["failed"] + sweep["failed"] + counters.new_story_failures
         result: Result = {

@@ -28,8 +28,22 @@ INSERT INTO delivery_effects
 VALUES (:key, :producer, :scope_id, :subject, :entry_id, 'enqueued', :now, :now)
 ON CONFLICT (idempotency_key) DO NOTHING
 
--- name: get_effect
-SELECT * FROM delivery_effects WHERE idempotency_key = :key
+-- name: effect_keys_among @sqlite
+-- Which of :keys (a JSON array) have an effect record: one statement for a sweep's matches.
+SELECT idempotency_key FROM delivery_effects
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
+
+-- name: effect_keys_among @postgres
+SELECT idempotency_key FROM delivery_effects
+WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
+
+-- name: entry_keys_among @sqlite
+SELECT idempotency_key FROM delivery_queue
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
+
+-- name: entry_keys_among @postgres
+SELECT idempotency_key FROM delivery_queue
+WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
 
 -- name: effects_before_prune
 -- The entries prune is about to delete (the same choice): their effect records keep the

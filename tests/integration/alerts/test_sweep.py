@@ -156,3 +156,23 @@ def test_a_tick_whose_sweep_target_does_not_resolve_reports_one_failure(
     assert outcome.body["alertSweep"]["failed"] == 1 and outcome.body["failed"] == 1
     monkeypatch.undo()
     assert rss_sweep.resolve_alert_sweep() is run_alert_sweep
+
+
+def test_the_sweep_uses_the_builds_the_tick_hands_over(
+        db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
+    """The tick hands its builds to the sweep: a scope whose build the tick holds is
+    evaluated against it without reading the store (c's set was never stored here)."""
+    svc = feed_services(make_services, db_url)
+    store = setup(svc, feeds)
+    RulesStore(svc).put("c", [rule("r1", "z story 2")])
+    assert run_alert_sweep(svc, Deadline(60))["skippedNoFeedCache"] == 1
+    held = store.build(store.scope("a").build_key)
+    assert held is not None
+    key = store.scope("c").build_key
+    stories = tuple(s._replace(title=s.title.replace("a story", "z story"))
+                    for s in held.stories)
+    handed = {key: held._replace(key=key, stories=stories)}
+    result = run_alert_sweep(svc, Deadline(60), builds=handed)
+    assert result["skippedNoFeedCache"] == 0 and result["evaluated"] == 1
+    assert result["enqueued"] == 1
+    assert entries(svc) == [("C0ALERTS", "**z story 2**")]

@@ -15,7 +15,7 @@ from shared.core.services import Services
 from shared.rss import catalog as catalog_module
 from shared.rss.catalog import DbLock, RedisLock, TickMemo, peek, peek_scope
 from shared.rss.store import CatalogBuild, RssStore, Story
-from tests.providers.feeds import FeedServer
+from tests.providers.feeds import FeedServer, rss_document
 from tests.rss_support import FakeClock, catalog, feed_services
 
 
@@ -253,3 +253,73 @@ def test_concurrent_ticks_share_builds_through_redis(
         thread.join(timeout=60)
     assert sum(r["builds"] for r in results) == 2
     assert all(count == 1 for count in feeds.hits.values()) and len(feeds.hits) == 4
+
+
+def test_a_build_whose_stories_did_not_change_is_renewed_not_reassembled(
+        svc: Services, feeds: FeedServer) -> None:
+    """Every source answered 304: the same stories, stored again as built now, and no
+    story read or rewritten. A source that publishes makes the next build assemble."""
+    store = RssStore(svc.db)
+    ids = tuple(store.add_source(feeds.add_rss(f"/r{i}", items=3)).id for i in range(2))
+    store.put_scope("s", "t", ids, "en", True)
+    clock = FakeClock()
+    tick(svc, clock, ["s"])
+    first = store.build(store.scope("s").build_key)
+    assert first is not None and len(first.stories) == 6 and first.source_tokens is not None
+
+    clock.advance(600)
+    second = tick(svc, clock, ["s"])
+    assert second["builds"] == 1 and second["reused"] == 1 and second["notModified"] == 2
+    renewed = store.build(first.key)
+    assert renewed is not None and renewed.built_at == clock.now() > first.built_at
+    assert renewed.stories == first.stories and renewed.source_tokens == first.source_tokens
+
+    feeds.feeds["/r1"].set(rss_document("r1", 4))  # one story more
+    clock.advance(600)
+    third = tick(svc, clock, ["s"])
+    assert third["builds"] == 1 and third["reused"] == 0
+    rebuilt = store.build(first.key)
+    assert rebuilt is not None and len(rebuilt.stories) == 7
+    assert rebuilt.source_tokens != first.source_tokens
+
+
+def test_a_source_fetched_for_another_build_makes_this_one_assemble(
+        svc: Services, feeds: FeedServer) -> None:
+    """Two sets share a source. The first build of a tick fetches its new story; the
+    second skips the fetch (once per tick) but its stories changed all the same: it must
+    assemble, not renew."""
+    store = RssStore(svc.db)
+    common = store.add_source(feeds.add_rss("/common", items=2)).id
+    a = store.add_source(feeds.add_rss("/a", items=1)).id
+    b = store.add_source(feeds.add_rss("/b", items=1)).id
+    store.put_scope("sa", "t", (a, common), "en", True)
+    store.put_scope("sb", "t", (b, common), "en", True)
+    clock = FakeClock()
+    tick(svc, clock, ["sa", "sb"])
+
+    feeds.feeds["/common"].set(rss_document("common", 3))
+    clock.advance(600)
+    counters = tick(svc, clock, ["sa", "sb"])
+    assert counters["builds"] == 2 and counters["reused"] == 0
+    for scope_id in ("sa", "sb"):
+        build = store.build(store.scope(scope_id).build_key)
+        assert build is not None and len(build.stories) == 4, scope_id
+
+
+def test_a_build_from_before_the_tokens_is_assembled_once(svc: Services,
+                                                          feeds: FeedServer) -> None:
+    """A stored build without tokens (written before they existed) is never renewed."""
+    store = RssStore(svc.db)
+    source = store.add_source(feeds.add_rss("/old", items=2)).id
+    store.put_scope("s", "t", (source,), "en", True)
+    clock = FakeClock()
+    tick(svc, clock, ["s"])
+    key = store.scope("s").build_key
+    stored = store.build(key)
+    assert stored is not None
+    store.save_build(stored._replace(source_tokens=None, stories=()), timedelta(hours=1))
+    assert not store.renew_build(stored._replace(source_tokens=None), timedelta(hours=1))
+    clock.advance(600)
+    assert tick(svc, clock, ["s"])["reused"] == 0
+    again = store.build(key)
+    assert again is not None and len(again.stories) == 2 and again.source_tokens is not None
