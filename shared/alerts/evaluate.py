@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from shared.alerts.effects import PRODUCER, touch_effects
+from shared.alerts.effects import PRODUCER, TOUCH_EVERY, touch_effects
 from shared.alerts.rules import Matcher, Rule, RulesStore, story_text
 from shared.core.after import run_after_response
 from shared.core.errors import SluiceError
@@ -28,6 +28,7 @@ from shared.core.observe import logger
 from shared.delivery.drain import check_enqueue
 from shared.delivery.store import DeliveryStore, Effect
 from shared.rss.store import CatalogBuild, Story
+from shared.store.db import utcnow
 
 if TYPE_CHECKING:
     from shared.core.services import Services
@@ -110,11 +111,13 @@ def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
                 matches.append((rule, prepared.story,
                                 match_key(scope_id, rule.id, prepared.story.id)))
     keys = [key for _, _, key in matches]
-    done = deliveries.known_effects(keys)
+    seen = deliveries.effects_seen(keys)
     # Entries enqueued before effect records existed are recognised by their rows.
-    known = done | deliveries.known_keys([key for key in keys if key not in done])
-    if done:
-        touch_effects(services.db, sorted(done))
+    known = set(seen) | deliveries.known_keys([key for key in keys if key not in seen])
+    now = utcnow()
+    stale = sorted(key for key, at in seen.items() if at < now - TOUCH_EVERY)
+    if stale:  # the write only when a record is due for it (most ticks: none)
+        touch_effects(services.db, stale, now=now)
     enqueued = 0
     for rule, story, key in matches:
         if key in known:

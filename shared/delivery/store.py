@@ -235,23 +235,27 @@ class DeliveryStore:
     def known_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` are already stored (one read transaction): lets a caller that
         re-offers the same matches skip the write. ``enqueue`` stays the guard."""
-        return self._among(Q.entry_keys_among, keys)
+        return {row["idempotency_key"] for row in self._among(Q.entry_keys_among, keys)}
 
     def known_effects(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` have an effect record: enqueued once, never to be enqueued again
         (whether or not their entry still exists)."""
-        return self._among(Q.effect_keys_among, keys)
+        return set(self.effects_seen(keys))
 
-    def _among(self, query: Query, keys: list[str]) -> set[str]:
-        """Which of ``keys`` ``query`` finds: one statement per ``KEYS_PER_READ`` keys."""
-        found: set[str] = set()
+    def effects_seen(self, keys: list[str]) -> dict[str, datetime]:
+        """The effect records among ``keys``: when each was last seen (``updated_at``)."""
+        return {row["idempotency_key"]: row["updated_at"]
+                for row in self._among(Q.effect_keys_among, keys)}
+
+    def _among(self, query: Query, keys: list[str]) -> list[Row]:
+        """The rows ``query`` finds for ``keys``: one statement per ``KEYS_PER_READ``."""
+        found: list[Row] = []
         if not keys:
             return found
         with self.db.transaction() as tx:
             for start in range(0, len(keys), KEYS_PER_READ):
                 chunk = keys[start:start + KEYS_PER_READ]
-                found.update(row["idempotency_key"]
-                             for row in tx.fetchall(query, {"keys": tx.json(chunk)}))
+                found.extend(tx.fetchall(query, {"keys": tx.json(chunk)}))
         return found
 
     def claim(self, lease: timedelta, *, limit: int = 1,

@@ -29,12 +29,13 @@ VALUES (:key, :producer, :scope_id, :subject, :entry_id, 'enqueued', :now, :now)
 ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: effect_keys_among @sqlite
--- Which of :keys (a JSON array) have an effect record: one statement for a sweep's matches.
-SELECT idempotency_key FROM delivery_effects
+-- Which of :keys (a JSON array) have an effect record, and when each was last seen: one
+-- statement for a sweep's matches.
+SELECT idempotency_key, updated_at FROM delivery_effects
 WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
 
 -- name: effect_keys_among @postgres
-SELECT idempotency_key FROM delivery_effects
+SELECT idempotency_key, updated_at FROM delivery_effects
 WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
 
 -- name: entry_keys_among @sqlite
