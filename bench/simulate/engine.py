@@ -128,7 +128,10 @@ class Simulation:
         self._clear_redis()
         self.services.__dict__["redis"] = FlakyRedis(self.redis, self.outages)
         self.billing = Billing(self.judge, self.services, self.redis, self._log)
-        self.erasures = Erasures(self.judge, self.services, self._log)
+        self.erasures = Erasures(
+            self.judge, self.services, self._log,
+            reschedule=lambda at, call: self._schedule(at, "erased-due", call),
+            windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
         self.network.on_polar = lambda external_id: self.billing.polar_received(
             external_id, self.clock.now())

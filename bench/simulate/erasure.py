@@ -33,10 +33,20 @@ PURGE_WITHIN = timedelta(hours=2)  # erasure-purge runs hourly
 
 
 class Erasures:
-    def __init__(self, judge: Judge, services: Any, log: Callable[[str], None]) -> None:
+    """A subject may be named by a second call while their first request is still open:
+    the API hands back that open request (not a second one), so the call follows it: its
+    grace window, and a cancel of the first call cancels it for both."""
+
+    def __init__(self, judge: Judge, services: Any, log: Callable[[str], None],
+                 reschedule: Callable[[datetime, ErasureCall], None] = lambda at, call: None,
+                 windows: list[Window] | None = None, end: datetime | None = None) -> None:
         self.judge = judge
         self.services = services
         self.log = log
+        self.reschedule = reschedule  # a check owed later than the call's own window says
+        self.windows = windows or []
+        self.end = end
+        self.of_call: dict[ErasureCall, str] = {}  # call -> the request the API gave it
         self.ids: dict[str, str] = {}  # subject -> their latest request's id
         self.requests: dict[str, str] = {}  # request id -> subject
         self.purged: set[str] = set()  # subjects seen purged
@@ -48,6 +58,7 @@ class Erasures:
         request, created = ErasureStore(self.services.db).create(
             call.subject, requested_by="sim-operator", grace_days=call.grace_days,
             tenant_id=call.tenant_id)
+        self.of_call[call] = request.id
         self.ids[call.subject] = request.id
         self.requests[request.id] = call.subject
         self.log(f"erasure of {call.subject} requested (grace {call.grace_days} d)"
@@ -57,7 +68,7 @@ class Erasures:
         from shared.core.errors import Conflict
         from shared.erasure.requests import ErasureStore
 
-        request_id = self.ids[call.subject]
+        request_id = self.of_call[call]
         try:
             ErasureStore(self.services.db).cancel(request_id)
         except Conflict as exc:  # purged or cancelled already: the operator was too late
@@ -74,7 +85,22 @@ class Erasures:
         return owed_at(call.at + timedelta(days=call.grace_days), windows, end, PURGE_WITHIN)
 
     def check_purged(self, call: ErasureCall, at: datetime) -> None:
-        status = self._status(self.ids.get(call.subject))
+        from shared.erasure.requests import ErasureStore
+
+        request_id = self.of_call.get(call)
+        if request_id in self.cancelled:
+            self.log(f"erasure of {call.subject}: its request was cancelled through an "
+                     "earlier call; nothing owed")
+            return
+        if request_id is not None and self.end is not None:
+            # the request handed back may be an earlier one, whose window ends later
+            request = ErasureStore(self.services.db).get(request_id)
+            due = owed_at(request.grace_until, self.windows, self.end, PURGE_WITHIN)
+            if request.status.value == "requested" and (due is None or due > at):
+                if due is not None:
+                    self.reschedule(due, call)
+                return
+        status = self._status(request_id)
         if status != "purged":
             self.judge.fail("erased_in_time", at, f"erasure of {call.subject} is {status} "
                             f"{PURGE_WITHIN} after its grace window ended")
