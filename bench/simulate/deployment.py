@@ -15,12 +15,17 @@ from typing import Any
 from bench.simulate.peers import POLAR, SLACK, TELEGRAM
 
 
-def settings_env(directory: Path, redis_prefix: str) -> dict[str, str]:
+def settings_env(directory: Path, redis_prefix: str, *,
+                 pipeline: bool = False) -> dict[str, str]:
     """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
-    from the environment pass through (to try a retention, an attempt limit…)."""
+    from the environment pass through (to try a retention, an attempt limit…). With
+    ``pipeline`` the push queues are SQS (the stand-in of ``queues.py``)."""
     passed = {k: v for k, v in os.environ.items()
               if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
-    return passed | {
+    queues = {"SLUICE_QUEUE_MODE": "sqs", "SLUICE_QUEUE_PREFIX": "sluice-sim-",
+              "SLUICE_QUEUE_SIGNING_SECRET": "sim-queue-signing-secret-0123456789"
+              } if pipeline else {}
+    return passed | queues | {
         "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
         "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
         "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",

@@ -47,6 +47,7 @@ from bench.simulate.peers import (
     Network,
     Receipt,
 )
+from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
 from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, generate
 
@@ -60,6 +61,7 @@ TOUCHES = {
     "operator": ("delivery-drain",),
     "rogue": ("delivery-drain",),
     "ledger-redrive": ("metering-flush",),
+    "consume": ("delivery-drain", "rss-refresh"),  # a consumer's build fetches and enqueues
 }
 TRAIL = 25  # steps printed before a failure
 
@@ -109,6 +111,11 @@ class Simulation:
                                self.out.faults)
         self.crashes.on_crash = self._crashed
         self.rogue = Rogue(inject)
+        # odd seeds fan the tick out through the push queue (queues.py); even seeds tick
+        # inline, as the regression seeds always have
+        self.pipeline = seed % 2 == 1
+        self.push: PushQueue | None = None
+        self.push_at: datetime | None = None  # the consumer's queued invocation
         self.sent: dict[Match, dict[str, Any]] = {}  # the payload each match went out with
 
     # --- set-up ---------------------------------------------------------------------
@@ -121,7 +128,8 @@ class Simulation:
         from shared.store.migrate import migrate
         from shared.store.redis_clients import connect
 
-        env = settings_env(self.directory, f"sim:{self.seed}:{os.getpid()}:")
+        env = settings_env(self.directory, f"sim:{self.seed}:{os.getpid()}:",
+                           pipeline=self.pipeline)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
         self.redis = connect(self.services.settings)
@@ -133,6 +141,14 @@ class Simulation:
             reschedule=lambda at, call: self._schedule(at, "erased-due", call),
             windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
+        if self.pipeline:
+            from shared.queues.handlers import PIPELINE_FLAG
+            from shared.store.flags import FlagStore
+
+            FlagStore(self.services.state).set(PIPELINE_FLAG, True)
+            self.push = PushQueue(self.services, self.clock.now, self.judge, self._log,
+                                  self.world.outages.windows, self.world.end)
+            self.push.arm(lambda point: self.crashes._crash_point(point))
         self.network.on_polar = lambda external_id: self.billing.polar_received(
             external_id, self.clock.now())
         self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
@@ -270,8 +286,13 @@ class Simulation:
                 self._step(kind, what)
                 with self.outages.harness():
                     self._replan(kind, what)
+                    self._replan_queue()
                 if self.judge.violations and not self.out.trail:
                     self.out.trail = list(self.trail)  # the steps up to the first one
+        if self.push is not None:
+            with self.outages.harness():
+                self.push.check(owed_at)
+            self.out.faults["queue_batches"] = self.push.batches
         self.out.deliveries = len(self.network.receipts)
         self.out.coalesced = {name: firing.grid_count(self.world.end) - firing.fired
                               for name, firing in sorted(self.firings.items())
@@ -290,9 +311,27 @@ class Simulation:
         self.digest.update(f"{stamp}|{line}\n".encode())
         self.out.steps += 1
 
+    def _replan_queue(self) -> None:
+        """The consumer's next invocation: when the first message becomes visible."""
+        if self.push is None:
+            return
+        at = self.push.next_visible()
+        if at is not None and at != self.push_at:
+            self.push_at = at
+            self._schedule(max(at, self.clock.now()), "consume", at)
+
     def _step(self, kind: str, what: Any) -> None:
         before = len(self.network.receipts)
-        if kind == "job":
+        if kind == "consume":
+            if self.push is None or what != self.push_at:
+                return  # planned again since
+            self.push_at = None
+            line = self.push.consume(SimCrash)
+            if line:
+                self._log(line)
+            with self.outages.harness():
+                self.push.check(owed_at)
+        elif kind == "job":
             firing = what[0]
             if not firing.gated:
                 self._fire_at(firing, firing.after(self.clock.now()))

@@ -6,6 +6,13 @@ handler, and on failure decide by the delivery count: retry after ``min(300, 2^n
 s (the message's visibility on SQS), or at ``MAX_ATTEMPTS`` send a summary to
 ``<topic>-dlq``, wait for it, and only then acknowledge.
 
+A store outage (``TransientStoreError``: the SQL store or Redis down, in the handler or
+in the consumer's own key lookups) is not the message's failure and counts no attempt:
+on SQS the message waits for the store as a copy of itself, sent back to its queue with
+a delay of ``OUTAGE_DELAY_S`` (a new message: its receive count starts again), and the
+delivery is acknowledged once the copy is sent. Only when the copy cannot be sent is the
+delivery held back and retried as a failure would be (SQS then counts it).
+
 Completions are recorded per record (the default: a crash repeats at most the record
 in flight) or, for a topic whose handler is idempotent, once per SQS batch (a crash
 repeats the batch's finished records, which their handler's own key makes harmless).
@@ -33,7 +40,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from shared.core.crash import ENV as CRASH_ENV
 from shared.core.crash import crash_point
-from shared.core.errors import RequestError, SluiceError
+from shared.core.errors import RequestError, SluiceError, TransientStoreError
 from shared.core.observe import logger
 from shared.core.validate import check_depth
 from shared.queues.deadletters import LocalDeadLetters, Quarantine
@@ -65,6 +72,9 @@ ERROR_MESSAGE_LIMIT = 500
 # A batch stops starting records when Lambda's remaining time is below this margin
 # plus the longest record of the batch so far.
 DEADLINE_MARGIN_S = 5.0
+# How long a message waits for a store that is down before it is tried again (SQS's
+# longest delay is 900 s).
+OUTAGE_DELAY_S = 300
 
 
 class MessageOutcome(Enum):
@@ -75,6 +85,7 @@ class MessageOutcome(Enum):
     REJECTED = "rejected"
     RETRY = "retry"
     DEAD_LETTERED = "dead_lettered"
+    WAITING = "waiting"  # a store is down: the message waits for it, no attempt counted
 
 
 class Decision(NamedTuple):
@@ -150,10 +161,12 @@ class _Batch:
 
     __slots__ = ("done", "longest_s", "margin_s", "parsed", "pending", "remaining_ms")
 
-    def __init__(self, done: set[str], parsed: dict[str, Parsed | str],
+    def __init__(self, done: set[str] | None, parsed: dict[str, Parsed | str],
                  remaining_ms: Callable[[], int] | None, margin_s: float,
                  pending: list[tuple[str, str, str]] | None) -> None:
-        self.done = done  # completed before the batch or during it
+        # completed before the batch or during it (None: the lookup failed; each record
+        # asks for its own)
+        self.done = done
         self.parsed = parsed
         self.remaining_ms = remaining_ms
         self.margin_s = margin_s
@@ -230,7 +243,7 @@ class Consumer:
 
         key = parsed.key
         batch = self._batch
-        if batch is not None:  # every key of the batch was looked up with it
+        if batch is not None and batch.done is not None:  # looked up with the batch
             completed = key in batch.done
         else:
             completed = self.keys.done(key)
@@ -240,11 +253,14 @@ class Consumer:
             return _DUPLICATE
         try:
             self.handler(message, inbound)
+        except TransientStoreError as exc:  # the store's outage, not the message's failure
+            return self._outage(inbound, exc)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             return self._failed(message, inbound, exc)
         self.crash_point("consumer.after_handler")
         if batch is not None:
-            batch.done.add(key)
+            if batch.done is not None:
+                batch.done.add(key)
             if batch.pending is not None:  # written once, when the batch ends
                 batch.pending.append((key, self.topic, inbound.message_id))
                 return _DONE
@@ -252,6 +268,12 @@ class Consumer:
         self.keys.complete(key, self.topic, inbound.message_id)
         self.crash_point("consumer.after_complete")
         return _DONE
+
+    def _outage(self, inbound: InboundMessage, exc: TransientStoreError) -> Decision:
+        self.services.reporter.error(self._context, exc, during="store outage",
+                                     messageId=inbound.message_id,
+                                     deliveryCount=inbound.delivery_count)
+        return Decision(MessageOutcome.WAITING, OUTAGE_DELAY_S, str(exc))
 
     def _failed(self, message: dict[str, Any], inbound: InboundMessage,
                 exc: Exception) -> Decision:
@@ -319,16 +341,40 @@ class Consumer:
             # Not acknowledged: the send is tried again on the next delivery.
             self._hold_back(record, backoff_s(inbound.delivery_count))
             raise
-        except Exception as exc:  # a store outage: report, retry on the queue's timeout
+        except TransientStoreError as exc:  # the keys' or the quarantine's store is down
+            decision = self._outage(inbound, exc)
+        except Exception as exc:  # anything else: report, retry on the queue's timeout
             self.services.reporter.error(self._context, exc, during="consume",
                                          messageId=record.message_id)
             raise
         finally:
             if timed is not None:
                 timed.longest_s = max(timed.longest_s, self.clock() - started)
+        if decision.outcome is MessageOutcome.WAITING:
+            self._wait_for_store(record, raw, attribute.get("stringValue"), decision)
+            return
         if decision.outcome is MessageOutcome.RETRY:
             self._hold_back(record, decision.delay_s)
             raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
+
+    def _wait_for_store(self, record: SQSRecord, raw: dict[str, Any], key: str | None,
+                        decision: Decision) -> None:
+        """The message waits for the store as a delayed copy of itself, and this delivery
+        is acknowledged (no attempt counted). If the copy cannot be sent, the delivery is
+        held back and fails instead: never acknowledged without its copy on the queue."""
+        try:
+            url = self.sqs.url_from_arn(record.event_source_arn)
+            copy_id = self.sqs.send(url, raw.get("body") or "", key, delay_s=decision.delay_s)
+        except Exception as exc:
+            self.services.reporter.error(self._context, exc, during="outage copy",
+                                         messageId=record.message_id)
+            self._hold_back(record, decision.delay_s)
+            raise RetryLater(f"store down and the copy not sent: {exc}") from exc
+        logger.warning(f"[{self._context}] a store is down; the message waits "
+                       f"{decision.delay_s} s as {copy_id}, no attempt counted",
+                       extra={"messageId": record.message_id, "copyId": copy_id,
+                              "reason": decision.reason})
+        self.services.reporter.metric("QueueOutageWaits", 1, topic=self.topic)
 
     def _hold_back(self, record: SQSRecord, seconds: int) -> None:
         """The backoff, as the message's visibility (the retry happens either way)."""
@@ -361,7 +407,12 @@ class Consumer:
             del parsed[message_id]
         keys = [p.key for p in parsed.values() if type(p) is Parsed]
         remaining = getattr(context, "get_remaining_time_in_millis", None)
-        batch = self._batch = _Batch(self.keys.done_many(keys), parsed, remaining,
+        try:
+            done: set[str] | None = self.keys.done_many(keys)
+        except TransientStoreError as exc:  # each record asks again (and waits if it must)
+            self.services.reporter.error(self._context, exc, during="completed keys")
+            done = None
+        batch = self._batch = _Batch(done, parsed, remaining,
                                      self.margin_s,
                                      [] if self.completions == "batch" else None)
         try:

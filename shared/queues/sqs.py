@@ -58,11 +58,13 @@ class Sqs:
     def url_from_arn(self, arn: str) -> str:
         return self.url(arn.rsplit(":", 1)[-1])
 
-    def send(self, url: str, body: str, key: str | None = None) -> str:
+    def send(self, url: str, body: str, key: str | None = None, *, delay_s: int = 0) -> str:
+        """``delay_s``: the message becomes visible that much later (SQS: 0-900 s)."""
         attributes = ({IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": key}}
                       if key else {})
+        extra = {"DelaySeconds": delay_s} if delay_s else {}
         sent = self.client.send_message(QueueUrl=url, MessageBody=body,
-                                        MessageAttributes=attributes)
+                                        MessageAttributes=attributes, **extra)
         return str(sent["MessageId"])
 
     def change_visibility(self, url: str, receipt_handle: str, seconds: int) -> None:

@@ -18,7 +18,17 @@ from shared.queues.publish import Publisher, Registry
 from shared.queues.runtime import consumers_for
 from shared.queues.signing import Signer
 from shared.queues.sqs import Sqs
-from tests.sqs_helpers import bodies, create_queues, deliver, new_prefix, poll, receive, sqs_client
+from tests.sqs_helpers import (
+    bodies,
+    create_queues,
+    deliver,
+    new_prefix,
+    poll,
+    queue_arn,
+    receive,
+    sqs_client,
+    to_record,
+)
 
 pytestmark = pytest.mark.aws
 SECRET = "queue-secret-for-tests-0123456789"
@@ -331,3 +341,111 @@ def test_a_client_that_cannot_be_built_raises_instead_of_falling_back(
     with pytest.raises(ConfigurationError, match="SLUICE_QUEUE_MODE=sqs but no SQS client"):
         Publisher(services.settings, registry=registry).publish("rss.ingest", {})
     assert ran == []
+
+
+# --- a store outage is not the message's failure -------------------------------------
+
+def _delayed(url: str) -> int:
+    attrs = sqs_client().get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attrs["ApproximateNumberOfMessagesDelayed"])
+
+
+def test_a_store_outage_counts_no_attempt_the_message_waits_as_a_delayed_copy(
+        queue_services: Services, urls: dict[str, str]) -> None:
+    """Four deliveries failed before: a fifth that meets a store outage is not dead-lettered
+    but acknowledged once a copy of it waits on the queue, delayed (a new message, so its
+    count starts again)."""
+    from shared.core.errors import TransientStoreError
+
+    url = urls["rss.ingest"]
+    message_id = publish(queue_services, batchId="outage")
+    calls: list[int] = []
+
+    def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
+        calls.append(inbound.delivery_count)
+        raise TransientStoreError("sqlite: unable to open database file")
+
+    _receive_times(url, 4)  # deliveries 1-4 happened before
+    polled = poll(url, Consumer("rss.ingest", handler, queue_services,
+                                registry=None).lambda_handler)
+    assert calls == [5] and polled.failed_ids == [] and polled.deleted_ids == [message_id]
+    assert bodies(urls["rss.ingest-dlq"]) == []  # nothing dead-lettered
+    assert _delayed(url) == 1 and receive(url, visibility=0) == []  # the copy waits
+
+
+def test_the_copy_keeps_the_body_and_key_of_the_original(
+        queue_services: Services, urls: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.core.errors import TransientStoreError
+    from shared.queues.consumer import OUTAGE_DELAY_S
+
+    url = urls["rss.ingest"]
+    publish(queue_services, batchId="same")
+    [original] = receive(url, visibility=0)
+    sent: list[tuple[str, str, str | None, int]] = []
+    real_send = Sqs.send
+
+    def recording(self: Sqs, url: str, body: str, key: str | None = None, *,
+                  delay_s: int = 0) -> str:
+        sent.append((url, body, key, delay_s))
+        return real_send(self, url, body, key, delay_s=delay_s)
+
+    def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
+        raise TransientStoreError("redis: connection refused")
+
+    monkeypatch.setattr(Sqs, "send", recording)
+    consumer_ = Consumer("rss.ingest", handler, queue_services, registry=None)
+    answer = consumer_.lambda_handler({"Records": [to_record(original, queue_arn(url))]}, None)
+    assert answer == {"batchItemFailures": []}
+    key = original["MessageAttributes"]["idempotencyKey"]["StringValue"]
+    assert sent == [(url, original["Body"], key, OUTAGE_DELAY_S)]
+    assert Sqs(sqs_client(), queue_services.settings.queue_prefix).depth(url)["delayed"] == 1
+
+
+def test_a_copy_that_cannot_be_sent_holds_the_delivery_back_instead(
+        queue_services: Services, urls: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.core.errors import TransientStoreError
+
+    url = urls["rss.ingest"]
+    message_id = publish(queue_services, batchId="no-copy")
+
+    def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
+        raise TransientStoreError("sqlite: unable to open database file")
+
+    def refuse(self: Sqs, url: str, body: str, key: str | None = None, *,
+               delay_s: int = 0) -> str:
+        raise RuntimeError("SQS refused the send")
+
+    monkeypatch.setattr(Sqs, "send", refuse)
+    polled = poll(url, Consumer("rss.ingest", handler, queue_services,
+                                registry=None).lambda_handler)
+    assert polled.failed_ids == [message_id] and polled.deleted_ids == []
+    assert receive(url, visibility=0) == []  # held back for the outage delay, not lost
+    attrs = sqs_client().get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessagesNotVisible"] == "1"
+
+
+def test_completed_keys_unreachable_each_record_waits_for_its_store(
+        queue_services: Services, urls: dict[str, str]) -> None:
+    """The batch's completed-keys lookup fails (Redis down): no record is handled blind;
+    each waits as a copy, none is dead-lettered or counted."""
+    from shared.core.errors import TransientStoreError
+
+    url = urls["rss.ingest"]
+    ids = {publish(queue_services, batchId=f"k{n}") for n in range(3)}
+    handler = Recorder()
+    consumer_ = consumer(queue_services, handler)
+
+    class Down:
+        def done_many(self, keys: list[str]) -> set[str]:
+            raise TransientStoreError("redis: connection refused")
+
+        def done(self, key: str) -> bool:
+            raise TransientStoreError("redis: connection refused")
+
+    consumer_.keys = Down()  # type: ignore[assignment]
+    polled = poll(url, consumer_.lambda_handler)
+    assert set(polled.deleted_ids) == ids and polled.failed_ids == []
+    assert handler.calls == [] and _delayed(url) == 3
+    assert bodies(urls["rss.ingest-dlq"]) == []

@@ -1,0 +1,321 @@
+"""The push queue: ``rss.ingest`` through a simulated SQS, consumed by the real consumer.
+
+Odd seeds deploy with the ``rssQueuePipeline`` flag on and ``SLUICE_QUEUE_MODE=sqs`` (even
+seeds tick inline, as the regression seeds always did): the tick publishes the global
+refresh and one signed message per due build through the real ``Publisher`` and ``Sqs``
+wrapper, into this stand-in of the SQS service (the boto3 client's methods the wrapper
+calls). Lambda's event source mapping is simulated too: a message visible at a moment is
+handed to the real consumer (``Consumer.lambda_handler``, as ``functions/consumers.py``
+builds it) in a batch of up to ``BATCH_SIZE`` records shaped like AWS's (the samples in
+``tests/events/``), with a context whose time left runs on the simulated clock. What the
+handler reports as item failures stays on the queue, visible when the consumer's
+visibility change says (its ``min(300, 2^n)`` backoff) or after the queue's visibility
+timeout; the rest is deleted; a handler that raises (a crash) leaves the whole batch for
+the timeout; a message received ``MAX_RECEIVES`` times moves to ``<topic>-dlq`` (the
+redrive policy's backstop).
+
+SQS delivers at least once: now and then (``REDELIVER_EVERY``) a deleted message comes
+once more, as a delete lost on its way would. Invariants (``queue_*``):
+
+- ``queue_nothing_lost``: every message sent is, within ``SETTLE_WITHIN`` while the
+  store and Redis are up, deleted after the consumer took it, or on a ``-dlq`` with a
+  reason;
+- ``queue_backoff``: each visibility the consumer sets for a retry is ``min(300, 2^n)``
+  seconds for the n-th receive;
+- ``queue_once``: a message the consumer completed is not handled again (a redelivery is
+  answered as a duplicate), except after a crash before its batch's completions were
+  written (the documented replay of an idempotent topic's batch).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+BATCH_SIZE = 10  # serverless.yml: batchSize
+VISIBILITY_S = 360  # custom.queues.visibilityTimeout
+MAX_RECEIVES = 10  # custom.queues.maxReceiveCount
+CONSUMER_TIMEOUT_S = 60  # custom.queues.consumerTimeout
+REDELIVER_EVERY = 37  # every 37th deleted message comes once more
+SETTLE_WITHIN = timedelta(hours=6)
+ACCOUNT = "123456789012"
+REGION = "eu-north-1"
+
+
+class QueueDoesNotExist(Exception):
+    pass
+
+
+@dataclass
+class Message:
+    id: str
+    body: str
+    key: str | None
+    sent_at: datetime
+    visible_at: datetime
+    receives: int = 0
+    receipt: str = ""
+    deleted: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Queue:
+    name: str
+    messages: list[Message] = field(default_factory=list)
+
+    def visible(self, now: datetime) -> list[Message]:
+        return [m for m in self.messages if not m.deleted and m.visible_at <= now]
+
+    def next_visible(self) -> datetime | None:
+        return min((m.visible_at for m in self.messages if not m.deleted), default=None)
+
+
+class SimSqsClient:
+    """The SQS service as the ``Sqs`` wrapper calls it (boto3's method names and shapes)."""
+
+    class exceptions:
+        QueueDoesNotExist = QueueDoesNotExist
+
+    def __init__(self, now: Callable[[], datetime], ids: Callable[[], str],
+                 names: list[str]) -> None:
+        self.now = now
+        self.ids = ids
+        self.queues = {name: Queue(name) for name in names}
+        self.by_receipt: dict[str, Message] = {}
+        self.visibility_set: list[tuple[int, int]] = []  # (receive count, seconds)
+        self.unavailable = False  # the service refuses calls (an outage of ours)
+
+    @staticmethod
+    def url_of(name: str) -> str:
+        return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}"
+
+    @staticmethod
+    def arn_of(name: str) -> str:
+        return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+    def _queue(self, url: str) -> Queue:
+        return self.queues[url.rsplit("/", 1)[-1]]
+
+    def get_queue_url(self, QueueName: str) -> dict[str, str]:
+        if QueueName not in self.queues:
+            raise QueueDoesNotExist(QueueName)
+        return {"QueueUrl": self.url_of(QueueName)}
+
+    def send_message(self, QueueUrl: str, MessageBody: str,
+                     MessageAttributes: dict[str, Any], DelaySeconds: int = 0,
+                     ) -> dict[str, str]:
+        key = (MessageAttributes.get("idempotencyKey") or {}).get("StringValue")
+        now = self.now()
+        message = Message(self.ids(), MessageBody, key, now,
+                          now + timedelta(seconds=DelaySeconds))
+        self._queue(QueueUrl).messages.append(message)
+        return {"MessageId": message.id}
+
+    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str,
+                                  VisibilityTimeout: int) -> None:
+        message = self.by_receipt[ReceiptHandle]
+        self.visibility_set.append((message.receives, VisibilityTimeout))
+        message.visible_at = self.now() + timedelta(seconds=VisibilityTimeout)
+
+    def delete_message(self, QueueUrl: str, ReceiptHandle: str) -> None:
+        self.by_receipt[ReceiptHandle].deleted = True
+
+    def get_queue_attributes(self, QueueUrl: str,
+                             AttributeNames: list[str]) -> dict[str, Any]:
+        queue, now = self._queue(QueueUrl), self.now()
+        live = [m for m in queue.messages if not m.deleted]
+        return {"Attributes": {
+            "ApproximateNumberOfMessages": str(sum(m.visible_at <= now for m in live)),
+            "ApproximateNumberOfMessagesNotVisible": str(sum(m.visible_at > now for m in live)),
+            "ApproximateNumberOfMessagesDelayed": "0"}}
+
+    # --- the event source mapping -------------------------------------------------
+
+    def take(self, name: str) -> list[Message]:
+        """The next batch Lambda would receive from ``name`` (each message's receive count
+        and visibility updated as SQS does); messages past their last receive move to the
+        dead-letter queue instead."""
+        queue, now = self.queues[name], self.now()
+        batch = []
+        for message in sorted(queue.visible(now), key=lambda m: (m.visible_at, m.sent_at)):
+            if message.receives >= MAX_RECEIVES:
+                message.deleted = True
+                dlq = self.queues[f"{name}-dlq"]
+                dlq.messages.append(Message(message.id, message.body, message.key,
+                                            message.sent_at, now, reasons=["maxReceiveCount"]))
+                continue
+            message.receives += 1
+            message.receipt = f"{message.id}#{message.receives}"
+            message.visible_at = now + timedelta(seconds=VISIBILITY_S)
+            self.by_receipt[message.receipt] = message
+            batch.append(message)
+            if len(batch) == BATCH_SIZE:
+                break
+        return batch
+
+    def event(self, name: str, batch: list[Message]) -> dict[str, Any]:
+        return {"Records": [{
+            "messageId": m.id, "receiptHandle": m.receipt, "body": m.body,
+            "attributes": {"ApproximateReceiveCount": str(m.receives),
+                           "SentTimestamp": str(int(m.sent_at.timestamp() * 1000)),
+                           "SenderId": f"AROASIM:{name}"},
+            "messageAttributes": ({"idempotencyKey": {
+                "stringValue": m.key, "stringListValues": [], "binaryListValues": [],
+                "dataType": "String"}} if m.key else {}),
+            "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": self.arn_of(name),
+            "awsRegion": REGION} for m in batch]}
+
+
+class LambdaContext:
+    """What the consumer reads of Lambda's context: the time left, on the simulated clock."""
+
+    def __init__(self, now: Callable[[], datetime], timeout_s: int) -> None:
+        self._now = now
+        self._ends = now() + timedelta(seconds=timeout_s)
+        self.function_name = "sluice-sim-rssIngest"
+        self.aws_request_id = "sim"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._ends - self._now()).total_seconds() * 1000))
+
+
+def failures_of(answer: Any) -> set[str]:
+    items = (answer or {}).get("batchItemFailures") or []
+    return {str(item.get("itemIdentifier")) for item in items}
+
+
+def handled_keys(body: str) -> str:
+    """A message's identity for ``queue_once``: its batch id (one per publish)."""
+    try:
+        return str(json.loads(body).get("batchId"))
+    except (ValueError, AttributeError):
+        return body[:64]
+
+
+class PushQueue:
+    """The ``rss.ingest`` queue of a pipeline seed: the stand-in service, the real consumer
+    fed by the simulated event source mapping, and the ``queue_*`` invariants."""
+
+    TOPIC = "rss.ingest"
+
+    def __init__(self, services: Any, now: Callable[[], datetime], judge: Any,
+                 log: Callable[[str], None], windows: Any, end: datetime) -> None:
+        from shared.queues import runtime
+        from shared.queues.publish import Publisher
+        from shared.queues.sqs import Sqs
+        from shared.queues.topics import dlq_name, queue_name
+
+        self.now, self.judge, self.log = now, judge, log
+        self.windows, self.end = windows, end  # the store and Redis outages
+        prefix = services.settings.queue_prefix
+        self.name = queue_name(prefix, self.TOPIC)
+        self.client = SimSqsClient(now, self._message_id, [self.name, dlq_name(prefix,
+                                                                                self.TOPIC)])
+        sqs = Sqs(self.client, prefix)
+        runtime._PUBLISHERS[services] = Publisher(services.settings, sqs=sqs)
+        self.consumer = runtime.consumers_for(services, sqs=sqs, registry=None,
+                                              topics=(self.TOPIC,))[self.TOPIC]
+        handler = self.consumer.handler
+        self.handled: dict[str, int] = {}  # batch id -> handler runs that returned
+        self.completed: set[str] = set()  # batch ids of messages acknowledged as done
+        self.deleted = 0
+        self.checked_visibility = 0
+        self.batches = 0
+
+        def counted(message: dict[str, Any], inbound: Any) -> None:
+            batch_id = str(message.get("batchId"))
+            if batch_id in self.completed:
+                self.judge.fail("queue_once", self.now(),
+                                f"{self.TOPIC} message {inbound.message_id} (batch {batch_id}) "
+                                "was completed and acknowledged, and is handled again")
+            handler(message, inbound)
+            self.handled[batch_id] = self.handled.get(batch_id, 0) + 1
+
+        self.consumer.handler = counted
+        self.ids = 0
+
+    def _message_id(self) -> str:
+        import uuid
+
+        return str(uuid.uuid4())
+
+    def arm(self, crash_point: Callable[[str], None]) -> None:
+        """The consumer's crash points go through the simulator's (it reads them once)."""
+        self.consumer.crash_point = crash_point
+
+    def next_visible(self) -> datetime | None:
+        return self.client.queues[self.name].next_visible()
+
+    def consume(self, crash: type[BaseException]) -> str:
+        """One invocation of the consumer function with the next batch; its log line."""
+        batch = self.client.take(self.name)
+        if not batch:
+            return ""
+        self.batches += 1
+        event = self.client.event(self.name, batch)
+        context = LambdaContext(self.now, CONSUMER_TIMEOUT_S)
+        try:
+            answer = self.consumer.lambda_handler(event, context)
+        except crash as stopped:
+            return f"rss.ingest consumer: crashed at {stopped} with {len(batch)} message(s)"
+        except Exception as exc:  # noqa: BLE001 - the invocation failed: the batch comes back
+            return (f"rss.ingest consumer: failed ({type(exc).__name__}) with {len(batch)} "
+                    "message(s)")
+        failed = failures_of(answer)
+        for message in batch:
+            if message.id in failed:
+                continue
+            message.deleted = True  # Lambda's event source mapping deletes what succeeded
+            self.completed.add(handled_keys(message.body))
+            self.deleted += 1
+            if self.deleted % REDELIVER_EVERY == 0:  # at least once: it comes again
+                message.deleted = False
+                message.visible_at = self.now() + timedelta(minutes=2)
+        self._check_visibility()
+        return (f"rss.ingest consumer: {len(batch) - len(failed)} done, {len(failed)} to "
+                "retry")
+
+    def _check_visibility(self) -> None:
+        from shared.queues.consumer import backoff_s
+
+        for receives, seconds in self.client.visibility_set[self.checked_visibility:]:
+            if seconds != backoff_s(receives) or seconds != min(300, 2 ** receives):
+                self.judge.fail("queue_backoff", self.now(),
+                                f"a retry after receive {receives} held for {seconds} s, not "
+                                f"min(300, 2^{receives})")
+        self.checked_visibility = len(self.client.visibility_set)
+
+    def check(self, owed_at: Callable[..., datetime | None]) -> None:
+        """``queue_nothing_lost`` and ``queue_no_attempt_burned`` (see the module)."""
+        now = self.now()
+        for message in self.client.queues[self.name].messages:
+            if message.deleted:
+                continue
+            due = owed_at(message.sent_at, self.windows, self.end, SETTLE_WITHIN)
+            if due is not None and due <= now:
+                self.judge.fail("queue_nothing_lost", now,
+                                f"{self.TOPIC} message {message.id} sent "
+                                f"{message.sent_at:%Y-%m-%d %H:%M} is still on the queue "
+                                f"after {message.receives} receive(s)")
+                message.deleted = True  # reported once
+        dlq = self.client.queues[f"{self.name}-dlq"]
+        for message in dlq.messages:
+            if not message.deleted:
+                self.judge.fail("queue_no_attempt_burned", now,
+                                f"{self.TOPIC} message {message.id} was dead-lettered "
+                                f"({', '.join(message.reasons) or _reason(message.body)}): "
+                                "this handler fails only when a store is down or the "
+                                "consumer crashed, which are not the message's fault")
+                message.deleted = True
+
+
+def _reason(body: str) -> str:
+    try:
+        summary = json.loads(body)
+    except ValueError:
+        return "no summary"
+    return str(summary.get("errorMessage") or "no reason")[:200]
