@@ -81,3 +81,12 @@ def test_an_injected_defect_is_caught_by_its_invariant_and_replays_alike(
         assert digest(first.stdout) == digest(again.stdout)
         assert first.stdout.split("the steps that led there:")[1] == \
             again.stdout.split("the steps that led there:")[1]
+
+
+# An odd seed fans its ticks out through the simulated SQS to the real rss.ingest consumer.
+@pytest.mark.timeout(240)
+def test_an_odd_seed_runs_the_tick_through_the_push_queue_without_violation() -> None:
+    done = _simulate("--seed", "1", "--days", "20")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    found = re.search(r"queue_batches=(\d+)", done.stdout)
+    assert found and int(found.group(1)) > 0, done.stdout
