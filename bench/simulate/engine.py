@@ -62,6 +62,9 @@ TOUCHES = {
     "rogue": ("delivery-drain",),
     "ledger-redrive": ("metering-flush",),
     "consume": ("delivery-drain", "rss-refresh"),  # a consumer's build fetches and enqueues
+    # a store or Redis outage begins: every gated job fires on its grid while it lasts
+    "outage": ("delivery-drain", "rss-refresh", "history-sample", "metering-flush",
+               "ledger-redrive", "erasure-purge"),
 }
 TRAIL = 25  # steps printed before a failure
 
@@ -206,6 +209,9 @@ class Simulation:
                 self._owe(rule)
         for moment in self.world.operator_at:
             self._schedule(moment, "operator", None)
+        for window in self.world.outages.windows:
+            if window.start < self.world.end:
+                self._schedule(window.start, "outage", window)
         for call in self.world.usage:
             if call.at < self.world.end:
                 self._schedule(call.at, "usage", call)
@@ -246,7 +252,9 @@ class Simulation:
             if not firing.gated or firing.job not in touched:
                 continue
             wake: datetime | None = None
-            if firing.again:
+            if firing.again or self.world.outages.behaviour(now) != "up":
+                # while a store is down a deployment's jobs keep firing into the outage:
+                # what they do then is what the outage is injected for
                 wake = now
             elif firing.job == "delivery-drain":
                 wake = drain_wake(self.services.db, self.expire)
@@ -354,6 +362,8 @@ class Simulation:
             self._log(f"rules of {what} changed")
         elif kind == "operator":
             self._operator()
+        elif kind == "outage":
+            self._log(f"{what.kind} until {what.end:%Y-%m-%d %H:%M:%S}")
         elif kind == "crash":
             self.crashes.arm(what)
             self._log(f"crash armed at {what}")

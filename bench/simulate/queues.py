@@ -24,7 +24,10 @@ once more, as a delete lost on its way would. Invariants (``queue_*``):
   seconds for the n-th receive;
 - ``queue_once``: a message the consumer completed is not handled again (a redelivery is
   answered as a duplicate), except after a crash before its batch's completions were
-  written (the documented replay of an idempotent topic's batch).
+  written (the documented replay of an idempotent topic's batch);
+- ``queue_no_attempt_burned``: no attempt is counted against a message for an outage: no
+  invocation fails, no retry is held back, nothing is dead-lettered (this handler fails
+  only when a store is down or the consumer crashed).
 """
 
 from __future__ import annotations
@@ -234,8 +237,10 @@ class PushQueue:
                                 "was completed and acknowledged, and is handled again")
             handler(message, inbound)
             self.handled[batch_id] = self.handled.get(batch_id, 0) + 1
+            self.just_handled.add(batch_id)
 
         self.consumer.handler = counted
+        self.just_handled: set[str] = set()  # batch ids whose handler returned, this batch
         self.ids = 0
 
     def _message_id(self) -> str:
@@ -258,11 +263,16 @@ class PushQueue:
         self.batches += 1
         event = self.client.event(self.name, batch)
         context = LambdaContext(self.now, CONSUMER_TIMEOUT_S)
+        self.just_handled = set()
         try:
             answer = self.consumer.lambda_handler(event, context)
         except crash as stopped:
             return f"rss.ingest consumer: crashed at {stopped} with {len(batch)} message(s)"
         except Exception as exc:  # noqa: BLE001 - the invocation failed: the batch comes back
+            self.judge.fail("queue_no_attempt_burned", self.now(),
+                            f"the consumer's invocation failed ({type(exc).__name__}: "
+                            f"{str(exc)[:200]}): SQS counts a receive against each of its "
+                            f"{len(batch)} message(s), for no fault of theirs")
             return (f"rss.ingest consumer: failed ({type(exc).__name__}) with {len(batch)} "
                     "message(s)")
         failed = failures_of(answer)
@@ -270,7 +280,8 @@ class PushQueue:
             if message.id in failed:
                 continue
             message.deleted = True  # Lambda's event source mapping deletes what succeeded
-            self.completed.add(handled_keys(message.body))
+            if handled_keys(message.body) in self.just_handled:  # not a copy left waiting
+                self.completed.add(handled_keys(message.body))
             self.deleted += 1
             if self.deleted % REDELIVER_EVERY == 0:  # at least once: it comes again
                 message.deleted = False
@@ -283,6 +294,11 @@ class PushQueue:
         from shared.queues.consumer import backoff_s
 
         for receives, seconds in self.client.visibility_set[self.checked_visibility:]:
+            # this handler fails only when a store is down (a crash changes no visibility):
+            # a retry held back is an attempt counted for an outage
+            self.judge.fail("queue_no_attempt_burned", self.now(),
+                            f"a retry was counted against an rss.ingest message (receive "
+                            f"{receives}, held {seconds} s): only an outage fails this handler")
             if seconds != backoff_s(receives) or seconds != min(300, 2 ** receives):
                 self.judge.fail("queue_backoff", self.now(),
                                 f"a retry after receive {receives} held for {seconds} s, not "
