@@ -76,22 +76,27 @@ def _seed(services: Any) -> list[str]:
 
 
 def _naive_sweep(services: Any, scope_ids: list[str]) -> int:
-    """Per tenant: read its build, then per rule normalise and test every story."""
+    """Per tenant: read its build and parse its rules, then per rule normalise and test
+    every story (Sluice's caches of parsed rules and normalised texts are not used: they
+    are part of what is measured)."""
     from shared.alerts.evaluate import match_key, payload
-    from shared.alerts.rules import Matcher, RulesStore, story_text
+    from shared.alerts.rules import Matcher, normalise, parse_rule, rules_key
     from shared.delivery.store import DeliveryStore
     from shared.rss.catalog import peek_scope
+    from shared.store.state import StateStore
 
-    rules_store, deliveries = RulesStore(services), DeliveryStore(services.db)
+    state, deliveries = StateStore(services.db), DeliveryStore(services.db)
     evaluations = 0
     for scope_id in scope_ids:
         build = peek_scope(services, scope_id)
         assert build is not None
-        for rule in rules_store.get(scope_id):
+        stored = state.get(rules_key(scope_id)) or {}
+        for n, item in enumerate(stored.get("rules") or []):
+            rule = parse_rule(item, f"rules[{n}]", None)
             matcher = Matcher(rule)
             for story in build.stories:
                 evaluations += 1
-                if matcher.matches(story, story_text(story)):
+                if matcher.matches(story, normalise(f"{story.title} {story.summary}")):
                     deliveries.enqueue(rule.destination.channel, rule.destination.recipient,
                                        payload(scope_id, rule, story),
                                        idempotency_key=match_key(scope_id, rule.id, story.id))

@@ -256,6 +256,8 @@ def check_depth(text: str, *, field: str = "body", limit: int = MAX_DEPTH) -> No
     """Refuse JSON nested deeper than ``limit`` before any recursive parser sees it (about
     a thousand ``[`` would otherwise be a ``RecursionError``). Brackets inside strings do
     not count; the text need not be valid JSON."""
+    if text.count("[") + text.count("{") <= limit:
+        return  # fewer openers in all than the limit (strings included): cannot be deeper
     depth = 0
     for match in _STRING_OR_BRACKET.finditer(text):
         token = match.group()

@@ -181,6 +181,9 @@ def test_brackets_inside_strings_do_not_count_and_shallow_json_loads() -> None:
     assert load_json(document, field="body")["list"] == [[[1]]]
     nested = "[" * MAX_DEPTH + "]" * MAX_DEPTH
     assert load_json(nested, field="body") is not None
+    with pytest.raises(RequestError, match="nested deeper"):  # one more: refused
+        check_depth("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    check_depth("[]" * (MAX_DEPTH + 1))  # many openers, none deep: counted, not refused
     with pytest.raises(RequestError, match="body is not JSON"):
         load_json("{nope", field="body")
 
