@@ -125,10 +125,11 @@ class Counters:
         self.new_story_alerts = self.new_story_failures = 0
 
     def to_json(self) -> dict[str, int]:
-        return {"builds": self.builds, "reused": self.reused, "shared": self.shared, "throttled": self.throttled,
-                "locked": self.locked, "fetches": self.fetches, "notModified": self.not_modified,
-                "fetchFailures": self.fetch_failures, "backingOff": self.backing_off,
-                "bytesParsed": self.bytes_parsed, "newStoryAlerts": self.new_story_alerts}
+        return {"builds": self.builds, "reused": self.reused, "shared": self.shared,
+                "throttled": self.throttled, "locked": self.locked, "fetches": self.fetches,
+                "notModified": self.not_modified, "fetchFailures": self.fetch_failures,
+                "backingOff": self.backing_off, "bytesParsed": self.bytes_parsed,
+                "newStoryAlerts": self.new_story_alerts}
 
 
 class Refreshed(NamedTuple):
