@@ -381,7 +381,8 @@ class Simulation:
             self.day30 = self._sizes()
             self._log(f"sizes at day 30: {self.day30}")
         elif kind == "bounded" and self.day30 is not None:
-            self.judge.bounded(self.clock.now(), self.day30, self._sizes())
+            self.judge.bounded(self.clock.now(), self.day30, self._sizes(), kept_days={
+                "job_runs": self.services.settings.job_runs_retention_days})
         elif kind == "metered":
             self.billing.owed(what, self.network.polar_ids, self.clock.now())
         elif kind == "erase":

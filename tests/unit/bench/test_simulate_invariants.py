@@ -101,3 +101,13 @@ def test_feeds_answer_304_to_their_etag_and_chats_record_late_messages() -> None
     assert [(r.story, r.late) for r in network.receipts] == [(1, True)]
     assert moments[0] == T0 + timedelta(seconds=10)
     assert network.refused_hosts == ["10.0.0.1:None"]
+
+
+def test_a_table_kept_longer_than_30_days_is_bounded_by_its_retention() -> None:
+    """The run log keeps 90 days: at the end it holds three times the days it held at day
+    30, so its factor is three times larger (seed 15 x 365: 2,336 runs against 762)."""
+    judge = Judge(T0)
+    judge.bounded(T0, {"job_runs": 762}, {"job_runs": 2336}, kept_days={"job_runs": 90})
+    assert judge.violations == []
+    judge.bounded(T0, {"job_runs": 762}, {"job_runs": 762 * 9 + 1}, kept_days={"job_runs": 90})
+    assert [v.invariant for v in judge.violations] == ["bounded_tables"]
