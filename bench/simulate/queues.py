@@ -191,7 +191,7 @@ def failures_of(answer: Any) -> set[str]:
     return {str(item.get("itemIdentifier")) for item in items}
 
 
-def handled_keys(body: str) -> str:
+def batch_id_of(body: str) -> str:
     """A message's identity for ``queue_once``: its batch id (one per publish)."""
     try:
         return str(json.loads(body).get("batchId"))
@@ -223,7 +223,6 @@ class PushQueue:
         self.consumer = runtime.consumers_for(services, sqs=sqs, registry=None,
                                               topics=(self.TOPIC,))[self.TOPIC]
         handler = self.consumer.handler
-        self.handled: dict[str, int] = {}  # batch id -> handler runs that returned
         self.completed: set[str] = set()  # batch ids of messages acknowledged as done
         self.deleted = 0
         self.checked_visibility = 0
@@ -236,12 +235,10 @@ class PushQueue:
                                 f"{self.TOPIC} message {inbound.message_id} (batch {batch_id}) "
                                 "was completed and acknowledged, and is handled again")
             handler(message, inbound)
-            self.handled[batch_id] = self.handled.get(batch_id, 0) + 1
             self.just_handled.add(batch_id)
 
         self.consumer.handler = counted
         self.just_handled: set[str] = set()  # batch ids whose handler returned, this batch
-        self.ids = 0
 
     def _message_id(self) -> str:
         import uuid
@@ -280,8 +277,8 @@ class PushQueue:
             if message.id in failed:
                 continue
             message.deleted = True  # Lambda's event source mapping deletes what succeeded
-            if handled_keys(message.body) in self.just_handled:  # not a copy left waiting
-                self.completed.add(handled_keys(message.body))
+            if batch_id_of(message.body) in self.just_handled:  # not a copy left waiting
+                self.completed.add(batch_id_of(message.body))
             self.deleted += 1
             if self.deleted % REDELIVER_EVERY == 0:  # at least once: it comes again
                 message.deleted = False
