@@ -2,8 +2,9 @@
 
 The real code (the jobs through the real job runner, the rss tick with its fetcher,
 catalog and alert sweep, the delivery drain with its real channel adapters and retry
-policy, AI usage through the ledger, metering-flush and ledger-redrive on the real Redis,
-state cleanup, erasure, the operator's purge and redrive) on SQLite, against a world
+policy, AI usage through the ledger, metering-flush and ledger-redrive through Sluice's
+Redis client (on a fakeredis server whose keys expire on the simulated clock), state
+cleanup, erasure, the operator's purge and redrive) on SQLite, against a world
 generated from one seed: feeds, tenants, rules and usage (``world.py``), peers with
 behaviours, Polar among them (``peers.py``), store outages (``outages.py``), crashes at the
 named crash points (``crashes.py``), invariants checked after every step

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,9 +37,9 @@ def settings_env(directory: Path, redis_prefix: str, *,
         "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "POLAR_ACCESS_TOKEN": "polar-sim-token",
         "POLAR_API_URL": f"http://{POLAR}",
-        # the real Redis (a key prefix of the seed's own): the ledger's retry queue, and the
-        # rates and locks that use Redis when it is configured
-        "SLUICE_REDIS_URL": os.environ.get("SLUICE_SIM_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        # Redis configured, so the ledger's retry queue, the delivery rates and the build
+        # locks take their Redis paths; the client is ``simulated_redis`` (never connects)
+        "SLUICE_REDIS_URL": "redis://127.0.0.1:6379/0",
         "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
         # one send at a time: with several in flight, thread scheduling would decide the
         # order of effects, and a seed would no longer fix its history
@@ -48,12 +49,20 @@ def settings_env(directory: Path, redis_prefix: str, *,
 
 @contextmanager
 def seeded_ids(seed: int) -> Iterator[None]:
-    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings)."""
+    """``uuid.uuid4`` drawn from the seed: ids decide some orders (claims, listings).
+
+    Sluice's own draws (and the simulator's) come from a stream of their own: a library
+    drawing ids once per process (``opentelemetry`` at its import) would otherwise shift
+    every id after it, and a seed run after another in the same process, or alone, would
+    not have the same history."""
     ids = random.Random(f"ids-{seed}")
+    others = random.Random(f"library-ids-{seed}")
     original = uuid.uuid4
 
     def uuid4() -> uuid.UUID:
-        return uuid.UUID(int=ids.getrandbits(128), version=4)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        stream = ids if caller.startswith(("shared.", "bench.")) else others
+        return uuid.UUID(int=stream.getrandbits(128), version=4)
 
     uuid.uuid4 = uuid4
     try:
@@ -78,3 +87,18 @@ def brief(body: dict[str, Any]) -> str:
     if isinstance(sweep, dict) and sweep.get("enqueued"):
         parts.append(f"enqueued={sweep['enqueued']}")
     return " ".join(parts)
+
+
+def simulated_redis(prefix: str) -> Any:
+    """Sluice's Redis client (``RedisPyClient``, the one ``connect`` builds) on a Redis
+    server of the seed's own: ``fakeredis``, running the same Lua scripts (``lupa``), whose
+    key expiry reads ``time.time`` — the simulated clock. A real Redis server expires keys
+    on the wall clock: a build lock left by a failed release (``PX``, the build deadline and 30 s) outlived weeks
+    of simulated time, or not, depending on how fast the machine ran, and so did the
+    history of the seed."""
+    import fakeredis
+
+    from shared.store.redis_clients import RedisPyClient
+
+    return RedisPyClient(fakeredis.FakeRedis(server=fakeredis.FakeServer(),
+                                             decode_responses=True), prefix)

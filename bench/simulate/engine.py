@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import os
 import random
 import time
 from collections import deque
@@ -25,7 +24,7 @@ from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
-from bench.simulate.deployment import brief, seeded_ids, settings_env
+from bench.simulate.deployment import brief, seeded_ids, settings_env, simulated_redis
 from bench.simulate.erasure import Erasures
 from bench.simulate.firing import (
     IDLE_EVERY,
@@ -131,14 +130,11 @@ class Simulation:
         from shared.rss.store import RssStore
         from shared.store.db import open_database
         from shared.store.migrate import migrate
-        from shared.store.redis_clients import connect
 
-        env = settings_env(self.directory, f"sim:{self.seed}:{os.getpid()}:",
-                           pipeline=self.pipeline)
+        env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
-        self.redis = connect(self.services.settings)
-        self._clear_redis()
+        self.redis = simulated_redis(self.services.settings.redis_key_prefix)
         self.services.__dict__["redis"] = FlakyRedis(self.redis, self.outages)
         self.billing = Billing(self.judge, self.services, self.redis, self._log)
         self.erasures = Erasures(
@@ -167,13 +163,6 @@ class Simulation:
             rss.put_scope(tenant.scope, f"org-{tenant.scope}",
                           tuple(sources[f] for f in tenant.feeds), "en", True)
             self._put_rules(tenant.scope)
-
-    def _clear_redis(self) -> None:
-        """The seed's keys gone (before its run, and after it)."""
-        raw = self.redis.client  # type: ignore[attr-defined]  # redis-py, for SCAN
-        keys = list(raw.scan_iter(match=f"{self.redis.prefix}*", count=500))
-        if keys:
-            raw.delete(*keys)
 
     def _put_rules(self, scope: str) -> None:
         from shared.alerts.rules import RulesStore
@@ -280,6 +269,12 @@ class Simulation:
 
     def run(self) -> Outcome:
         started = time.perf_counter()
+        with seeded_ids(self.seed):  # the sources' ids too: their order shapes the history
+            self._run()
+        self.out.wall_s = time.perf_counter() - started
+        return self.out
+
+    def _run(self) -> None:
         self._open()
         self._plan()
         from shared.jobs.registry import JOBS
@@ -287,7 +282,7 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), seeded_ids(self.seed), self.outages.installed():
+                inline_pools(), self.outages.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -312,10 +307,7 @@ class Simulation:
         self.out.violations = list(self.judge.violations)
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
-        self.out.wall_s = time.perf_counter() - started
-        self._clear_redis()
         self.services.close()
-        return self.out
 
     def _log(self, line: str) -> None:
         stamp = f"day {self.clock.day():7.3f} {self.clock.now():%Y-%m-%d %H:%M:%S}"

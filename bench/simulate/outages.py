@@ -3,7 +3,7 @@
 - ``store_down``: every transaction Sluice opens on its SQL store fails with the error an
   unreachable database gives (``TransientStoreError``), as SQLite's "unable to open
   database file" and a Postgres connection refused are translated at the store boundary;
-- ``redis_down``: every command on the real Redis client fails the same way (a refused
+- ``redis_down``: every command on Sluice's Redis client fails the same way (a refused
   connection, as ``shared.store.redis_clients`` translates it).
 
 The simulation's own reads (its scheduler's checks, the invariants' reads, the
@@ -63,7 +63,7 @@ class Outages:
 
 
 class FlakyRedis:
-    """The real Redis client, refusing every command while Redis is down."""
+    """Sluice's Redis client, refusing every command while Redis is down."""
 
     def __init__(self, client: Any, outages: Outages) -> None:
         self._client = client

@@ -71,10 +71,18 @@ class Queue:
     messages: list[Message] = field(default_factory=list)
 
     def visible(self, now: datetime) -> list[Message]:
-        return [m for m in self.messages if not m.deleted and m.visible_at <= now]
+        self.compact()
+        return [m for m in self.messages if m.visible_at <= now]
 
     def next_visible(self) -> datetime | None:
-        return min((m.visible_at for m in self.messages if not m.deleted), default=None)
+        self.compact()
+        return min((m.visible_at for m in self.messages), default=None)
+
+    def compact(self) -> None:
+        """Deleted messages leave the list: a year of them made every receive a scan of
+        every message ever sent. (A redelivery un-deletes a message of the batch just
+        taken, which is still on the list: nothing compacts between the two.)"""
+        self.messages = [m for m in self.messages if not m.deleted]
 
 
 class SimSqsClient:
