@@ -16,13 +16,19 @@ from typing import Any
 from bench.simulate.peers import POLAR, SLACK, TELEGRAM
 
 
+def passed_settings() -> dict[str, str]:
+    """The ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*`` settings taken from the environment
+    (sorted): they change a history, so the digest starts from them and a replay names them."""
+    return {k: os.environ[k] for k in sorted(os.environ)
+            if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
+
+
 def settings_env(directory: Path, redis_prefix: str, *,
                  pipeline: bool = False) -> dict[str, str]:
     """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
     from the environment pass through (to try a retention, an attempt limit…). With
     ``pipeline`` the push queues are SQS (the stand-in of ``queues.py``)."""
-    passed = {k: v for k, v in os.environ.items()
-              if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
+    passed = passed_settings()
     queues = {"SLUICE_QUEUE_MODE": "sqs", "SLUICE_QUEUE_PREFIX": "sluice-sim-",
               "SLUICE_QUEUE_SIGNING_SECRET": "sim-queue-signing-secret-0123456789"
               } if pipeline else {}

@@ -24,7 +24,13 @@ from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
-from bench.simulate.deployment import brief, seeded_ids, settings_env, simulated_redis
+from bench.simulate.deployment import (
+    brief,
+    passed_settings,
+    seeded_ids,
+    settings_env,
+    simulated_redis,
+)
 from bench.simulate.erasure import Erasures
 from bench.simulate.firing import (
     IDLE_EVERY,
@@ -103,7 +109,8 @@ class Simulation:
         self.outages = Outages(self.world.outages, clock.now)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
-        self.digest = hashlib.sha256(f"{seed}:{days}".encode())
+        passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
+        self.digest = hashlib.sha256(f"{seed}:{days}{passed}".encode())
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
         self.firings: dict[str, Firing] = {}
@@ -325,7 +332,7 @@ class Simulation:
             self._schedule(max(at, self.clock.now()), "consume", at)
 
     def _step(self, kind: str, what: Any) -> None:
-        before = len(self.network.receipts)
+        before, dialled = len(self.network.receipts), len(self.network.refused_hosts)
         if kind == "consume":
             if self.push is None or what != self.push_at:
                 return  # planned again since
@@ -345,6 +352,10 @@ class Simulation:
         else:
             with self.outages.harness():
                 self._event(kind, what)
+        for host in self.network.refused_hosts[dialled:]:
+            self.judge.fail("sealed", self.clock.now(),
+                            f"the deployment tried to reach {host}, which is no stand-in: a "
+                            "client the simulator does not replace")
         with self.outages.harness():
             for receipt in self.network.receipts[before:]:
                 self._rogue_after_receipt(receipt)

@@ -14,6 +14,7 @@ import io
 import logging
 import multiprocessing
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -70,8 +71,10 @@ class _Discard(io.TextIOBase):
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
              keep_going: bool = False) -> Any:
     from bench.simulate.engine import Simulation
+    from shared.jobs import runs
 
     clock.reset()
+    runs._ENDED_UNRELEASED.clear()  # the last seed's run holders: nothing of it carries over
     with tempfile.TemporaryDirectory(prefix=f"sluice-sim-{seed}-", dir=_scratch()) as directory, \
             contextlib.redirect_stdout(_Discard()), \
             contextlib.redirect_stderr(_Discard()):  # the metrics' EMF lines, the logs
@@ -169,5 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in out.trail:
             print(f"  {line}")
         inject = f" --inject {args.inject}" if args.inject else ""
-        print(f"replay: python -m bench simulate --seed {out.seed} --days {out.days}{inject}")
+        from bench.simulate.deployment import passed_settings
+
+        settings = "".join(f"{k}={shlex.quote(v)} " for k, v in passed_settings().items())
+        print(f"replay: {settings}python -m bench simulate --seed {out.seed} --days "
+              f"{out.days}{inject}")
     return 1 if failed else 0

@@ -280,13 +280,27 @@ def _refused(channel: str, request: httpx.Request) -> httpx.Response:
 
 
 class Installed:
-    """``httpx.HTTPTransport.handle_request`` routed to ``network`` while installed."""
+    """``httpx.HTTPTransport.handle_request`` routed to ``network`` while installed, and
+    botocore's sends refused (an AWS client the simulator did not replace would otherwise
+    reach the real AWS, or not, as the machine's credentials and network allow): both are
+    recorded in ``network.refused_hosts``, which the ``sealed`` invariant reads."""
 
     def __init__(self, network: Network) -> None:
         self.network = network
         self.saved: Any = None
+        self.saved_send: Any = None
 
     def __enter__(self) -> Self:
+        from botocore.endpoint import Endpoint
+
+        self.saved_send = Endpoint._send
+        refused = self.network.refused_hosts
+
+        def send(endpoint: Any, request: Any) -> Any:
+            refused.append(f"{endpoint.host} (botocore)")
+            raise ConnectionError(f"simulated network: no route to {endpoint.host}")
+
+        Endpoint._send = send
         self.saved = httpx.HTTPTransport.handle_request
         network = self.network
 
@@ -301,7 +315,10 @@ class Installed:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from botocore.endpoint import Endpoint
+
         httpx.HTTPTransport.handle_request = self.saved  # type: ignore[method-assign]
+        Endpoint._send = self.saved_send
 
 
 def delay(now: datetime, hours: float) -> datetime:

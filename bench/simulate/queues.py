@@ -65,6 +65,28 @@ class Message:
     reasons: list[str] = field(default_factory=list)
 
 
+class SimCloudWatch:
+    """CloudWatch as the console's queue cards read it (``get_metric_statistics`` of
+    ``AWS/SQS`` ``ApproximateAgeOfOldestMessage``), from the SQS stand-in: a point a minute
+    old, as the metric lags."""
+
+    def __init__(self, sqs: SimSqsClient) -> None:
+        self.sqs = sqs
+
+    def get_metric_statistics(self, *, Namespace: str, MetricName: str,
+                              Dimensions: list[dict[str, str]], EndTime: datetime,
+                              **kwargs: Any) -> dict[str, Any]:
+        from shared.ops.overview import OLDEST_AGE_METRIC
+
+        if Namespace != "AWS/SQS" or MetricName != OLDEST_AGE_METRIC:
+            raise ValueError(f"the CloudWatch stand-in has no {Namespace} {MetricName}")
+        name = next(d["Value"] for d in Dimensions if d["Name"] == "QueueName")
+        if name not in self.sqs.queues:
+            return {"Datapoints": []}
+        return {"Datapoints": [{"Timestamp": EndTime - timedelta(minutes=1),
+                                "Maximum": self.sqs.oldest_age_s(name)}]}
+
+
 @dataclass
 class Queue:
     name: str
@@ -143,6 +165,12 @@ class SimSqsClient:
             "ApproximateNumberOfMessages": str(sum(m.visible_at <= now for m in live)),
             "ApproximateNumberOfMessagesNotVisible": str(sum(m.visible_at > now for m in live)),
             "ApproximateNumberOfMessagesDelayed": "0"}}
+
+    def oldest_age_s(self, name: str) -> float:
+        """CloudWatch's ``ApproximateAgeOfOldestMessage`` of ``name``, in seconds."""
+        now = self.now()
+        live = [m for m in self.queues[name].messages if not m.deleted]
+        return max(((now - m.sent_at).total_seconds() for m in live), default=0.0)
 
     # --- the event source mapping -------------------------------------------------
 
@@ -227,6 +255,7 @@ class PushQueue:
         self.client = SimSqsClient(now, self._message_id, [self.name, dlq_name(prefix,
                                                                                 self.TOPIC)])
         sqs = Sqs(self.client, prefix)
+        services.__dict__["cloudwatch"] = SimCloudWatch(self.client)  # the cards' oldest age
         runtime._PUBLISHERS[services] = Publisher(services.settings, sqs=sqs)
         self.consumer = runtime.consumers_for(services, sqs=sqs, registry=None,
                                               topics=(self.TOPIC,))[self.TOPIC]

@@ -42,6 +42,7 @@ class Rogue:
     def meter_again(self, services: Any, entry_id: str) -> bool:
         """``meter-twice``: a second outbox row for every tenth call (True when written)."""
         from shared.billing.usage import Q, UsageEntry, metering_row
+        from shared.store.db import utcnow
 
         if self.name != "meter-twice":
             return False
@@ -60,5 +61,5 @@ class Rogue:
             if outbox is None:
                 return False
             outbox["id"] = f"rogue-{self.sequence}:metering"
-            tx.execute(Q.insert_outbox_rows, {"rows": tx.json([outbox])})
+            tx.execute(Q.insert_outbox_rows, {"rows": tx.json([outbox]), "now": utcnow()})
         return True

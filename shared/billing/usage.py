@@ -226,36 +226,40 @@ class Written(NamedTuple):
 
 
 def write_entries(db: Database, entries: Iterable[UsageEntry], *,
-                  fence: Fence | None = None) -> Written:
+                  fence: Fence | None = None, now: datetime | None = None) -> Written:
     """``write_rows`` of the entries' ledger rows."""
-    return write_rows(db, [e.ledger_row() for e in entries], fence=fence)
+    return write_rows(db, [e.ledger_row() for e in entries], fence=fence, now=now)
 
 
-def write_rows(db: Database, rows: list[LedgerRow], *, fence: Fence | None = None) -> Written:
+def write_rows(db: Database, rows: list[LedgerRow], *, fence: Fence | None = None,
+               now: datetime | None = None) -> Written:
     """Insert ledger rows idempotently, with the outbox rows of those that are new.
 
     One transaction whatever the batch size: one statement on Postgres, three on SQLite.
     Ids already in the ledger are skipped, outbox row and all; entries of an erased user
     are dropped. ``fence`` (a job run's) is checked in the same transaction. The rows
-    come from ``UsageEntry.ledger_row`` or ``ledger_row_from_contract`` (checked).
+    come from ``UsageEntry.ledger_row`` or ``ledger_row_from_contract`` (checked). The rows'
+    ``created_at`` is ``now`` (the application's clock, not the database's).
     """
     if not rows:
         return Written(set(), set())
     fence = fence or NO_FENCE
+    now = now or utcnow()
     with db.transaction() as tx:
         if tx.dialect == "postgres":
             row = tx.fetchone(Q.write_usage, {
                 **fence.bind(tx), "rows": tx.json(rows),
-                "id_suffix": OUTBOX_ID_SUFFIX, "event_name": METERING_EVENT_NAME}, final=True)
+                "id_suffix": OUTBOX_ID_SUFFIX, "event_name": METERING_EVENT_NAME, "now": now},
+                final=True)
             assert row is not None
         else:
             fence.check(tx)
-            row = _write_apart(tx, [UsageEntry.from_row(r) for r in rows])
+            row = _write_apart(tx, [UsageEntry.from_row(r) for r in rows], now)
     fence.confirm([row])
     return Written(set(row["inserted"]), set(row["erased"]))
 
 
-def _write_apart(tx: Tx, batch: list[UsageEntry]) -> dict[str, Any]:
+def _write_apart(tx: Tx, batch: list[UsageEntry], now: datetime) -> dict[str, Any]:
     """``write_usage`` as three statements, for SQLite (its statements cannot insert into
     two tables)."""
     people = sorted({p for e in batch for p in (e.user_id, e.tenant_id) if p})
@@ -266,12 +270,12 @@ def _write_apart(tx: Tx, batch: list[UsageEntry]) -> dict[str, Any]:
     inserted: set[str] = set()
     if keep:
         rows = tx.fetchall(Q.insert_ledger_rows,
-                           {"rows": tx.json([e.ledger_row() for e in keep])})
+                           {"rows": tx.json([e.ledger_row() for e in keep]), "now": now})
         inserted = {row["id"] for row in rows}
     outbox = [row for e in keep if e.id in inserted and (row := metering_row(e))
               and row["external_customer_id"] not in gone]
     if outbox:
-        tx.execute(Q.insert_outbox_rows, {"rows": tx.json(outbox)})
+        tx.execute(Q.insert_outbox_rows, {"rows": tx.json(outbox), "now": now})
     return {"lease_held": True, "inserted": inserted, "erased": erased}
 
 

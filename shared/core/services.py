@@ -61,6 +61,13 @@ class Services:
 
         return connect(self.settings)
 
+    @cached_property
+    def cloudwatch(self) -> Any:
+        """A CloudWatch client (boto3), built at its first use: the queue cards' oldest age."""
+        import boto3  # type: ignore[import-untyped]
+
+        return boto3.client("cloudwatch")
+
     def close(self) -> None:
         redis = self.__dict__.get("redis")  # only if it was ever built
         if redis is not None and hasattr(redis, "close"):

@@ -75,9 +75,7 @@ def topic_figures(services: Services, *, cloudwatch: Any = None) -> list[dict[st
         return rows
     sqs = publisher_of(services).sqs
     if cloudwatch is None:
-        import boto3  # type: ignore[import-untyped]
-
-        cloudwatch = boto3.client("cloudwatch")
+        cloudwatch = services.cloudwatch
     def measure(queue: str) -> dict[str, Any]:
         figures: dict[str, Any] = dict(sqs.depth(sqs.url(queue)))
         figures["oldestAgeS"] = _oldest_age_s(cloudwatch, queue)

@@ -1,5 +1,7 @@
 -- The AI usage ledger and its metering outbox (public contract: see docs/billing.md).
 -- Batches travel as one JSON array parameter (:rows / :ids), so 100 rows cost one statement.
+-- created_at is the writer's :now, never the database's clock: the outbox is sent oldest
+-- first, and its age is judged against the application's clock.
 
 -- name: write_usage
 -- Postgres only (a SQLite statement inserts into one table: there write_entries runs
@@ -27,9 +29,10 @@ WITH lease AS (
     WHERE t.subject_user_id IN (SELECT user_id FROM batch UNION SELECT tenant_id FROM batch)
 ), ledger AS (
     INSERT INTO ai_usage_ledger
-        (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+        (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,
+         created_at)
     SELECT b.id, b.tenant_id, b.user_id, b.model, b.input_tokens, b.output_tokens,
-           b.cost_micros, b.occurred_at
+           b.cost_micros, b.occurred_at, :now
     FROM batch b
     WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.subject = b.user_id)
     ON CONFLICT (id) DO NOTHING
@@ -37,12 +40,13 @@ WITH lease AS (
               input_tokens, output_tokens, cost_micros
 ), outbox AS (
     INSERT INTO ai_usage_metering_outbox
-        (id, ledger_id, external_customer_id, event_name, metadata)
+        (id, ledger_id, external_customer_id, event_name, metadata, created_at)
     SELECT l.id || :id_suffix, l.id, l.customer, :event_name,
            jsonb_build_object('model', l.model, 'input_tokens', l.input_tokens,
                               'output_tokens', l.output_tokens,
                               'total_tokens', l.input_tokens + l.output_tokens,
-                              'cost_micros', l.cost_micros, 'ledger_id', l.id)
+                              'cost_micros', l.cost_micros, 'ledger_id', l.id),
+           :now
     FROM ledger l
     WHERE l.customer IS NOT NULL
       AND (l.input_tokens <> 0 OR l.output_tokens <> 0 OR l.cost_micros <> 0)
@@ -55,9 +59,10 @@ FROM fence f
 
 -- name: insert_ledger_rows @postgres
 INSERT INTO ai_usage_ledger
-    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,
+     created_at)
 SELECT r.id, r.tenant_id, r.user_id, r.model, r.input_tokens, r.output_tokens, r.cost_micros,
-       r.occurred_at
+       r.occurred_at, :now
 FROM jsonb_to_recordset(:rows) AS r(id text, tenant_id text, user_id text, model text,
                                      input_tokens integer, output_tokens integer,
                                      cost_micros bigint, occurred_at timestamptz)
@@ -66,27 +71,30 @@ RETURNING id
 
 -- name: insert_ledger_rows @sqlite
 INSERT INTO ai_usage_ledger
-    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+    (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at,
+     created_at)
 SELECT json_extract(value, '$.id'), json_extract(value, '$.tenant_id'),
        json_extract(value, '$.user_id'), json_extract(value, '$.model'),
        json_extract(value, '$.input_tokens'), json_extract(value, '$.output_tokens'),
-       json_extract(value, '$.cost_micros'), json_extract(value, '$.occurred_at')
+       json_extract(value, '$.cost_micros'), json_extract(value, '$.occurred_at'), :now
 FROM json_each(:rows) WHERE true
 ON CONFLICT (id) DO NOTHING
 RETURNING id
 
 -- name: insert_outbox_rows @postgres
-INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
-SELECT r.id, r.ledger_id, r.external_customer_id, r.event_name, r.metadata
+INSERT INTO ai_usage_metering_outbox
+    (id, ledger_id, external_customer_id, event_name, metadata, created_at)
+SELECT r.id, r.ledger_id, r.external_customer_id, r.event_name, r.metadata, :now
 FROM jsonb_to_recordset(:rows) AS r(id text, ledger_id text, external_customer_id text,
                                      event_name text, metadata jsonb)
 ON CONFLICT (id) DO NOTHING
 
 -- name: insert_outbox_rows @sqlite
-INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
+INSERT INTO ai_usage_metering_outbox
+    (id, ledger_id, external_customer_id, event_name, metadata, created_at)
 SELECT json_extract(value, '$.id'), json_extract(value, '$.ledger_id'),
        json_extract(value, '$.external_customer_id'), json_extract(value, '$.event_name'),
-       json_extract(value, '$.metadata')
+       json_extract(value, '$.metadata'), :now
 FROM json_each(:rows) WHERE true
 ON CONFLICT (id) DO NOTHING
 

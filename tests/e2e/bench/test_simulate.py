@@ -68,8 +68,9 @@ def test_an_injected_defect_is_caught_by_its_invariant_and_replays_alike(
     assert f"VIOLATION {invariant} on day" in first.stdout, first.stdout[-3000:]
     assert any(sign in first.stdout for sign in ("rogue producer enqueued", "answered late",
                                                  "rogue biller metered"))
-    assert f"replay: python -m bench simulate --seed {seed} --days {days} --inject {inject}" \
-        in first.stdout
+    named = "".join(f"{k}={v} " for k, v in sorted(settings.items()))  # a replay names them
+    assert f"replay: {named}python -m bench simulate --seed {seed} --days {days} --inject " \
+        f"{inject}" in first.stdout
     if inject == "repeat-late":  # the shortest: replayed, it gives the same history
         again = _simulate(*args, **settings)
 
