@@ -141,6 +141,15 @@ def _topic_alarms(topic: Topic) -> str:
         "`sluice dlq list quarantine`.",
         NAMESPACE, "QueueMessagesRejected", [("service", SERVICE), ("topic", topic.name)],
         "Sum", "0",
+    ) + _alarm(
+        # A message that waits for a store goes back as a new copy every few minutes, so
+        # the oldest-message age above stays low however long the store is down: this one
+        # says so instead.
+        f"{base}OutageWaitsAlarm", f"{name}-outage-waits",
+        f"The {name} consumer finds a store (the database or Redis) down, and its messages "
+        "wait as delayed copies; see the store's health and the consumer's logs.",
+        NAMESPACE, "QueueOutageWaits", [("service", SERVICE), ("topic", topic.name)],
+        "Sum", "0",
     )
 
 
@@ -179,7 +188,9 @@ def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
     out = HEADER.format(sources="JOBS and TOPICS") + _lines(
         "# CloudWatch alarms. Per topic: any message in its DLQ, a queue whose oldest message",
         "# is older than custom.alarms.oldestMessageAgeSeconds (consumers stuck or failing),",
-        "# and any message its consumer rejected into the quarantine. Per scheduled job: its function's Lambda Errors, and the DrainFailures",
+        "# any message its consumer rejected into the quarantine, and any message that waits",
+        "# for a store that is down (an outage copy). Per scheduled job: its function's Lambda",
+        "# Errors, and the DrainFailures",
         "# metric the runner emits when a run reports failed items (namespace and dimensions",
         "# as shared/core/observe.py writes them). For the delivery queue: a destination down",
         "# and unknown outcomes (QueueDrained.*). All notify the SNS topic below; subscribe",

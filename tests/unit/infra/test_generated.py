@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from infra import generate
@@ -73,16 +74,21 @@ def test_every_scheduled_function_alarms_on_lambda_errors_and_drain_failures() -
         assert drain["Threshold"] == 0 and drain["AlarmActions"]
 
 
-def test_every_topic_alarms_when_its_consumer_quarantines_a_message() -> None:
+@pytest.mark.parametrize(("metric", "suffix"), [("QueueMessagesRejected", "RejectedAlarm"),
+                                                ("QueueOutageWaits", "OutageWaitsAlarm")])
+def test_every_topic_alarms_when_its_consumer_quarantines_or_waits_for_a_store(
+        metric: str, suffix: str) -> None:
+    # QueueOutageWaits: a waiting message is a new copy every few minutes, so the oldest
+    # message's age never shows a store outage; this alarm does
     resources = _load((ROOT / "infra" / "alarms.yml").read_text())["Resources"]
-    metrics.add_metric(name="QueueMessagesRejected", unit="Count", value=1)
+    metrics.add_metric(name=metric, unit="Count", value=1)
     metrics.add_dimension(name="topic", value="any")
     emitted = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
     metrics.clear_metrics()
     for name in TOPICS:
-        alarm = resources[f"{generate.pascal(name)}RejectedAlarm"]["Properties"]
+        alarm = resources[f"{generate.pascal(name)}{suffix}"]["Properties"]
         assert alarm["Namespace"] == emitted["Namespace"]
-        assert alarm["MetricName"] == "QueueMessagesRejected"
+        assert alarm["MetricName"] == metric
         assert {"Name": "topic", "Value": name} in alarm["Dimensions"]
         assert sorted(d["Name"] for d in alarm["Dimensions"]) == sorted(emitted["Dimensions"][0])
 
