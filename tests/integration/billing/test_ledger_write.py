@@ -113,3 +113,16 @@ def test_a_run_that_lost_its_lease_mid_run_leaves_its_batch_for_the_next(
     assert ledger_count(db) == 0
     assert redis_client.llen(LEDGER_RETRY_PROCESSING) == 3, "reclaimed by the next run"
     assert redis_client.llen(LEDGER_RETRY_QUEUE) == 0
+
+
+def test_the_rows_are_dated_by_the_writers_clock_not_the_databases(db: Database) -> None:
+    # The outbox goes oldest first by created_at: a column default would date it by the
+    # database's clock, and the simulator (whose clock is not the database's) found its
+    # order then depended on which rows fell in the same real millisecond.
+    at = T0 - timedelta(days=400)
+    write_entries(db, [entry(1), entry(2)], now=at)
+    with db.transaction() as tx:
+        rows = tx.fetchall("SELECT created_at FROM ai_usage_ledger UNION ALL "
+                           "SELECT created_at FROM ai_usage_metering_outbox")
+    assert len(rows) == 4
+    assert all(row["created_at"] == at for row in rows)
