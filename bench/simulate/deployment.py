@@ -44,8 +44,9 @@ def settings_env(directory: Path, redis_prefix: str, *,
         "POLAR_ACCESS_TOKEN": "polar-sim-token",
         "POLAR_API_URL": f"http://{POLAR}",
         # Redis configured, so the ledger's retry queue, the delivery rates and the build
-        # locks take their Redis paths; the client is ``simulated_redis`` (never connects)
-        "SLUICE_REDIS_URL": "redis://127.0.0.1:6379/0",
+        # locks take their Redis paths; the client is ``simulated_redis``, and this address
+        # is never dialled (port 1: a client built from it would find nothing there)
+        "SLUICE_REDIS_URL": "redis://127.0.0.1:1/0",
         "SLUICE_REDIS_KEY_PREFIX": redis_prefix,
         # one send at a time: with several in flight, thread scheduling would decide the
         # order of effects, and a seed would no longer fix its history
