@@ -41,7 +41,66 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="count every violation instead of stopping a seed at its first")
     parser.add_argument("--inject", choices=INJECTIONS,
                         help="switch on a known defect, to see the invariants catch it")
-    return parser.parse_args(argv)
+    parser.add_argument("--from-rows", nargs="+", metavar="FILE",
+                        help="run nothing: the table of the per-seed rows saved from earlier "
+                             "runs (what a run prints to stderr; '#' lines are comments), "
+                             "for one run split over several sittings")
+    args = parser.parse_args(argv)
+    if args.from_rows:
+        given = [flag for flag, default in (("--seed", None), ("--seeds", 5), ("--first", 1),
+                                            ("--days", 30), ("--jobs", 1), ("--inject", None),
+                                            ("--keep-going", False))
+                 if getattr(args, flag[2:].replace("-", "_")) != default]
+        if given:
+            parser.error(f"--from-rows runs nothing: {', '.join(given)} would be ignored")
+    return args
+
+
+def _from_rows(paths: list[str]) -> int:
+    """The table of saved per-seed rows: each seed once, one length; exits 1 on any
+    violation, as the run would have."""
+    header = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries",
+              "violations", "digest", "wall s"]
+    rows, seen, lengths = [header], set(), set()
+    totals: dict[str, int] = {}
+    sums = [0, 0, 0, 0, 0]  # steps, runs, coalesced, deliveries, violations
+    wall = 0.0
+    for path in paths:
+        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.split()
+            try:
+                seed, days, steps, runs, coalesced = (int(f) for f in fields[:5])
+                deliveries, violations = int(fields[-4]), int(fields[-3])
+                faults = dict(f.split("=", 1) for f in fields[5:-4])
+                seconds = float(fields[-1])
+                counts = {kind: int(count) for kind, count in faults.items()}
+            except ValueError as exc:
+                raise SystemExit(f"{path}:{number}: not a per-seed row ({exc}): {line!r}")
+            if seed in seen:
+                raise SystemExit(f"{path}:{number}: seed {seed} appears twice")
+            seen.add(seed)
+            lengths.add(days)
+            for kind, count in counts.items():
+                totals[kind] = totals.get(kind, 0) + count
+            for i, value in enumerate((steps, runs, coalesced, deliveries, violations)):
+                sums[i] += value
+            wall += seconds
+            rows.append([str(seed), str(days), str(steps), str(runs), str(coalesced),
+                         _faults(counts), str(deliveries), str(violations), fields[-2],
+                         f"{seconds:.1f}"])
+    if len(rows) == 1:
+        raise SystemExit("no per-seed rows in " + ", ".join(paths))
+    if len(lengths) > 1:
+        raise SystemExit(f"the rows are of different lengths ({sorted(lengths)} days)")
+    rows[1:] = sorted(rows[1:], key=lambda r: int(r[0]))
+    days = lengths.pop()
+    rows.append([f"{len(seen)} seeds", str(days * len(seen)), str(sums[0]), str(sums[1]),
+                 str(sums[2]), _faults(totals), str(sums[3]), str(sums[4]), "",
+                 f"{wall:.1f} (sum)"])
+    print(_table(rows))
+    return 1 if sums[4] else 0
 
 
 def _faults(faults: dict[str, int]) -> str:
@@ -138,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     _fixed_hashes(argv)
     args = _parse(argv)
+    if args.from_rows:
+        return _from_rows(args.from_rows)
     seeds = args.seed if args.seed else list(range(args.first, args.first + args.seeds))
     header = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries",
               "violations", "digest", "wall s"]
