@@ -100,9 +100,9 @@ def simulated_redis(prefix: str) -> Any:
     """Sluice's Redis client (``RedisPyClient``, the one ``connect`` builds) on a Redis
     server of the seed's own: ``fakeredis``, running the same Lua scripts (``lupa``), whose
     key expiry reads ``time.time`` — the simulated clock. A real Redis server expires keys
-    on the wall clock: a build lock left by a failed release (``PX``, the build deadline and 30 s) outlived weeks
-    of simulated time, or not, depending on how fast the machine ran, and so did the
-    history of the seed."""
+    on the wall clock: a build lock left by a failed release (``PX``, the build deadline
+    and 30 s) outlived weeks of simulated time, or not, depending on how fast the machine
+    ran, and so did the history of the seed."""
     import fakeredis
 
     from shared.store.redis_clients import RedisPyClient
