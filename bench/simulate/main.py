@@ -25,6 +25,9 @@ from typing import Any
 from bench.simulate.clock import SimClock
 from bench.simulate.rogue import INJECTIONS
 
+HEADER = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries", "violations",
+          "digest", "wall s"]
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench simulate")
@@ -59,9 +62,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _from_rows(paths: list[str]) -> int:
     """The table of saved per-seed rows: each seed once, one length; exits 1 on any
     violation, as the run would have."""
-    header = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries",
-              "violations", "digest", "wall s"]
-    rows, seen, lengths = [header], set(), set()
+    rows, seen, lengths = [HEADER], set(), set()
     totals: dict[str, int] = {}
     sums = [0, 0, 0, 0, 0]  # steps, runs, coalesced, deliveries, violations
     wall = 0.0
@@ -77,7 +78,8 @@ def _from_rows(paths: list[str]) -> int:
                 seconds = float(fields[-1])
                 counts = {kind: int(count) for kind, count in faults.items()}
             except ValueError as exc:
-                raise SystemExit(f"{path}:{number}: not a per-seed row ({exc}): {line!r}")
+                raise SystemExit(f"{path}:{number}: not a per-seed row ({exc}): {line!r}") \
+                    from exc
             if seed in seen:
                 raise SystemExit(f"{path}:{number}: seed {seed} appears twice")
             seen.add(seed)
@@ -200,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_rows:
         return _from_rows(args.from_rows)
     seeds = args.seed if args.seed else list(range(args.first, args.first + args.seeds))
-    header = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries",
-              "violations", "digest", "wall s"]
-    rows = [header]
+    rows = [HEADER]
     totals: dict[str, int] = {}
     failed = []
     steps = runs = coalesced = deliveries = 0
