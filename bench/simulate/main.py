@@ -50,10 +50,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "for one run split over several sittings")
     args = parser.parse_args(argv)
     if args.from_rows:
-        given = [flag for flag, default in (("--seed", None), ("--seeds", 5), ("--first", 1),
-                                            ("--days", 30), ("--jobs", 1), ("--inject", None),
-                                            ("--keep-going", False))
-                 if getattr(args, flag[2:].replace("-", "_")) != default]
+        defaults = vars(parser.parse_args([]))  # the options' own defaults, not a copy
+        given = [f"--{name.replace('_', '-')}" for name, value in vars(args).items()
+                 if name != "from_rows" and value != defaults[name]]
         if given:
             parser.error(f"--from-rows runs nothing: {', '.join(given)} would be ignored")
     return args
