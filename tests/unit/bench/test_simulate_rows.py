@@ -57,3 +57,27 @@ def test_options_of_a_run_are_an_error_with_rows(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         _parse(["--from-rows", str(tmp_path / "a.txt"), "--jobs", "2"])
     assert _parse(["--from-rows", "x.txt"]).from_rows == ["x.txt"]
+
+
+PUBLISHED = Path(__file__).parents[3] / "docs" / "simulation"
+
+
+def _saved(name: str) -> dict[str, list[str]]:
+    lines = (PUBLISHED / name).read_text().splitlines()
+    return {line.split()[0]: line.split() for line in lines if line and not line.startswith("#")}
+
+
+def test_the_published_run_is_100_seeds_of_a_year_without_a_violation(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The README and docs/reliability.md quote this table: it must stay what they say.
+    assert _from_rows([str(PUBLISHED / "run-3428b57.txt")]) == 0
+    total = capsys.readouterr().out.splitlines()[-1].split()
+    assert total[:4] == ["100", "seeds", "36500", "1794895"]
+    assert sorted(int(seed) for seed in _saved("run-3428b57.txt")) == list(range(1, 101))
+
+
+def test_the_seeds_run_again_in_another_sitting_kept_their_histories() -> None:
+    run, again = _saved("run-3428b57.txt"), _saved("rerun-3428b57-seeds-1-20.txt")
+    assert sorted(again, key=int) == [str(seed) for seed in range(1, 21)]
+    for seed, row in again.items():
+        assert row[:-1] == run[seed][:-1], f"seed {seed}: only the wall time may differ"
