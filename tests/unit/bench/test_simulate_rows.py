@@ -72,11 +72,14 @@ def test_the_published_run_is_100_seeds_of_a_year_without_a_violation(
     # The README and docs/reliability.md quote this table: it must stay what they say.
     assert _from_rows([str(PUBLISHED / "run-3428b57.txt")]) == 0
     total = capsys.readouterr().out.splitlines()[-1].split()
-    assert total[:4] == ["100", "seeds", "36500", "1794895"]
+    assert total[:5] == ["100", "seeds", "36500", "1794895", "942480"]
+    assert total[-4:-2] == ["115578", "0"]  # deliveries, violations
     assert sorted(int(seed) for seed in _saved("run-3428b57.txt")) == list(range(1, 101))
 
 
 def test_the_seeds_run_again_in_another_sitting_kept_their_histories() -> None:
+    # _from_rows refuses a seed twice, which the dict below would merge silently.
+    assert _from_rows([str(PUBLISHED / "rerun-3428b57-seeds-1-20.txt")]) == 0
     run, again = _saved("run-3428b57.txt"), _saved("rerun-3428b57-seeds-1-20.txt")
     assert sorted(again, key=int) == [str(seed) for seed in range(1, 21)]
     for seed, row in again.items():
