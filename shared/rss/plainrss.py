@@ -1,0 +1,169 @@
+"""Plain RSS 2.0 read without feedparser, giving exactly what feedparser gives.
+
+feedparser reads any feed, however broken, and costs about 7 ms for a 3 KB document of
+twelve items: most of an rss tick's CPU. Most feeds are plain, well-formed RSS 2.0, and
+for those this module reads the same five fields (title, link, guid, description,
+pubDate) with the C XML parser and feedparser's own finishing steps (its URI joining,
+whitespace stripping, its UTF-8 re-decoding and windows-1252 mapping, its date parsers),
+in a tenth of the time.
+
+It reads a document only when it is sure feedparser would read it the same way, and
+answers None otherwise; the caller then hands the document to feedparser:
+
+- UTF-8 without a byte-order mark, declared UTF-8 or not declared; no DOCTYPE (so no
+  entity but XML's five and character references), no ``xml:base`` anywhere;
+- ``<rss version="2.0">`` holding one ``<channel>`` whose children are RSS 2.0's channel
+  elements (and ``atom:link``), with no element feedparser would read as an entry
+  anywhere but the channel's own ``<item>`` children;
+- items whose children are the five fields (each at most once, text only, no
+  attributes but ``isPermaLink="true|false"`` on ``guid``) and the elements whose
+  values Sluice does not read (``category``, ``author``, ``comments``, ``enclosure``,
+  with text only).
+
+``tests/unit/rss/test_plainrss.py`` holds the two readers equal on generated documents
+and on hostile ones.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from feedparser.datetimes import _parse_date  # type: ignore[import-untyped]
+from feedparser.html import _cp1252  # type: ignore[import-untyped]
+from feedparser.urls import _urljoin, make_safe_absolute_uri  # type: ignore[import-untyped]
+
+ATOM_LINK = "{http://www.w3.org/2005/Atom}link"
+CHANNEL_LEAVES = frozenset({
+    "title", "link", "description", "language", "copyright", "managingEditor", "webMaster",
+    "pubDate", "lastBuildDate", "category", "generator", "docs", "cloud", "ttl", "rating",
+    ATOM_LINK})
+CHANNEL_GROUPS = {"image": frozenset({"url", "title", "link", "width", "height", "description"}),
+                  "skipHours": frozenset({"hour"}), "skipDays": frozenset({"day"})}
+FIELDS = frozenset({"title", "link", "guid", "pubDate", "description"})
+IGNORED = frozenset({"category", "author", "comments", "enclosure"})
+_DECLARATION = re.compile(rb"<\?xml[^>]*?encoding\s*=\s*[\"']([^\"']*)[\"']")
+_ENTITY_REF = re.compile("&([A-Za-z0-9_]+);")
+
+
+class _NotPlain(Exception):
+    """The document is not one this module reads exactly like feedparser."""
+
+
+def entries(body: bytes, base_url: str = "") -> list[dict[str, Any]] | None:
+    """The entries of a plain RSS 2.0 document as feedparser would give the five fields
+    (``title``, ``link``, ``id``, ``summary``, ``published_parsed``, each only when
+    feedparser would set it), in document order; None: let feedparser read it."""
+    if not _plain_bytes(body):
+        return None
+    try:
+        root = ET.fromstring(body)
+        return _read(root, _base(base_url))
+    except (ET.ParseError, _NotPlain):
+        return None
+
+
+def _plain_bytes(body: bytes) -> bool:
+    if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        return False
+    head = body[:200]
+    if head.startswith(b"<?xml"):
+        declared = _DECLARATION.match(head)
+        if declared is not None and declared.group(1).lower() != b"utf-8":
+            return False
+    if b"<!DOCTYPE" in body or b"<!doctype" in body or b"xml:base" in body:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _base(base_url: str) -> str:
+    # as feedparser's parse() makes its base URI from a stream's Content-Location
+    return str(make_safe_absolute_uri("", base_url) or make_safe_absolute_uri(base_url) or "")
+
+
+def _read(root: ET.Element, base: str) -> list[dict[str, Any]]:
+    if root.tag != "rss" or root.get("version") != "2.0" or len(root) != 1:
+        raise _NotPlain
+    channel = root[0]
+    if channel.tag != "channel" or channel.attrib:
+        raise _NotPlain
+    found = []
+    for child in channel:
+        if child.tag == "item":
+            found.append(_item(child, base))
+        elif child.tag in CHANNEL_LEAVES:
+            _leaf(child)
+        elif child.tag in CHANNEL_GROUPS:
+            allowed = CHANNEL_GROUPS[child.tag]
+            for part in child:
+                if part.tag not in allowed:
+                    raise _NotPlain
+                _leaf(part)
+        else:
+            raise _NotPlain
+    return found
+
+
+def _leaf(element: ET.Element) -> None:
+    if len(element):
+        raise _NotPlain
+
+
+def _item(item: ET.Element, base: str) -> dict[str, Any]:
+    if item.attrib:
+        raise _NotPlain
+    entry: dict[str, Any] = {}
+    seen: set[str] = set()
+    guid_is_link = False
+    for child in item:
+        tag = child.tag
+        if not isinstance(tag, str) or tag in seen or len(child):
+            raise _NotPlain
+        if tag in IGNORED:
+            continue
+        if tag not in FIELDS:
+            raise _NotPlain
+        seen.add(tag)
+        attributes = child.attrib
+        if tag == "guid":
+            permalink = attributes.get("isPermaLink", "true")
+            if set(attributes) - {"isPermaLink"} or permalink not in ("true", "false"):
+                raise _NotPlain
+            guid_is_link = permalink == "true"
+        elif attributes:
+            raise _NotPlain
+        text = (child.text or "").strip()
+        if tag == "title":
+            entry["title"] = _finish(text)
+        elif tag == "description":
+            entry["summary"] = _finish(text)
+        elif tag == "pubDate":
+            entry["published_parsed"] = _parse_date(_finish(text))
+        elif tag == "link":
+            value = _finish(_urljoin(base, text) if text else text)
+            value = _ENTITY_REF.sub(r"&\g<1>", value.replace("&amp;", "&"))
+            entry["link"] = value
+        else:  # guid: feedparser's id, and its link when it is a permalink and no link came
+            value = _finish(_urljoin(base, text) if text and guid_is_link else text)
+            entry["id"] = value
+    if guid_is_link and "link" not in entry:
+        entry["link"] = entry["id"]
+    return entry
+
+
+def _finish(text: str) -> str:
+    """feedparser's last steps on a stripped value: text that reads as UTF-8 mis-decoded
+    as Latin-1 is decoded again, then windows-1252's C1 code points are mapped."""
+    try:
+        text = text.encode("iso-8859-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        pass
+    return text.translate(_cp1252)
+
+
+__all__ = ["entries"]
