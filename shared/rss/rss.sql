@@ -107,18 +107,25 @@ ORDER BY scope_id
 SELECT scope_id FROM rss_scopes WHERE source_ids ? :source_id ORDER BY scope_id
 
 -- name: build_get
-SELECT * FROM rss_builds WHERE key = :key
+-- The stories only when they are not the ones the caller holds already (:known, the
+-- stories_id it read or wrote them under): a stories_id is written with its stories and
+-- never names other ones (RssStore.build keeps the decoded stories by it).
+SELECT key, source_ids, locale, built_at, expires_at, source_tokens, stories_id,
+       CASE WHEN stories_id = :known THEN NULL ELSE stories END AS stories
+FROM rss_builds WHERE key = :key
 
 -- name: build_time
 SELECT built_at FROM rss_builds WHERE key = :key
 
 -- name: build_save
-INSERT INTO rss_builds (key, source_ids, locale, built_at, expires_at, stories, source_tokens)
-VALUES (:key, :source_ids, :locale, :built_at, :expires_at, :stories, :source_tokens)
+INSERT INTO rss_builds (key, source_ids, locale, built_at, expires_at, stories, source_tokens,
+                        stories_id)
+VALUES (:key, :source_ids, :locale, :built_at, :expires_at, :stories, :source_tokens,
+        :stories_id)
 ON CONFLICT (key) DO UPDATE
 SET source_ids = excluded.source_ids, locale = excluded.locale, built_at = excluded.built_at,
     expires_at = excluded.expires_at, stories = excluded.stories,
-    source_tokens = excluded.source_tokens
+    source_tokens = excluded.source_tokens, stories_id = excluded.stories_id
 
 -- name: build_renew @sqlite
 -- The stories stay: the row is the one they were assembled for (same set, locale, tokens).

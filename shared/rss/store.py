@@ -8,7 +8,12 @@ with that set and locale shares it through ``build_key``. Queries are in
 from __future__ import annotations
 
 import hashlib
+import json
+import secrets
+import threading
 import uuid
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -123,6 +128,47 @@ class FetchState(NamedTuple):
     last_modified: str | None = None
     error: str | None = None
     next_attempt_at: datetime | None = None
+
+
+class _HeldStories:
+    """The decoded stories of the last builds this process read or wrote, per key, under
+    their ``stories_id``; the least recently used key goes first. A read sends the id it
+    holds, and the row comes back without its stories while they are still the same
+    (``build_get``), so nothing stale is ever served: another process's save changes the
+    id, and the stories are read again."""
+
+    KEYS = 16  # a build holds at most 500 stories (MAX_BUILD_STORIES): a few MB at most
+
+    def __init__(self) -> None:
+        self._stories: OrderedDict[str, tuple[str, tuple[Story, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[str, tuple[Story, ...]] | None:
+        with self._lock:
+            found = self._stories.get(key)
+            if found is not None:
+                self._stories.move_to_end(key)
+            return found
+
+    def put(self, key: str, stories_id: str, stories: tuple[Story, ...]) -> None:
+        with self._lock:
+            self._stories[key] = (stories_id, stories)
+            self._stories.move_to_end(key)
+            while len(self._stories) > self.KEYS:
+                self._stories.popitem(last=False)
+
+
+# one per database object: a process may open several (tests, the simulation's seeds)
+_HELD: weakref.WeakKeyDictionary[Database, _HeldStories] = weakref.WeakKeyDictionary()
+_HELD_LOCK = threading.Lock()
+
+
+def _held(db: Database) -> _HeldStories:
+    with _HELD_LOCK:
+        held = _HELD.get(db)
+        if held is None:
+            held = _HELD[db] = _HeldStories()
+        return held
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -286,15 +332,31 @@ class RssStore:
     # --- builds ----------------------------------------------------------------
 
     def build(self, key: str, now: datetime | None = None) -> CatalogBuild | None:
-        """The stored build of ``key`` unless it expired (``now`` given) or never existed."""
+        """The stored build of ``key`` unless it expired (``now`` given) or never existed.
+
+        Its stories are read and decoded only when this process does not hold them already
+        (``_HeldStories``): a build's up to 500 stories are what the tick, the sweep and
+        every catalog read would otherwise decode again each time."""
+        held = _held(self.db)
+        known = held.get(key)
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.build_get, {"key": key})
+            row = tx.fetchone(Q.build_get, {"key": key,
+                                            "known": known[0] if known else None})
         if row is None or (now is not None and row["expires_at"] <= now):
             return None
+        stories_id = row["stories_id"]
+        if known is not None and stories_id == known[0]:
+            stories = known[1]
+        else:
+            raw = row["stories"]
+            # SQLite returns the CASE expression as text (no declared type to convert by)
+            decoded = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            stories = tuple(Story.from_json(s) for s in decoded)
+            if stories_id is not None:
+                held.put(key, stories_id, stories)
         return CatalogBuild(key=row["key"], source_ids=tuple(row["source_ids"]),
                             locale=row["locale"], built_at=row["built_at"],
-                            stories=tuple(Story.from_json(s) for s in row["stories"]),
-                            source_tokens=row["source_tokens"])
+                            stories=stories, source_tokens=row["source_tokens"])
 
     def built_at(self, key: str) -> datetime | None:
         """When the stored build of ``key`` was made (None: never), without reading its
@@ -305,13 +367,18 @@ class RssStore:
 
     def save_build(self, build: CatalogBuild, ttl: timedelta) -> None:
         tokens = build.source_tokens
+        # not uuid4: the simulation draws those from its seed, and this id must never
+        # repeat across databases or runs (it names the stories in every process's memory)
+        stories_id = secrets.token_hex(16)
         with self.db.transaction() as tx:
             tx.execute(Q.build_save, {
                 "key": build.key, "source_ids": tx.json(list(build.source_ids)),
                 "locale": build.locale, "built_at": build.built_at,
                 "expires_at": build.built_at + ttl,
                 "stories": tx.json([s.to_json() for s in build.stories]),
-                "source_tokens": tx.json(tokens) if tokens is not None else None})
+                "source_tokens": tx.json(tokens) if tokens is not None else None,
+                "stories_id": stories_id})
+        _held(self.db).put(build.key, stories_id, build.stories)  # committed: now they are
 
     def renew_build(self, build: CatalogBuild, ttl: timedelta) -> bool:
         """Store ``build`` again with its new ``built_at`` without rewriting its stories:
