@@ -4,7 +4,7 @@ backends; a second ``Database`` on the same URL stands for another process)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,14 +23,6 @@ def build(key: str, *titles: str, at: datetime = NOW) -> CatalogBuild:
                           published_at=at, summary=f"<p>{t}</p>", source_id="src-1")
                     for t in titles)
     return CatalogBuild(key, ("src-1",), "en", at, stories, {"src-1": "token-1"})
-
-
-@pytest.fixture
-def other(db_url: str) -> Iterator[Database]:
-    """Another process's view of the same database."""
-    database = open_database(db_url)
-    yield database
-    database.close()
 
 
 @pytest.fixture
@@ -58,12 +50,13 @@ def test_a_build_this_process_wrote_is_read_without_decoding_its_stories(
 
 
 def test_another_writers_build_is_read_whole_never_the_held_one(
-        db: Database, other: Database, decoded: list[str]) -> None:
-    mine, theirs = RssStore(db), RssStore(other)
+        db: Database, db_url: str, decoded: list[str]) -> None:
+    mine = RssStore(db)
     mine.save_build(build("en:a", "one"), TTL)
     assert [s.title for s in mine.build("en:a").stories] == ["one"]  # type: ignore[union-attr]
     replaced = build("en:a", "two", "three", at=NOW + timedelta(minutes=5))
-    theirs.save_build(replaced, TTL)
+    with closing(open_database(db_url)) as other:  # another process's view of the database
+        RssStore(other).save_build(replaced, TTL)
     assert mine.build("en:a") == replaced
     assert decoded == ["id-two", "id-three"]
     assert mine.build("en:a") == replaced  # and now held: not decoded again
@@ -71,12 +64,13 @@ def test_another_writers_build_is_read_whole_never_the_held_one(
 
 
 def test_a_renewed_build_keeps_its_stories_held_with_the_new_time(
-        db: Database, other: Database, decoded: list[str]) -> None:
-    mine, theirs = RssStore(db), RssStore(other)
+        db: Database, db_url: str, decoded: list[str]) -> None:
+    mine = RssStore(db)
     saved = build("en:a", "one")
     mine.save_build(saved, TTL)
     later = saved._replace(built_at=NOW + timedelta(minutes=10))
-    assert theirs.renew_build(later, TTL)
+    with closing(open_database(db_url)) as other:
+        assert RssStore(other).renew_build(later, TTL)
     assert mine.build("en:a") == later
     assert decoded == []
 
