@@ -220,3 +220,12 @@ def test_guid_and_link_in_every_order(attribute: str, order: str) -> None:
     fast = fast_entries(body, base)
     assert fast is not None
     assert fast == feedparser_entries(body, base)
+
+
+def test_deep_nesting_is_declined_without_harm() -> None:
+    """200,000 nested elements inside a field or the channel: parsed by the C parser,
+    declined, no recursion (feedparser then reads it as before)."""
+    deep = b"<a>" * 200_000 + b"</a>" * 200_000
+    assert plainrss.entries(b'<rss version="2.0"><channel><item><description>' + deep
+                            + b"</description></item></channel></rss>") is None
+    assert plainrss.entries(b'<rss version="2.0"><channel>' + deep + b"</channel></rss>") is None
