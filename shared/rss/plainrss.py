@@ -10,8 +10,12 @@ in a tenth of the time.
 It reads a document only when it is sure feedparser would read it the same way, and
 answers None otherwise; the caller then hands the document to feedparser:
 
-- UTF-8 without a byte-order mark, declared UTF-8 or not declared; no DOCTYPE (so no
-  entity but XML's five and character references), no ``xml:base`` anywhere;
+- UTF-8 without a byte-order mark, declared UTF-8 or not declared, with nothing before
+  the root element but that declaration (no DOCTYPE, so no entity but XML's five and
+  character references; no comment or instruction feedparser would rewrite), and no
+  other ``encoding`` on the first line (feedparser's encoding sniff reads the whole line);
+- no ``base`` or ``xml:base`` attribute anywhere, and a base URL that feedparser's
+  repeated joining leaves as it is;
 - ``<rss version="2.0">`` holding one ``<channel>`` whose children are RSS 2.0's channel
   elements (and ``atom:link``), with no element feedparser would read as an entry
   anywhere but the channel's own ``<item>`` children;
@@ -43,7 +47,8 @@ CHANNEL_GROUPS = {"image": frozenset({"url", "title", "link", "width", "height",
                   "skipHours": frozenset({"hour"}), "skipDays": frozenset({"day"})}
 FIELDS = frozenset({"title", "link", "guid", "pubDate", "description"})
 IGNORED = frozenset({"category", "author", "comments", "enclosure"})
-_DECLARATION = re.compile(rb"<\?xml[^>]*?encoding\s*=\s*[\"']([^\"']*)[\"']")
+_ROOT = re.compile(rb"<\w")  # where feedparser's document head ends: the first element
+_ENCODING = re.compile(rb"encoding\s*=\s*[\"']([^\"']*)[\"']")
 _ENTITY_REF = re.compile("&([A-Za-z0-9_]+);")
 
 
@@ -54,25 +59,43 @@ class _NotPlain(Exception):
 def entries(body: bytes, base_url: str = "") -> list[dict[str, Any]] | None:
     """The entries of a plain RSS 2.0 document as feedparser would give the five fields
     (``title``, ``link``, ``id``, ``summary``, ``published_parsed``, each only when
-    feedparser would set it), in document order; None: let feedparser read it."""
+    feedparser would set it), in document order; None: let feedparser read it. Never
+    raises: whatever the C parser refuses goes to feedparser too."""
     if not _plain_bytes(body):
         return None
     try:
+        base = _base(base_url)
         root = ET.fromstring(body)
-        return _read(root, _base(base_url))
-    except (ET.ParseError, _NotPlain):
+        return _read(root, base)
+    except (ET.ParseError, LookupError, ValueError, _NotPlain):
         return None
 
 
 def _plain_bytes(body: bytes) -> bool:
+    """The document as bytes is one feedparser hands to its XML parser unchanged: UTF-8
+    without a byte-order mark, and a prolog of at most a plain XML declaration (feedparser
+    rewrites a head with comments, DOCTYPE, ENTITY lines or other instructions, cuts a
+    declaration at its first ``>``, and takes an encoding from anything on the first line
+    that looks like one)."""
     if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
         return False
-    head = body[:200]
-    if head.startswith(b"<?xml"):
-        declared = _DECLARATION.match(head)
-        if declared is not None and declared.group(1).lower() != b"utf-8":
+    root = _ROOT.search(body)
+    if root is None:
+        return False
+    prolog, declaration = body[:root.start()], b""
+    if prolog.startswith(b"<?xml"):
+        end = prolog.find(b"?>")
+        if end < 0:
             return False
-    if b"<!DOCTYPE" in body or b"<!doctype" in body or b"xml:base" in body:
+        declaration, prolog = prolog[:end + 2], prolog[end + 2:]
+        if b">" in declaration[:-1]:
+            return False
+    if prolog.strip():
+        return False
+    declared = _ENCODING.search(declaration)
+    if declared is not None and declared.group(1).lower() != b"utf-8":
+        return False
+    if body.split(b"\n", 1)[0].count(b"encoding") > (declared is not None):
         return False
     try:
         body.decode("utf-8")
@@ -82,18 +105,26 @@ def _plain_bytes(body: bytes) -> bool:
 
 
 def _base(base_url: str) -> str:
-    # as feedparser's parse() makes its base URI from a stream's Content-Location
-    return str(make_safe_absolute_uri("", base_url) or make_safe_absolute_uri(base_url) or "")
+    """The base URI as feedparser's parse() makes it from a stream's Content-Location.
+    feedparser joins it with itself again at every element: a base that this join changes
+    (``file:///x``, ``http:x``) would differ at each depth, and is left to feedparser."""
+    base = str(make_safe_absolute_uri("", base_url) or make_safe_absolute_uri(base_url) or "")
+    rejoined = (make_safe_absolute_uri(base, base) or base) if base else _urljoin(base, base)
+    if rejoined != base:
+        raise _NotPlain
+    return base
 
 
 def _read(root: ET.Element, base: str) -> list[dict[str, Any]]:
     if root.tag != "rss" or root.get("version") != "2.0" or len(root) != 1:
         raise _NotPlain
+    _no_base(root)
     channel = root[0]
     if channel.tag != "channel" or channel.attrib:
         raise _NotPlain
     found = []
     for child in channel:
+        _no_base(child)
         if child.tag == "item":
             found.append(_item(child, base))
         elif child.tag in CHANNEL_LEAVES:
@@ -103,10 +134,19 @@ def _read(root: ET.Element, base: str) -> list[dict[str, Any]]:
             for part in child:
                 if part.tag not in allowed:
                     raise _NotPlain
+                _no_base(part)
                 _leaf(part)
         else:
             raise _NotPlain
     return found
+
+
+def _no_base(element: ET.Element) -> None:
+    """feedparser takes a base URI from ``xml:base`` and from a plain ``base`` attribute,
+    in any case and through any prefix it lower-cases to the XML namespace."""
+    for name in element.attrib:
+        if name.rpartition("}")[2].lower() == "base":
+            raise _NotPlain
 
 
 def _leaf(element: ET.Element) -> None:
@@ -124,6 +164,7 @@ def _item(item: ET.Element, base: str) -> dict[str, Any]:
         tag = child.tag
         if not isinstance(tag, str) or tag in seen or len(child):
             raise _NotPlain
+        _no_base(child)
         if tag in IGNORED:
             continue
         if tag not in FIELDS:

@@ -25,7 +25,8 @@ from tests.providers.feeds import rss_document
 
 FIELDS = ("title", "link", "id", "summary", "published_parsed")
 BASES = ["", "http://127.0.0.1:7001/feed", "https://news.example/a/b?x=1", "ftp://x/y",
-         "javascript:alert(1)", "not a url"]
+         "javascript:alert(1)", "not a url", "file:///tmp/x", "http:///host/path/", "http:x/a/",
+         "https://u:p@[::1]:8443/a/./b/../c?q#f"]
 
 
 def feedparser_entries(body: bytes, base_url: str) -> list[dict[str, Any]]:
@@ -197,6 +198,33 @@ BILLION_LAUGHS = (b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
     b"</item></channel></rss>"),
     b"<html><body>not a feed</body></html>",
     b"http://169.254.169.254/latest/meta-data/",
+    # found by an adversarial review: feedparser takes a base from a plain or re-cased
+    # attribute, an encoding from anything on line 1, rewrites a head with comments,
+    # ENTITY lines or instructions, and cuts a declaration at its first ">"
+    (b'<rss version="2.0" base="http://evil.example/"><channel><item><link>/a</link></item>'
+    b"</channel></rss>"),
+    (b'<rss version="2.0" xml:BASE="http://evil.example/"><channel><item><link>/a</link>'
+    b"</item></channel></rss>"),
+    (b'<rss version="2.0" xmlns:x="HTTP://WWW.W3.ORG/XML/1998/NAMESPACE" x:base="http://e/">'
+    b"<channel><item><link>/a</link></item></channel></rss>"),
+    (b'<rss version="2.0"><channel><title base="http://evil.example/">t</title><item>'
+    b"<link>/a</link></item></channel></rss>"),
+    (b'<rss version="2.0"><channel><item><category base="http://evil.example/">c</category>'
+    b"<link>/a</link></item></channel></rss>"),
+    (b'<?xml version="1.0"?><rss version="2.0"><channel><item><title>\xc3\x83\xc2\xa9 '
+    b'encoding="iso-8859-1"?></title></item></channel></rss>'),
+    (b'<?pi encoding="iso-8859-1"?><rss version="2.0"><channel><item><title>\xc3\x83\xc2\xa9'
+    b"</title></item></channel></rss>"),
+    (b'<!--\n<!ENTITY -->\n<rss version="2.0"><channel><item><title>A</title></item><item>'
+    b"<title>B --></title></item><item><title>C</title></item></channel></rss>"),
+    (b'<?xml-stylesheet href="a>b"?><rss version="2.0"><channel><item>'
+    b"<guid>http://x/?a=1&amp;b=2</guid></item></channel></rss>"),
+    b'<?xml version="1.0"' + b" " * 200 + b'encoding="shift_jis"?><rss version="2.0"><channel>'
+    b"<item><title>x</title></item></channel></rss>",
+    b'<?xml version="1.0"' + b" " * 200 + b'encoding="idna"?><rss version="2.0"><channel>'
+    b"<item><title>x</title></item></channel></rss>",
+    (b'<?xml version="1.0" encoding = "iso-8859-1"?><rss version="2.0"><channel><item>'
+    b"<title>x</title></item></channel></rss>"),
 ])
 def test_what_it_cannot_read_exactly_goes_to_feedparser(
         body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,6 +248,15 @@ def test_guid_and_link_in_every_order(attribute: str, order: str) -> None:
     fast = fast_entries(body, base)
     assert fast is not None
     assert fast == feedparser_entries(body, base)
+
+
+@pytest.mark.parametrize("base_url", ["file:///tmp/x", "http:///host/path/", "http:x/a/"])
+def test_a_base_url_that_feedparser_rewrites_at_each_element_goes_to_feedparser(
+        base_url: str) -> None:
+    body = b'<rss version="2.0"><channel><item><link>z</link></item></channel></rss>'
+    assert plainrss.entries(body, base_url) is None
+    assert fast_entries(body, "https://news.example/feed/") == feedparser_entries(
+        body, "https://news.example/feed/")
 
 
 def test_deep_nesting_is_declined_without_harm() -> None:
