@@ -15,7 +15,8 @@ answers None otherwise; the caller then hands the document to feedparser:
   character references; no comment or instruction feedparser would rewrite), and no
   other ``encoding`` on the first line (feedparser's encoding sniff reads the whole line);
 - no ``base`` or ``xml:base`` attribute anywhere, and a base URL that feedparser's
-  repeated joining leaves as it is;
+  repeated joining leaves as it is; no namespace name with whitespace or a reference in
+  it (feedparser's SAX reader refuses those and falls back to its loose parser);
 - ``<rss version="2.0">`` holding one ``<channel>`` whose children are RSS 2.0's channel
   elements (and ``atom:link``), with no element feedparser would read as an entry
   anywhere but the channel's own ``<item>`` children;
@@ -49,6 +50,11 @@ FIELDS = frozenset({"title", "link", "guid", "pubDate", "description"})
 IGNORED = frozenset({"category", "author", "comments", "enclosure"})
 _ROOT = re.compile(rb"<\w")  # where feedparser's document head ends: the first element
 _ENCODING = re.compile(rb"encoding\s*=\s*[\"']([^\"']*)[\"']")
+# a namespace declaration's value. expat, as feedparser's SAX reader runs it, splits names
+# on a space and refuses a namespace name holding one (feedparser then reads the document
+# with its loose parser, which keeps entities in links); ElementTree accepts it. Any
+# whitespace (normalised to a space) or reference in the value: feedparser reads it
+_NAMESPACE = re.compile(rb"xmlns(?::[^\s=>]+)?\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
 _ENTITY_REF = re.compile("&([A-Za-z0-9_]+);")
 
 
@@ -97,6 +103,10 @@ def _plain_bytes(body: bytes) -> bool:
         return False
     if body.split(b"\n", 1)[0].count(b"encoding") > (declared is not None):
         return False
+    if b"xmlns" in body and any(
+            any(c in b"".join(value) for c in (b" ", b"\t", b"\r", b"\n", b"&"))
+            for value in _NAMESPACE.findall(body)):
+        return False  # a namespace name with a space: feedparser's SAX parser refuses it
     try:
         body.decode("utf-8")
     except UnicodeDecodeError:

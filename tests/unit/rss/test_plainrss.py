@@ -225,6 +225,17 @@ BILLION_LAUGHS = (b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
     b"<item><title>x</title></item></channel></rss>",
     (b'<?xml version="1.0" encoding = "iso-8859-1"?><rss version="2.0"><channel><item>'
     b"<title>x</title></item></channel></rss>"),
+    # a second review: a namespace name with a space sends feedparser to its loose parser
+    (b'<rss version="2.0"><channel><item xmlns:x="a b"><guid>A &amp; B</guid></item>'
+    b"</channel></rss>"),
+    (b'<rss version="2.0" xmlns:x="a b"><channel><item><title>line\r\nbreak</title></item>'
+    b"</channel></rss>"),
+    (b'<rss version="2.0" xmlns:x="a\tb"><channel><item><guid>A &amp; B</guid></item>'
+    b"</channel></rss>"),
+    (b'<rss version="2.0" xmlns:x="a&#32;b"><channel><item><guid>A &amp; B</guid></item>'
+    b"</channel></rss>"),
+    (b"<rss version=\"2.0\" xmlns:x=' '><channel><item><guid>A &amp; B</guid></item>"
+    b"</channel></rss>"),
 ])
 def test_what_it_cannot_read_exactly_goes_to_feedparser(
         body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
