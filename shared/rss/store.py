@@ -137,7 +137,9 @@ class _HeldStories:
     (``build_get``), so nothing stale is ever served: another process's save changes the
     id, and the stories are read again."""
 
-    KEYS = 16  # a build holds at most 500 stories (MAX_BUILD_STORIES): a few MB at most
+    # 16 builds of at most 500 stories (summaries up to 2,000 characters): about 20 MB in
+    # the worst case, a few MB for usual summaries
+    KEYS = 16
 
     def __init__(self) -> None:
         self._stories: OrderedDict[str, tuple[str, tuple[Story, ...]]] = OrderedDict()
