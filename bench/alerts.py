@@ -2,7 +2,7 @@
 SQLite in a temporary directory (no network: builds are stored directly, and the sweep
 never fetches).
 
-Sluice's sweep (``shared.alerts.sweep.run_alert_sweep``: batches of 5 threads, each build
+Sluice's sweep (``sluice.alerts.sweep.run_alert_sweep``: batches of 5 threads, each build
 read once per sweep through ``peek_scope`` and its stories normalised once) against a
 naive sweep that re-reads the tenant's build for every tenant and normalises each story
 for every rule. Both run the same matcher and enqueue the same matches (one rule per
@@ -31,10 +31,10 @@ WORDS = ("élection", "marché", "énergie", "santé", "climat", "économie", "s
 
 
 def _services(directory: str) -> Any:
-    from shared.core.services import Services
-    from shared.core.settings import Settings
-    from shared.store.db import open_database
-    from shared.store.migrate import migrate
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
 
     url = f"sqlite:///{directory}/bench.db"
     migrate(open_database(url))
@@ -42,9 +42,9 @@ def _services(directory: str) -> Any:
 
 
 def _seed(services: Any) -> list[str]:
-    from shared.alerts.rules import RulesStore
-    from shared.rss.store import CatalogBuild, RssStore, Story
-    from shared.store.db import utcnow
+    from sluice.alerts.rules import RulesStore
+    from sluice.rss.store import CatalogBuild, RssStore, Story
+    from sluice.store.db import utcnow
 
     store = RssStore(services.db)
     now = utcnow()
@@ -79,11 +79,11 @@ def _naive_sweep(services: Any, scope_ids: list[str]) -> int:
     """Per tenant: read its build and parse its rules, then per rule normalise and test
     every story (Sluice's caches of parsed rules and normalised texts are not used: they
     are part of what is measured)."""
-    from shared.alerts.evaluate import match_key, payload
-    from shared.alerts.rules import Matcher, normalise, parse_rule, rules_key
-    from shared.delivery.store import DeliveryStore
-    from shared.rss.catalog import peek_scope
-    from shared.store.state import StateStore
+    from sluice.alerts.evaluate import match_key, payload
+    from sluice.alerts.rules import Matcher, normalise, parse_rule, rules_key
+    from sluice.delivery.store import DeliveryStore
+    from sluice.rss.catalog import peek_scope
+    from sluice.store.state import StateStore
 
     state, deliveries = StateStore(services.db), DeliveryStore(services.db)
     evaluations = 0
@@ -104,9 +104,9 @@ def _naive_sweep(services: Any, scope_ids: list[str]) -> int:
 
 
 def run() -> list[Row]:
-    from shared.alerts.sweep import run_alert_sweep
-    from shared.delivery.store import DeliveryStore
-    from shared.jobs.registry import Deadline
+    from sluice.alerts.sweep import run_alert_sweep
+    from sluice.delivery.store import DeliveryStore
+    from sluice.jobs.registry import Deadline
 
     with tempfile.TemporaryDirectory(prefix="sluice-bench-alerts-") as directory:
         services = _services(directory)

@@ -14,9 +14,9 @@ import time
 import psycopg
 
 from bench.common import Row, row, scratch_database
-from shared.jobs.cleanup import DEFAULT_BATCH_SIZE, cleanup_state
-from shared.jobs.registry import Deadline
-from shared.store.db import utcnow
+from sluice.jobs.cleanup import DEFAULT_BATCH_SIZE, cleanup_state
+from sluice.jobs.registry import Deadline
+from sluice.store.db import utcnow
 
 ROWS = int(os.environ.get("SLUICE_BENCH_CLEANUP_ROWS", "1000000"))
 

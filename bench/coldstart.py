@@ -11,7 +11,7 @@ job's drain); it reports the time and every module the import added. Another fre
 interpreter then imports just those modules (submodules included, in the same order), less
 Sluice's own (``shared``, ``functions``), and makes the minimal SSM fetch any function
 would need: the same two signed GetParameters POSTs over ``http.client`` that the handler
-makes (``shared.core.awsjson``, whose imports are all stdlib), since with credentials in
+makes (``sluice.core.awsjson``, whose imports are all stdlib), since with credentials in
 the environment no SDK is needed. That is the floor no handler built on these libraries
 could beat.
 
@@ -45,7 +45,7 @@ import yaml
 from bench.common import Row, median, row, scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN = ("shared", "functions", "bench", "tests")
+OWN = ("sluice", "functions", "bench", "tests")
 SECRET_BUDGET_MS = 100.0
 SECRETS_PATH = "/sluice/bench/"
 REGION = "eu-north-1"
@@ -71,7 +71,7 @@ for name in names:
     except Exception:  # a module that only exists as a side effect of another import
         pass
 import os
-from shared.core.awsjson import from_environ
+from sluice.core.awsjson import from_environ
 ssm = from_environ("ssm", os.environ)
 for i in range(0, len(parameters), 10):
     ssm.get_parameters(Names=parameters[i:i + 10], WithDecryption=True)
@@ -85,10 +85,10 @@ print(json.dumps({"seconds": time.process_time() - start}))
 SECRET_LOAD = """
 import json, sys, time
 t0 = time.process_time()
-from shared.core import secrets
+from sluice.core import secrets
 t1 = time.process_time()
 import os  # the HTTPS context the client builds for the real regional endpoint (here
-from shared.core import awsjson  # it talks plain HTTP to the local SSM)
+from sluice.core import awsjson  # it talks plain HTTP to the local SSM)
 regional = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
 awsjson.from_environ("ssm", regional).tls_context()
 t2 = time.process_time()
@@ -177,7 +177,7 @@ def _child(code: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 def measure(fn: dict[str, Any], repeat: int, ssm_endpoint: str
             ) -> tuple[float, float, list[str]]:
-    from shared.core.secrets import SECRET_NAMES
+    from sluice.core.secrets import SECRET_NAMES
 
     module, _, attr = fn["handler"].rpartition(".")
     module = module.replace("/", ".")

@@ -74,8 +74,8 @@ def scratch_database() -> Iterator[Any]:
     """A migrated Postgres database of the benchmark's own, dropped afterwards."""
     import psycopg
 
-    from shared.store.db import PostgresDatabase
-    from shared.store.migrate import migrate
+    from sluice.store.db import PostgresDatabase
+    from sluice.store.migrate import migrate
 
     name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:

@@ -27,11 +27,11 @@ from typing import Any
 import yaml
 
 from bench.common import Row, row, scratch_database
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 # AWS Lambda on x86_64 (eu-north-1, the stage's default region, as in us-east-1).
@@ -130,9 +130,9 @@ def run() -> list[Row]:
 def _consumer_rows(services: Services, functions: dict[str, dict[str, Any]]) -> list[Row]:
     import json
 
-    from shared.queues.consumer import Consumer
-    from shared.queues.keys import CompletedKeys
-    from shared.queues.signing import Signer
+    from sluice.queues.consumer import Consumer
+    from sluice.queues.keys import CompletedKeys
+    from sluice.queues.signing import Signer
 
     signer = Signer([SECRET])
     rows = []
@@ -169,7 +169,7 @@ def _http_row(services: Services, functions: dict[str, dict[str, Any]]) -> list[
     from fastapi.testclient import TestClient
 
     from bench.runner import NOOP
-    from shared.http.app import _job_routes, create_app
+    from sluice.http.app import _job_routes, create_app
 
     memory = functions["http"]["memory"]
     app = create_app(services)

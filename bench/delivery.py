@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Row, median, row, scratch_database
-from shared.delivery.store import DeliveryStore
-from shared.store.db import SqliteDatabase, open_database, utcnow
-from shared.store.migrate import migrate
+from sluice.delivery.store import DeliveryStore
+from sluice.store.db import SqliteDatabase, open_database, utcnow
+from sluice.store.migrate import migrate
 
 REPEATS = int(os.environ.get("SLUICE_BENCH_DELIVERY_REPEATS", "3"))
 ROUNDS = int(os.environ.get("SLUICE_BENCH_DELIVERY_ROUNDS", "9"))

@@ -22,13 +22,13 @@ from typing import Any
 import psycopg
 
 from bench.common import Row, row, scratch_database
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.erasure.purge import purge_request
-from shared.erasure.requests import ErasureStore
-from shared.store.db import Params, PostgresDatabase, SqliteDatabase, utcnow
-from shared.store.migrate import migrate
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.erasure.purge import purge_request
+from sluice.erasure.requests import ErasureStore
+from sluice.store.db import Params, PostgresDatabase, SqliteDatabase, utcnow
+from sluice.store.migrate import migrate
 
 ROWS = int(os.environ.get("SLUICE_BENCH_ERASURE_ROWS", "10000"))
 REPEAT = int(os.environ.get("SLUICE_BENCH_ERASURE_REPEAT", "3"))

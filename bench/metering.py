@@ -18,15 +18,15 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import Row, row, scratch_database
-from shared.billing.metering import (
+from sluice.billing.metering import (
     IngestOutcome,
     OutboxStore,
     PolarClient,
     flush,
 )
-from shared.billing.usage import UsageEntry, insert_entries
-from shared.jobs.registry import Deadline
-from shared.store.db import PostgresDatabase, utcnow
+from sluice.billing.usage import UsageEntry, insert_entries
+from sluice.jobs.registry import Deadline
+from sluice.store.db import PostgresDatabase, utcnow
 
 LATENCY_S = 0.020
 RUNS = int(os.environ.get("SLUICE_BENCH_METERING_RUNS", "3"))
@@ -42,7 +42,7 @@ def _seed(db: PostgresDatabase, n: int, start: int) -> None:
 
 def _rows_per_second(db: PostgresDatabase, polar_url: str, token: str, per_request: int,
                      offset: int) -> float:
-    from shared.egress import Egress
+    from sluice.egress import Egress
 
     samples = []
     with Egress(timeout_s=10) as client:
@@ -103,8 +103,8 @@ class _StubPolar(PolarClient):
 def _db_work_rates() -> tuple[float, float]:
     import psycopg
 
-    from shared.billing.usage import MAX_METERING_ATTEMPTS
-    from shared.jobs.runs import Fence, RunStore, lease_holder_id
+    from sluice.billing.usage import MAX_METERING_ATTEMPTS
+    from sluice.jobs.runs import Fence, RunStore, lease_holder_id
 
     with scratch_database() as ours, scratch_database() as theirs:
         holder = lease_holder_id()

@@ -20,12 +20,12 @@ from typing import Any
 import jwt
 
 from bench.common import Row, median, row, scratch_database
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.jobs.registry import JOBS
-from shared.store.db import open_database
-from shared.store.migrate import migrate
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.jobs.registry import JOBS
+from sluice.store.db import open_database
+from sluice.store.migrate import migrate
 
 SIZES = tuple(int(n) for n in os.environ.get("SLUICE_BENCH_OPS_SIZES",
                                                "10000,100000,500000").split(","))
@@ -85,7 +85,7 @@ def _seed(db: Any, start: int, stop: int) -> None:
 def _client(url: str) -> Iterator[Any]:
     from fastapi.testclient import TestClient
 
-    from shared.http.app import create_app
+    from sluice.http.app import create_app
 
     settings = Settings.from_env({"SLUICE_DATABASE_URL": url,
                                   "SLUICE_ADMIN_JWT_SECRET": JWT_SECRET})

@@ -38,14 +38,14 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from bench.common import median, row, scratch_database
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.queues.consumer import Consumer, InboundMessage
-from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, KeyStore, idempotency_key
-from shared.queues.signing import Signer
-from shared.store.db import Database, open_database
-from shared.store.migrate import migrate
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.queues.consumer import Consumer, InboundMessage
+from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE, KeyStore, idempotency_key
+from sluice.queues.signing import Signer
+from sluice.store.db import Database, open_database
+from sluice.store.migrate import migrate
 
 SECRET = "bench-queue-secret-0123456789abcdef"
 TOPIC = "rss.ingest"
@@ -195,7 +195,7 @@ def bench_consumer(services: Services, store: str, completions: str) -> dict[str
 
 
 def _twin(services: Services) -> KeyStore:
-    from shared.queues.keys import completed_keys
+    from sluice.queues.keys import completed_keys
 
     return completed_keys(services)
 

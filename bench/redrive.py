@@ -28,12 +28,12 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import Row, row, scratch_database
-from shared.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, reclaim, redrive
-from shared.billing.usage import RetryEnvelope, UsageEntry, insert_entries
-from shared.jobs.registry import Deadline
-from shared.jobs.runs import Fence, RunStore, lease_holder_id
-from shared.store.db import PostgresDatabase, utcnow
-from shared.store.redis_clients import (
+from sluice.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, reclaim, redrive
+from sluice.billing.usage import RetryEnvelope, UsageEntry, insert_entries
+from sluice.jobs.registry import Deadline
+from sluice.jobs.runs import Fence, RunStore, lease_holder_id
+from sluice.store.db import PostgresDatabase, utcnow
+from sluice.store.redis_clients import (
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,
     RedisClient,
@@ -67,7 +67,7 @@ def _reset(db: PostgresDatabase) -> None:
 
 
 # --- The strong reference: three round trips a batch, nothing but the work itself ---
-# Written out here on purpose, not imported from shared.billing.ledger_redrive: the claim is
+# Written out here on purpose, not imported from sluice.billing.ledger_redrive: the claim is
 # the same LMOVE loop as Sluice's, but a change to Sluice's scripts must not move the
 # reference it is measured against.
 

@@ -33,10 +33,10 @@ ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_CONCURRENCY": s
 
 
 def _services(directory: str) -> Any:
-    from shared.core.services import Services
-    from shared.core.settings import Settings
-    from shared.store.db import open_database
-    from shared.store.migrate import migrate
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
 
     url = f"sqlite:///{directory}/bench.db"
     migrate(open_database(url))
@@ -44,7 +44,7 @@ def _services(directory: str) -> Any:
 
 
 def _seed(services: Any, feeds: Any) -> list[str]:
-    from shared.rss.store import RssStore
+    from sluice.rss.store import RssStore
 
     store = RssStore(services.db)
     sets = [tuple(store.add_source(feeds.add_rss(f"/s{k}/f{j}", items=ITEMS,
@@ -57,7 +57,7 @@ def _seed(services: Any, feeds: Any) -> list[str]:
 
 
 def _sluice_tick(services: Any, clock: Any, scope_ids: list[str]) -> tuple[float, dict[str, int]]:
-    from shared.rss.catalog import TickMemo
+    from sluice.rss.catalog import TickMemo
     from tests.rss_support import catalog
 
     started = time.perf_counter()
@@ -72,10 +72,10 @@ def _naive_tick(services: Any, scope_ids: list[str]) -> tuple[float, dict[str, i
     """Per scope: fetch every feed (no validators), parse, merge and store its own build."""
     import httpx
 
-    from shared.rss.catalog import MAX_BUILD_STORIES
-    from shared.rss.parse import parse_feed
-    from shared.rss.store import CatalogBuild, RssStore
-    from shared.store.db import utcnow
+    from sluice.rss.catalog import MAX_BUILD_STORIES
+    from sluice.rss.parse import parse_feed
+    from sluice.rss.store import CatalogBuild, RssStore
+    from sluice.store.db import utcnow
 
     store = RssStore(services.db)
     sources = {s.id: s for s in store.sources()}
@@ -113,7 +113,7 @@ def _ttl() -> Any:
 def _parse_throughput(documents: list[bytes]) -> tuple[float, float]:
     import feedparser  # type: ignore[import-untyped]
 
-    from shared.rss.parse import parse_feed
+    from sluice.rss.parse import parse_feed
 
     def ours() -> int:
         return sum(len(parse_feed(doc, "bench")) for doc in documents)

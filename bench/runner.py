@@ -25,12 +25,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench.common import Row, median, row, scratch_database
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.jobs.registry import Job, JobContext
-from shared.store.db import open_database, utcnow
-from shared.store.migrate import migrate
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.jobs.registry import Job, JobContext
+from sluice.store.db import open_database, utcnow
+from sluice.store.migrate import migrate
 
 ROUNDS = int(os.environ.get("SLUICE_BENCH_RUNNER_ROUNDS", "5"))
 PER_ROUND = int(os.environ.get("SLUICE_BENCH_RUNNER_REQUESTS", "60"))
@@ -75,7 +75,7 @@ def _bare_commits(url: str) -> tuple[Callable[[], None], Callable[[], None]]:
 def _client(url: str) -> Iterator[Any]:
     from fastapi.testclient import TestClient
 
-    from shared.http.app import _job_routes, create_app
+    from sluice.http.app import _job_routes, create_app
 
     settings = Settings.from_env({"SLUICE_DATABASE_URL": url, "CRON_SECRET": CRON_SECRET})
     services = Services(settings, open_database(url), Reporter())

@@ -33,8 +33,8 @@ def cold_start() -> Iterator[None]:
 
 
 with cold_start():
-    from shared.core.secrets import load_secrets
-    from shared.core.shutdown import install
+    from sluice.core.secrets import load_secrets
+    from sluice.core.shutdown import install
 
     load_secrets()
     install()  # SIGTERM before Lambda stops the environment cuts retry waits short

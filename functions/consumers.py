@@ -13,10 +13,10 @@ import os
 from functions import cold_start
 
 with cold_start():
-    from shared.core.errors import ConfigurationError
-    from shared.core.services import Services
-    from shared.queues.runtime import consumers_for
-    from shared.queues.topics import get_topic
+    from sluice.core.errors import ConfigurationError
+    from sluice.core.services import Services
+    from sluice.queues.runtime import consumers_for
+    from sluice.queues.topics import get_topic
 
     if not os.environ.get("SLUICE_TOPIC"):
         raise ConfigurationError("SLUICE_TOPIC must name the topic this function consumes")

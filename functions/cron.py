@@ -1,6 +1,6 @@
 """Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path),
 and an external scheduler calls the job's cron ``GET`` on the function's own URL, where
-the job's whole timeout applies (``shared.jobs.cron_url``).
+the job's whole timeout applies (``sluice.jobs.cron_url``).
 
 One handler serves every job; each function names its job in ``SLUICE_JOB``. A run
 that errored is recorded and reported first, then fails the invocation
@@ -15,13 +15,13 @@ from typing import Any
 from functions import cold_start
 
 with cold_start():
-    from shared.core.errors import ConfigurationError, SluiceError
-    from shared.core.events import kind_of
-    from shared.core.observe import logger
-    from shared.core.services import Services
-    from shared.jobs.cron_url import serve
-    from shared.jobs.registry import get_job
-    from shared.jobs.runner import run_job
+    from sluice.core.errors import ConfigurationError, SluiceError
+    from sluice.core.events import kind_of
+    from sluice.core.observe import logger
+    from sluice.core.services import Services
+    from sluice.jobs.cron_url import serve
+    from sluice.jobs.registry import get_job
+    from sluice.jobs.runner import run_job
 
     if not os.environ.get("SLUICE_JOB"):
         raise ConfigurationError("SLUICE_JOB must name the job this function runs")

@@ -7,8 +7,8 @@ from functions import cold_start
 with cold_start():
     from mangum import Mangum
 
-    from shared.core.services import Services
-    from shared.http.app import create_app
+    from sluice.core.services import Services
+    from sluice.http.app import create_app
 
     app = create_app(Services.from_env())
     handler = Mangum(app, lifespan="off")

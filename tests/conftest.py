@@ -23,11 +23,11 @@ import jwt
 import psycopg
 import pytest
 
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.store.db import PostgresDatabase, SqliteDatabase, open_database
-from shared.store.migrate import migrate
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.store.db import PostgresDatabase, SqliteDatabase, open_database
+from sluice.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = Path(__file__).parent / "events"
@@ -190,7 +190,7 @@ def run_cli(args: list[str], env: dict[str, str], *, timeout: float = 120,
     """Run ``sluice`` in a fresh interpreter (so crash points can kill it for real)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "shared.cli.main", *args], env=full_env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args], env=full_env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, input=stdin,
                           check=False)
 

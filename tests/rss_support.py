@@ -7,9 +7,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.core.services import Services
-from shared.rss.catalog import Catalog
-from shared.rss.fetch import Fetcher, feed_client, feed_guard
+from sluice.core.services import Services
+from sluice.rss.catalog import Catalog
+from sluice.rss.fetch import Fetcher, feed_client, feed_guard
 
 FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SECONDS": "1",
             "SLUICE_RSS_MAX_FEED_BYTES": "100000", "SLUICE_RSS_LOCK_WAIT_SECONDS": "20"}

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from shared.queues.topics import TOPICS, VISIBILITY_TIMEOUT_S, dlq_name, queue_name
+from sluice.queues.topics import TOPICS, VISIBILITY_TIMEOUT_S, dlq_name, queue_name
 
 REGION = "eu-north-1"
 

@@ -30,10 +30,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.core.services import Services
-from shared.queues.consumer import Consumer, Handler, InboundMessage
-from shared.queues.keys import CompletedKeys, dedupe_key
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.queues.consumer import Consumer, Handler, InboundMessage
+from sluice.queues.keys import CompletedKeys, dedupe_key
+from sluice.store.db import utcnow
 
 if TYPE_CHECKING:
     from bench.chaos.kill import Counts
@@ -135,7 +135,7 @@ class ConsumerKill:
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def _urls(self) -> tuple[str, str]:
-        from shared.queues.topics import dlq_name, queue_name
+        from sluice.queues.topics import dlq_name, queue_name
 
         client = self._client()
         return (client.get_queue_url(QueueName=queue_name(self.queue_prefix, "rss.ingest"))[
@@ -144,9 +144,9 @@ class ConsumerKill:
                     "QueueUrl"])
 
     def prepare(self, url: str) -> dict[str, str]:
-        from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, idempotency_key
-        from shared.queues.signing import Signer
-        from shared.queues.topics import dlq_name, queue_name
+        from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE, idempotency_key
+        from sluice.queues.signing import Signer
+        from sluice.queues.topics import dlq_name, queue_name
 
         self.queue_prefix = f"chaos{uuid.uuid4().hex[:8]}-"
         self.handles.write_text("")
@@ -226,7 +226,7 @@ class ConsumerKill:
 
     def check(self, url: str) -> Counts:
         from bench.chaos.kill import Counts, _db
-        from shared.queues.deadletters import Quarantine
+        from sluice.queues.deadletters import Quarantine
 
         db = _db(url)
         with db.transaction() as tx:
@@ -279,7 +279,7 @@ class ConsumerKillBatch(ConsumerKill):
 
 
 def main() -> int:
-    from shared.queues.sqs import Sqs
+    from sluice.queues.sqs import Sqs
     from tests.sqs_helpers import to_record
 
     services = Services.from_env()

@@ -164,12 +164,12 @@ class StoreRun:
 
 def run_in_process(url: str, job_name: str, env: dict[str, str], *, budget_s: float,
                    services_hook: Callable[[Any], None] | None = None) -> StoreRun:
-    from shared.core.observe import Reporter, logger
-    from shared.core.services import Services
-    from shared.core.settings import Settings
-    from shared.jobs.registry import JOBS
-    from shared.jobs.runner import run_job
-    from shared.store.db import open_database
+    from sluice.core.observe import Reporter, logger
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.jobs.registry import JOBS
+    from sluice.jobs.runner import run_job
+    from sluice.store.db import open_database
 
     settings = Settings.from_env({**_env(url, env),
                                   "SLUICE_DEADLINE_MARGIN_SECONDS": str(int(MARGIN_S))})

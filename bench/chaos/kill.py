@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from bench.chaos.consumer import ConsumerKill, ConsumerKillBatch
 from bench.chaos.points import discover
 from bench.chaos.stores import DEFAULT_REDIS_URL, REDIS_URL_ENV, ScratchStores, redis_prefix
-from shared.core.crash import CRASH_EXIT_CODE
-from shared.core.crash import ENV as CRASH_ENV
+from sluice.core.crash import CRASH_EXIT_CODE
+from sluice.core.crash import ENV as CRASH_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 CRON_SECRET = "chaos-cron-secret-0123456789"
@@ -32,7 +32,7 @@ WEBHOOK_SECRET = "chaos-webhook-secret-0123456789"
 POLAR_TOKEN = "chaos-polar-token"
 MAX_COMPLETION_RUNS = 6
 SUBPROCESS_TIMEOUT_S = 120
-CLI = "shared.cli.main"
+CLI = "sluice.cli.main"
 
 
 @dataclass
@@ -119,7 +119,7 @@ def run_to_completion(scenario: Any, url: str, env: dict[str, str], label: str) 
 
 
 def _db(url: str) -> Any:
-    from shared.store.db import open_database
+    from sluice.store.db import open_database
 
     return open_database(url)
 
@@ -161,7 +161,7 @@ class Cleanup:
         pass
 
     def prepare(self, url: str) -> dict[str, str]:
-        from shared.store.db import utcnow
+        from sluice.store.db import utcnow
 
         now = utcnow()
         old = now - timedelta(days=200)
@@ -230,8 +230,8 @@ class Metering:
         self.ids: list[str] = []
 
     def prepare(self, url: str) -> dict[str, str]:
-        from shared.billing.usage import UsageEntry, insert_entries
-        from shared.store.db import utcnow
+        from sluice.billing.usage import UsageEntry, insert_entries
+        from sluice.store.db import utcnow
 
         self.polar.events.clear()
         self.polar.received.clear()
@@ -257,7 +257,7 @@ class Metering:
                             "WHERE status <> 'processed'")
 
     def check(self, url: str) -> Counts:
-        from shared.billing.usage import MAX_METERING_ATTEMPTS
+        from sluice.billing.usage import MAX_METERING_ATTEMPTS
 
         db = _db(url)
         with db.transaction() as tx:
@@ -294,15 +294,15 @@ class Redrive:
     def _client(self) -> Any:
         import redis as redis_py
 
-        from shared.store.redis_clients import RedisPyClient
+        from sluice.store.redis_clients import RedisPyClient
 
         return RedisPyClient(redis_py.Redis.from_url(self.redis_url, decode_responses=True),
                              self.prefix_now)
 
     def prepare(self, url: str) -> dict[str, str]:
-        from shared.billing.usage import RetryEnvelope, UsageEntry
-        from shared.store.db import utcnow
-        from shared.store.redis_clients import LEDGER_RETRY_QUEUE
+        from sluice.billing.usage import RetryEnvelope, UsageEntry
+        from sluice.store.db import utcnow
+        from sluice.store.redis_clients import LEDGER_RETRY_QUEUE
 
         self.prefix_now = self.stack.enter_context(redis_prefix(self.redis_url))
         now = utcnow()
@@ -323,7 +323,7 @@ class Redrive:
         pass
 
     def left(self, url: str) -> int:
-        from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
+        from sluice.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 
         client = self._client()
         try:
@@ -333,8 +333,8 @@ class Redrive:
 
     def attempts_charged(self) -> int:
         """Attempts counted on the envelopes still in the lists (seeded with none)."""
-        from shared.billing.usage import RetryEnvelope
-        from shared.store.redis_clients import (
+        from sluice.billing.usage import RetryEnvelope
+        from sluice.store.redis_clients import (
             LEDGER_RETRY_DLQ,
             LEDGER_RETRY_PROCESSING,
             LEDGER_RETRY_QUEUE,
@@ -349,8 +349,8 @@ class Redrive:
             client.close()
 
     def check(self, url: str) -> Counts:
-        from shared.billing.usage import RetryEnvelope
-        from shared.store.redis_clients import LEDGER_RETRY_DLQ
+        from sluice.billing.usage import RetryEnvelope
+        from sluice.store.redis_clients import LEDGER_RETRY_DLQ
 
         client = self._client()
         dead = {RetryEnvelope.parse(raw).id for raw in client.lrange(LEDGER_RETRY_DLQ, 0, -1)}
@@ -403,7 +403,7 @@ class Delivery:
         self.chat_keys: list[str] = []
 
     def prepare(self, url: str, *, recipient: str | None = None) -> dict[str, str]:
-        from shared.delivery.store import DeliveryStore, Effect
+        from sluice.delivery.store import DeliveryStore, Effect
 
         self.hook.received.clear()
         self.hook.delivered.clear()
@@ -450,7 +450,7 @@ class Delivery:
                             "WHERE status IN ('pending', 'in_flight')")
 
     def check(self, url: str) -> Counts:
-        from shared.delivery.store import DeliveryStatus, DeliveryStore
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
         db = _db(url)
         store = DeliveryStore(db)
@@ -492,7 +492,7 @@ class Delivery:
 
 
 def _utc_past() -> Any:
-    from shared.store.db import utcnow
+    from sluice.store.db import utcnow
 
     return utcnow() - timedelta(hours=1)
 
@@ -514,9 +514,9 @@ class Erasure:
         self.seeded: dict[str, int] = {}
 
     def prepare(self, url: str) -> dict[str, str]:
-        from shared.billing.usage import UsageEntry, insert_entries
-        from shared.erasure.requests import ErasureStore
-        from shared.store.db import utcnow
+        from sluice.billing.usage import UsageEntry, insert_entries
+        from sluice.erasure.requests import ErasureStore
+        from sluice.store.db import utcnow
 
         self.partial = 0
         now = utcnow()
@@ -542,10 +542,10 @@ class Erasure:
         return ["run", self.job, "--json"]
 
     def _held(self, url: str) -> dict[str, int]:
-        from shared.core.observe import Reporter
-        from shared.core.services import Services
-        from shared.core.settings import Settings
-        from shared.erasure.purge import count_subject
+        from sluice.core.observe import Reporter
+        from sluice.core.services import Services
+        from sluice.core.settings import Settings
+        from sluice.erasure.purge import count_subject
 
         db = _db(url)
         services = Services(Settings(database_url=url), db, Reporter())

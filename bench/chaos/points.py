@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "sluice"
 CRASH_MODULE = SHARED / "core" / "crash.py"
 
 

@@ -39,8 +39,8 @@ class ScratchStores:
 
     def fresh(self, backend: str) -> str:
         """A migrated, empty database of its own; its URL."""
-        from shared.store.db import open_database
-        from shared.store.migrate import migrate
+        from sluice.store.db import open_database
+        from sluice.store.migrate import migrate
 
         self._count += 1
         if backend == "sqlite":

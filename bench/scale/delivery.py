@@ -79,7 +79,7 @@ def _split() -> tuple[int, int]:
 
 
 def _enqueue(services: Any, hooks: list[str]) -> None:
-    from shared.delivery.store import DeliveryStore
+    from sluice.delivery.store import DeliveryStore
 
     store = DeliveryStore(services.db)
     telegram, webhook = _split()
@@ -103,11 +103,11 @@ def _reset(services: Any) -> None:
 def _sender(env: dict[str, str], go: Any, stop: Any, report: Any) -> None:
     """One sender, as its own process (a separate function): the real drain, run again and
     again until told to stop, with ``CONCURRENCY`` sends in flight."""
-    from shared.core.services import Services
-    from shared.core.settings import Settings
-    from shared.delivery.channels import Outbound
-    from shared.delivery.drain import Deliverer
-    from shared.jobs.registry import Deadline
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.delivery.channels import Outbound
+    from sluice.delivery.drain import Deliverer
+    from sluice.jobs.registry import Deadline
 
     settings = Settings.from_env(env)
     services = Services.from_settings(settings)
@@ -129,9 +129,9 @@ def _sender(env: dict[str, str], go: Any, stop: Any, report: Any) -> None:
 
 def _run(url: str, senders: int) -> Run:
     from bench.scale.standins import LimitedHooks, LimitedTelegram
-    from shared.core.services import Services
-    from shared.core.settings import Settings
-    from shared.delivery.store import DeliveryStore
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.delivery.store import DeliveryStore
 
     processes = multiprocessing.get_context("spawn")
     with LimitedTelegram(TOKEN, BOT_RATE, CHAT_RATE) as telegram, \

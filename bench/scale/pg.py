@@ -13,8 +13,8 @@ from bench.common import ADMIN_URL
 def scratch_url() -> Iterator[str]:
     import psycopg
 
-    from shared.store.db import open_database
-    from shared.store.migrate import migrate
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
 
     name = f"sluice_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:

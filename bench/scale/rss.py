@@ -62,9 +62,9 @@ class Collector:
 def _consumer(url: str, messages: Any, report: Any) -> None:
     """One consumer, as its own process (a separate function instance, as SQS's event
     source mapping runs them): the real ``rss.ingest`` consumer, one message at a time."""
-    from shared.egress.tls import tls_context
-    from shared.queues.handlers import build_refresh
-    from shared.queues.runtime import consumers_for
+    from sluice.egress.tls import tls_context
+    from sluice.queues.handlers import build_refresh
+    from sluice.queues.runtime import consumers_for
 
     services = _services(url)
     try:
@@ -85,8 +85,8 @@ def _consumer(url: str, messages: Any, report: Any) -> None:
 
 
 def _services(url: str) -> Any:
-    from shared.core.services import Services
-    from shared.core.settings import Settings
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
 
     return Services.from_settings(Settings.from_env({
         "SLUICE_DATABASE_URL": url, "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
@@ -98,7 +98,7 @@ def _services(url: str) -> Any:
 
 
 def _seed(services: Any, feeds: Any) -> None:
-    from shared.rss.store import RssStore
+    from sluice.rss.store import RssStore
 
     store = RssStore(services.db)
     sets = [tuple(store.add_source(feeds.add_rss(f"/s{k}/f{j}", items=3)).id
@@ -124,15 +124,15 @@ def _count_builds(services: Any) -> int:
 
 
 def _tick(services: Any) -> dict[str, Any]:
-    from shared.jobs.registry import Deadline
-    from shared.rss.tick import refresh_tick
+    from sluice.jobs.registry import Deadline
+    from sluice.rss.tick import refresh_tick
 
     return refresh_tick(services, tenant_ingestion=True, deadline=Deadline(900),
                         started_at=datetime.now(UTC))
 
 
 def _inline(services: Any) -> Run:
-    from shared.store.flags import FlagStore
+    from sluice.store.flags import FlagStore
 
     FlagStore(services.state).set("rssQueuePipeline", False)
     _reset(services)
@@ -144,9 +144,9 @@ def _inline(services: Any) -> Run:
 
 
 def _pipeline(url: str, services: Any, consumers: int) -> Run:
-    from shared.queues.publish import REGISTRY
-    from shared.queues.runtime import publisher_of
-    from shared.store.flags import FlagStore
+    from sluice.queues.publish import REGISTRY
+    from sluice.queues.runtime import publisher_of
+    from sluice.store.flags import FlagStore
 
     FlagStore(services.state).set("rssQueuePipeline", True)
     _reset(services)
@@ -177,7 +177,7 @@ def _pipeline(url: str, services: Any, consumers: int) -> Run:
             worker.join(30)
             if worker.is_alive():
                 worker.kill()
-    from shared.rss.fanout import tick_report
+    from sluice.rss.fanout import tick_report
 
     report_ = tick_report(services.db, result["fanOut"]["tickId"]) or {}
     builds = int(report_.get("built", 0))

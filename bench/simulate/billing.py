@@ -68,9 +68,9 @@ class Billing:
 
     def report(self, call: UsageCall) -> bool:
         """The call reported with ``record_usage``; False when it was refused (retry)."""
-        from shared.billing.usage import UsageEntry, record_usage
-        from shared.core.errors import TransientStoreError
-        from shared.store.db import utcnow
+        from sluice.billing.usage import UsageEntry, record_usage
+        from sluice.core.errors import TransientStoreError
+        from sluice.store.db import utcnow
 
         entry = UsageEntry(id=call.entry_id, model="sim-model", occurred_at=call.at,
                            tenant_id=call.tenant_id, user_id=call.user_id,
@@ -112,8 +112,8 @@ class Billing:
 
     def check_attempts(self, at: datetime) -> None:
         """After a metering-flush or ledger-redrive run: nothing burned."""
-        from shared.billing.usage import usage_figures
-        from shared.store.redis_clients import LEDGER_RETRY_DLQ
+        from sluice.billing.usage import usage_figures
+        from sluice.store.redis_clients import LEDGER_RETRY_DLQ
 
         figures = usage_figures(self.services.db, self.redis)
         burned = figures["meteringOutbox"]["exhausted"] + (self.redis.llen(LEDGER_RETRY_DLQ)

@@ -82,9 +82,9 @@ class SimulatedWaits:
     ``ShutdownRequested`` if the event is set, so a wait costs simulated time only."""
 
     def __enter__(self) -> Self:
-        from shared.core.errors import ShutdownRequested
-        from shared.core.shutdown import SHUTDOWN
-        from shared.delivery import drain
+        from sluice.core.errors import ShutdownRequested
+        from sluice.core.shutdown import SHUTDOWN
+        from sluice.delivery import drain
 
         def sleep(seconds: float) -> None:
             if SHUTDOWN.is_set():
@@ -96,6 +96,6 @@ class SimulatedWaits:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from shared.delivery import drain
+        from sluice.delivery import drain
 
         drain.SLEEP = self.saved

@@ -1,6 +1,6 @@
 """Crashes at Sluice's named crash points, in process.
 
-``shared.core.crash.crash_point`` exits the process when ``SLUICE_CRASH_AT`` names the
+``sluice.core.crash.crash_point`` exits the process when ``SLUICE_CRASH_AT`` names the
 point (the kill sweep uses that). Here each module's ``crash_point`` is replaced while the
 simulation runs: an armed point raises ``SimCrash``, which no ``except Exception`` in
 Sluice catches, so the run stops there with its claims, leases and rows as they were,
@@ -51,11 +51,11 @@ class Crashes:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from shared.core import crash
+        from sluice.core import crash
 
         original = crash.crash_point
         patched = [module for name, module in sorted(sys.modules.items())
-                   if name.startswith("shared.") and module is not None
+                   if name.startswith("sluice.") and module is not None
                    and getattr(module, "crash_point", None) is original]
         for module in patched:
             module.crash_point = self._crash_point  # type: ignore[attr-defined]

@@ -68,7 +68,7 @@ def seeded_ids(seed: int) -> Iterator[None]:
 
     def uuid4() -> uuid.UUID:
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        stream = ids if caller.startswith(("shared.", "bench.")) else others
+        stream = ids if caller.startswith(("sluice.", "bench.")) else others
         return uuid.UUID(int=stream.getrandbits(128), version=4)
 
     uuid.uuid4 = uuid4
@@ -105,7 +105,7 @@ def simulated_redis(prefix: str) -> Any:
     ran, and so did the history of the seed."""
     import fakeredis
 
-    from shared.store.redis_clients import RedisPyClient
+    from sluice.store.redis_clients import RedisPyClient
 
     return RedisPyClient(fakeredis.FakeRedis(server=fakeredis.FakeServer(),
                                              decode_responses=True), prefix)

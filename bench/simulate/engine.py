@@ -132,11 +132,11 @@ class Simulation:
     # --- set-up ---------------------------------------------------------------------
 
     def _open(self) -> None:
-        from shared.core.services import Services
-        from shared.core.settings import Settings
-        from shared.rss.store import RssStore
-        from shared.store.db import open_database
-        from shared.store.migrate import migrate
+        from sluice.core.services import Services
+        from sluice.core.settings import Settings
+        from sluice.rss.store import RssStore
+        from sluice.store.db import open_database
+        from sluice.store.migrate import migrate
 
         env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
@@ -150,8 +150,8 @@ class Simulation:
             windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
         if self.pipeline:
-            from shared.queues.handlers import PIPELINE_FLAG
-            from shared.store.flags import FlagStore
+            from sluice.queues.handlers import PIPELINE_FLAG
+            from sluice.store.flags import FlagStore
 
             FlagStore(self.services.state).set(PIPELINE_FLAG, True)
             self.push = PushQueue(self.services, self.clock.now, self.judge, self._log,
@@ -172,7 +172,7 @@ class Simulation:
             self._put_rules(tenant.scope)
 
     def _put_rules(self, scope: str) -> None:
-        from shared.alerts.rules import RulesStore
+        from sluice.alerts.rules import RulesStore
 
         now = self.clock.now()
         tenant = next(t for t in self.world.tenants if t.scope == scope)
@@ -192,7 +192,7 @@ class Simulation:
         heapq.heappush(self.queue, (at, self.sequence, kind, what))
 
     def _plan(self) -> None:
-        from shared.jobs.schedule import job_schedules, parse
+        from sluice.jobs.schedule import job_schedules, parse
 
         start = self.world.start
         for job, expressions in sorted(job_schedules().items()):
@@ -284,7 +284,7 @@ class Simulation:
     def _run(self) -> None:
         self._open()
         self._plan()
-        from shared.jobs.registry import JOBS
+        from sluice.jobs.registry import JOBS
 
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
@@ -421,8 +421,8 @@ class Simulation:
         self.judge.receipt(receipt)
 
     def _job(self, firing: Firing) -> None:
-        from shared.jobs.registry import get_job
-        from shared.jobs.runner import run_job
+        from sluice.jobs.registry import get_job
+        from sluice.jobs.runner import run_job
 
         name = firing.job
         now = self.clock.now()
@@ -458,7 +458,7 @@ class Simulation:
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):
             return
-        from shared.delivery.store import DeliveryStore
+        from sluice.delivery.store import DeliveryStore
 
         match = (receipt.channel, receipt.recipient, receipt.story)
         if match in self.sent:

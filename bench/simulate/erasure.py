@@ -53,7 +53,7 @@ class Erasures:
         self.cancelled: set[str] = set()  # request ids
 
     def request(self, call: ErasureCall) -> None:
-        from shared.erasure.requests import ErasureStore
+        from sluice.erasure.requests import ErasureStore
 
         request, created = ErasureStore(self.services.db).create(
             call.subject, requested_by="sim-operator", grace_days=call.grace_days,
@@ -65,8 +65,8 @@ class Erasures:
                  f"{'' if created else ': one was open already'}")
 
     def cancel(self, call: ErasureCall) -> None:
-        from shared.core.errors import Conflict
-        from shared.erasure.requests import ErasureStore
+        from sluice.core.errors import Conflict
+        from sluice.erasure.requests import ErasureStore
 
         request_id = self.of_call[call]
         try:
@@ -85,7 +85,7 @@ class Erasures:
         return owed_at(call.at + timedelta(days=call.grace_days), windows, end, PURGE_WITHIN)
 
     def check_purged(self, call: ErasureCall, at: datetime) -> None:
-        from shared.erasure.requests import ErasureStore
+        from sluice.erasure.requests import ErasureStore
 
         request_id = self.of_call.get(call)
         if request_id in self.cancelled:
@@ -107,7 +107,7 @@ class Erasures:
 
     def check(self, at: datetime) -> None:
         """Every request as the API shows it: purged ones stay empty, cancelled stay so."""
-        from shared.erasure.purge import count_subject
+        from sluice.erasure.purge import count_subject
 
         for request_id, subject in sorted(self.requests.items()):
             status = self._status(request_id)
@@ -128,7 +128,7 @@ class Erasures:
         return subject in self.purged or self._status(self.ids.get(subject)) == "purged"
 
     def _status(self, request_id: str | None) -> str:
-        from shared.erasure.requests import ErasureStore
+        from sluice.erasure.requests import ErasureStore
 
         if request_id is None:
             return "none"

@@ -31,12 +31,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.jobs.schedule import Schedule
-from shared.store.db import Queries
+from sluice.jobs.schedule import Schedule
+from sluice.store.db import Queries
 
 if TYPE_CHECKING:
     from bench.simulate.peers import Feed
-    from shared.store.db import Database
+    from sluice.store.db import Database
 
 Q = Queries.parse((Path(__file__).parent / "wake.sql").read_text())
 
@@ -121,13 +121,13 @@ def tick_wake(db: Database, feeds: dict[str, Feed], start: datetime) -> datetime
 
 
 def outbox_waiting(db: Database) -> bool:
-    from shared.billing.metering import OutboxStore
+    from sluice.billing.metering import OutboxStore
 
     return OutboxStore(db).eligible_count() > 0
 
 
 def retry_waiting(redis: Any) -> bool:
-    from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
+    from sluice.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 
     return bool(redis.llen(LEDGER_RETRY_QUEUE) or redis.llen(LEDGER_RETRY_PROCESSING))
 

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Self
 
-POOLED = ("shared.rss.catalog", "shared.alerts.sweep")
+POOLED = ("sluice.rss.catalog", "sluice.alerts.sweep")
 
 
 class InlineExecutor:

@@ -131,7 +131,7 @@ class _Discard(io.TextIOBase):
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
              keep_going: bool = False) -> Any:
     from bench.simulate.engine import Simulation
-    from shared.jobs import runs
+    from sluice.jobs import runs
 
     clock.reset()
     runs._ENDED_UNRELEASED.clear()  # the last seed's run holders: nothing of it carries over
@@ -156,7 +156,7 @@ def _setup() -> SimClock:
     clock = SimClock()
     clock.install()
     logging.getLogger("sluice").setLevel(logging.CRITICAL)
-    from shared.core.observe import logger
+    from sluice.core.observe import logger
 
     logger.setLevel(logging.CRITICAL)
     return clock

@@ -37,7 +37,7 @@ def match_of_like(copy: dict[str, Any]) -> str:
 
 def observe_failed(services: Any, judge: Judge, now: datetime) -> None:
     """Entries failed for good are final for ``nothing_comes_back``."""
-    from shared.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
     for entry in DeliveryStore(services.db).list(status=DeliveryStatus.FAILED, limit=500):
         judge.settled_for_good(match_of(entry), now,
@@ -47,7 +47,7 @@ def observe_failed(services: Any, judge: Judge, now: datetime) -> None:
 def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: datetime,
           log: Callable[[str], None], faults: dict[str, int]) -> None:
     """The operator reads the failed entries and purges or redrives each."""
-    from shared.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
     store = DeliveryStore(services.db)
     failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)

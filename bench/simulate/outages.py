@@ -4,7 +4,7 @@
   unreachable database gives (``TransientStoreError``), as SQLite's "unable to open
   database file" and a Postgres connection refused are translated at the store boundary;
 - ``redis_down``: every command on Sluice's Redis client fails the same way (a refused
-  connection, as ``shared.store.redis_clients`` translates it).
+  connection, as ``sluice.store.redis_clients`` translates it).
 
 The simulation's own reads (its scheduler's checks, the invariants' reads, the
 operator's view) go through ``harness()``, which sees the stores as they are.
@@ -43,8 +43,8 @@ class Outages:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from shared.core.errors import TransientStoreError
-        from shared.store import db
+        from sluice.core.errors import TransientStoreError
+        from sluice.store import db
 
         original = db._SqliteTransaction.__enter__
         outages = self
@@ -77,7 +77,7 @@ class FlakyRedis:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if outages.down("redis_down"):
-                from shared.core.errors import TransientStoreError
+                from sluice.core.errors import TransientStoreError
 
                 raise TransientStoreError("redis: Error 111 connecting to 127.0.0.1:6379. "
                                           "Connection refused (simulated outage)")

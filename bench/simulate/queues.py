@@ -76,7 +76,7 @@ class SimCloudWatch:
     def get_metric_statistics(self, *, Namespace: str, MetricName: str,
                               Dimensions: list[dict[str, str]], EndTime: datetime,
                               **kwargs: Any) -> dict[str, Any]:
-        from shared.ops.overview import OLDEST_AGE_METRIC
+        from sluice.ops.overview import OLDEST_AGE_METRIC
 
         if Namespace != "AWS/SQS" or MetricName != OLDEST_AGE_METRIC:
             raise ValueError(f"the CloudWatch stand-in has no {Namespace} {MetricName}")
@@ -243,10 +243,10 @@ class PushQueue:
 
     def __init__(self, services: Any, now: Callable[[], datetime], judge: Any,
                  log: Callable[[str], None], windows: Any, end: datetime) -> None:
-        from shared.queues import runtime
-        from shared.queues.publish import Publisher
-        from shared.queues.sqs import Sqs
-        from shared.queues.topics import dlq_name, queue_name
+        from sluice.queues import runtime
+        from sluice.queues.publish import Publisher
+        from sluice.queues.sqs import Sqs
+        from sluice.queues.topics import dlq_name, queue_name
 
         self.now, self.judge, self.log = now, judge, log
         self.windows, self.end = windows, end  # the store and Redis outages
@@ -325,7 +325,7 @@ class PushQueue:
                 "retry")
 
     def _check_visibility(self) -> None:
-        from shared.queues.consumer import backoff_s
+        from sluice.queues.consumer import backoff_s
 
         for receives, seconds in self.client.visibility_set[self.checked_visibility:]:
             # this handler fails only when a store is down (a crash changes no visibility):

@@ -32,7 +32,7 @@ class Rogue:
         self.sequence = 0
 
     def enqueue_copy(self, services: Any, entry_like: dict[str, Any]) -> None:
-        from shared.delivery.store import DeliveryStore
+        from sluice.delivery.store import DeliveryStore
 
         self.sequence += 1
         DeliveryStore(services.db).enqueue(
@@ -41,8 +41,8 @@ class Rogue:
 
     def meter_again(self, services: Any, entry_id: str) -> bool:
         """``meter-twice``: a second outbox row for every tenth call (True when written)."""
-        from shared.billing.usage import Q, UsageEntry, metering_row
-        from shared.store.db import utcnow
+        from sluice.billing.usage import Q, UsageEntry, metering_row
+        from sluice.store.db import utcnow
 
         if self.name != "meter-twice":
             return False

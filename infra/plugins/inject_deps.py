@@ -33,8 +33,16 @@ def _belongs(top: str, name: str) -> bool:
 
 
 def _http_path(filename: str, http_paths: set[str]) -> bool:
-    """A path entry ending in ``/`` names a whole folder (``shared/http/``)."""
+    """A path entry ending in ``/`` names a whole folder (``sluice/http/``)."""
     return any(filename == p or (p.endswith("/") and filename.startswith(p)) for p in http_paths)
+
+
+def _rooted(info: zipfile.ZipInfo, source_root: str) -> zipfile.ZipInfo:
+    """The package's source root (``shared/``) is not part of its import path: the zip holds
+    ``shared/sluice/x.py`` as ``sluice/x.py``, where Lambda's ``/var/task`` finds it."""
+    if source_root and info.filename.startswith(source_root):
+        info.filename = info.filename[len(source_root):]
+    return info
 
 
 def _files(root: Path, top: str) -> list[tuple[Path, str]]:
@@ -70,6 +78,7 @@ def main() -> int:
     http_only = [n for n in spec["httpOnly"] if "/" not in n]
     http_paths = {n for n in spec["httpOnly"] if "/" in n}
     bytecode = bool(spec.get("bytecode"))
+    source_root = spec.get("sourceRoot", "")
     if bytecode:
         want = tuple(int(n) for n in spec["runtime"].removeprefix("python").split("."))
         if sys.version_info[:2] != want:
@@ -94,8 +103,10 @@ def main() -> int:
     for fn in spec["functions"]:
         artifact = Path(fn["artifact"])
         with zipfile.ZipFile(artifact) as source:
-            own = [(info, source.read(info)) for info in source.infolist()
-                   if fn["http"] or not _http_path(info.filename, http_paths)]
+            own = [(_rooted(info, source_root), source.read(info))
+                   for info in source.infolist()]
+        own = [(info, content) for info, content in own
+               if fn["http"] or not _http_path(info.filename, http_paths)]
         own_pyc = [pyc for info, content in own if bytecode and info.filename.endswith(".py")
                    and (pyc := _pyc(info.filename, content)) is not None]
         deps = common + (http if fn["http"] else [])

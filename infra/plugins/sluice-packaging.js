@@ -136,6 +136,7 @@ class SluicePackaging {
       bytecode: Boolean(compiler),
       noDeploy: (service.custom.pythonRequirements || {}).noDeploy || [],
       httpOnly: this.config.httpOnly || [],
+      sourceRoot: this.config.sourceRoot || '',
       functions,
     };
     const out = childProcess.execFileSync(

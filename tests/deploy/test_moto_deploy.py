@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from shared.jobs.registry import JOBS
+from sluice.jobs.registry import JOBS
 from tests.deploy.conftest import PREFIX, STAGE, Packaged
 from tests.deploy.test_template import topics
 

@@ -24,7 +24,7 @@ sys.path.append(sys.argv[2])  # boto3/botocore, which the Lambda runtime provide
 module, attr = sys.argv[3], sys.argv[4]
 handler = getattr(importlib.import_module(module), attr)
 assert callable(handler)
-own = sys.modules["shared.core.settings"]
+own = sys.modules["sluice.core.settings"]
 assert own.__spec__.cached.startswith(sys.argv[1]) and own.__spec__.cached.endswith(".cpython-312.pyc")
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("fastapi", "pydantic_core", "psycopg")))
 """

@@ -1,7 +1,7 @@
 """The packaged CloudFormation template: lint-clean, and wired as the registries say.
 
-Expectations come from the job registry (``shared.jobs.registry.JOBS``) and the topic list
-(``shared.queues.topics.TOPICS``), so adding a job or a topic without its serverless.yml
+Expectations come from the job registry (``sluice.jobs.registry.JOBS``) and the topic list
+(``sluice.queues.topics.TOPICS``), so adding a job or a topic without its serverless.yml
 function, queue or role fails here.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.core.secrets import SECRET_NAMES
-from shared.jobs.registry import JOBS
-from shared.queues.topics import TOPICS
+from sluice.core.secrets import SECRET_NAMES
+from sluice.jobs.registry import JOBS
+from sluice.queues.topics import TOPICS
 from tests.deploy.conftest import PREFIX, Packaged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -187,8 +187,12 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         names = packaged.zip_names(logical_id)
         module, _, _ = fn["Properties"]["Handler"].rpartition(".")
         assert f"{module}.py" in names, f"{logical_id}: handler module missing"
-        assert "shared/core/settings.py" in names
-        assert "shared/core/aws-roots.pem" in names, f"{logical_id}: the secret load's roots"
+        assert "sluice/core/settings.py" in names
+        assert "sluice/core/aws-roots.pem" in names, f"{logical_id}: the secret load's roots"
+        # the one import name at the zip's root (shared/ is only the source root), migrations
+        # as the package's data
+        assert not any(n.startswith("shared/") for n in names), logical_id
+        assert "sluice/store/migrations/0001_foundation.postgres.sql" in names, logical_id
         # manylinux wheels built for CPython 3.12, and no boto3 (the runtime has it)
         assert any(n.startswith("psycopg_binary/") and "cpython-312-x86_64-linux-gnu" in n
                    for n in names), logical_id
@@ -196,4 +200,4 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         http = module == "functions/http"
         for prefix in HTTP_STACK:
             assert any(n.startswith(prefix) for n in names) == http, f"{logical_id}: {prefix}"
-        assert ("shared/http/app.py" in names) == http, logical_id
+        assert ("sluice/http/app.py" in names) == http, logical_id

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.core.settings import Settings
-from shared.store.redis_clients import RedisClient, RedisPyClient, UpstashClient, connect
+from sluice.core.settings import Settings
+from sluice.store.redis_clients import RedisClient, RedisPyClient, UpstashClient, connect
 from tests.providers.polar import PolarStandIn
 from tests.providers.upstash import UpstashRestServer
 

@@ -13,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from shared.delivery.channels.webhook import IDEMPOTENCY_HEADER, verify_webhook
+from sluice.delivery.channels.webhook import IDEMPOTENCY_HEADER, verify_webhook
 from tests.providers.http import ProviderServer, StandIn, json_response
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.cli.main import build_parser
+from sluice.cli.main import build_parser
 from tests.conftest import ROOT
 
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -109,7 +109,7 @@ def test_every_named_command_and_option_exists() -> None:
 
 def test_docs_cli_lists_every_command() -> None:
     text = (ROOT / "docs" / "cli.md").read_text()
-    from shared.cli.main import leaf_commands
+    from sluice.cli.main import leaf_commands
 
     for command in leaf_commands(build_parser()):
         spelled = r"\s".join(map(re.escape, command))
@@ -129,7 +129,7 @@ def test_the_command_check_itself(span: str, why: str | None) -> None:
 
 def test_the_path_pattern_itself() -> None:
     found = [m.group(1) for m in PATH.finditer(
-        "see `shared/delivery/channels.py`, infra/*.yml and (tests/providers/).")]
-    assert found == ["shared/delivery/channels.py", "infra/*.yml", "tests/providers/"]
-    assert not (ROOT / "shared/delivery/channels.py").exists()
-    assert Path(ROOT / "shared/delivery/channels").is_dir()
+        "see `shared/sluice/delivery/channels.py`, infra/*.yml and (tests/providers/).")]
+    assert found == ["shared/sluice/delivery/channels.py", "infra/*.yml", "tests/providers/"]
+    assert not (ROOT / "shared/sluice/delivery/channels.py").exists()
+    assert Path(ROOT / "shared/sluice/delivery/channels").is_dir()

@@ -1,5 +1,5 @@
-"""The installable import names: ``sluice`` (the app's API, mapped onto shared/public) beside
-``shared`` and ``functions``, in an editable install and in the layout a wheel installs."""
+"""One installable import name, ``sluice`` (source root ``shared/``), in an editable install
+and in the layout a wheel installs; ``functions/`` is the deployment's, not the package's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from setuptools import find_packages
 
 from tests.conftest import ROOT
 
-PROBE = ("import sluice, shared.store.db as m; "
+PROBE = ("import sluice, sluice.store.db as m; "
          "print(sluice.__file__); print(sorted(sluice.__all__) == sorted(set(sluice.__all__))); "
          "print(all(hasattr(sluice, n) for n in sluice.__all__)); "
          "print(bool(m.load_queries('delivery'))); "
@@ -27,17 +27,27 @@ def _setuptools() -> dict[str, object]:
     return config
 
 
-def test_the_package_list_is_the_tree() -> None:
-    # The mapped `sluice` package needs an explicit list; a new package must join it.
-    found = find_packages(str(ROOT), include=["shared", "shared.*", "functions"])
-    assert sorted(_setuptools()["packages"]) == sorted([*found, "sluice"])  # type: ignore[call-overload]
+def test_one_import_name_and_every_package_under_it() -> None:
+    found = find_packages(str(ROOT / "shared"))
+    assert found and all(p == "sluice" or p.startswith("sluice.") for p in found), found
+    assert (ROOT / "functions").is_dir() and "functions" not in found
+    assert _setuptools()["packages"]["find"] == {  # type: ignore[index]
+        "where": ["shared"], "include": ["sluice", "sluice.*"]}
+
+
+def test_the_lazy_names_are_the_public_modules_names() -> None:
+    import sluice
+    import sluice.public
+
+    assert sluice.__all__ == sluice.public.__all__
+    assert all(getattr(sluice, n) is getattr(sluice.public, n) for n in sluice.__all__)
 
 
 def test_sluice_imports_from_the_editable_install(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", "import sys; " + PROBE], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=True)
     where, unique, complete, sql, web = done.stdout.split()
-    assert Path(where) == ROOT / "shared" / "public" / "__init__.py"
+    assert Path(where) == ROOT / "shared" / "sluice" / "__init__.py"
     assert (unique, complete, sql) == ("True", "True", "True")
     assert web == "False", "the app's API imports no web framework"
 
@@ -46,21 +56,19 @@ def test_sluice_imports_from_the_layout_a_wheel_installs(tmp_path: Path) -> None
     # What a non-editable install puts in site-packages: every listed package from its
     # (mapped) directory, with the package data, and nothing else of the checkout.
     config = _setuptools()
-    mapped: dict[str, str] = config["package-dir"]  # type: ignore[assignment]
     data: dict[str, list[str]] = config["package-data"]  # type: ignore[assignment]
+    source_root = ROOT / "shared"
     target = tmp_path / "site"
-    for package in config["packages"]:  # type: ignore[attr-defined]
-        top = package.split(".")[0]
-        source = ROOT / mapped.get(top, top)
-        source = source.joinpath(*package.split(".")[1:])
+    for package in find_packages(str(source_root)):
+        source = source_root.joinpath(*package.split("."))
         dest = target.joinpath(*package.split("."))
         dest.mkdir(parents=True, exist_ok=True)
         for module in source.glob("*.py"):
             shutil.copy(module, dest / module.name)
     for package, patterns in data.items():
         for pattern in patterns:
-            for path in (ROOT / package).glob(pattern):
-                dest = target / package / path.relative_to(ROOT / package)
+            for path in (source_root / package).glob(pattern):
+                dest = target / package / path.relative_to(source_root / package)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, dest)
     # -S: no .pth files, so the editable finder that maps onto the checkout is not loaded;

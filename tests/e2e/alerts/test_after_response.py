@@ -14,13 +14,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from mangum import Mangum
 
-from shared.alerts import evaluate as alerts_evaluate
-from shared.core.after import run_after_response
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.http.after import install
-from shared.http.app import create_app
-from shared.rss.store import RssStore
+from sluice.alerts import evaluate as alerts_evaluate
+from sluice.core.after import run_after_response
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.http.after import install
+from sluice.http.app import create_app
+from sluice.rss.store import RssStore
 from tests.conftest import CRON_SECRET, load_event
 from tests.lambda_context import LambdaContext
 from tests.providers.feeds import FeedServer, rss_document
@@ -118,7 +118,7 @@ def test_new_story_evaluation_in_a_tick_runs_in_the_tick_and_its_error_is_counte
     calls: list[bool] = []
 
     def broken(*args: Any) -> Any:
-        from shared.core.after import collector
+        from sluice.core.after import collector
 
         calls.append(collector.get() is None)  # None: running after the request's work
         raise RuntimeError("evaluation exploded")

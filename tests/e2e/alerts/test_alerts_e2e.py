@@ -14,11 +14,11 @@ from xml.sax.saxutils import escape
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.delivery import drain
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
-from shared.rss.store import RssStore
+from sluice.core.services import Services
+from sluice.delivery import drain
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
+from sluice.rss.store import RssStore
 from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
 from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once
 from tests.providers.feeds import FeedServer

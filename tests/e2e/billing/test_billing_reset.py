@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from shared.billing.metering import IN_FLIGHT_NOTE
-from shared.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
-from shared.jobs.runs import RunStore
-from shared.store.db import Database, open_database
+from sluice.billing.metering import IN_FLIGHT_NOTE
+from sluice.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
+from sluice.jobs.runs import RunStore
+from sluice.store.db import Database, open_database
 from tests.conftest import BASE_ENV, run_cli
 from tests.integration.billing.usage_data import entry
 

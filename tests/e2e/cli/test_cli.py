@@ -6,10 +6,10 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from shared.jobs.registry import JOBS
-from shared.jobs.runs import RunStore
-from shared.store.db import open_database, utcnow
-from shared.store.state import StateStore
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runs import RunStore
+from sluice.store.db import open_database, utcnow
+from sluice.store.state import StateStore
 from tests.conftest import BASE_ENV, run_cli
 
 

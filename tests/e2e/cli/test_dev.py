@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 
-from shared.cli.dev import Scheduler
-from shared.core.services import Services
-from shared.jobs.runs import RunStore
-from shared.jobs.schedule import parse
-from shared.store.db import utcnow
+from sluice.cli.dev import Scheduler
+from sluice.core.services import Services
+from sluice.jobs.runs import RunStore
+from sluice.jobs.schedule import parse
+from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, ROOT, free_port
 
 
@@ -23,7 +23,7 @@ def test_sluice_dev_serves_on_the_embedded_default(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
     env["CRON_SECRET"] = CRON_SECRET
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "dev", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:

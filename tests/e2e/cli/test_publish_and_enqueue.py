@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared.cli.main import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, main
-from shared.jobs.runs import RunStore
-from shared.queues.handlers import register_catalog_refresh
-from shared.queues.publish import REGISTRY
-from shared.rss.store import RssStore
-from shared.store.db import open_database
+from sluice.cli.main import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, main
+from sluice.jobs.runs import RunStore
+from sluice.queues.handlers import register_catalog_refresh
+from sluice.queues.publish import REGISTRY
+from sluice.rss.store import RssStore
+from sluice.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 
 SECRET = "queue-signing-secret-0123456789"

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from shared.cli.main import EXIT_CONFIG, EXIT_USAGE, build_parser, leaf_commands, main
-from shared.delivery.store import DeliveryStore
-from shared.erasure.requests import ErasureStore
-from shared.queues.deadletters import LocalDeadLetters
-from shared.queues.signing import Signer
-from shared.store.db import utcnow
+from sluice.cli.main import EXIT_CONFIG, EXIT_USAGE, build_parser, leaf_commands, main
+from sluice.delivery.store import DeliveryStore
+from sluice.erasure.requests import ErasureStore
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.queues.signing import Signer
+from sluice.store.db import utcnow
 from tests.conftest import BASE_ENV, ROOT
 
 SECRET = "walk-secret-0123456789abcdef"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import jwt
 import pytest
 
-from shared.cli.dev import startup_summary
-from shared.core.auth import AdminVerifier
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.ops.access import NoLocalSecret, mint_token, parse_ttl
+from sluice.cli.dev import startup_summary
+from sluice.core.auth import AdminVerifier
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.ops.access import NoLocalSecret, mint_token, parse_ttl
 from tests.conftest import JWT_SECRET, run_cli
 
 

@@ -7,10 +7,10 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from shared.erasure.requests import ErasureStore
-from shared.jobs.runs import RunStore
-from shared.queues.deadletters import LocalDeadLetters
-from shared.store.db import utcnow
+from sluice.erasure.requests import ErasureStore
+from sluice.jobs.runs import RunStore
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.store.db import utcnow
 from tests.conftest import BASE_ENV, run_cli
 from tests.e2e.console.test_console_pages import SIGNING, _client, _csrf, _dead
 
@@ -97,7 +97,7 @@ def test_a_console_post_refuses_a_query_string(db_url: str, make_services: Any) 
 
 def test_the_purge_every_confirmation_counts_what_it_will_change(
         sqlite_url: str, make_services: Any) -> None:
-    from shared.delivery.store import DeliveryStore
+    from sluice.delivery.store import DeliveryStore
 
     services = make_services(sqlite_url)
     store = DeliveryStore(services.db)

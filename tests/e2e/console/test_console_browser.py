@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 import uvicorn
 
-from shared.cli.dev import startup_summary
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
-from shared.erasure.requests import ErasureStore
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
-from shared.queues.deadletters import LocalDeadLetters
-from shared.queues.signing import Signer
-from shared.store.db import utcnow
-from shared.store.flags import FlagStore
-from shared.store.history import HistoryStore, Sample
+from sluice.cli.dev import startup_summary
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
+from sluice.erasure.requests import ErasureStore
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.queues.signing import Signer
+from sluice.store.db import utcnow
+from sluice.store.flags import FlagStore
+from sluice.store.history import HistoryStore, Sample
 from tests.conftest import ROOT
 
 SIGNING = "signing-secret-0123456789"

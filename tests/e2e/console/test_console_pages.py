@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.cli.dev import startup_summary
-from shared.core.services import Services
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
-from shared.queues.deadletters import LocalDeadLetters
-from shared.queues.signing import Signer
-from shared.store.flags import FlagStore
+from sluice.cli.dev import startup_summary
+from sluice.core.services import Services
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.queues.signing import Signer
+from sluice.store.flags import FlagStore
 from tests.conftest import admin_token
 
 SIGNING = "signing-secret-0123456789"
@@ -225,7 +225,7 @@ def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_service
 def test_flags_are_edited_from_the_page(db_url: str, make_services: Any) -> None:
     services = make_services(db_url)
     client = _client(services, ["super_admin"])
-    from shared.rss.store import RssStore
+    from sluice.rss.store import RssStore
 
     RssStore(services.db).put_scope("t-9", "tenant-9", (), "en", True)
     page = client.get("/admin/flags").text
@@ -290,8 +290,8 @@ def test_no_login_link_on_lambda(sqlite_url: str, make_services: Any,
 
 
 def test_erasure_and_deliveries_act_like_the_cli(db_url: str, make_services: Any) -> None:
-    from shared.delivery.store import DeliveryStore
-    from shared.erasure.requests import ErasureStore
+    from sluice.delivery.store import DeliveryStore
+    from sluice.erasure.requests import ErasureStore
 
     services = make_services(db_url)
     request, _ = ErasureStore(services.db).create("user-5", requested_by="op", grace_days=7)
@@ -317,7 +317,7 @@ def test_erasure_and_deliveries_act_like_the_cli(db_url: str, make_services: Any
 
 
 def test_quarantine_has_a_card_and_refusals_are_shown(db_url: str, make_services: Any) -> None:
-    from shared.queues.deadletters import Quarantine
+    from sluice.queues.deadletters import Quarantine
 
     services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SIGNING)
     Quarantine(services.db).add("rss.ingest", "msg-1", "unsigned", '{"topic": "rss.ingest"}')

@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
 from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
 from tests.providers.telegram import TelegramStandIn
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.core.crash import CRASH_EXIT_CODE
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.store.db import open_database
-from shared.store.migrate import migrate
+from sluice.core.crash import CRASH_EXIT_CODE
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.store.db import open_database
+from sluice.store.migrate import migrate
 from tests.conftest import BASE_ENV, free_port, run_cli
 from tests.providers.webhook import WebhookReceiver
 
@@ -129,7 +129,7 @@ def test_sluice_dev_drains_the_queue_on_start_up(tmp_path: Path,
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
     env.update(BASE_ENV, SLUICE_WEBHOOK_SIGNING_SECRET=SECRET)
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli.main", "dev", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:

@@ -12,10 +12,10 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.delivery import drain
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.http.app import create_app
+from sluice.core.services import Services
+from sluice.delivery import drain
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.http.app import create_app
 from tests.conftest import CRON_SECRET, admin_token
 from tests.providers.webhook import WebhookReceiver
 

@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.core.crash import CRASH_EXIT_CODE
-from shared.core.services import Services
-from shared.erasure.purge import count_subject, purge_due
-from shared.erasure.requests import ErasureStatus, ErasureStore
-from shared.jobs.runs import RunStore
-from shared.store.db import utcnow
-from shared.store.redis_clients import LEDGER_RETRY_QUEUE
+from sluice.core.crash import CRASH_EXIT_CODE
+from sluice.core.services import Services
+from sluice.erasure.purge import count_subject, purge_due
+from sluice.erasure.requests import ErasureStatus, ErasureStore
+from sluice.jobs.runs import RunStore
+from sluice.store.db import utcnow
+from sluice.store.redis_clients import LEDGER_RETRY_QUEUE
 from tests.conftest import BASE_ENV, REDIS_URL, ROOT, run_cli
 from tests.integration.billing.usage_data import envelope
 from tests.integration.erasure.erasure_data import seed_redis, seed_subject
@@ -44,7 +44,7 @@ def run_on_terminal(args: list[str], env: dict[str, str], typed: str,
     try:
         with os.fdopen(leader, "wb", buffering=0) as keyboard:
             keyboard.write(typed.encode() + b"\n")
-            return subprocess.run([sys.executable, "-m", "shared.cli.main", *args], env=full_env,
+            return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args], env=full_env,
                                   cwd=ROOT, stdin=follower, capture_output=True, text=True,
                                   timeout=120, check=False)
     finally:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.erasure.purge import count_subject
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
+from sluice.core.services import Services
+from sluice.erasure.purge import count_subject
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
 from tests.conftest import CRON_SECRET, REDIS_URL, admin_token
 from tests.integration.erasure.erasure_data import seed_redis, seed_subject
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import uvicorn
 
-from shared.http.app import create_app
+from sluice.http.app import create_app
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from shared.core.services import Services
-from shared.http.app import create_app
+from sluice.core.services import Services
+from sluice.http.app import create_app
 from tests.conftest import CRON_SECRET, admin_token
 
 EXAMPLES = int(os.environ.get("SLUICE_FUZZ_EXAMPLES", "6"))

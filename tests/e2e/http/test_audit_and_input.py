@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
+from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token, load_event
 from tests.e2e.jobs.test_lambda import fresh_import
 from tests.lambda_context import LambdaContext

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.http.app import create_app
+from sluice.core.services import Services
+from sluice.http.app import create_app
 from tests.conftest import admin_token
 
 

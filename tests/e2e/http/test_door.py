@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.http.app import create_app
+from sluice.core.services import Services
+from sluice.http.app import create_app
 from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
 from tests.rss_support import FEED_ENV
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.http.app import create_app
-from shared.jobs.registry import JOBS, Job
-from shared.jobs.runs import RunStore
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.http.app import create_app
+from sluice.jobs.registry import JOBS, Job
+from sluice.jobs.runs import RunStore
+from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token
 
 ROUTE = "/api/admin/state/cleanup"

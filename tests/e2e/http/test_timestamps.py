@@ -9,11 +9,11 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
-from shared.erasure.requests import ErasureStore
-from shared.http.app import create_app
-from shared.queues.deadletters import LocalDeadLetters
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
+from sluice.erasure.requests import ErasureStore
+from sluice.http.app import create_app
+from sluice.queues.deadletters import LocalDeadLetters
 from tests.conftest import BASE_ENV, CRON_SECRET, REDIS_URL, admin_token, run_cli
 
 LOOKS_LIKE_TIME = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d")

@@ -16,14 +16,14 @@ import httpx
 import pytest
 import uvicorn
 
-from shared.billing.usage import insert_entries
-from shared.core.services import Services
-from shared.delivery.channels import Outbound
-from shared.delivery.drain import Deliverer
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.http.app import create_app
-from shared.jobs.registry import Deadline
-from shared.jobs.runs import RunStore
+from sluice.billing.usage import insert_entries
+from sluice.core.services import Services
+from sluice.delivery.channels import Outbound
+from sluice.delivery.drain import Deliverer
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.http.app import create_app
+from sluice.jobs.registry import Deadline
+from sluice.jobs.runs import RunStore
 from tests.conftest import BASE_ENV, CRON_SECRET, ROOT, free_port
 from tests.integration.billing.usage_data import entry
 from tests.providers.polar import PolarStandIn
@@ -101,13 +101,13 @@ def test_concurrent_processes_never_run_a_job_twice_at_once(
            if not k.startswith(("SLUICE_", "CRON_", "POLAR_"))}
     env.update(BASE_ENV, SLUICE_DATABASE_URL=pg_url, POLAR_ACCESS_TOKEN=polar.token,
                POLAR_API_URL=polar.url)
-    procs = [subprocess.Popen([sys.executable, "-m", "shared.cli.main", "run", "metering-flush",
+    procs = [subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "run", "metering-flush",
                                "--json"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(processes)]
     for proc in procs:
         proc.communicate(timeout=120)
         assert proc.returncode == 0
-    leftover = subprocess.run([sys.executable, "-m", "shared.cli.main", "run", "metering-flush",
+    leftover = subprocess.run([sys.executable, "-m", "sluice.cli.main", "run", "metering-flush",
                                "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
                               timeout=120, check=False)
     assert leftover.returncode == 0, leftover.stderr

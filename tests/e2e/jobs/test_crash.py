@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from shared.core.crash import CRASH_EXIT_CODE
-from shared.jobs.cleanup import DEFAULT_BATCH_SIZE
-from shared.jobs.runs import RunStore
-from shared.store.db import open_database, utcnow
+from sluice.core.crash import CRASH_EXIT_CODE
+from sluice.jobs.cleanup import DEFAULT_BATCH_SIZE
+from sluice.jobs.runs import RunStore
+from sluice.store.db import open_database, utcnow
 from tests.conftest import BASE_ENV, run_cli
 
 EXPIRED = DEFAULT_BATCH_SIZE * 2 + 123

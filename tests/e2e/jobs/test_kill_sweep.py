@@ -20,7 +20,7 @@ from bench.chaos.kill import (
 )
 from bench.chaos.points import discover
 from bench.chaos.stores import ScratchStores
-from shared.core.crash import CRASH_EXIT_CODE
+from sluice.core.crash import CRASH_EXIT_CODE
 
 POSITIONS = (1, 2)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from shared.jobs.runs import RunStore
-from shared.store.db import open_database, utcnow
-from shared.store.state import StateStore
+from sluice.jobs.runs import RunStore
+from sluice.store.db import open_database, utcnow
+from sluice.store.state import StateStore
 from tests.conftest import BASE_ENV, admin_token, load_event
 from tests.lambda_context import LambdaContext
 
@@ -50,7 +50,7 @@ def test_a_scheduled_event_runs_the_job(event_name: str, lambda_env: dict[str, s
 
 def test_a_job_that_errored_fails_the_invocation_after_recording_it(
         lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.jobs.registry import JOBS, Job
+    from sluice.jobs.registry import JOBS, Job
 
     monkeypatch.setitem(JOBS, "state-cleanup", Job(
         name="state-cleanup", route="/api/admin/state/cleanup", schedule="rate(1 day)",

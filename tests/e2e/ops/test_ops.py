@@ -10,17 +10,17 @@ import boto3
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
-from shared.erasure.requests import ErasureStore
-from shared.http.app import create_app
-from shared.jobs.registry import get_job
-from shared.jobs.runner import run_job
-from shared.ops.overview import queue_figures
-from shared.queues.deadletters import LocalDeadLetters
-from shared.queues.topics import dlq_name, queue_name
-from shared.store.db import utcnow
-from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
+from sluice.erasure.requests import ErasureStore
+from sluice.http.app import create_app
+from sluice.jobs.registry import get_job
+from sluice.jobs.runner import run_job
+from sluice.ops.overview import queue_figures
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.queues.topics import dlq_name, queue_name
+from sluice.store.db import utcnow
+from sluice.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
 
 

@@ -17,15 +17,15 @@ import psycopg
 import pytest
 import uvicorn
 
-from shared.billing.usage import RETRY_QUEUE, RetryEnvelope, UsageEntry
-from shared.core.settings import Settings
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.erasure.requests import ErasureStore
-from shared.http.app import create_app
-from shared.ops.access import mint_token
-from shared.queues.keys import idempotency_key
-from shared.queues.signing import Signer, canonical
-from shared.store.redis_clients import connect
+from sluice.billing.usage import RETRY_QUEUE, RetryEnvelope, UsageEntry
+from sluice.core.settings import Settings
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.erasure.requests import ErasureStore
+from sluice.http.app import create_app
+from sluice.ops.access import mint_token
+from sluice.queues.keys import idempotency_key
+from sluice.queues.signing import Signer, canonical
+from sluice.store.redis_clients import connect
 from tests.conftest import BASE_ENV, ROOT, free_port
 from tests.unit.queues.test_signing import VECTORS
 
@@ -134,7 +134,7 @@ def test_javascript_usage_and_delivery_statements_write_what_sluice_reads(pg_url
     assert outbox == [("js-use-1:metering", "t1", "pending", {
         "model": "gpt-4.1-mini", "input_tokens": 104, "output_tokens": 20,
         "total_tokens": 124, "cost_micros": 1004, "ledger_id": "js-use-1"})]
-    from shared.store.db import open_database
+    from sluice.store.db import open_database
 
     db = open_database(pg_url)
     [queued] = DeliveryStore(db).list(status=DeliveryStatus.PENDING, channel=None, limit=10)

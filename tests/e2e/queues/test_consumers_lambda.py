@@ -11,12 +11,12 @@ from types import ModuleType
 
 import pytest
 
-from shared.core.services import Services
-from shared.queues.deadletters import Quarantine
-from shared.queues.handlers import register_catalog_refresh
-from shared.queues.keys import CompletedKeys, dedupe_key
-from shared.queues.signing import MissingSecret, Signer
-from shared.store.flags import FlagStore
+from sluice.core.services import Services
+from sluice.queues.deadletters import Quarantine
+from sluice.queues.handlers import register_catalog_refresh
+from sluice.queues.keys import CompletedKeys, dedupe_key
+from sluice.queues.signing import MissingSecret, Signer
+from sluice.store.flags import FlagStore
 from tests.conftest import BASE_ENV, ROOT, load_event
 
 SECRET = "queue-secret-for-tests-0123456789"
@@ -92,7 +92,7 @@ def test_a_reserved_topic_function_fails_loud(env: dict[str, str],
     del event["Records"][0]["messageAttributes"]["idempotencyKey"]
     # The last attempt: the -dlq send is tried (the in-process DLQ here) and only then acked.
     assert module.handler(event, None) == {"batchItemFailures": []}
-    from shared.ops.deadletters import DeadLetters
+    from sluice.ops.deadletters import DeadLetters
 
     [item] = DeadLetters(module.SERVICES).list_letters("rss.cluster")["items"]
     assert "rss.cluster consumer is not implemented" in item["reason"]

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.core.services import Services
-from shared.queues.deadletters import Quarantine
-from shared.queues.signing import Signer
-from shared.rss.store import RssStore
-from shared.store.db import open_database
+from sluice.core.services import Services
+from sluice.queues.deadletters import Quarantine
+from sluice.queues.signing import Signer
+from sluice.rss.store import RssStore
+from sluice.store.db import open_database
 from tests.conftest import BASE_ENV, run_cli
 from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
 

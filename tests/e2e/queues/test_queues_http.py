@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.core.services import Services
-from shared.http.app import create_app
-from shared.jobs.runs import RunStore
-from shared.queues.consumer import Consumer, InboundMessage
-from shared.queues.publish import REGISTRY
-from shared.queues.runtime import publisher_of
-from shared.rss.store import RssStore
-from shared.store.flags import FlagStore
-from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
+from sluice.core.services import Services
+from sluice.http.app import create_app
+from sluice.jobs.runs import RunStore
+from sluice.queues.consumer import Consumer, InboundMessage
+from sluice.queues.publish import REGISTRY
+from sluice.queues.runtime import publisher_of
+from sluice.rss.store import RssStore
+from sluice.store.flags import FlagStore
+from sluice.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.conftest import REDIS_URL, admin_token
 
 SECRET = "queue-secret-for-tests-0123456789"

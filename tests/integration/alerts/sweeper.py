@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from shared.alerts.evaluate import evaluate_new_stories
-from shared.alerts.sweep import run_alert_sweep
-from shared.core.services import Services
-from shared.jobs.registry import Deadline
-from shared.rss.catalog import peek_scope
+from sluice.alerts.evaluate import evaluate_new_stories
+from sluice.alerts.sweep import run_alert_sweep
+from sluice.core.services import Services
+from sluice.jobs.registry import Deadline
+from sluice.rss.catalog import peek_scope
 
 ROUNDS = 3
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shared.alerts.rules import RulesStore
-from shared.core.services import Services
-from shared.erasure.purge import count_subject
-from shared.erasure.requests import ErasureStore
-from shared.jobs.registry import get_job
-from shared.jobs.runner import run_job
+from sluice.alerts.rules import RulesStore
+from sluice.core.services import Services
+from sluice.erasure.purge import count_subject
+from sluice.erasure.requests import ErasureStore
+from sluice.jobs.registry import get_job
+from sluice.jobs.runner import run_job
 
 
 def rule(rule_id: str, channel: str, recipient: str) -> dict[str, Any]:

@@ -8,16 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from shared.alerts.effects import KEEP, prune_effects
-from shared.alerts.evaluate import evaluate_new_stories, match_key
-from shared.alerts.rules import RulesStore
-from shared.alerts.sweep import run_alert_sweep
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline
-from shared.rss.catalog import peek_scope
-from shared.rss.store import RssStore
-from shared.store.db import utcnow
+from sluice.alerts.effects import KEEP, prune_effects
+from sluice.alerts.evaluate import evaluate_new_stories, match_key
+from sluice.alerts.rules import RulesStore
+from sluice.alerts.sweep import run_alert_sweep
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline
+from sluice.rss.catalog import peek_scope
+from sluice.rss.store import RssStore
+from sluice.store.db import utcnow
 from tests.providers.feeds import FeedServer
 from tests.rss_support import catalog, feed_services
 

@@ -13,14 +13,14 @@ from threading import Barrier
 
 import pytest
 
-from shared.alerts.evaluate import evaluate_new_stories
-from shared.alerts.rules import RulesStore
-from shared.alerts.sweep import run_alert_sweep
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
-from shared.jobs.registry import Deadline
-from shared.rss.catalog import peek_scope
-from shared.rss.store import RssStore
+from sluice.alerts.evaluate import evaluate_new_stories
+from sluice.alerts.rules import RulesStore
+from sluice.alerts.sweep import run_alert_sweep
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
+from sluice.jobs.registry import Deadline
+from sluice.rss.catalog import peek_scope
+from sluice.rss.store import RssStore
 from tests.conftest import BASE_ENV, ROOT
 from tests.providers.feeds import FeedServer
 from tests.rss_support import FEED_ENV, catalog, feed_services

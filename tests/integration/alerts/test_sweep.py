@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from shared.alerts.evaluate import EvaluationFailed, evaluate_new_stories, match_key
-from shared.alerts.rules import RulesStore, rules_key
-from shared.alerts.sweep import run_alert_sweep
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
-from shared.jobs.registry import JOBS, Deadline
-from shared.jobs.runner import run_job
-from shared.rss import sweep as rss_sweep
-from shared.rss.catalog import peek_scope
-from shared.rss.store import RssStore
-from shared.store.state import StateStore
+from sluice.alerts.evaluate import EvaluationFailed, evaluate_new_stories, match_key
+from sluice.alerts.rules import RulesStore, rules_key
+from sluice.alerts.sweep import run_alert_sweep
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
+from sluice.jobs.registry import JOBS, Deadline
+from sluice.jobs.runner import run_job
+from sluice.rss import sweep as rss_sweep
+from sluice.rss.catalog import peek_scope
+from sluice.rss.store import RssStore
+from sluice.store.state import StateStore
 from tests.providers.feeds import FeedServer
 from tests.rss_support import catalog, feed_services
 
@@ -151,7 +151,7 @@ def test_a_tick_whose_sweep_target_does_not_resolve_reports_one_failure(
         db_url: str, make_services: Callable[..., Services],
         monkeypatch: pytest.MonkeyPatch) -> None:
     svc = feed_services(make_services, db_url)
-    monkeypatch.setattr(rss_sweep, "ALERT_SWEEP_TARGET", "shared.alerts.sweep:no_such_sweep")
+    monkeypatch.setattr(rss_sweep, "ALERT_SWEEP_TARGET", "sluice.alerts.sweep:no_such_sweep")
     outcome = run_job(JOBS["rss-refresh"], svc, "cli")
     assert outcome.body["alertSweep"]["failed"] == 1 and outcome.body["failed"] == 1
     monkeypatch.undo()

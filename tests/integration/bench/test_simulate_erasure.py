@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from bench.simulate.erasure import PURGE_WITHIN, Erasures
 from bench.simulate.invariants import Judge
 from bench.simulate.world import ErasureCall
-from shared.core.services import Services
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.store.db import utcnow
 
 
 def _erasures(svc: Services, now: datetime) -> tuple[Erasures, Judge, list[tuple[datetime,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from shared.store.db import Database, Query
+from sluice.store.db import Database, Query
 
 
 class _CountingTx:

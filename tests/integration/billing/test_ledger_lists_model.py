@@ -10,9 +10,9 @@ from collections import Counter
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.billing.ledger_redrive import Settlement, claim, reclaim, settle
-from shared.billing.usage import RetryEnvelope, UsageEntry
-from shared.store.redis_clients import (
+from sluice.billing.ledger_redrive import Settlement, claim, reclaim, settle
+from sluice.billing.usage import RetryEnvelope, UsageEntry
+from sluice.store.redis_clients import (
     LEDGER_RETRY_DLQ,
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,

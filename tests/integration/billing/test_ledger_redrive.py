@@ -8,20 +8,20 @@ from typing import Any
 
 import pytest
 
-from shared.billing.ledger_redrive import (
+from sluice.billing.ledger_redrive import (
     DEFAULT_REDRIVE_BATCH_SIZE,
     MAX_ATTEMPTS,
     claim,
     reclaim,
     redrive,
 )
-from shared.billing.usage import insert_entries
-from shared.core.errors import TransientStoreError
-from shared.core.services import Services
-from shared.jobs.registry import JOBS, Deadline
-from shared.jobs.runner import run_job
-from shared.store.db import Database, open_database
-from shared.store.redis_clients import (
+from sluice.billing.usage import insert_entries
+from sluice.core.errors import TransientStoreError
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS, Deadline
+from sluice.jobs.runner import run_job
+from sluice.store.db import Database, open_database
+from sluice.store.redis_clients import (
     LEDGER_RETRY_DLQ,
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,

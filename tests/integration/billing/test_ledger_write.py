@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from shared.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, redrive
-from shared.billing.usage import metering_row, write_entries
-from shared.core.errors import LeaseLost
-from shared.jobs.registry import Deadline
-from shared.jobs.runs import Fence, RunStore
-from shared.store.db import Database, PostgresDatabase
-from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, redrive
+from sluice.billing.usage import metering_row, write_entries
+from sluice.core.errors import LeaseLost
+from sluice.jobs.registry import Deadline
+from sluice.jobs.runs import Fence, RunStore
+from sluice.store.db import Database, PostgresDatabase
+from sluice.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, RedisClient
 from tests.integration.billing.counting import CountingDatabase
 from tests.integration.billing.usage_data import T0, entry, envelope
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from shared.billing.metering import IN_FLIGHT_NOTE, IngestOutcome, OutboxStore, PolarClient, flush
-from shared.billing.usage import insert_entries
-from shared.core.errors import LeaseLost
-from shared.jobs.registry import Deadline
-from shared.jobs.runs import Fence, RunStore
-from shared.store.db import Database, PostgresDatabase
+from sluice.billing.metering import IN_FLIGHT_NOTE, IngestOutcome, OutboxStore, PolarClient, flush
+from sluice.billing.usage import insert_entries
+from sluice.core.errors import LeaseLost
+from sluice.jobs.registry import Deadline
+from sluice.jobs.runs import Fence, RunStore
+from sluice.store.db import Database, PostgresDatabase
 from tests.integration.billing.counting import CountingDatabase
 from tests.integration.billing.usage_data import T0, entry
 

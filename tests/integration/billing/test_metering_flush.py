@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from shared.billing.metering import IN_FLIGHT_NOTE, OutboxStore, PolarClient, flush
-from shared.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
-from shared.core.services import Services
-from shared.egress import Egress
-from shared.jobs.registry import JOBS, Deadline
-from shared.jobs.runner import run_job
-from shared.store.db import Database, open_database
+from sluice.billing.metering import IN_FLIGHT_NOTE, OutboxStore, PolarClient, flush
+from sluice.billing.usage import MAX_METERING_ATTEMPTS, insert_entries
+from sluice.core.services import Services
+from sluice.egress import Egress
+from sluice.jobs.registry import JOBS, Deadline
+from sluice.jobs.runner import run_job
+from sluice.store.db import Database, open_database
 from tests.conftest import free_port
 from tests.integration.billing.usage_data import T0, entry
 from tests.providers.polar import PolarStandIn

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.billing.metering import OutboxStore
-from shared.billing.usage import MAX_METERING_ATTEMPTS, UsageEntry, insert_entries
-from shared.store.db import Database
+from sluice.billing.metering import OutboxStore
+from sluice.billing.usage import MAX_METERING_ATTEMPTS, UsageEntry, insert_entries
+from sluice.store.db import Database
 from tests.model import EPOCH, run_model
 
 THEN = ("processed", "count", "refund", "exhaust", "dies", "outage")

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.billing.ledger_redrive import redrive
-from shared.billing.metering import OutboxStore, PolarClient, flush
-from shared.billing.usage import insert_entries
-from shared.egress import Egress
-from shared.jobs.registry import Deadline
-from shared.store.db import Database, open_database
-from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.ledger_redrive import redrive
+from sluice.billing.metering import OutboxStore, PolarClient, flush
+from sluice.billing.usage import insert_entries
+from sluice.egress import Egress
+from sluice.jobs.registry import Deadline
+from sluice.store.db import Database, open_database
+from sluice.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE, RedisClient
 from tests.integration.billing.usage_data import T0, entry, envelope
 from tests.providers.polar import PolarStandIn
 

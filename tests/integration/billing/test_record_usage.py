@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from shared.billing.ledger_redrive import redrive
-from shared.billing.usage import record_usage, usage_figures
-from shared.core.errors import PermanentStoreError, TransientStoreError
-from shared.jobs.registry import Deadline
-from shared.store.db import Database, PostgresDatabase, open_database, utcnow
-from shared.store.redis_clients import LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.ledger_redrive import redrive
+from sluice.billing.usage import record_usage, usage_figures
+from sluice.core.errors import PermanentStoreError, TransientStoreError
+from sluice.jobs.registry import Deadline
+from sluice.store.db import Database, PostgresDatabase, open_database, utcnow
+from sluice.store.redis_clients import LEDGER_RETRY_QUEUE, RedisClient
 from tests.conftest import free_port
 from tests.integration.billing.usage_data import T0, entry
 

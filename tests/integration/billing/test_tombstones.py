@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.billing.ledger_redrive import redrive
-from shared.billing.usage import record_usage
-from shared.jobs.registry import Deadline
-from shared.store.db import Database, open_database
-from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.ledger_redrive import redrive
+from sluice.billing.usage import record_usage
+from sluice.jobs.registry import Deadline
+from sluice.store.db import Database, open_database
+from sluice.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE, RedisClient
 from tests.integration.billing.usage_data import T0, entry, envelope
 
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.billing.usage import insert_entries
-from shared.core.crash import CRASH_EXIT_CODE
-from shared.store.db import Database, open_database
-from shared.store.redis_clients import (
+from sluice.billing.usage import insert_entries
+from sluice.core.crash import CRASH_EXIT_CODE
+from sluice.store.db import Database, open_database
+from sluice.store.redis_clients import (
     LEDGER_RETRY_DLQ,
     LEDGER_RETRY_PROCESSING,
     LEDGER_RETRY_QUEUE,

@@ -11,14 +11,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared.billing.usage import insert_entries
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.store.db import PostgresDatabase, Query, open_database
-from shared.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.usage import insert_entries
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.store.db import PostgresDatabase, Query, open_database
+from sluice.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE, RedisClient
 from tests.conftest import BASE_ENV
 from tests.integration.billing.usage_data import entry, envelope
 from tests.providers.polar import PolarStandIn

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 
-from shared.billing.usage import insert_entries
-from shared.core.services import Services
-from shared.http.app import create_app
-from shared.store.redis_clients import LEDGER_RETRY_QUEUE, RedisClient
+from sluice.billing.usage import insert_entries
+from sluice.core.services import Services
+from sluice.http.app import create_app
+from sluice.store.redis_clients import LEDGER_RETRY_QUEUE, RedisClient
 from tests.conftest import CRON_SECRET, admin_token
 from tests.integration.billing.usage_data import entry, envelope
 from tests.providers.polar import PolarStandIn

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.billing.usage import RetryEnvelope, UsageEntry
+from sluice.billing.usage import RetryEnvelope, UsageEntry
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from shared.core.awsjson import AWS_ROOTS, MAX_ATTEMPTS, AwsError, JsonClient
-from shared.core.sigv4 import Credentials
+from sluice.core.awsjson import AWS_ROOTS, MAX_ATTEMPTS, AwsError, JsonClient
+from sluice.core.sigv4 import Credentials
 
 
 class Failing(BaseHTTPRequestHandler):

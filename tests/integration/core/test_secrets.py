@@ -14,11 +14,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from shared.core import awsjson, secrets
-from shared.core.errors import ConfigurationError
-from shared.core.secrets import SECRET_NAMES, SecretNotFound, load_secrets
-from shared.core.settings import Settings
-from shared.delivery.channels import Outbound, build_adapters
+from sluice.core import awsjson, secrets
+from sluice.core.errors import ConfigurationError
+from sluice.core.secrets import SECRET_NAMES, SecretNotFound, load_secrets
+from sluice.core.settings import Settings
+from sluice.delivery.channels import Outbound, build_adapters
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.aws

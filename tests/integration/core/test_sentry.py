@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import sentry_sdk
 
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.jobs.runner import run_job
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.jobs.runner import run_job
 from tests.integration.jobs.test_cron_contract import job
 from tests.providers.sentry import SentryIngest
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.core.services import Services
-from shared.delivery import drain
+from sluice.core.services import Services
+from sluice.delivery import drain
 from tests.integration.delivery.helpers import WEBHOOK_SECRET, Providers
 from tests.providers.slack import SlackStandIn
 from tests.providers.smtp import SmtpServer

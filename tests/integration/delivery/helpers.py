@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from shared.core.services import Services
-from shared.jobs.registry import get_job
-from shared.jobs.runner import run_job
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.jobs.registry import get_job
+from sluice.jobs.runner import run_job
+from sluice.store.db import utcnow
 from tests.providers.slack import SlackStandIn
 from tests.providers.smtp import SmtpServer
 from tests.providers.telegram import TelegramStandIn

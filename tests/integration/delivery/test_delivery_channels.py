@@ -8,13 +8,13 @@ import json
 from collections.abc import Callable
 from datetime import timedelta
 
-from shared.core.services import Services
-from shared.delivery.channels import Outbound
-from shared.delivery.drain import Deliverer, SendOutcome
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline, get_job
-from shared.jobs.runner import run_job
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.delivery.channels import Outbound
+from sluice.delivery.drain import Deliverer, SendOutcome
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline, get_job
+from sluice.jobs.runner import run_job
+from sluice.store.db import utcnow
 from tests.conftest import free_port
 from tests.integration.delivery.helpers import Providers, drain_once, due_now, seed
 

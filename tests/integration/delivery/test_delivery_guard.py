@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from tests.integration.delivery.helpers import Providers, drain_once
 
 INSIDE = ("http://127.0.0.1:6379/", "http://169.254.169.254/latest/meta-data/",

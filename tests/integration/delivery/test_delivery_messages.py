@@ -8,8 +8,8 @@ import re
 
 import httpx
 
-from shared.core.services import Services
-from shared.delivery.store import DeliveryStore
+from sluice.core.services import Services
+from sluice.delivery.store import DeliveryStore
 from tests.integration.delivery.helpers import Providers, drain_once
 from tests.providers.telegram import MAX_TEXT as TELEGRAM_MAX
 
@@ -76,8 +76,8 @@ def test_slack_gets_mrkdwn_chunks_in_a_thread(svc: Services, providers: Provider
 
 
 def test_too_many_slack_blocks_are_refused_at_enqueue_not_at_send(svc: Services) -> None:
-    from shared.core.errors import RequestError
-    from shared.delivery.drain import check_enqueue
+    from sluice.core.errors import RequestError
+    from sluice.delivery.drain import check_enqueue
 
     blocks = [{"type": "divider"}] * 51
     try:

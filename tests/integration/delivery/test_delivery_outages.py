@@ -10,14 +10,14 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.delivery.channels import Outbound
-from shared.delivery.drain import Deliverer, report_drained
-from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline, get_job
-from shared.ops.deadletters import DeadLetters
-from shared.store.db import utcnow
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.delivery.channels import Outbound
+from sluice.delivery.drain import Deliverer, report_drained
+from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline, get_job
+from sluice.ops.deadletters import DeadLetters
+from sluice.store.db import utcnow
 from tests.integration.delivery.helpers import Providers, drain_once, due_now, seed
 
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
-from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, _typed
-from shared.store.db import Database, PostgresDatabase, utcnow
+from sluice.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
+from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, _typed
+from sluice.store.db import Database, PostgresDatabase, utcnow
 from tests.integration.store.test_transaction_cost import round_trips
 
 LEASE = timedelta(seconds=30)

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.core.services import Services
-from shared.delivery.store import DEFAULT_SCHEDULE, DeliveryStatus, DeliveryStore
+from sluice.core.services import Services
+from sluice.delivery.store import DEFAULT_SCHEDULE, DeliveryStatus, DeliveryStore
 from tests.integration.delivery.helpers import Providers, drain_once, due_now
 
 LATE_S = 0.8

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.core.errors import TransientStoreError
-from shared.core.services import Services
-from shared.delivery.channels import Outbound
-from shared.delivery.drain import Deliverer
-from shared.delivery.store import DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline
+from sluice.core.errors import TransientStoreError
+from sluice.core.services import Services
+from sluice.delivery.channels import Outbound
+from sluice.delivery.drain import Deliverer
+from sluice.delivery.store import DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline
 from tests.integration.delivery.conftest import WIDE_RATES
 from tests.integration.delivery.helpers import Providers
 from tests.providers.http import ProviderServer, json_response

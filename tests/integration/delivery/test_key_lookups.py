@@ -4,9 +4,9 @@ key."""
 
 from __future__ import annotations
 
-from shared.delivery import store as store_module
-from shared.delivery.store import DeliveryStore, Effect
-from shared.store.db import Database
+from sluice.delivery import store as store_module
+from sluice.delivery.store import DeliveryStore, Effect
+from sluice.store.db import Database
 
 
 def test_effect_and_entry_keys_are_found_among_more_keys_than_one_read_takes(

@@ -15,14 +15,14 @@ from datetime import datetime, timedelta
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.delivery.store import (
+from sluice.delivery.store import (
     DEFAULT_SCHEDULE,
     DeliveryEntry,
     DeliveryStatus,
     DeliveryStore,
     Effect,
 )
-from shared.store.db import Database
+from sluice.store.db import Database
 from tests.model import EPOCH, run_model
 
 LEASE = timedelta(seconds=60)

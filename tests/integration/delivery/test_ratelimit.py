@@ -12,15 +12,15 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.delivery.channels import Outbound
-from shared.delivery.classify import TransientDeliveryError
-from shared.delivery.drain import Deliverer
-from shared.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
-from shared.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
-from shared.jobs.registry import Deadline
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.delivery.channels import Outbound
+from sluice.delivery.classify import TransientDeliveryError
+from sluice.delivery.drain import Deliverer
+from sluice.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
+from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline
+from sluice.store.db import utcnow
 from tests.integration.delivery.helpers import Providers, drain_once
 
 GROUP = "-100200"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.egress import (
+from sluice.egress import (
     AddressGuard,
     Egress,
     NoAnswer,
@@ -23,8 +23,8 @@ from shared.egress import (
     TooLarge,
     UnsupportedEncoding,
 )
-from shared.rss.fetch import Fetcher, feed_client
-from shared.rss.store import Source
+from sluice.rss.fetch import Fetcher, feed_client
+from sluice.rss.store import Source
 from tests.providers.hostile import HostilePeer
 
 DEADLINE_S = 1.0
@@ -139,7 +139,7 @@ def test_a_redirect_chain_to_an_internal_address_is_refused_without_dialling_it(
 
 CHILD = """
 import json, resource, sys
-from shared.egress import AddressGuard, Egress, EgressError
+from sluice.egress import AddressGuard, Egress, EgressError
 
 url, cap = sys.argv[1], int(sys.argv[2])
 client = Egress(timeout_s=30, guard=AddressGuard(["127.0.0.1"]))

@@ -13,8 +13,8 @@ from email.message import EmailMessage
 
 import pytest
 
-from shared.egress import NoAnswer, NotSent
-from shared.egress.smtp import SmtpServer, send_mail
+from sluice.egress import NoAnswer, NotSent
+from sluice.egress.smtp import SmtpServer, send_mail
 
 DEADLINE_S = 1.0
 SLACK_S = 3.0  # a busy two-core machine: generous, still far below "forever"

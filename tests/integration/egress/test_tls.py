@@ -9,12 +9,12 @@ from typing import Any
 import httpcore
 import pytest
 
-from shared.core.services import Services
-from shared.egress import AddressGuard
-from shared.egress.tls import tls_context
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.rss.fetch import feed_client
+from sluice.core.services import Services
+from sluice.egress import AddressGuard
+from sluice.egress.tls import tls_context
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.rss.fetch import feed_client
 
 
 def test_one_verifying_context_per_process_and_trust_setting() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.core.services import Services
-from shared.erasure.registry import LEDGER_RETRY_LISTS
-from shared.jobs.runs import RunStore
-from shared.store.db import Database, utcnow
+from sluice.core.services import Services
+from sluice.erasure.registry import LEDGER_RETRY_LISTS
+from sluice.jobs.runs import RunStore
+from sluice.store.db import Database, utcnow
 
 # Keys that belong to the subject by the platform_state convention, and keys that must
 # survive: another user whose id starts the same, a different case, a lookalike segment.
@@ -78,7 +78,7 @@ def redis_entries(services: Services) -> dict[str, list[str]]:
 
 
 def has_table(db: Database, table: str) -> bool:
-    from shared.erasure.registry import Q
+    from sluice.erasure.registry import Q
 
     with db.transaction() as tx:
         return table in {row["table"] for row in tx.fetchall(Q.schema_tables)}

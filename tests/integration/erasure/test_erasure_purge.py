@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-import shared.erasure.requests as erasure_module
-from shared.core.errors import Conflict, TransientStoreError
-from shared.core.services import Services
-from shared.erasure.purge import SYSTEM_ACTOR, confirm, count_subject, purge_due
-from shared.erasure.registry import TARGETS, RedisJsonLists
-from shared.erasure.requests import ErasureStatus, ErasureStore
-from shared.jobs.registry import Deadline, get_job
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore
-from shared.store.db import utcnow
+import sluice.erasure.requests as erasure_module
+from sluice.core.errors import Conflict, TransientStoreError
+from sluice.core.services import Services
+from sluice.erasure.purge import SYSTEM_ACTOR, confirm, count_subject, purge_due
+from sluice.erasure.registry import TARGETS, RedisJsonLists
+from sluice.erasure.requests import ErasureStatus, ErasureStore
+from sluice.jobs.registry import Deadline, get_job
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore
+from sluice.store.db import utcnow
 from tests.conftest import REDIS_URL
 from tests.integration.erasure.erasure_data import (
     DECOY_KEYS,
@@ -167,7 +167,7 @@ def test_data_left_after_the_purge_fails_the_request_and_pages(
         svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     _seed(svc)
     request_id = _due(svc)
-    monkeypatch.setattr("shared.erasure.purge.EXTERNAL_STORES", (_RacingRedrive(svc),))
+    monkeypatch.setattr("sluice.erasure.purge.EXTERNAL_STORES", (_RacingRedrive(svc),))
     reported: list[tuple[str, int]] = []
     monkeypatch.setattr(svc.reporter, "drain_failures",
                         lambda job, failed, result: reported.append((job, failed)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from shared.erasure.registry import LEDGER_RETRY_LISTS, RedisJsonLists
-from shared.store.redis_clients import RedisClient
+from sluice.erasure.registry import LEDGER_RETRY_LISTS, RedisJsonLists
+from sluice.store.redis_clients import RedisClient
 from tests.integration.billing.usage_fixtures import (  # noqa: F401 — fixtures, used by name
     redis_client,
     redis_env,
@@ -47,8 +47,8 @@ def test_no_redis_configured_means_nothing_to_sweep() -> None:
 
 def test_dead_letters_of_any_shape_are_matched_or_reported_unmatchable(
         redis_client: RedisClient) -> None:  # noqa: F811 — the imported fixture
-    from shared.billing.usage import dead_letter
-    from shared.store.db import utcnow
+    from sluice.billing.usage import dead_letter
+    from sluice.store.db import utcnow
 
     _, _, dlq = LEDGER_RETRY_LISTS
     wrapped = dead_letter(json.dumps([{"entry": {"userId": "42"}}]), "not an envelope", utcnow())

@@ -2,14 +2,14 @@
 
 If this fails after a migration: the new column holds a user reference. Add a
 ``Target`` (and its count_/purge_ queries) or an ``Exemption`` with the reason to
-``shared/erasure/registry.py``.
+``shared/sluice/erasure/registry.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from shared.erasure.registry import (
+from sluice.erasure.registry import (
     EXEMPTIONS,
     TARGETS,
     looks_personal,
@@ -18,7 +18,7 @@ from shared.erasure.registry import (
     subject_params,
     unregistered,
 )
-from shared.store.db import SQL_DIR, Queries
+from sluice.store.db import SQL_DIR, Queries
 
 
 def test_every_user_column_is_registered_for_erasure_or_exempted(db) -> None:  # type: ignore[no-untyped-def]

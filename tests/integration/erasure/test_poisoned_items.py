@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.services import Services
-from shared.erasure.purge import purge_due
-from shared.erasure.requests import ErasureStatus, ErasureStore
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.erasure.purge import purge_due
+from sluice.erasure.requests import ErasureStatus, ErasureStore
+from sluice.store.db import utcnow
 from tests.conftest import REDIS_URL
 from tests.integration.erasure.erasure_data import seed_subject
 

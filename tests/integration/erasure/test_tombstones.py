@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.core.services import Services
-from shared.erasure.purge import count_subject, purge_due
-from shared.erasure.requests import ErasureStatus, ErasureStore
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.erasure.purge import count_subject, purge_due
+from sluice.erasure.requests import ErasureStatus, ErasureStore
+from sluice.store.db import utcnow
 from tests.conftest import REDIS_URL, free_port
 from tests.integration.erasure.erasure_data import seed_redis, seed_subject
 

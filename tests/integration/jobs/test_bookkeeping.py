@@ -7,11 +7,11 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
-from shared.core.services import Services
-from shared.jobs.registry import Job, JobContext
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore, lease_holder_id
-from shared.store.db import Tx, utcnow
+from sluice.core.services import Services
+from sluice.jobs.registry import Job, JobContext
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore, lease_holder_id
+from sluice.store.db import Tx, utcnow
 
 
 class CountingDatabase:

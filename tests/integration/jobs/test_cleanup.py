@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
-from shared.jobs.registry import Deadline
-from shared.store.db import utcnow
+from sluice.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
+from sluice.jobs.registry import Deadline
+from sluice.store.db import utcnow
 
 
 def _seed(db, now) -> None:  # type: ignore[no-untyped-def]
@@ -86,7 +86,7 @@ def test_cleanup_prunes_job_runs_and_the_audit_trail_past_their_retention(db) ->
 
 
 def test_the_retention_settings_default_long_for_the_audit_trail() -> None:
-    from shared.core.settings import Settings
+    from sluice.core.settings import Settings
 
     assert Settings.from_env({}).audit_retention_days == 400
     assert Settings.from_env({}).job_runs_retention_days == 90

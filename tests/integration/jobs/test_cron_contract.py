@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.jobs.registry import Deadline, Job, JobContext
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore, lease_holder_id
-from shared.store.db import utcnow
+from sluice.core.services import Services
+from sluice.jobs.registry import Deadline, Job, JobContext
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore, lease_holder_id
+from sluice.store.db import utcnow
 
 GATE = threading.Event()
 ENTERED = threading.Event()

@@ -7,10 +7,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from shared.core.services import Services
-from shared.jobs.cron_url import serve
-from shared.jobs.registry import JOBS
-from shared.jobs.runs import RunStore
+from sluice.core.services import Services
+from sluice.jobs.cron_url import serve
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runs import RunStore
 from tests.conftest import CRON_SECRET
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import psycopg
 
-from shared.billing.usage import insert_entries
-from shared.core.services import Services
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore
-from shared.store.db import Database, utcnow
+from sluice.billing.usage import insert_entries
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore
+from sluice.store.db import Database, utcnow
 from tests.integration.billing.usage_data import entry
 from tests.providers.polar import PolarStandIn
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.jobs.runs import Q, RunStore
-from shared.store.db import Database, utcnow
+from sluice.jobs.runs import Q, RunStore
+from sluice.store.db import Database, utcnow
 
 
 def test_last_runs_returns_the_latest_run_of_every_job(db: Database) -> None:

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.core.errors import LeaseLost
-from shared.jobs.runs import Fence, RunStore
-from shared.store.db import Database, utcnow
+from sluice.core.errors import LeaseLost
+from sluice.jobs.runs import Fence, RunStore
+from sluice.store.db import Database, utcnow
 from tests.model import run_model
 
 JOB = "state-cleanup"

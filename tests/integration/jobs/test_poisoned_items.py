@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
-from shared.jobs.registry import JOBS, Deadline
-from shared.store.db import Database, utcnow
+from sluice.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
+from sluice.jobs.registry import JOBS, Deadline
+from sluice.store.db import Database, utcnow
 
 
 def test_a_row_the_store_refuses_to_delete_fails_its_kind_alone(db: Database) -> None:

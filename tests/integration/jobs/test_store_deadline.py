@@ -12,11 +12,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from shared.core.services import Services
-from shared.jobs.registry import JOBS, JobContext
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore
-from shared.store.redis_clients import connect
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS, JobContext
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore
+from sluice.store.redis_clients import connect
 from tests.tcp_proxy import StallingProxy
 
 BUDGET_S = 2.0

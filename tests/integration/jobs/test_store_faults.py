@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 import psycopg
 
-from shared.core.services import Services
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.jobs.runs import RunStore
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore
 
 # The run starts at 0, then finds 0.3 s of its 50 s budget left; without the bound a
 # lock wait lasts the store's 30 s ceiling.

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from shared.billing.deadletters import RedisNotConfigured
-from shared.core.services import Services
-from shared.jobs.runs import RunStore
-from shared.ops.deadletters import DeadLetters
-from shared.queues.consumer import Consumer, InboundMessage
-from shared.queues.publish import Publisher, Registry
-from shared.queues.signing import Signer
-from shared.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
+from sluice.billing.deadletters import RedisNotConfigured
+from sluice.core.services import Services
+from sluice.jobs.runs import RunStore
+from sluice.ops.deadletters import DeadLetters
+from sluice.queues.consumer import Consumer, InboundMessage
+from sluice.queues.publish import Publisher, Registry
+from sluice.queues.signing import Signer
+from sluice.store.redis_clients import LEDGER_RETRY_DLQ, LEDGER_RETRY_QUEUE
 from tests.sqs_helpers import bodies, create_queues, new_prefix, poll, receive
 
 SECRET = "queue-secret-for-tests-0123456789"
@@ -207,7 +207,7 @@ def test_failed_deliveries_are_a_dlq_too(db_url: str,
                                          make_services: Callable[..., Services]) -> None:
     from datetime import timedelta
 
-    from shared.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
     services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
     store = DeliveryStore(services.db)
@@ -244,7 +244,7 @@ OLD_SECRET = "retired-queue-secret-0123456789ab"
 
 def test_quarantine_is_its_own_source_and_redrives_only_what_verifies(
         db_url: str, make_services: Callable[..., Services]) -> None:
-    from shared.queues.deadletters import Quarantine
+    from sluice.queues.deadletters import Quarantine
 
     services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
     registry = Registry()
@@ -293,7 +293,7 @@ def test_quarantine_is_its_own_source_and_redrives_only_what_verifies(
 
 def test_a_dead_letter_that_does_not_verify_is_refused_not_re_signed(
         db_url: str, make_services: Callable[..., Services]) -> None:
-    from shared.queues.deadletters import LocalDeadLetters
+    from sluice.queues.deadletters import LocalDeadLetters
 
     services = make_services(db_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
     registry = Registry()

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.core.services import Services
-from shared.jobs.cleanup import cleanup_state
-from shared.jobs.registry import Deadline, get_job
-from shared.jobs.runner import run_job
-from shared.ops import console
-from shared.queues.deadletters import LocalDeadLetters
-from shared.store.db import utcnow
-from shared.store.history import HistoryStore, Sample
+from sluice.core.services import Services
+from sluice.jobs.cleanup import cleanup_state
+from sluice.jobs.registry import Deadline, get_job
+from sluice.jobs.runner import run_job
+from sluice.ops import console
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.store.db import utcnow
+from sluice.store.history import HistoryStore, Sample
 
 
 def test_depths_are_sampled_on_the_schedule_not_by_reading_the_console(
         services: Services) -> None:
     from fastapi.testclient import TestClient
 
-    from shared.http.app import create_app
+    from sluice.http.app import create_app
     from tests.conftest import admin_token
 
     LocalDeadLetters(services.db).add("rss.enrich", {"errorMessage": "x"})

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from shared.core.errors import SluiceError
-from shared.core.services import Services
-from shared.queues.consumer import Consumer, InboundMessage, MessageOutcome
-from shared.queues.deadletters import Quarantine
-from shared.queues.keys import IDEMPOTENCY_ATTRIBUTE, CompletedKeys, dedupe_key, idempotency_key
-from shared.queues.publish import Publisher, Registry
-from shared.queues.signing import MissingSecret, Signer
+from sluice.core.errors import SluiceError
+from sluice.core.services import Services
+from sluice.queues.consumer import Consumer, InboundMessage, MessageOutcome
+from sluice.queues.deadletters import Quarantine
+from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE, CompletedKeys, dedupe_key, idempotency_key
+from sluice.queues.publish import Publisher, Registry
+from sluice.queues.signing import MissingSecret, Signer
 
 SECRET = "queue-secret-for-tests-0123456789"
 

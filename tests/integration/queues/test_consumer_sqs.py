@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.queues.consumer import Consumer, InboundMessage, backoff_s
-from shared.queues.deadletters import Quarantine
-from shared.queues.handlers import register_catalog_refresh
-from shared.queues.keys import idempotency_key
-from shared.queues.publish import Publisher, Registry
-from shared.queues.runtime import consumers_for
-from shared.queues.signing import Signer
-from shared.queues.sqs import Sqs
+from sluice.core.services import Services
+from sluice.queues.consumer import Consumer, InboundMessage, backoff_s
+from sluice.queues.deadletters import Quarantine
+from sluice.queues.handlers import register_catalog_refresh
+from sluice.queues.keys import idempotency_key
+from sluice.queues.publish import Publisher, Registry
+from sluice.queues.runtime import consumers_for
+from sluice.queues.signing import Signer
+from sluice.queues.sqs import Sqs
 from tests.sqs_helpers import (
     bodies,
     create_queues,
@@ -279,7 +279,7 @@ def test_a_message_to_a_reserved_topic_fails_loud_retries_and_dead_letters(
 
 def test_ingest_rechecks_the_flag_and_runs_the_registered_refresh(
         queue_services: Services, urls: dict[str, str]) -> None:
-    from shared.store.flags import FlagStore
+    from sluice.store.flags import FlagStore
 
     refreshed: list[Services] = []
     register_catalog_refresh(refreshed.append)
@@ -310,7 +310,7 @@ def test_the_queue_url_is_looked_up_once(queue_services: Services,
 
 
 def test_a_missing_queue_is_named(queue_services: Services) -> None:
-    from shared.queues.sqs import QueueMissing
+    from sluice.queues.sqs import QueueMissing
 
     with pytest.raises(QueueMissing, match=r"SQS queue t\w+-rss-ingest does not exist"):
         publish(queue_services, batchId="nowhere")
@@ -328,7 +328,7 @@ def test_aws_endpoint_url_sqs_is_honoured(queue_services: Services, urls: dict[s
 def test_a_client_that_cannot_be_built_raises_instead_of_falling_back(
         sqlite_url: str, make_services: Callable[..., Services], tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.core.errors import ConfigurationError
+    from sluice.core.errors import ConfigurationError
 
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
@@ -355,7 +355,7 @@ def test_a_store_outage_counts_no_attempt_the_message_waits_as_a_delayed_copy(
     """Four deliveries failed before: a fifth that meets a store outage is not dead-lettered
     but acknowledged once a copy of it waits on the queue, delayed (a new message, so its
     count starts again)."""
-    from shared.core.errors import TransientStoreError
+    from sluice.core.errors import TransientStoreError
 
     url = urls["rss.ingest"]
     message_id = publish(queue_services, batchId="outage")
@@ -376,8 +376,8 @@ def test_a_store_outage_counts_no_attempt_the_message_waits_as_a_delayed_copy(
 def test_the_copy_keeps_the_body_and_key_of_the_original(
         queue_services: Services, urls: dict[str, str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.core.errors import TransientStoreError
-    from shared.queues.consumer import OUTAGE_DELAY_S
+    from sluice.core.errors import TransientStoreError
+    from sluice.queues.consumer import OUTAGE_DELAY_S
 
     url = urls["rss.ingest"]
     publish(queue_services, batchId="same")
@@ -405,7 +405,7 @@ def test_the_copy_keeps_the_body_and_key_of_the_original(
 def test_a_copy_that_cannot_be_sent_holds_the_delivery_back_instead(
         queue_services: Services, urls: dict[str, str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.core.errors import TransientStoreError
+    from sluice.core.errors import TransientStoreError
 
     url = urls["rss.ingest"]
     message_id = publish(queue_services, batchId="no-copy")
@@ -430,7 +430,7 @@ def test_completed_keys_unreachable_each_record_waits_for_its_store(
         queue_services: Services, urls: dict[str, str]) -> None:
     """The batch's completed-keys lookup fails (Redis down): no record is handled blind;
     each waits as a copy, none is dead-lettered or counted."""
-    from shared.core.errors import TransientStoreError
+    from sluice.core.errors import TransientStoreError
 
     url = urls["rss.ingest"]
     ids = {publish(queue_services, batchId=f"k{n}") for n in range(3)}

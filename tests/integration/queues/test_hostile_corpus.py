@@ -9,11 +9,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared.core.services import Services
-from shared.queues.consumer import Consumer, InboundMessage
-from shared.queues.deadletters import Quarantine
-from shared.queues.keys import CompletedKeys, dedupe_key
-from shared.queues.signing import Signer, canonical
+from sluice.core.services import Services
+from sluice.queues.consumer import Consumer, InboundMessage
+from sluice.queues.deadletters import Quarantine
+from sluice.queues.keys import CompletedKeys, dedupe_key
+from sluice.queues.signing import Signer, canonical
 
 SECRET = "queue-secret-for-tests-0123456789"
 TOPIC = "rss.ingest"

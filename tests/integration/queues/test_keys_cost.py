@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.queues.keys import CompletedKeys
-from shared.store.db import PostgresDatabase
+from sluice.queues.keys import CompletedKeys
+from sluice.store.db import PostgresDatabase
 from tests.integration.store.test_transaction_cost import round_trips
 
 

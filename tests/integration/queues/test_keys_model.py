@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shared.queues.keys import CompletedKeys
-from shared.store.db import Database
+from sluice.queues.keys import CompletedKeys
+from sluice.store.db import Database
 from tests.model import EPOCH, run_model
 
 RETENTION = timedelta(hours=1)

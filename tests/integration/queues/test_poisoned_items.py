@@ -8,9 +8,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from shared.core.services import Services
-from shared.queues.consumer import Consumer, InboundMessage
-from shared.queues.deadletters import Quarantine
+from sluice.core.services import Services
+from sluice.queues.consumer import Consumer, InboundMessage
+from sluice.queues.deadletters import Quarantine
 from tests.integration.queues.test_hostile_corpus import SECRET, TOPIC, record, signed
 
 

@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from shared.queues.deadletters import LocalDeadLetters
-from shared.queues.keys import CompletedKeys, RedisCompletedKeys
-from shared.store.db import Database, utcnow
-from shared.store.flags import FlagStore
-from shared.store.redis_clients import RedisClient
-from shared.store.state import StateStore
+from sluice.queues.deadletters import LocalDeadLetters
+from sluice.queues.keys import CompletedKeys, RedisCompletedKeys
+from sluice.store.db import Database, utcnow
+from sluice.store.flags import FlagStore
+from sluice.store.redis_clients import RedisClient
+from sluice.store.state import StateStore
 
 
 def test_completed_keys_expire_after_the_retention(db: Database) -> None:

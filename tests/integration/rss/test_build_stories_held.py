@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from shared.rss import store as store_module
-from shared.rss.store import CatalogBuild, RssStore, Story
-from shared.store.db import Database, open_database
+from sluice.rss import store as store_module
+from sluice.rss.store import CatalogBuild, RssStore, Story
+from sluice.store.db import Database, open_database
 
 TTL = timedelta(hours=1)
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.rss import catalog as catalog_module
-from shared.rss.catalog import DbLock, RedisLock, TickMemo, peek, peek_scope
-from shared.rss.store import CatalogBuild, RssStore, Story
+from sluice.core.services import Services
+from sluice.rss import catalog as catalog_module
+from sluice.rss.catalog import DbLock, RedisLock, TickMemo, peek, peek_scope
+from sluice.rss.store import CatalogBuild, RssStore, Story
 from tests.providers.feeds import FeedServer, rss_document
 from tests.rss_support import FakeClock, catalog, feed_services
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.ops.overview import queue_figures
-from shared.queues.publish import REGISTRY
-from shared.queues.runtime import consumers_for, publisher_of
-from shared.rss.catalog import peek_scope
-from shared.rss.fanout import recent_ticks, refresh_build, tick_report
-from shared.rss.store import RssStore
-from shared.store.db import utcnow
-from shared.store.flags import FlagStore
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.ops.overview import queue_figures
+from sluice.queues.publish import REGISTRY
+from sluice.queues.runtime import consumers_for, publisher_of
+from sluice.rss.catalog import peek_scope
+from sluice.rss.fanout import recent_ticks, refresh_build, tick_report
+from sluice.rss.store import RssStore
+from sluice.store.db import utcnow
+from sluice.store.flags import FlagStore
 from tests.providers.feeds import FeedServer
 from tests.rss_support import feed_services
 from tests.sqs_helpers import bodies, create_queues, new_prefix, poll

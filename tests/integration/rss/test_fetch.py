@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.egress import AddressGuard
-from shared.rss.fetch import Fetched, Fetcher, feed_client
-from shared.rss.store import Source
+from sluice.egress import AddressGuard
+from sluice.rss.fetch import Fetched, Fetcher, feed_client
+from sluice.rss.store import Source
 from tests.providers.feeds import FeedServer
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

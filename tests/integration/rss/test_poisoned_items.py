@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.rss.catalog import TickMemo
-from shared.rss.store import RssStore, Source
+from sluice.core.services import Services
+from sluice.rss.catalog import TickMemo
+from sluice.rss.store import RssStore, Source
 from tests.providers.feeds import FeedServer
 from tests.rss_support import FakeClock, catalog, feed_services
 

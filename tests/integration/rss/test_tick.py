@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from shared.core.services import Services
-from shared.jobs.registry import JOBS, Deadline
-from shared.jobs.runner import run_job
-from shared.queues.publish import REGISTRY
-from shared.queues.runtime import consumers_for
-from shared.rss.catalog import Catalog, peek, peek_scope
-from shared.rss.store import GLOBAL_KEY, RssStore
-from shared.rss.tick import ROTATION_WINDOW_MS, refresh_tick
-from shared.store.flags import FlagStore
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS, Deadline
+from sluice.jobs.runner import run_job
+from sluice.queues.publish import REGISTRY
+from sluice.queues.runtime import consumers_for
+from sluice.rss.catalog import Catalog, peek, peek_scope
+from sluice.rss.store import GLOBAL_KEY, RssStore
+from sluice.rss.tick import ROTATION_WINDOW_MS, refresh_tick
+from sluice.store.flags import FlagStore
 from tests.providers.feeds import FeedServer
 from tests.rss_support import FakeClock, catalog, feed_services
 from tests.sqs_helpers import bodies, create_queues, new_prefix, poll
@@ -114,7 +114,7 @@ def test_the_admin_post_rebuilds_the_global_catalog_inside_the_throttle(
 
 def test_alerts_from_new_stories_are_counted_in_the_ticks_answer(
         db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
-    from shared.alerts.rules import RulesStore
+    from sluice.alerts.rules import RulesStore
 
     svc = feed_services(make_services, db_url)
     store = RssStore(svc.db)

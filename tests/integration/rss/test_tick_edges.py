@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.core.services import Services
-from shared.jobs.registry import JOBS
-from shared.jobs.runner import run_job
-from shared.queues.runtime import REGISTRY
-from shared.rss.catalog import peek, peek_scope
-from shared.rss.store import GLOBAL_KEY, RssStore
+from sluice.core.services import Services
+from sluice.jobs.registry import JOBS
+from sluice.jobs.runner import run_job
+from sluice.queues.runtime import REGISTRY
+from sluice.rss.catalog import peek, peek_scope
+from sluice.rss.store import GLOBAL_KEY, RssStore
 from tests.providers.feeds import FeedServer
 from tests.providers.hostile import HostilePeer
 from tests.rss_support import catalog, feed_services

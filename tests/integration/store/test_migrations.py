@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.store.db import open_database
-from shared.store.migrate import applied, discover, migrate, pending
+from sluice.store.db import open_database
+from sluice.store.migrate import applied, discover, migrate, pending
 
 
 def _columns(db) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]

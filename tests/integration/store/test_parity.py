@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.store.db import Database
-from shared.store.state import StateStore
+from sluice.store.db import Database
+from sluice.store.state import StateStore
 
 
 def test_like_is_case_sensitive_on_both_backends(db: Database) -> None:
@@ -35,7 +35,7 @@ def test_parameters_bind_next_to_comments_literals_and_casts(db: Database, sql: 
 
 
 def test_a_cast_after_a_parameter_binds_on_postgres(pg_url: str) -> None:
-    from shared.store.db import open_database
+    from sluice.store.db import open_database
 
     db = open_database(pg_url)
     try:
@@ -49,9 +49,9 @@ def test_a_cast_after_a_parameter_binds_on_postgres(pg_url: str) -> None:
 def test_a_sqlite_lock_wait_ends_at_the_time_left(sqlite_url: str) -> None:
     import sqlite3
 
-    from shared.core.errors import TransientStoreError
-    from shared.store.db import open_database
-    from shared.store.deadline import bounded_by
+    from sluice.core.errors import TransientStoreError
+    from sluice.store.db import open_database
+    from sluice.store.deadline import bounded_by
 
     db = open_database(sqlite_url)
     holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)

@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared.core.errors import TransientStoreError
-from shared.core.services import pg_options
-from shared.core.settings import Settings
-from shared.store.db import PgOptions, PostgresDatabase, open_database
-from shared.store.deadline import bounded_by
-from shared.store.migrate import discover, migrate
+from sluice.core.errors import TransientStoreError
+from sluice.core.services import pg_options
+from sluice.core.settings import Settings
+from sluice.store.db import PgOptions, PostgresDatabase, open_database
+from sluice.store.deadline import bounded_by
+from sluice.store.migrate import discover, migrate
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import pytest
 import redis as redis_py
 from upstash_redis import Redis as UpstashRedis
 
-from shared.core.errors import ConfigurationError, PermanentStoreError, TransientStoreError
-from shared.core.settings import Settings
-from shared.store.redis_clients import RedisClient, RedisPyClient, UpstashClient, connect
+from sluice.core.errors import ConfigurationError, PermanentStoreError, TransientStoreError
+from sluice.core.settings import Settings
+from sluice.store.redis_clients import RedisClient, RedisPyClient, UpstashClient, connect
 from tests.conftest import free_port
 from tests.providers.upstash import UpstashRestServer
 

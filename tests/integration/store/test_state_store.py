@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.errors import ConstraintViolation, PermanentStoreError
-from shared.store.db import utcnow
-from shared.store.state import StateStore
+from sluice.core.errors import ConstraintViolation, PermanentStoreError
+from sluice.store.db import utcnow
+from sluice.store.state import StateStore
 
 
 def test_put_get_overwrite_delete(db) -> None:  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from shared.core.errors import ConstraintViolation, StoreError
-from shared.store.db import (
+from sluice.core.errors import ConstraintViolation, StoreError
+from sluice.store.db import (
     PgOptions,
     PostgresDatabase,
     SqliteDatabase,

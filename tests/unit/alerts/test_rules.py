@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.alerts.evaluate import match_key
-from shared.alerts.rules import Matcher, normalise, parse_rules, story_text
-from shared.core.errors import RequestError
-from shared.rss.store import Story
+from sluice.alerts.evaluate import match_key
+from sluice.alerts.rules import Matcher, normalise, parse_rules, story_text
+from sluice.core.errors import RequestError
+from sluice.rss.store import Story
 
 
 def rule(**overrides: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from bench.chaos.points import discover, points_in
 
 def test_literal_and_forwarded_point_names_are_found() -> None:
     source = '''
-from shared.core.crash import crash_point
+from sluice.core.crash import crash_point
 
 def batches(point):
     crash_point(point)

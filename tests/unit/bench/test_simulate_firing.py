@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from bench.simulate.billing import owed_at
 from bench.simulate.firing import Firing
 from bench.simulate.peers import Feed, FeedStory, Window
-from shared.jobs.schedule import parse
+from sluice.jobs.schedule import parse
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.billing.ledger_redrive import MAX_ATTEMPTS, Settlement
-from shared.billing.polar import _event_errors, classify, polar_event, retry_after_seconds
-from shared.billing.usage import (
+from sluice.billing.ledger_redrive import MAX_ATTEMPTS, Settlement
+from sluice.billing.polar import _event_errors, classify, polar_event, retry_after_seconds
+from sluice.billing.usage import (
     RetryEnvelope,
     UsageEntry,
     dead_letter,
@@ -17,9 +17,9 @@ from shared.billing.usage import (
     ledger_row_from_contract,
     metering_row,
 )
-from shared.core.errors import ConfigurationError, RequestError
-from shared.core.settings import Settings
-from shared.egress import Answer
+from sluice.core.errors import ConfigurationError, RequestError
+from sluice.core.settings import Settings
+from sluice.egress import Answer
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ENTRY = UsageEntry(id="e1", model="m", occurred_at=T0, tenant_id="t", user_id="u",

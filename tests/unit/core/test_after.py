@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.core.after import collector, run_after_response
-from shared.core.observe import Reporter
+from sluice.core.after import collector, run_after_response
+from sluice.core.observe import Reporter
 
 
 class Sink(Reporter):

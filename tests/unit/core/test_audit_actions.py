@@ -9,13 +9,13 @@ from typing import Any
 
 from fastapi.routing import APIRoute
 
-from shared.core.observe import Reporter
-from shared.core.services import Services
-from shared.core.settings import Settings
-from shared.http.app import AUDITED_METHODS, create_app
-from shared.store.db import open_database
+from sluice.core.observe import Reporter
+from sluice.core.services import Services
+from sluice.core.settings import Settings
+from sluice.http.app import AUDITED_METHODS, create_app
+from sluice.store.db import open_database
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "sluice"
 ACTION = re.compile(r'"((?:dlq|flags|erasure|delivery):[a-z_]+)"')
 
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 import jwt
 import pytest
 
-from shared.core.auth import AdminVerifier, JwksKeys, bearer_token, is_authorized_cron
-from shared.core.errors import Forbidden, Unauthorized, UpstreamUnavailable
-from shared.core.settings import Settings
+from sluice.core.auth import AdminVerifier, JwksKeys, bearer_token, is_authorized_cron
+from sluice.core.errors import Forbidden, Unauthorized, UpstreamUnavailable
+from sluice.core.settings import Settings
 from tests.conftest import JWT_SECRET, admin_token
 from tests.providers.jwks import JwksProvider
 
@@ -125,7 +125,7 @@ def test_jwks_rs256_and_es256_from_a_real_endpoint() -> None:
 
 
 def test_an_unreachable_jwks_endpoint_is_a_503_not_a_401() -> None:
-    from shared.core.errors import UpstreamUnavailable
+    from sluice.core.errors import UpstreamUnavailable
     from tests.conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}/.well-known/jwks.json"  # nothing listens there

@@ -8,7 +8,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "sluice"
 
 
 def _is_protocol(node: ast.ClassDef) -> bool:
@@ -27,7 +27,7 @@ def test_every_class_name_in_shared_is_unique() -> None:
 
 
 def test_the_outcome_enums_name_what_they_describe() -> None:
-    from shared.delivery.drain import SendOutcome
-    from shared.queues.consumer import MessageOutcome
+    from sluice.delivery.drain import SendOutcome
+    from sluice.queues.consumer import MessageOutcome
 
     assert SendOutcome.ACKED.value == "acked" and MessageOutcome.DONE.value == "done"

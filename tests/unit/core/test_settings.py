@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import ConfigurationError
-from shared.core.secrets import SECRET_NAMES
-from shared.core.settings import DEFAULT_DATABASE_URL, Settings, fields, secret_variables
+from sluice.core.errors import ConfigurationError
+from sluice.core.secrets import SECRET_NAMES
+from sluice.core.settings import DEFAULT_DATABASE_URL, Settings, fields, secret_variables
 
 
 def test_defaults_are_the_embedded_runtime() -> None:

@@ -10,8 +10,8 @@ from botocore import auth as botocore_auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotocoreCredentials
 
-from shared.core import awsjson
-from shared.core.sigv4 import Credentials, host, sign
+from sluice.core import awsjson
+from sluice.core.sigv4 import Credentials, host, sign
 
 FROZEN = datetime(2026, 3, 14, 15, 9, 26, tzinfo=UTC)
 KEY, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

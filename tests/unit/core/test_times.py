@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.core.times import from_epoch_ms, iso_z, iso_z_or_none, json_default, jsonable
+from sluice.core.times import from_epoch_ms, iso_z, iso_z_or_none, json_default, jsonable
 
 
 def test_iso_z_is_utc_with_milliseconds_and_z() -> None:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from shared.core.errors import RequestError
-from shared.core.validate import (
+from sluice.core.errors import RequestError
+from sluice.core.validate import (
     MAX_DEPTH,
     RECIPIENTS,
     check_depth,
@@ -21,7 +21,7 @@ from shared.core.validate import (
     check_url,
     load_json,
 )
-from shared.delivery.channels import channels
+from sluice.delivery.channels import channels
 
 HOSTILE_URLS = [
     # non-canonical IPv4: octal, a leading zero, short forms, hex, too many parts
@@ -189,7 +189,7 @@ def test_brackets_inside_strings_do_not_count_and_shallow_json_loads() -> None:
 
 
 def test_a_deeply_nested_queue_message_is_malformed_not_a_crash() -> None:
-    from shared.queues.consumer import parse
+    from sluice.queues.consumer import parse
 
     reason = parse('{"a":' * 2000 + "1" + "}" * 2000, "rss.ingest")
     assert isinstance(reason, str) and reason.startswith("malformed message: message is nested")

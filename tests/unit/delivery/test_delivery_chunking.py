@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.delivery.chunking import (
+from sluice.delivery.chunking import (
     chunk,
     plain,
     to_html,

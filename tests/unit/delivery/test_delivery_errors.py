@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.errors import SluiceError
-from shared.delivery.channels.base import refused
-from shared.delivery.classify import (
+from sluice.core.errors import SluiceError
+from sluice.delivery.channels.base import refused
+from sluice.delivery.classify import (
     MAX_DEPTH,
     CredentialsRefused,
     FatalDeliveryError,
@@ -21,7 +21,7 @@ from shared.delivery.classify import (
     is_unknown,
     retry_after_s,
 )
-from shared.delivery.store import DEFAULT_SCHEDULE, RetrySchedule
+from sluice.delivery.store import DEFAULT_SCHEDULE, RetrySchedule
 
 PERMANENT_TEXTS = [
     "Bad Request: chat not found",

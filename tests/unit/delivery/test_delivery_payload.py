@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import RequestError
-from shared.delivery.drain import check_enqueue
-from shared.delivery.payload import Message, parse
+from sluice.core.errors import RequestError
+from sluice.delivery.drain import check_enqueue
+from sluice.delivery.payload import Message, parse
 
 
 def test_parts_and_options() -> None:

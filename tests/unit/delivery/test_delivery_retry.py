@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from shared.core.errors import ShutdownRequested
-from shared.core.shutdown import SHUTDOWN, install, sleep_with_abort
-from shared.delivery.channels.base import send_chunks
-from shared.delivery.classify import PermanentDeliveryError, TransientDeliveryError
-from shared.delivery.retry import Retrier, RetryPolicy
+from sluice.core.errors import ShutdownRequested
+from sluice.core.shutdown import SHUTDOWN, install, sleep_with_abort
+from sluice.delivery.channels.base import send_chunks
+from sluice.delivery.classify import PermanentDeliveryError, TransientDeliveryError
+from sluice.delivery.retry import Retrier, RetryPolicy
 
 
 class Flaky:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from shared.core.errors import ConfigurationError
-from shared.core.settings import Settings
-from shared.delivery.channels import (
+from sluice.core.errors import ConfigurationError
+from sluice.core.settings import Settings
+from sluice.delivery.channels import (
     CHANNEL_MODULES,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

@@ -1,4 +1,4 @@
-"""Only shared.egress imports an HTTP or SMTP client library. import-linter's forbidden
+"""Only sluice.egress imports an HTTP or SMTP client library. import-linter's forbidden
 contract covers httpx, httpcore, smtplib and http; it can only forbid whole external
 packages, so urllib.request (urllib.parse is used everywhere) is checked here."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import shared
+import sluice
 
-ROOT = Path(shared.__file__).parent
+ROOT = Path(sluice.__file__).parent
 
 
 def _imports(path: Path) -> set[str]:

@@ -7,9 +7,9 @@ import zlib
 
 import pytest
 
-from shared.egress import DestinationRefused, TooLarge, UnsupportedEncoding
-from shared.egress.body import Decoder, read_capped
-from shared.egress.urls import parse_url
+from sluice.egress import DestinationRefused, TooLarge, UnsupportedEncoding
+from sluice.egress.body import Decoder, read_capped
+from sluice.egress.urls import parse_url
 
 
 @pytest.mark.parametrize("url", [

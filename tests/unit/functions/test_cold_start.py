@@ -18,13 +18,17 @@ ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = """
 import gc, json, sys
+import functions  # the package's own init (its imports run before any cold_start)
 seen = []
-gc.callbacks.append(lambda phase, info: phase == "start" and seen.append(info["generation"]))
+importing = [True]
+gc.callbacks.append(lambda phase, info: phase == "start" and importing[0]
+                    and seen.append(info["generation"]))
 error = None
 try:
     __import__(sys.argv[1])
 except Exception as exc:
     error = type(exc).__name__
+importing[0] = False
 print(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
                   "collections_during_import": seen, "error": error}))
 """
@@ -32,6 +36,9 @@ print(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
 
 def probe(module: str, env: dict[str, str]) -> dict[str, object]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "AWS_"))}
+    # as in the Lambda zip: ``sluice`` found on the path (shared/), not through the editable
+    # install's finder
+    base["PYTHONPATH"] = str(ROOT / "shared")
     done = subprocess.run([sys.executable, "-c", PROBE, module], cwd=ROOT, check=True,
                           capture_output=True, text=True, env={**base, **env}, timeout=120)
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -54,7 +61,7 @@ def test_init_runs_without_collections_then_freezes_and_reenables_the_gc(
     result = probe(module, {**base_env, **extra})
     assert result["error"] is None, result
     assert result["enabled"] is True
-    # at most the one young-generation pass between the package's init and the module's
+    # at most one young-generation pass before the module's cold_start pauses the collector
     collections = result["collections_during_import"]
     assert isinstance(collections, list) and set(collections) <= {0} and len(collections) <= 1, \
         result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared.http.console.render import depth_chart, duration, number, runs_chart, summary, when
+from sluice.http.console.render import depth_chart, duration, number, runs_chart, summary, when
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

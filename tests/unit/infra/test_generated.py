@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from infra import generate
-from shared.core.observe import metrics
-from shared.jobs.registry import JOBS, Job
-from shared.jobs.schedule import job_schedules
-from shared.queues.topics import TOPICS, Topic
+from sluice.core.observe import metrics
+from sluice.jobs.registry import JOBS, Job
+from sluice.jobs.schedule import job_schedules
+from sluice.queues.topics import TOPICS, Topic
 from tests.conftest import ROOT
 
 
@@ -119,7 +119,7 @@ def test_a_new_topic_and_a_publishing_job_are_one_table_entry_each() -> None:
 
 
 def test_a_topic_sized_by_a_setting_names_a_real_setting_with_that_default() -> None:
-    from shared.core.settings import Settings, fields
+    from sluice.core.settings import Settings, fields
 
     by_var = {var.name: name for name, var in fields().items()}
     for topic in TOPICS.values():

@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.core.errors import ConfigurationError
-from shared.jobs.registry import JOBS
-from shared.jobs.schedule import job_schedules, parse
+from sluice.core.errors import ConfigurationError
+from sluice.jobs.registry import JOBS
+from sluice.jobs.schedule import job_schedules, parse
 
 T0 = datetime(2026, 11, 29, 10, 7, tzinfo=UTC)  # a Sunday
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.queues.signing import MissingSecret, Signer, canonical, js_number, js_stringify
+from sluice.queues.signing import MissingSecret, Signer, canonical, js_number, js_stringify
 
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "js_signing.js"
 SECRET = "queue-secret-for-tests-0123456789"

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.egress import AddressGuard, DestinationRefused, refusal
-from shared.rss.fetch import Backoff, Fetcher, feed_client, retry_after
-from shared.rss.store import Source
+from sluice.egress import AddressGuard, DestinationRefused, refusal
+from sluice.rss.fetch import Backoff, Fetcher, feed_client, retry_after
+from sluice.rss.store import Source
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 NAMES = {"metadata.test": ["169.254.169.254"], "intranet.test": ["10.1.2.3"],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import TransientStoreError
-from shared.jobs.registry import Deadline
-from shared.rss.tick import ROTATION_WINDOW_MS, ingest_tenant_scopes, rotation_offset
+from sluice.core.errors import TransientStoreError
+from sluice.jobs.registry import Deadline
+from sluice.rss.tick import ROTATION_WINDOW_MS, ingest_tenant_scopes, rotation_offset
 from tests.rss_support import FakeClock
 
 SCOPES = [f"scope-{i}" for i in range(6)]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.rss.parse import FeedParseError, canonical_link, parse_feed, story_id
+from sluice.rss.parse import FeedParseError, canonical_link, parse_feed, story_id
 from tests.providers.feeds import atom_document, rss_document
 
 

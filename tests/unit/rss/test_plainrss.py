@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.rss import parse as parse_module
-from shared.rss import plainrss
-from shared.rss.parse import parse_feed
+from sluice.rss import parse as parse_module
+from sluice.rss import plainrss
+from sluice.rss.parse import parse_feed
 from tests.providers.feeds import rss_document
 
 FIELDS = ("title", "link", "id", "summary", "published_parsed")

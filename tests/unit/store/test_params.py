@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import ConfigurationError
-from shared.store.db import open_database
-from shared.store.params import to_pyformat
+from sluice.core.errors import ConfigurationError
+from sluice.store.db import open_database
+from sluice.store.params import to_pyformat
 
 
 @pytest.mark.parametrize(("sql", "expected"), [

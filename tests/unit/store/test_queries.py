@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import ConfigurationError
-from shared.store.db import Queries, _to_pyformat, open_database
+from sluice.core.errors import ConfigurationError
+from sluice.store.db import Queries, _to_pyformat, open_database
 
 
 def test_params_become_pyformat_outside_literals_only() -> None:

@@ -1,1 +1,0 @@
-"""Sluice: durable background work for serverless Python."""

@@ -1,5 +1,0 @@
-"""The operations console: pages under ``/admin``, their JSON twins, its own static assets."""
-
-from shared.http.console.pages import router
-
-__all__ = ["router"]

@@ -1,0 +1,198 @@
+"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries, and
+settle the ones resting ``unknown`` (``mark-delivered``, ``send-again``).
+
+Redrive, purge, mark-delivered and send-again are written to ``admin_audit`` as the
+operator (``--by``, else ``cli:$USER``), like the API's admin actions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sluice.cli.main import audited, command_group, operator, services
+from sluice.cli.output import emit
+from sluice.core.errors import RequestError
+from sluice.core.times import json_default
+from sluice.core.validate import check_optional_identifier, check_recipient, load_json
+
+EXIT_OK, EXIT_FAILED = 0, 2
+
+
+def _services() -> Any:
+    return services()
+
+
+def _store(services: Any) -> Any:
+    from sluice.delivery.store import DeliveryStore
+
+    return DeliveryStore(services.db)
+
+
+def _operator(args: argparse.Namespace) -> str:
+    return operator(args.by)
+
+
+def _print(args: argparse.Namespace, body: Any) -> None:
+    if args.json:
+        print(json.dumps(body, default=json_default))
+        return
+    for row in body if isinstance(body, list) else [body]:
+        if "recipient" in row:
+            when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
+                    "in_flight": ("lease_until", row["leaseUntil"]),
+                    "unknown": ("updated_at", row["updatedAt"])}.get(
+                row["status"], ("next", row["nextAttemptAt"]))
+            print(f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
+                  f"attempts={row['attempts']}  {when[0]}={when[1]}")
+            if row.get("lastError"):
+                print(f"  last error: {row['lastError']}")
+            if row["status"] == "unknown":
+                print(f"  sent {row['unknownSends']} time(s) without an answer: it may have "
+                      f"arrived. `sluice delivery mark-delivered {row['id']}` if the receiver "
+                      f"has it, `sluice delivery send-again {row['id']}` if not, or purge it")
+        else:
+            emit(row)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from sluice.delivery.store import check_status
+
+    rows = _store(_services()).list(status=check_status(args.status), channel=args.channel,
+                                    limit=args.limit)
+    _print(args, [row.to_json() for row in rows])
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    _print(args, _store(_services()).get(args.id).to_json())
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    _print(args, {"statuses": _store(_services()).stats()})
+    return EXIT_OK
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    services = _services()
+    if args.all_failed:
+        with audited(services, _operator(args), "delivery:redrive_all",
+                     args.channel or "*") as record:
+            count = _store(services).redrive_all(channel=args.channel)
+            record["outcome"] = f"redriven={count}"
+        _print(args, {"redriven": count})
+    else:
+        with audited(services, _operator(args), "delivery:redrive", _one_id(args)) as record:
+            entry = _store(services).redrive(_one_id(args))
+            record["outcome"] = "redriven"
+        _print(args, entry.to_json())
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    services = _services()
+    if args.all_failed:
+        with audited(services, _operator(args), "delivery:purge_all",
+                     args.channel or "*") as record:
+            count = _store(services).purge_all(channel=args.channel)
+            record["outcome"] = f"purged={count}"
+    else:
+        with audited(services, _operator(args), "delivery:purge", _one_id(args)) as record:
+            _store(services).purge(_one_id(args))
+            record["outcome"] = "purged"
+        count = 1
+    _print(args, {"purged": count})
+    return EXIT_OK
+
+
+def cmd_settle_unknown(args: argparse.Namespace) -> int:
+    services = _services()
+    action = "mark_delivered" if args.command_name == "mark-delivered" else "send_again"
+    with audited(services, _operator(args), f"delivery:{action}", args.id) as record:
+        entry = getattr(_store(services), action)(args.id)
+        record["outcome"] = entry.status.value
+    _print(args, entry.to_json())
+    return EXIT_OK
+
+
+def _one_id(args: argparse.Namespace) -> str:
+    if not args.id:
+        raise RequestError("give an entry ID, or --all-failed")
+    return str(args.id)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    from sluice.delivery.channels import Outbound
+    from sluice.delivery.drain import Deliverer, SendOutcome, check_enqueue
+
+    if (args.text is None) == (args.payload is None):
+        raise RequestError("give exactly one of --text and --payload")
+    payload = load_json(args.payload, field="--payload") if args.payload is not None \
+        else {"text": args.text}
+    if args.subject_line:
+        if not isinstance(payload, dict):
+            raise RequestError("--payload must be a JSON object")
+        payload["subject"] = args.subject_line
+    check_enqueue(args.channel, payload)
+    args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
+    args.key = check_optional_identifier(args.key, field="--key")
+    args.user = check_optional_identifier(args.user, field="--user")
+    services = _services()
+    if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
+        from sluice.delivery.channels import webhook_guard
+        from sluice.egress import DestinationRefused
+
+        try:
+            webhook_guard(services.settings.webhook_allow_hosts).check_url(args.recipient)
+        except DestinationRefused as exc:
+            raise DestinationRefused(f"recipient: {exc.message}", field="recipient") from None
+    if not args.send:
+        entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
+                                                  idempotency_key=args.key,
+                                                  subject_user_id=args.user)
+        _print(args, entry.to_json())
+        return EXIT_OK
+    with Outbound.open(services.settings) as client:
+        deliverer = Deliverer.from_services(services, client)
+        entry, outcome = deliverer.deliver(args.channel, args.recipient, payload,
+                                           idempotency_key=args.key, subject_user_id=args.user)
+    _print(args, entry.to_json())
+    waiting = (None, SendOutcome.ACKED, SendOutcome.RETRY, SendOutcome.UNKNOWN,
+               SendOutcome.UNCONFIGURED)
+    return EXIT_OK if outcome in waiting else EXIT_FAILED
+
+
+def register(sub: Any) -> None:
+    add = command_group(sub, "delivery", "the delivery queue: list, show, redrive, purge")
+
+    p = add("list", cmd_list, "list entries, newest first", by=False)
+    p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed", "unknown"])
+    p.add_argument("--channel")
+    p.add_argument("--limit", type=int, default=100)
+    add("show", cmd_show, "show one entry", by=False).add_argument("id")
+    add("stats", cmd_stats, "count and oldest entry per status", by=False)
+    for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
+                             ("purge", cmd_purge, "delete failed entries")):
+        p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]")
+        p.add_argument("id", nargs="?")
+        p.add_argument("--all-failed", action="store_true")
+        p.add_argument("--channel")
+    for name, what in (("mark-delivered", "the receiver has it: acked"),
+                       ("send-again", "the receiver does not have it: pending, attempts reset")):
+        p = add(name, cmd_settle_unknown, f"an entry resting unknown: {what}")
+        p.add_argument("id")
+        p.set_defaults(command_name=name)
+    p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
+            by=False)
+    from sluice.delivery.channels import channels
+
+    p.add_argument("channel", choices=list(channels()))
+    p.add_argument("recipient", help="URL, Slack channel, Telegram chat id or email address")
+    p.add_argument("--text")
+    p.add_argument("--payload", help="the whole payload as a JSON object")
+    p.add_argument("--subject-line", help="email subject")
+    p.add_argument("--key", help="idempotency key (a second enqueue returns the first)")
+    p.add_argument("--user", help="the app user the message is for (for erasure)")
+    p.add_argument("--send", action="store_true", help="send now (inline path), then settle")

@@ -1,0 +1,318 @@
+"""The ``sluice`` command line.
+
+Feature modules add subcommands through ``COMMAND_MODULES``: each module has
+``register(subparsers)`` that adds its parsers with ``func=`` set.
+
+Exit codes (docs/cli.md): 0 done; 1 error (the run errored, a store or
+provider failed); 2 the command ran and reported failures; 64 usage (bad
+arguments, an unknown job, topic, flag, channel or id, invalid input, a refused
+state change); 78 configuration (a setting is missing or invalid, or no database).
+
+How commands print (``--json``, quiet stderr, ``-v``) lives in ``sluice.cli.output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from sluice.cli.output import Mode, check_database, emit, mode, note, speaking
+from sluice.core.errors import ConfigurationError, RequestError, SluiceError
+from sluice.core.times import iso_z, json_default
+
+# Feature command modules, each with register(subparsers).
+COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
+                              "sluice.cli.billing", "sluice.cli.token", "sluice.cli.rss",
+                              "sluice.cli.alerts", "sluice.cli.audit"]
+
+EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
+# Commands that may create the SQLite database; every other one refuses a missing file.
+CREATES_DATABASE = frozenset({"migrate", "dev"})
+# Commands that print no data (a server), so they take no --json.
+NO_JSON = frozenset({"dev"})
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the usage exit code of the table above (argparse's own is 2)."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def exit_code(exc: SluiceError) -> int:
+    if isinstance(exc, RequestError):
+        return EXIT_USAGE
+    if isinstance(exc, ConfigurationError):
+        return EXIT_CONFIG
+    return EXIT_ERROR
+
+
+def operator(by: str | None = None) -> str:
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    if by:
+        return by
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in a bare container
+        return "cli:unknown"
+
+
+class AddCommand(Protocol):
+    def __call__(self, command: str, func: Any, help: str, *, by: bool = True
+                 ) -> argparse.ArgumentParser: ...
+
+
+def command_group(sub: Any, name: str, help: str) -> AddCommand:
+    """``sluice NAME …``: returns ``add(command, func, help, by=True)`` for its subcommands,
+    each with ``--json``; those that write an audit row (``by=True``) also take ``--by`` (the
+    operator named in it). A read takes no ``--by``: an option that does nothing is refused."""
+    commands = sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command",
+                                                              required=True)
+
+    def add(command: str, func: Any, help: str, *, by: bool = True
+            ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = commands.add_parser(command, help=help)
+        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        if by:
+            p.add_argument("--by", help="operator name for the audit trail (default cli:$USER)")
+        p.set_defaults(func=func)
+        return p
+
+    return add
+
+
+@contextmanager
+def audited(services: Any, actor: str, action: str, target: str | None,
+            detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """An operator's action, audited like the API's: the row is written (outcome
+    ``started``) before the block runs and settled after it with ``record["outcome"]``
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    from sluice.jobs.runs import RunStore
+
+    runs = RunStore(services.db)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
+    audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
+                          ip=None, detail=detail)
+    try:
+        yield record
+    except SluiceError as exc:
+        runs.complete_audit(audit_id, exc.code, record["detail"], record["target"])
+        raise
+    runs.complete_audit(audit_id, str(record["outcome"]), record["detail"], record["target"])
+
+
+def services(*, migrate_embedded: bool = True) -> Any:
+    """The process's ``Services``; on the embedded SQLite default, pending migrations first."""
+    return _services(argparse.Namespace(), migrate_embedded=migrate_embedded)
+
+
+def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> Any:
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+
+    settings = Settings.from_env()
+    shown = check_database(settings.database_url,
+                           may_create=mode().command in CREATES_DATABASE)
+    if not mode().json:
+        print(f"database: {shown}", file=sys.stderr)
+    services = Services.from_settings(settings)
+    if migrate_embedded and services.db.dialect == "sqlite":
+        from sluice.store.migrate import migrate
+
+        for migration in migrate(services.db):
+            note(f"applied migration {migration.version} {migration.name}")
+    return services
+
+
+def progress_line() -> Any:
+    """A one-line progress indicator on a terminal; silent otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    started = time.monotonic()
+
+    def show(message: str) -> None:
+        sys.stderr.write(f"\r\x1b[2K[{time.monotonic() - started:6.1f}s] {message}")
+        sys.stderr.flush()
+
+    return show
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sluice.jobs.registry import get_job
+
+    return run_and_print(get_job(args.job), _services(args, migrate_embedded=True),
+                         as_json=args.json)
+
+
+def run_and_print(job: Any, services: Any, *, as_json: bool) -> int:
+    """Run ``job`` now (with a progress line on a terminal), print its result, and answer
+    the exit code its outcome means."""
+    from sluice.jobs.runner import run_job
+
+    progress = progress_line()
+    if progress:
+        progress(f"running {job.name}…")
+    outcome = run_job(job, services, "cli", progress=progress)
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    if as_json:
+        print(json.dumps(outcome.body, default=json_default))
+    else:
+        print(f"{job.name}: {outcome.outcome}")
+        for key, value in outcome.body.items():
+            print(f"  {key}: {json.dumps(value, default=json_default)}")
+    return {"ok": EXIT_OK, "skipped": EXIT_OK, "failures": EXIT_FAILURES}.get(outcome.outcome,
+                                                                             EXIT_ERROR)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from sluice.store.migrate import migrate, pending
+
+    services = _services(args)
+    if args.dry_run:
+        waiting = [{"version": m.version, "name": m.name} for m in pending(services.db)]
+        emit({"dialect": services.db.dialect, "pending": waiting},
+             lambda body: [f"pending {m['version']} {m['name']}" for m in body["pending"]])
+        return 0
+    applied = [{"version": m.version, "name": m.name} for m in migrate(services.db)]
+    emit({"dialect": services.db.dialect, "applied": applied},
+         lambda body: [*(f"applied {m['version']} {m['name']}" for m in body["applied"]),
+                       f"{len(body['applied'])} migration(s) applied on {body['dialect']}"])
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from sluice.jobs.registry import JOBS
+    from sluice.jobs.runs import RunStore
+    from sluice.jobs.schedule import job_schedules
+
+    services = _services(args, migrate_embedded=True)
+    schedules = job_schedules()
+    last = RunStore(services.db).last_runs()
+    rows = []
+    for job in JOBS.values():
+        run = last.get(job.name)
+        rows.append({
+            "job": job.name, "route": job.route,
+            "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
+            "lastRun": iso_z(run["started_at"]) if run else None,
+            "lastOutcome": run["outcome"] if run else None,
+        })
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        print(f"{row['job']:<16} {row['schedule']:<24} last: {row['lastOutcome'] or 'never'}"
+              f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}")
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    from sluice.ops.overview import queue_figures
+
+    data = queue_figures(_services(args, migrate_embedded=True))
+    if args.json:
+        print(json.dumps(data, default=json_default))
+        return 0
+    for section, figures in data.items():
+        if section in ("generatedAt", "jobs"):
+            continue
+        if isinstance(figures, list):
+            for item in figures:
+                print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
+                      f"dlq={json.dumps(item['dlq'])}")
+        else:
+            print(f"{section:<15} {json.dumps(figures, default=json_default)}")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from sluice.cli.dev import serve
+
+    services = _services(args, migrate_embedded=True)
+    serve(services, host=args.host, port=args.port, scheduler=not args.no_scheduler)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="sluice", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="logs and metrics on stderr (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--no-scheduler", action="store_true", help="serve only; fire no jobs")
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("run", help="run one job now and print its result")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true", help="print the result object alone on stdout")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("migrate", help="apply pending schema migrations")
+    p.add_argument("--dry-run", action="store_true", help="list pending migrations only")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("jobs", help="list jobs with their schedules and last runs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("queues", help="real figures for every queue, outbox and dead-letter list")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_queues)
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
+    for path, leaf in leaf_commands(parser).items():
+        options = {o for action in leaf._actions for o in action.option_strings}
+        if "--json" not in options and path[0] not in NO_JSON:
+            leaf.add_argument("--json", action="store_true", help="print JSON on stdout")
+        if "-v" not in options:
+            leaf.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                              help="logs and metrics on stderr (-vv: debug)")
+    return parser
+
+
+def leaf_commands(parser: argparse.ArgumentParser) -> dict[tuple[str, ...],
+                                                            argparse.ArgumentParser]:
+    """Every runnable command (``("dlq", "list")`` …), read from the parser itself."""
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(p: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            found[path] = p
+        for action in subs:
+            for name, child in action.choices.items():
+                walk(child, (*path, name))
+
+    walk(parser, ())
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # A server's logs are its output: `sluice dev` logs as if given -v.
+    verbose = max(args.verbose, 1) if args.command == "dev" else args.verbose
+    with speaking(Mode(json=bool(getattr(args, "json", False)), verbose=verbose,
+                       command=args.command)):
+        try:
+            code: int = args.func(args)
+            return code
+        except SluiceError as exc:
+            print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
+            return exit_code(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""What every channel module shares: the adapter protocol, its registration, typed refusals.
+
+An adapter's ``send(entry)`` returns the platform's message id (several, comma-joined,
+when the message went out in chunks) or raises ``PermanentDeliveryError`` (the
+platform refused it for good) or ``TransientDeliveryError`` (later), with the
+platform's own wait when it gave one; ``OutcomeUnknown`` when the request went out
+and no answer came. Each HTTP request or SMTP session goes through the ``Retrier``
+(immediate in-process retries). ``outage_key(entry)`` names what an outage takes
+down (the channel, or a webhook's host), so the drain can stop sending there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeVar
+
+from sluice.core.observe import logger
+from sluice.delivery.classify import (
+    CredentialsRefused,
+    OutcomeUnknown,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+    classify,
+    matches_permanent,
+)
+from sluice.delivery.payload import Message, parse
+from sluice.delivery.retry import Retrier
+from sluice.delivery.store import DeliveryEntry
+from sluice.egress import (
+    AddressGuard,
+    Answer,
+    AnswerRefused,
+    DestinationRefused,
+    Egress,
+    EgressError,
+    NotSent,
+)
+
+if TYPE_CHECKING:
+    from sluice.core.settings import Settings
+
+# 4xx answers that say "later", not "never".
+RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+CREDENTIAL_STATUSES = frozenset({401, 403})
+T = TypeVar("T")
+
+
+class ChannelAdapter(Protocol):
+    name: str
+
+    def send(self, entry: DeliveryEntry) -> str: ...
+
+    def outage_key(self, entry: DeliveryEntry) -> str: ...
+
+
+def webhook_guard(allow_hosts: Sequence[str] = ()) -> AddressGuard:
+    """Webhook recipients come from rules: public addresses only, unless the host is in
+    ``SLUICE_WEBHOOK_ALLOW_HOSTS``."""
+    return AddressGuard(allow_hosts, setting="SLUICE_WEBHOOK_ALLOW_HOSTS", field="recipient")
+
+
+class Outbound(NamedTuple):
+    """The adapters' ways out: ``providers`` for the APIs set in settings (Slack, Telegram:
+    trusted as configured), ``webhooks`` for recipients named in rules (guarded); both end
+    every request by ``deadline`` (``time.monotonic`` seconds)."""
+
+    providers: Egress
+    webhooks: Egress
+    deadline: float | None = None
+
+    @classmethod
+    def open(cls, settings: Settings, *, deadline_s: float | None = None) -> Outbound:
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        timeout = settings.delivery_send_timeout_s
+        return cls(Egress(timeout_s=timeout, deadline=deadline),
+                   Egress(timeout_s=timeout, deadline=deadline,
+                          guard=webhook_guard(settings.webhook_allow_hosts)),
+                   deadline)
+
+    def close(self) -> None:
+        self.providers.close()
+        self.webhooks.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Channel(NamedTuple):
+    """One channel module's registration: its name, what a recipient is, how to build it
+    (None when its credential is not configured), and whether its receivers drop a repeated
+    message by its idempotency key (then an unknown outcome may be resent freely)."""
+
+    name: str
+    recipient: str
+    build: Callable[[Settings, Outbound, Retrier], ChannelAdapter | None]
+    deduplicates: bool = False
+
+
+def refused(text: str, *, status: int | None = None,
+            retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
+    """The typed error for a platform's refusal: permanent by pattern (any status) or by a
+    final 4xx.
+
+    A 401/403 that names no recipient problem is the receiver refusing Sluice's
+    credentials (a wrong token or a rotated signing secret): configuration, not the
+    message, so it is transient and the channel's outage rule stops the run before any
+    entry loses an attempt.
+    """
+    # The platform's own words decide first, whatever the status: Telegram answers
+    # "bot was blocked" with 403 and has sent such texts with other codes.
+    if matches_permanent(text):
+        return PermanentDeliveryError(text, status=status)
+    if status in CREDENTIAL_STATUSES and retry_after_s is None:
+        return CredentialsRefused(text, status=status)
+    if retry_after_s is None and (
+            status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX):
+        return PermanentDeliveryError(text, status=status)
+    return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status)
+
+
+def transport_error(label: str, exc: EgressError,
+                    redact: str | None = None) -> PermanentDeliveryError | TransientDeliveryError:
+    """A refused destination (not a public address, a URL that cannot be parsed) is this
+    entry's for good. Not sent (DNS, connect refused or timed out, the deadline gone before
+    sending): plain transient. Anything later (no answer by the deadline, an answer that
+    could not be read) may have reached the receiver: ``OutcomeUnknown``."""
+    text = f"{label}: {exc.message}"
+    if redact:
+        text = text.replace(redact, "<token>")
+    if isinstance(exc, DestinationRefused):
+        return PermanentDeliveryError(text)
+    if isinstance(exc, NotSent):
+        return TransientDeliveryError(text)
+    if isinstance(exc, AnswerRefused):
+        return OutcomeUnknown(f"{text} (answered; unreadable)")
+    return OutcomeUnknown(f"{text} (sent; no answer)")
+
+
+def retry_after(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def json_of(response: Answer) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    return data if isinstance(data, dict) else {}
+
+
+def message_of(entry: DeliveryEntry) -> Message:
+    """The entry's payload as a message; one that no longer parses can never be sent."""
+    try:
+        return parse(entry.channel, entry.payload)
+    except Exception as exc:  # noqa: BLE001 - a RequestError from parse, stored before a check
+        raise PermanentDeliveryError(f"{entry.channel}: {exc}") from None
+
+
+def send_chunks(chunks: Sequence[T], send_one: Callable[[T], str], *, retrier: Retrier,
+                label: str, best_effort: bool) -> str:
+    """Send each chunk in order (each with its own in-process retries); the ids, comma-joined.
+
+    A chunk that fails stops the rest and fails the send, except with ``best_effort``,
+    where a chunk refused for good is skipped (logged) and the send succeeds if any chunk
+    went out. A send retried later starts again from the first chunk."""
+    ids: list[str] = []
+    refusals: list[BaseException] = []
+    for i, item in enumerate(chunks, 1):
+        part = f"{label} chunk {i}/{len(chunks)}" if len(chunks) > 1 else label
+        try:
+            ids.append(retrier.call(lambda item=item: send_one(item), label=part))  # type: ignore[misc]
+        except Exception as exc:
+            if not (best_effort and classify(exc) == "permanent"):
+                raise
+            logger.warning(f"[delivery] {part} refused, skipped (bestEffort): {exc}")
+            refusals.append(exc)
+    if not ids:
+        raise refusals[0] if refusals else PermanentDeliveryError(f"{label}: nothing to send")
+    return ",".join(ids)

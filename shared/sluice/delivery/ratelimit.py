@@ -1,0 +1,286 @@
+"""Per-destination send rates, shared by every concurrent sender.
+
+Each entry maps to the rates it must respect (``rates_for``): Telegram's per-bot rate
+and its per-chat one (a group, whose chat id is negative, has a per-minute one),
+Slack's per channel, a webhook's per host; email has none. A rate is held as the next
+moment one more message may go to its key, and messages are spaced evenly at the rate's
+interval (no bursts; by default 5% wider than the limit's, the headroom that keeps network
+jitter from turning an exact spacing into a provider's 429), so no window of the rate's
+period ever holds more than its limit, plus the one on the window's closing edge,
+whatever the number of senders. A slot taken late by at most the headroom keeps the next
+one on schedule (``slack_us``): the senders' own delays (a wake-up, a round trip) do not
+pile up into a slower rate, and no two messages are ever closer than the limit's own
+interval.
+
+``take`` is atomic across every key of the entry: either all have a slot now and all
+advance, or none does and the caller learns how long to wait. The state lives in
+Redis when configured (one Lua script), else in ``delivery_rate_limits`` (one
+transaction, rows locked in key order). A 429 that names its wait and is retried in
+process (``on_retry``) holds the entry's narrowest key (the chat, the channel, the host)
+for every sender until the retry, whose slot it keeps; one that outlasts the in-process
+retries moves that key to at least then, and the entry goes back to pending with its
+attempt given back.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from urllib.parse import urlsplit
+
+from sluice.delivery.classify import TransientDeliveryError, _walk, describe
+from sluice.delivery.store import DeliveryEntry, DeliveryStore
+from sluice.store.db import Database, load_queries
+
+if TYPE_CHECKING:
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+
+Q = load_queries("ratelimit")
+US = 1_000_000
+
+
+class Rate(NamedTuple):
+    key: str
+    interval_us: int  # the spacing between two messages to this key
+    # How late a slot may be taken and still keep the next one on schedule (the headroom
+    # over the limit's own interval): a sender a little late does not push every later
+    # message back, and no two messages are ever closer than the limit's interval.
+    slack_us: int = 0
+
+    @classmethod
+    def per(cls, key: str, limit: float, period_s: float) -> Rate:
+        return cls(key, math.ceil(period_s * US / limit))
+
+
+def rates_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
+    """The rates an entry's send must respect, widest first (the last is the narrowest),
+    each ``delivery_rate_headroom`` below its limit."""
+    slower = 1.0 - settings.delivery_rate_headroom
+    spaced = [(rate.key, rate.interval_us, math.ceil(rate.interval_us / slower))
+              for rate in _limits_for(entry, settings)]
+    return [Rate(key, interval, interval - exact) for key, exact, interval in spaced]
+
+
+def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
+    if entry.channel == "telegram":
+        chat = entry.recipient
+        per_chat = (Rate.per(f"telegram:chat:{chat}", settings.telegram_group_rate_per_min, 60)
+                    if chat.startswith("-")
+                    else Rate.per(f"telegram:chat:{chat}", settings.telegram_chat_rate_per_s, 1))
+        return [Rate.per("telegram:bot", settings.telegram_rate_per_s, 1), per_chat]
+    if entry.channel == "slack":
+        return [Rate.per(f"slack:channel:{entry.recipient}", settings.slack_channel_rate_per_s,
+                         1)]
+    if entry.channel == "webhook":
+        try:
+            parts = urlsplit(entry.recipient)
+            host, port = parts.hostname, parts.port
+        except ValueError:  # unparseable: its send refuses it for good, and no host is reached
+            return []
+        return [Rate.per(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
+                         1)]
+    return []
+
+
+def rate_limited_for_s(error: BaseException) -> float | None:
+    """The wait a provider asked for with a 429 or ``Retry-After``, if it did (0 for a 429
+    without one); None when the error is not a rate limit."""
+    for node in _walk(error):
+        if isinstance(node, TransientDeliveryError):
+            if node.retry_after_s is not None:
+                return max(0.0, node.retry_after_s)
+            if node.context.get("status") == 429:
+                return 0.0
+    return None
+
+
+class RateStore(Protocol):
+    def take(self, rates: list[Rate], now_us: int) -> int:
+        """0 when every key had a slot (all taken); else microseconds to wait (none taken)."""
+        ...
+
+    def slow(self, key: str, until_us: int) -> None:
+        """No slot for ``key`` before ``until_us``."""
+        ...
+
+
+class RedisRates:
+    TAKE = """
+local now = tonumber(ARGV[1])
+local wait = 0
+for i, key in ipairs(KEYS) do
+  local at = tonumber(redis.call('GET', key) or '0')
+  if at - now > wait then wait = at - now end
+end
+if wait > 0 then return wait end
+for i, key in ipairs(KEYS) do
+  local at = tonumber(redis.call('GET', key) or '0')
+  local nxt = math.max(at, now - tonumber(ARGV[#KEYS + i + 1])) + tonumber(ARGV[i + 1])
+  redis.call('SET', key, string.format('%.0f', nxt), 'PX',
+             math.ceil((nxt - now) / 1000) + 60000)
+end
+return 0
+"""
+    SLOW = """
+local at = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if want > at then
+  redis.call('SET', KEYS[1], string.format('%.0f', want), 'PX',
+             math.ceil((want - tonumber(ARGV[2])) / 1000) + 60000)
+end
+return 0
+"""
+
+    def __init__(self, redis: Any, *, now_us: Callable[[], int] | None = None) -> None:
+        self.redis = redis
+        self.now_us = now_us
+
+    def take(self, rates: list[Rate], now_us: int) -> int:
+        keys = [f"delivery:rate:{r.key}" for r in rates]
+        return int(self.redis.eval(self.TAKE, keys, [now_us, *(r.interval_us for r in rates),
+                                                     *(r.slack_us for r in rates)]))
+
+    def slow(self, key: str, until_us: int) -> None:
+        now = self.now_us() if self.now_us else int(time.time() * US)
+        self.redis.eval(self.SLOW, [f"delivery:rate:{key}"], [until_us, now])
+
+
+class DbRates:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def take(self, rates: list[Rate], now_us: int) -> int:
+        ordered = sorted(rates)
+        with self.db.transaction() as tx:
+            for rate in ordered:
+                tx.execute(Q.rate_ensure, {"key": rate.key})
+            found = {row["key"]: int(row["next_at_us"]) for row in tx.fetchall(
+                Q.rate_lock, {"keys": tx.json([r.key for r in ordered])})}
+            wait = max((found.get(r.key, 0) - now_us for r in ordered), default=0)
+            if wait > 0:
+                return wait
+            for rate in ordered:
+                tx.execute(Q.rate_set, {"key": rate.key, "next_at_us": max(
+                    found.get(rate.key, 0), now_us - rate.slack_us) + rate.interval_us})
+        return 0
+
+    def slow(self, key: str, until_us: int) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.rate_slow, {"key": key, "until_us": until_us}, final=True)
+
+
+class Limiter:
+    """The drain's seam: ``acquire`` before each send, ``slow_down`` on a rate limit."""
+
+    def __init__(self, store: RateStore, settings: Settings, *,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.sleep = sleep
+        self.max_wait_s = settings.delivery_rate_wait_s
+        self.waited_s = 0.0
+        self.slowed = 0
+        self._local = threading.local()
+
+    @classmethod
+    def from_services(cls, services: Services, **kwargs: Any) -> Limiter:
+        settings = services.settings
+        clock: Callable[[], float] = kwargs.get("clock", time.time)
+        store: RateStore = (RedisRates(services.redis, now_us=lambda: int(clock() * US))
+                            if settings.redis_configured else DbRates(services.db))
+        return cls(store, settings, **kwargs)
+
+    def _now_us(self) -> int:
+        return int(self.clock() * US)
+
+    def acquire(self, entry: DeliveryEntry, *, time_left_s: float | None = None) -> float:
+        """Take a slot for ``entry`` on every rate it has, waiting for one up to the
+        configured wait (and never past ``time_left_s``). 0 when taken; else the seconds
+        until a slot frees, and the caller sets the entry aside until then."""
+        rates = rates_for(entry, self.settings)
+        if not rates:
+            return 0.0
+        patience = self.max_wait_s if time_left_s is None else min(self.max_wait_s,
+                                                                   max(0.0, time_left_s))
+        waited = 0.0
+        while True:
+            wait_s = self.store.take(rates, self._now_us()) / US
+            if wait_s <= 0:
+                return 0.0
+            if waited + wait_s > patience:
+                return wait_s
+            self.sleep(wait_s)
+            waited += wait_s
+            self.waited_s += wait_s
+
+    def slow_down(self, entry: DeliveryEntry, wait_s: float, *, keep_first: bool = False) -> None:
+        """A provider refused for its rate: no slot for the entry's narrowest key for
+        ``wait_s`` (at least one interval of that key); ``keep_first`` holds one interval
+        more, the first slot after the wait kept for the send that retries then."""
+        rates = rates_for(entry, self.settings)
+        if not rates:
+            return
+        narrowest = rates[-1]
+        until = self._now_us() + max(int(wait_s * US), narrowest.interval_us) + (
+            narrowest.interval_us if keep_first else 0)
+        self.store.slow(narrowest.key, until)
+        self.slowed += 1
+
+    @contextmanager
+    def sending(self, entry: DeliveryEntry) -> Iterator[None]:
+        """While ``entry`` is being sent by this thread (its in-process retries included)."""
+        self._local.entry = entry
+        try:
+            yield
+        finally:
+            self._local.entry = None
+
+    def on_retry(self, error: BaseException, attempt: int, wait_s: float) -> None:
+        """The send being made (``sending``) is about to wait ``wait_s`` in process and try
+        again after a 429 that named its wait: every sender holds off that key until then,
+        the first slot after it kept for this retry, so the others neither pile more
+        refusals on the provider meanwhile nor collide with the retry."""
+        entry = getattr(self._local, "entry", None)
+        asked = rate_limited_for_s(error)
+        if entry is not None and asked is not None and asked > 0:
+            self.slow_down(entry, wait_s, keep_first=True)
+
+    def hold(self, store: DeliveryStore, entry: DeliveryEntry,
+             time_left_s: float | None) -> bool:
+        """Before a send: True when no slot freed in time and the claimed entry was set
+        aside until one does (``pending``, its attempt given back)."""
+        wait_s = self.acquire(entry, time_left_s=time_left_s)
+        if wait_s <= 0:
+            return False
+        store.release(entry, f"not sent yet: {entry.channel} rate limit",
+                      delay=timedelta(seconds=wait_s))
+        return True
+
+    def refused(self, store: DeliveryStore, entry: DeliveryEntry,
+                error: BaseException) -> bool:
+        """After a transient failure: True when it was a 429 / Retry-After, which slowed the
+        destination for every sender and set the entry aside with its attempt given back
+        (the provider refused for its rate, not for the message).
+
+        A 429 that names no wait is not handled here: set aside with no delay it would be
+        claimed again at once, so the drain holds its destination on the backoff schedule
+        instead (no attempt counted either way)."""
+        wait_s = rate_limited_for_s(error)
+        if wait_s is None or wait_s <= 0:
+            return False
+        self.slow_down(entry, wait_s)
+        store.release(entry, f"not sent: {describe(error)} (rate limited; no attempt "
+                             "counted)", delay=timedelta(seconds=wait_s))
+        return True
+
+
+__all__ = ["DbRates", "Limiter", "Rate", "RateStore", "RedisRates", "rate_limited_for_s",
+           "rates_for"]

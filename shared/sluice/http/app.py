@@ -1,0 +1,297 @@
+"""The HTTP surface (FastAPI): cron GET, admin POST for every job, admin pages and APIs.
+
+Only the HTTP function imports this module. Feature modules add their own
+routers through ``ROUTERS`` ("module:attribute" of an ``APIRouter``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from sluice.core.auth import (
+    SESSION_COOKIE,
+    Identity,
+    bearer_token,
+    check_same_origin,
+    is_authorized_cron,
+)
+from sluice.core.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
+from sluice.core.observe import logger
+from sluice.core.query import QueryParam
+from sluice.core.services import Services
+from sluice.core.surfaces import Surface
+from sluice.core.times import jsonable
+from sluice.http.after import install as install_after_response
+from sluice.http.guard import InputGuard
+from sluice.http.params import openapi_query, strict_query
+from sluice.jobs.registry import JOBS, Job
+from sluice.jobs.runner import run_job
+from sluice.jobs.runs import RunStore
+
+# Feature routers, imported when the app is built.
+ROUTERS: list[str] = ["sluice.http.erasure:router", "sluice.http.queues:router",
+                     "sluice.http.delivery:router", "sluice.http.delivery:status_router",
+                     "sluice.http.ops:router", "sluice.http.console:router",
+                     "sluice.http.rss:router", "sluice.http.alerts:router",
+                     "sluice.http.apidocs:router"]
+
+AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+AUDIT_STARTED = "started"
+
+
+def request_id(request: Request) -> str:
+    rid: str | None = getattr(request.state, "request_id", None)
+    return rid or "unknown"
+
+
+def client_ip(request: Request) -> str | None:
+    """Who connected: API Gateway's ``requestContext`` source IP on Lambda (Mangum passes
+    the event in the scope), the socket's peer locally. ``X-Forwarded-For`` is the
+    caller's own claim and never used here."""
+    event = request.scope.get("aws.event")
+    if isinstance(event, dict):
+        context = event.get("requestContext") or {}
+        source = (context.get("http") or {}).get("sourceIp") \
+            or (context.get("identity") or {}).get("sourceIp")
+        if isinstance(source, str) and source:
+            return source
+    return request.client.host if request.client else None
+
+
+def is_audited(request: Request) -> bool:
+    return request.method in AUDITED_METHODS and request.url.path.startswith(
+        ("/api/admin", "/admin/"))
+
+
+def audit_detail(request: Request) -> dict[str, Any]:
+    detail: dict[str, Any] = {"requestId": request_id(request),
+                              "query": dict(request.query_params)}
+    forwarded = request.headers.get("x-forwarded-for")
+    if forwarded:
+        detail["forwardedFor"] = forwarded
+    return detail
+
+
+def admin_token(request: Request) -> str | None:
+    return bearer_token(request.headers.get("authorization")) or request.cookies.get(SESSION_COOKIE)
+
+
+def _cookie_authenticated(request: Request) -> bool:
+    return bearer_token(request.headers.get("authorization")) is None \
+        and bool(request.cookies.get(SESSION_COOKIE))
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def require(surface: Surface) -> Any:
+    """A dependency: the admin identity allowed on ``surface`` (401 / 403 otherwise)."""
+
+    def dependency(request: Request) -> Identity:
+        services = services_of(request)
+        verifier = services.admin
+        identity = verifier.verify(admin_token(request))
+        request.state.actor = identity.subject  # audited as this actor even when forbidden
+        if request.method in AUDITED_METHODS and _cookie_authenticated(request):
+            check_same_origin(request.headers.get("origin"), request.headers.get("referer"),
+                              request.headers.get("host"))
+        verifier.authorize_identity(identity, surface)
+        begin_audit(request, identity)
+        return identity
+
+    return Depends(dependency)
+
+
+def begin_audit(request: Request, identity: Identity) -> None:
+    """For an authorised admin write: its audit row, written (outcome ``started``) before
+    the action runs and settled by the middleware after it. An action whose row cannot
+    be written does not run."""
+    if is_audited(request) and getattr(request.state, "audit_id", None) is None:
+        request.state.audit_id = RunStore(services_of(request).db).audit(
+            actor=identity.subject, action=action_name(request), target=request.url.path,
+            outcome=AUDIT_STARTED, ip=client_ip(request), detail=audit_detail(request))
+
+
+def preview(request: Request) -> None:
+    """This request only showed what an action would do (a confirmation page, a dry run):
+    it changed nothing, so it leaves no audit row; the row begun for it is dropped."""
+    request.state.preview = True
+    audit_id = getattr(request.state, "audit_id", None)
+    if audit_id is not None:
+        RunStore(services_of(request).db).discard_audit(audit_id)
+        request.state.audit_id = None
+
+
+# Routes that do what another route does, under that route's action name (by route name).
+ACTION_OF: dict[str, Callable[[Request], str]] = {}
+
+
+def action_name(request: Request) -> str:
+    """The audit action: the matched route's name (``area:verb``), or the name of the route
+    it does the same as (``ACTION_OF``), else method and path."""
+    name = getattr(request.scope.get("route"), "name", None)
+    if not isinstance(name, str):
+        return f"{request.method} {request.url.path}"
+    same_as = ACTION_OF.get(name)
+    return same_as(request) if same_as is not None else name
+
+
+def _query_params(job: Job, *, cron: bool) -> list[QueryParam]:
+    return [QueryParam(p.name, p.kind, p.minimum, p.maximum)
+            for p in job.params if p.cron or not cron]
+
+
+def _job_routes(job: Job) -> APIRouter:
+    """``GET`` (cron bearer) and ``POST`` (admin) of one job. Each honours exactly the
+    parameters the registry declares for it (``strict_query`` refuses any other)."""
+    router = APIRouter()
+
+    def cron(request: Request) -> JSONResponse:
+        services = services_of(request)
+        if not is_authorized_cron(request.headers.get("authorization"),
+                                  services.settings.cron_secret):
+            raise Unauthorized("cron bearer missing or wrong")
+        outcome = run_job(job, services, "cron_http", request_id=request_id(request),
+                          lambda_remaining_ms=_remaining(request),
+                          params=dict(request.query_params))
+        return JSONResponse(outcome.body, status_code=outcome.status)
+
+    def admin(request: Request, identity: Identity = require(job.surface)) -> JSONResponse:
+        if request.query_params.get("dryRun") == "true":
+            preview(request)
+        outcome = run_job(job, services_of(request), "admin", request_id=request_id(request),
+                          lambda_remaining_ms=_remaining(request),
+                          params=dict(request.query_params))
+        return JSONResponse(outcome.body, status_code=outcome.status)
+
+    router.add_api_route(job.route, cron, methods=["GET"], name=f"{job.name}:cron",
+                         openapi_extra=openapi_query(_query_params(job, cron=True)))
+    router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin",
+                         openapi_extra=openapi_query(_query_params(job, cron=False)))
+    return router
+
+
+def _remaining(request: Request) -> Any:
+    context = request.scope.get("aws.context")
+    return getattr(context, "get_remaining_time_in_millis", None)
+
+
+def _error_response(request: Request, exc: SluiceError) -> JSONResponse:
+    body = exc.to_body()
+    body["error"]["requestId"] = request_id(request)
+    return JSONResponse(body, status_code=exc.status)
+
+
+def create_app(services: Services) -> FastAPI:
+    app = FastAPI(title="Sluice", version="0.1.0", docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json", dependencies=[Depends(strict_query)])
+    app.state.services = services
+    # Innermost of the middleware: undecodable input is refused before any route
+    # runs, and that refusal is still audited by ``context_and_audit`` around it.
+    app.add_middleware(InputGuard)
+
+    @app.middleware("http")
+    async def context_and_audit(request: Request, call_next: Any) -> Any:
+        context = request.scope.get("aws.context")
+        given = request.headers.get("x-request-id")
+        request.state.request_id = (getattr(context, "aws_request_id", None)
+                                    or (given if given and _REQUEST_ID.match(given) else None)
+                                    or str(uuid.uuid4()))
+        audited = is_audited(request)
+        try:
+            response = await call_next(request)
+        except Exception:
+            if audited:
+                await _audit(request, "500")
+            raise
+        response.headers["x-request-id"] = request.state.request_id
+        # Every admin action is audited, allowed or not; a preview is not an action.
+        if audited and not getattr(request.state, "preview", False):
+            await _audit(request, str(response.status_code))
+        return response
+
+    async def _audit(request: Request, outcome: str) -> None:
+        """Settle the row written before the action, or record a refused request."""
+        runs = RunStore(services.db)
+        audit_id = getattr(request.state, "audit_id", None)
+        try:
+            if audit_id is not None:
+                await run_in_threadpool(runs.complete_audit, audit_id, outcome,
+                                        audit_detail(request))
+            else:
+                known = getattr(request.state, "actor", None)
+                actor = known if isinstance(known, str) and known else \
+                    await run_in_threadpool(_presented_subject, request)
+                await run_in_threadpool(
+                    runs.audit, actor=actor,
+                    action=action_name(request), target=request.url.path, outcome=outcome,
+                    ip=client_ip(request), detail=audit_detail(request))
+        except SluiceError as exc:
+            # The action (if any) ran after its row was written; the response stands.
+            services.reporter.error("http.audit", exc, path=request.url.path,
+                                    auditId=audit_id, outcome=outcome)
+
+    def _presented_subject(request: Request) -> str:
+        """Who a request refused before authentication claims to be, when its token
+        verifies (a refused query string, say); else ``anonymous``."""
+        try:
+            return services.admin.verify(admin_token(request)).subject
+        except SluiceError:
+            return "anonymous"
+
+    @app.exception_handler(SluiceError)
+    async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
+        if not isinstance(exc, RequestError | UpstreamUnavailable):
+            services.reporter.error("http", exc, path=request.url.path)
+            body = {"error": {"code": "internal_error", "message": exc.message,
+                              "cause": exc.code, "requestId": request_id(request)}}
+            return JSONResponse(body, status_code=exc.status)
+        return _error_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"loc": list(e.get("loc", ())), "message": e.get("msg")} for e in exc.errors()]
+        return JSONResponse({"error": {"code": "bad_request", "message": "invalid request",
+                                       "details": details, "requestId": request_id(request)}},
+                            status_code=422)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        services.reporter.error("http", exc, path=request.url.path)
+        return JSONResponse({"error": {"code": "internal_error",
+                                       "requestId": request_id(request)}}, status_code=500)
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "jobs": sorted(JOBS)}
+
+    @app.get("/api/admin/jobs")
+    def jobs(request: Request, identity: Identity = require("queues")) -> dict[str, Any]:
+        last = RunStore(services.db).last_runs()
+        return {"jobs": [
+            {"name": job.name, "route": job.route, "schedule": job.schedule,
+             "surface": job.surface, "lastRun": jsonable(last.get(job.name))}
+            for job in JOBS.values()
+        ]}
+
+    for job in JOBS.values():
+        app.include_router(_job_routes(job))
+    for target in ROUTERS:
+        module, _, attr = target.partition(":")
+        app.include_router(getattr(importlib.import_module(module), attr))
+    install_after_response(app)
+    logger.debug("http app built", extra={"routes": len(app.routes)})
+    return app

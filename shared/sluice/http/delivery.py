@@ -1,0 +1,125 @@
+"""Admin API for the delivery queue (surface ``delivery``: roles super_admin, ops).
+
+Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
+reset) and purge them ("never send this": failed or unknown entries); for an entry
+resting ``unknown`` (sent, no answer), mark it delivered or send it again. Every POST
+is audited by the app's middleware. The drain's
+own route, ``/api/admin/delivery/drain``, comes from the job registry.
+``GET /api/queue/status`` (the cron bearer, or an admin on ``delivery``) is the
+queue's health: depth per status (``unknown`` included), entries in backoff, the
+oldest pending entry's age, every failing destination with the entries waiting on it
+(``destinations``; ``down`` once reported), and the last drain's summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from sluice.core.auth import Identity, is_authorized_cron
+from sluice.core.errors import RequestError
+from sluice.core.times import iso_z
+from sluice.delivery.destinations import Destinations
+from sluice.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
+from sluice.http.app import admin_token, require, services_of
+from sluice.jobs.runs import RunStore
+
+router = APIRouter(prefix="/api/admin/delivery", tags=["delivery"])
+status_router = APIRouter(tags=["delivery"])
+DRAIN_JOB = "delivery-drain"
+
+
+def _store(request: Request) -> DeliveryStore:
+    return DeliveryStore(services_of(request).db)
+
+
+@router.get("/stats", name="delivery:stats")
+def stats(request: Request, identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Count and oldest enqueue time per status."""
+    return {"statuses": _store(request).stats()}
+
+
+@router.get("/entries", name="delivery:list")
+def list_entries(request: Request, status: str | None = None, channel: str | None = None,
+                 limit: int = 100, identity: Identity = require("delivery")) -> dict[str, Any]:
+    rows = _store(request).list(status=check_status(status), channel=channel or None,
+                                limit=limit)
+    return {"entries": [row.to_json() for row in rows]}
+
+
+@router.get("/entries/{entry_id}", name="delivery:show")
+def show_entry(request: Request, entry_id: str,
+               identity: Identity = require("delivery")) -> dict[str, Any]:
+    return _store(request).get(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/redrive", name="delivery:redrive")
+def redrive_entry(request: Request, entry_id: str,
+                  identity: Identity = require("delivery")) -> dict[str, Any]:
+    """A failed entry back to pending, due now, attempts reset (409 unless failed)."""
+    return _store(request).redrive(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/purge", name="delivery:purge")
+def purge_entry(request: Request, entry_id: str,
+                identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Delete one failed entry (409 unless failed)."""
+    _store(request).purge(entry_id)
+    return {"purged": 1, "id": entry_id}
+
+
+@router.post("/entries/{entry_id}/mark-delivered", name="delivery:mark_delivered")
+def mark_delivered(request: Request, entry_id: str,
+                   identity: Identity = require("delivery")) -> dict[str, Any]:
+    """An unknown entry the receiver confirmed: acked (409 unless unknown)."""
+    return _store(request).mark_delivered(entry_id).to_json()
+
+
+@router.post("/entries/{entry_id}/send-again", name="delivery:send_again")
+def send_again(request: Request, entry_id: str,
+               identity: Identity = require("delivery")) -> dict[str, Any]:
+    """An unknown entry back to pending, due now, attempts reset (409 unless unknown)."""
+    return _store(request).send_again(entry_id).to_json()
+
+
+@router.post("/redrive", name="delivery:redrive_all")
+def redrive_all(request: Request, channel: str | None = None,
+                identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Every failed entry (of ``channel``, if given) back to pending."""
+    return {"redriven": _store(request).redrive_all(channel=channel or None)}
+
+
+@router.post("/purge", name="delivery:purge_all")
+def purge_all(request: Request, channel: str | None = None,
+              identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Delete every failed entry (of ``channel``, if given)."""
+    return {"purged": _store(request).purge_all(channel=channel or None)}
+
+
+@status_router.get("/api/queue/status", name="delivery:queue_status")
+def queue_status(request: Request) -> dict[str, Any]:
+    """Queue health for monitoring: the cron bearer or an admin allowed on ``delivery``."""
+    services = services_of(request)
+    if not is_authorized_cron(request.headers.get("authorization"),
+                              services.settings.cron_secret):
+        identity = services.admin.verify(admin_token(request))
+        services.admin.authorize_identity(identity, "delivery")
+    if request.query_params:
+        raise RequestError(f"unknown query parameter {min(request.query_params)!r}")
+    status = DeliveryStore(services.db).queue_status()
+    status["destinations"] = Destinations(
+        services.db, DEFAULT_SCHEDULE.delays_s,
+        services.settings.delivery_outage_threshold).status()
+    last = next((run for run in RunStore(services.db).recent(DRAIN_JOB, 10)
+                 if run["outcome"] in ("ok", "failures")), None)
+    status["lastSummary"] = None if last is None else {
+        "finishedAt": _iso(last["finished_at"]), "outcome": last["outcome"],
+        "summary": last["result"]}
+    return status
+
+
+def _iso(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return iso_z(value)

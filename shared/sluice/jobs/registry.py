@@ -1,0 +1,245 @@
+"""The job registry: name -> drain, route, default schedule, admin surface.
+
+A job is one entry in ``JOBS`` plus its drain; ``python -m infra.generate`` writes
+its function, schedule, role and alarms into serverless.yml and infra/. The drain
+itself is imported only when the job runs, so a scheduled function loads just its
+own drain. ``sluice dev`` fires what serverless.yml says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+
+from sluice.core.errors import UnknownJob
+from sluice.core.surfaces import Surface
+from sluice.store.db import Tx
+
+if TYPE_CHECKING:
+    from sluice.core.services import Services
+
+Trigger = Literal["schedule", "cron_http", "admin", "cli"]
+Result = dict[str, Any]
+
+
+class Deadline:
+    """When a drain must stop: the smaller of its budget and Lambda's remaining time less a margin."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.seconds = max(0.0, seconds)
+        self.at = clock() + self.seconds
+
+    @classmethod
+    def for_run(cls, budget_s: float, lambda_remaining_ms: int | None, margin_s: float,
+                clock: Callable[[], float] = time.monotonic) -> Deadline:
+        seconds = budget_s
+        if lambda_remaining_ms is not None:
+            seconds = min(seconds, lambda_remaining_ms / 1000 - margin_s)
+        return cls(seconds, clock)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - self._clock())
+
+    def expired(self) -> bool:
+        return self._clock() >= self.at
+
+
+# The parameters of a statement that checks the lease itself (see ``Fence.bind``).
+FenceParams = dict[str, Any]
+UNFENCED: FenceParams = {"fence_job": None, "fence_holder": None, "fence_now": None}
+
+
+class Fence(Protocol):
+    """Raises ``LeaseLost`` inside ``tx`` when the run no longer holds its lease.
+
+    ``check`` is a statement of its own; ``bind`` and ``confirm`` fold the check into
+    the side effect's statement (one round trip for both): ``bind`` gives its
+    ``fence_*`` parameters, and ``confirm`` reads the ``lease_held`` column of the rows
+    it returned."""
+
+    def check(self, tx: Tx) -> None: ...
+
+    def bind(self, tx: Tx) -> FenceParams: ...
+
+    def confirm(self, rows: list[dict[str, Any]]) -> None: ...
+
+
+class _Unfenced:
+    def check(self, tx: Tx) -> None:
+        pass
+
+    def bind(self, tx: Tx) -> FenceParams:
+        return UNFENCED
+
+    def confirm(self, rows: list[dict[str, Any]]) -> None:
+        pass
+
+
+NO_FENCE: Fence = _Unfenced()
+
+
+class JobContext:
+    """What a drain gets: its services, its deadline, who triggered it, a progress hook, and
+    the fence it checks before each side effect (``sluice.jobs.runs.Fence``)."""
+
+    __slots__ = ("deadline", "fence", "params", "progress", "request_id", "services",
+                 "started_at", "trigger")
+
+    def __init__(self, services: Services, deadline: Deadline, trigger: Trigger, request_id: str,
+                 started_at: datetime, params: Mapping[str, str] | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 fence: Fence | None = None) -> None:
+        self.fence: Fence = fence or NO_FENCE
+        self.services = services
+        self.deadline = deadline
+        self.trigger = trigger
+        self.request_id = request_id
+        self.started_at = started_at
+        self.params: Mapping[str, str] = params or {}
+        self.progress: Callable[[str], None] = progress or _no_progress
+
+
+def _no_progress(message: str) -> None:
+    pass
+
+
+Drain = Callable[[JobContext], Result]
+
+
+class Param(NamedTuple):
+    """A query parameter a job's routes honour; ``ctx.params`` carries it as given
+    (``true`` / ``false``, digits), already checked against this declaration."""
+
+    name: str
+    kind: Literal["boolean", "integer"]
+    cron: bool = False  # honoured on the cron GET as well as on the admin POST
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+class Job(NamedTuple):
+    name: str
+    route: str
+    schedule: str  # AWS EventBridge expression: rate(...) or cron(...)
+    surface: Surface
+    target: str  # "module:function", imported when the job runs
+    failure_keys: tuple[str, ...] = ()
+    budget_s: float = 50.0
+    timeout_s: int = 60
+    # Push-queue topics the job publishes to (its function gets a role that may send there).
+    publishes: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    # Reads the push queues' figures (its function's role may read their attributes).
+    reads_queues: bool = False
+
+    def resolve(self) -> Drain:
+        module, _, attr = self.target.partition(":")
+        drain: Drain = getattr(importlib.import_module(module), attr)
+        return drain
+
+    def failures(self, result: Result) -> int:
+        """How many failures a result reports, summed over ``failure_keys`` (lists count items)."""
+        total = 0
+        for key in self.failure_keys:
+            value = result.get(key)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int):
+                total += value
+            elif isinstance(value, list):
+                total += len(value)
+        return total
+
+
+JOBS: dict[str, Job] = {
+    job.name: job
+    for job in (
+        Job(
+            name="state-cleanup",
+            route="/api/admin/state/cleanup",
+            schedule="cron(15 3 * * ? *)",
+            surface="state",
+            target="sluice.jobs.cleanup:run_state_cleanup",
+            failure_keys=("failed",),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="erasure-purge",
+            route="/api/admin/erasure/purge",
+            schedule="rate(1 hour)",
+            surface="erasure",
+            target="sluice.erasure.purge:run_erasure_purge",
+            failure_keys=("failed",),
+            budget_s=240.0,
+            timeout_s=300,
+            params=(Param("dryRun", "boolean", cron=True),),
+        ),
+        Job(
+            name="metering-flush",
+            route="/api/admin/ai/metering/flush",
+            schedule="rate(5 minutes)",
+            surface="metering",
+            target="sluice.billing.metering:run_metering_flush",
+            failure_keys=("failed",),
+            budget_s=50.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="ledger-redrive",
+            route="/api/admin/ai/ledger/retry/flush",
+            schedule="rate(5 minutes)",
+            surface="ledger",
+            target="sluice.billing.ledger_redrive:run_ledger_redrive",
+            # Only lost entries page: a store outage leaves every entry queued (its reason
+            # and errors say so), and "not configured" is not a failure.
+            failure_keys=("deadLettered",),
+            budget_s=50.0,
+            timeout_s=60,
+            params=(Param("batches", "integer", minimum=1, maximum=1_000),),
+        ),
+        Job(
+            name="delivery-drain",
+            route="/api/admin/delivery/drain",
+            schedule="rate(1 minute)",
+            surface="delivery",
+            target="sluice.delivery.drain:run_delivery_drain",
+            failure_keys=("failed", "skippedMaxRetries", "fatal"),
+            budget_s=45.0,
+            timeout_s=60,
+        ),
+        Job(
+            name="history-sample",
+            route="/api/admin/ops/history/sample",
+            schedule="rate(1 minute)",
+            surface="queues",
+            target="sluice.ops.sampling:run_history_sample",
+            budget_s=20.0,
+            timeout_s=30,
+            reads_queues=True,
+        ),
+        Job(
+            name="rss-refresh",
+            route="/api/admin/rss/refresh",
+            schedule="rate(10 minutes)",
+            surface="ingestion",
+            target="sluice.rss.tick:run_rss_refresh",
+            failure_keys=("failed",),
+            budget_s=290.0,
+            timeout_s=300,
+            publishes=("rss.ingest",),
+            params=(),
+        ),
+    )
+}
+
+
+def get_job(name: str) -> Job:
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise UnknownJob(f"no job named {name!r}; known: {', '.join(sorted(JOBS))}") from None

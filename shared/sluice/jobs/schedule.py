@@ -1,0 +1,128 @@
+"""Schedules: AWS ``rate(...)`` and ``cron(...)`` expressions, read from serverless.yml.
+
+serverless.yml is the one source of truth for when jobs fire; ``sluice dev``
+reads it and fires the same expressions locally.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sluice.core.errors import ConfigurationError
+
+SERVERLESS_YML = Path(__file__).resolve().parents[3] / "serverless.yml"
+
+_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
+_CRON = re.compile(r"^cron\((.+)\)$")
+_UNIT = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    expression: str
+    interval: timedelta | None = None  # for rate(...)
+    cron: str | None = None  # five-field croniter expression, for cron(...)
+
+    def next_after(self, moment: datetime) -> datetime:
+        if self.interval is not None:
+            return moment + self.interval
+        from croniter import croniter
+
+        assert self.cron is not None
+        nxt: datetime = croniter(self.cron, moment).get_next(datetime)
+        return nxt
+
+    def next_run(self, now: datetime, last_scheduled: datetime | None) -> datetime | None:
+        """When the scheduler fires next, as far as the schedule tells: a cron's next time;
+        a rate counts from when its rule was deployed, so only from the last scheduled run
+        (None without one)."""
+        if self.interval is None:
+            return self.next_after(now)
+        if last_scheduled is None:
+            return None
+        missed = max(0, (now - last_scheduled) // self.interval)
+        return last_scheduled + (missed + 1) * self.interval
+
+
+def _aws_dow(field: str) -> str:
+    # AWS numbers days 1-7 from Sunday; croniter 0-6 from Sunday. Names pass through.
+    def shift(match: re.Match[str]) -> str:
+        return str(int(match.group(0)) - 1)
+
+    if "#" in field:
+        day, _, nth = field.partition("#")
+        return f"{re.sub(r'[1-7]', shift, day)}#{nth}"
+    return re.sub(r"(?<![\w#])[1-7](?![\w])", shift, field)
+
+
+def parse(expression: str) -> Schedule:
+    expression = expression.strip()
+    if match := _RATE.match(expression):
+        count, unit = int(match.group(1)), match.group(2).rstrip("s")
+        if count < 1:
+            raise ConfigurationError(f"schedule {expression!r}: rate must be at least 1")
+        if (count == 1) != (not match.group(2).endswith("s")):
+            raise ConfigurationError(f"schedule {expression!r}: AWS wants '1 {unit}' / 'N {unit}s'")
+        return Schedule(expression, interval=timedelta(seconds=count * _UNIT[unit]))
+    if match := _CRON.match(expression):
+        fields = match.group(1).split()
+        if len(fields) != 6:
+            raise ConfigurationError(f"schedule {expression!r}: AWS cron takes six fields")
+        minute, hour, dom, month, dow, year = fields
+        if "?" not in (dom, dow):
+            raise ConfigurationError(f"schedule {expression!r}: day-of-month or day-of-week must be ?")
+        if year not in ("*", "?"):
+            raise ConfigurationError(f"schedule {expression!r}: only '*' years are supported locally")
+        cron = " ".join([minute, hour, dom.replace("?", "*"), month,
+                         _aws_dow(dow.replace("?", "*"))])
+        from croniter import croniter
+
+        if not croniter.is_valid(cron):
+            raise ConfigurationError(f"schedule {expression!r} is not a valid cron expression")
+        return Schedule(expression, cron=cron)
+    raise ConfigurationError(f"schedule {expression!r}: expected rate(...) or cron(...)")
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # serverless.yml uses CloudFormation tags (!Ref, !GetAtt, ...); keep them as plain values.
+    def any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+    Loader.add_multi_constructor("!", any_tag)
+    data: dict[str, Any] = yaml.load(path.read_text(), Loader=Loader)  # a SafeLoader subclass
+    return data
+
+
+def job_schedules(path: Path | None = None) -> dict[str, list[str]]:
+    """Job name -> schedule expressions, from the functions that set ``SLUICE_JOB``."""
+    data = _load_yaml(path or SERVERLESS_YML)
+    found: dict[str, list[str]] = {}
+    for name, fn in (data.get("functions") or {}).items():
+        job = ((fn or {}).get("environment") or {}).get("SLUICE_JOB")
+        if not job:
+            continue
+        for event in fn.get("events") or []:
+            schedule = event.get("schedule") if isinstance(event, dict) else None
+            if schedule is None:
+                continue
+            rate = schedule.get("rate") if isinstance(schedule, dict) else schedule
+            if isinstance(schedule, dict) and schedule.get("enabled") is False:
+                continue
+            for expression in rate if isinstance(rate, list) else [rate]:
+                found.setdefault(job, []).append(str(expression))
+        if job not in found:
+            raise ConfigurationError(f"serverless.yml: function {name} runs {job} but has no schedule")
+    return found

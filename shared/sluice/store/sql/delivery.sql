@@ -1,0 +1,256 @@
+-- The write-ahead delivery queue (shared/sluice/delivery/store.py). Every settle write is one
+-- UPDATE guarded by the status it expects, so it either happens whole or not at
+-- all, and a stale writer (its lease lapsed, someone else took over) changes nothing.
+-- While an entry is in_flight, next_attempt_at carries its lease end too, so the
+-- partial index on (status, next_attempt_at) serves both claim and recovery.
+
+-- name: insert_entry
+-- One autocommit statement: the row is what the caller passed, so nothing is read back.
+-- Only the idempotency key may conflict (no row inserted: the caller reads that entry);
+-- an id collision is an error, never a silent no-op.
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at)
+VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key, :status,
+        :attempts, :next_attempt_at, :lease_until, :now, :now)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+
+-- name: get_entry
+SELECT * FROM delivery_queue WHERE id = :id
+
+-- name: get_by_key
+SELECT * FROM delivery_queue WHERE idempotency_key = :key
+
+-- name: record_effect
+-- In the enqueue's transaction. A key already recorded keeps its first record.
+INSERT INTO delivery_effects
+    (idempotency_key, producer, scope_id, subject, entry_id, outcome, recorded_at, updated_at)
+VALUES (:key, :producer, :scope_id, :subject, :entry_id, 'enqueued', :now, :now)
+ON CONFLICT (idempotency_key) DO NOTHING
+
+-- name: effect_keys_among @sqlite
+-- Which of :keys (a JSON array) have an effect record, and when each was last seen: one
+-- statement for a sweep's matches.
+SELECT idempotency_key, updated_at FROM delivery_effects
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
+
+-- name: effect_keys_among @postgres
+SELECT idempotency_key, updated_at FROM delivery_effects
+WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
+
+-- name: entry_keys_among @sqlite
+SELECT idempotency_key FROM delivery_queue
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
+
+-- name: entry_keys_among @postgres
+SELECT idempotency_key FROM delivery_queue
+WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
+
+-- name: effects_before_prune
+-- The entries prune is about to delete (the same choice): their effect records keep the
+-- final state, and stay.
+UPDATE delivery_effects
+SET outcome = (SELECT q.status FROM delivery_queue q
+               WHERE q.idempotency_key = delivery_effects.idempotency_key),
+    updated_at = (SELECT q.updated_at FROM delivery_queue q
+                  WHERE q.idempotency_key = delivery_effects.idempotency_key)
+WHERE idempotency_key IN (
+    SELECT idempotency_key FROM delivery_queue
+    WHERE status IN ('acked', 'failed') AND updated_at < :before
+      AND idempotency_key IS NOT NULL
+    ORDER BY updated_at
+    LIMIT :limit
+)
+
+-- name: effect_purged
+UPDATE delivery_effects SET outcome = 'purged', updated_at = :now
+WHERE idempotency_key = (SELECT idempotency_key FROM delivery_queue
+                         WHERE id = :id AND status IN ('failed', 'unknown'))
+
+-- name: effects_purged_all
+UPDATE delivery_effects SET outcome = 'purged', updated_at = :now
+WHERE idempotency_key IN (
+    SELECT idempotency_key FROM delivery_queue
+    WHERE status = 'failed' AND idempotency_key IS NOT NULL
+      AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+)
+
+-- name: claim_due @postgres
+-- Oldest due first. SKIP LOCKED lets two drains (there should be one: the job is
+-- single-flight) or a drain and an admin redrive pass each other without waiting.
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, updated_at = :now
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status = 'pending' AND next_attempt_at <= :now
+    ORDER BY next_attempt_at, enqueued_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *
+
+-- name: claim_due @sqlite
+-- SQLite serialises writers (BEGIN IMMEDIATE), so the subquery cannot race.
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, updated_at = :now
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status = 'pending' AND next_attempt_at <= :now
+    ORDER BY next_attempt_at, enqueued_at, id
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: ack
+UPDATE delivery_queue
+SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
+    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: nack
+UPDATE delivery_queue
+SET status = 'pending', next_attempt_at = :next_attempt_at, lease_until = NULL,
+    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: nack_unknown
+-- Sent, no answer: counted (attempt and unknown send), never failed; pending again only
+-- when the policy allows one more send, else resting in 'unknown' for the operator.
+UPDATE delivery_queue
+SET status = :status, unknown_sends = unknown_sends + 1, next_attempt_at = :next_attempt_at,
+    lease_until = NULL, last_error = :error, duration_ms = :duration_ms, held_by = NULL,
+    updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: fail
+UPDATE delivery_queue
+SET status = 'failed', last_error = :error, failure_reason = :reason, held_by = NULL,
+    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: release
+-- Back to pending without counting the attempt it claimed: nothing judged this entry
+-- (no adapter, the channel is down, the process is out of memory). last_error says why.
+UPDATE delivery_queue
+SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
+    lease_until = NULL, last_error = :error, held_by = :held_by, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: expire
+-- Pending entries not delivered within the expiry: failed, reason expired, never deleted
+-- here (pruning takes settled entries past the retention, like any failed entry).
+UPDATE delivery_queue
+SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at = :now,
+    last_error = 'expired: not delivered within ' || :expire_s || ' s'
+        || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
+WHERE status = 'pending' AND enqueued_at < :before
+
+-- name: expired_leases
+SELECT id, attempts, channel, unknown_sends FROM delivery_queue
+WHERE status = 'in_flight' AND next_attempt_at < :now
+ORDER BY next_attempt_at, id
+LIMIT :limit
+
+-- name: recover_lease
+-- A lapsed lease is a send that never reported back (the process died or timed out): an
+-- unknown outcome, counted. :status is pending when it may be sent again, else unknown,
+-- so an entry that kills its sender every time cannot loop.
+UPDATE delivery_queue
+SET status = :status, unknown_sends = unknown_sends + 1,
+    next_attempt_at = :now, lease_until = NULL, last_error = :error, updated_at = :now
+WHERE id = :id AND status = 'in_flight' AND next_attempt_at < :now
+RETURNING status
+
+-- name: count_deferred
+-- Pending entries still in their backoff that this run left alone (it did not touch them
+-- since :since): what the drain skipped because they were not due.
+SELECT count(*) AS n FROM delivery_queue
+WHERE status = 'pending' AND next_attempt_at > :now AND updated_at < :since
+
+-- name: count_due
+SELECT count(*) AS n FROM delivery_queue WHERE status = 'pending' AND next_attempt_at <= :now
+
+-- name: queue_status
+SELECT count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > :now) AS in_backoff,
+       min(enqueued_at) FILTER (WHERE status = 'pending') AS oldest_pending
+FROM delivery_queue
+WHERE status = 'pending'
+
+-- name: prune
+DELETE FROM delivery_queue
+WHERE id IN (
+    SELECT id FROM delivery_queue
+    WHERE status IN ('acked', 'failed') AND updated_at < :before
+    ORDER BY updated_at
+    LIMIT :limit
+)
+
+-- name: list_entries
+SELECT * FROM delivery_queue
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+ORDER BY enqueued_at DESC, id
+LIMIT :limit
+
+-- name: redrive
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
+    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
+    updated_at = :now
+WHERE id = :id AND status = 'failed'
+
+-- name: redrive_all
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
+    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
+    updated_at = :now
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+
+-- name: purge
+DELETE FROM delivery_queue WHERE id = :id AND status IN ('failed', 'unknown')
+
+-- name: mark_delivered
+UPDATE delivery_queue
+SET status = 'acked', acked_at = :now, updated_at = :now, held_by = NULL,
+    last_error = 'marked delivered by an operator; last error: ' || COALESCE(last_error, '')
+WHERE id = :id AND status = 'unknown'
+
+-- name: send_again
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
+    lease_until = NULL, held_by = NULL, updated_at = :now
+WHERE id = :id AND status = 'unknown'
+
+-- name: held_counts
+SELECT held_by, count(*) AS n FROM delivery_queue
+WHERE status = 'pending' AND held_by IS NOT NULL
+GROUP BY held_by
+
+-- name: destinations_all
+SELECT * FROM delivery_destinations ORDER BY down_since, key
+
+-- name: destination_failed
+INSERT INTO delivery_destinations (key, down_since, failures, last_error, next_probe_at,
+                                   updated_at)
+VALUES (:key, :now, 1, :error, :next_probe_at, :now)
+ON CONFLICT (key) DO UPDATE
+SET failures = delivery_destinations.failures + 1, last_error = excluded.last_error,
+    next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at
+RETURNING *
+
+-- name: destination_up
+DELETE FROM delivery_destinations WHERE key = :key
+
+-- name: purge_all
+DELETE FROM delivery_queue
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+
+-- name: status_counts
+SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GROUP BY status
+
+-- name: count_failed
+-- Exactly the rows redrive_all / purge_all would change, for their confirmation.
+SELECT count(*) AS n FROM delivery_queue
+WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
