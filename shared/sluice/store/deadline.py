@@ -72,11 +72,13 @@ class Watch:
     first. ``fired`` tells the caller afterwards that its connection was cut and must not
     be reused."""
 
-    __slots__ = ("_cancel", "_lock", "at", "done", "fired")
+    __slots__ = ("_cancel", "_lock", "_on_end", "at", "done", "fired")
 
-    def __init__(self, at: float, cancel: Callable[[], None]) -> None:
+    def __init__(self, at: float, cancel: Callable[[], None],
+                 on_end: Callable[[], None] | None = None) -> None:
         self.at = at
         self._cancel = cancel
+        self._on_end = on_end
         self._lock = threading.Lock()
         self.done = False
         self.fired = False
@@ -86,6 +88,7 @@ class Watch:
             if self.done:
                 return
             self.fired = True
+            self._on_end = None  # out of the watchdog's heap already: nothing to drop
             try:
                 self._cancel()
             except OSError:
@@ -93,34 +96,69 @@ class Watch:
 
     def end(self) -> None:
         with self._lock:
+            if self.done:
+                return
             self.done = True
+            on_end = self._on_end
+        if on_end is not None:
+            on_end()
 
 
 class _Watchdog:
-    """One daemon thread per process firing the due watches (a heap, ended ones skipped)."""
+    """One daemon thread per process firing the due watches.
+
+    The watches wait in a heap by time. A store call's watch ends long before it is due
+    (every call of a run is due at the run's deadline), so ended watches are dropped as
+    they pile up: whenever they outnumber the live ones the heap is rebuilt from the live
+    ones alone. The heap so never holds more than twice the calls in flight (plus a few),
+    however many calls a run makes."""
+
+    COMPACT_AT = 16  # below this many ended watches a rebuild is not worth its cost
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Watch]] = []
+        self._ended = 0  # ended watches still in the heap
         self._seq = itertools.count()
         self._pid = -1
+
+    def watch(self, at: float, cancel: Callable[[], None]) -> Watch:
+        """A watch firing ``cancel`` at ``at`` (``time.monotonic`` seconds) unless ended."""
+        watch = Watch(at, cancel, self._end)
+        self.add(watch)
+        return watch
 
     def add(self, watch: Watch) -> None:
         with self._cond:
             if self._pid != os.getpid():  # first use, or forked: threads do not survive fork
                 self._pid = os.getpid()
                 self._heap = []
+                self._ended = 0
                 threading.Thread(target=self._run, name="sluice-store-watchdog",
                                  daemon=True).start()
             heapq.heappush(self._heap, (watch.at, next(self._seq), watch))
             if self._heap[0][2] is watch:
                 self._cond.notify()
 
+    def _end(self) -> None:
+        with self._cond:
+            self._ended += 1
+            if self._ended >= self.COMPACT_AT and self._ended * 2 > len(self._heap):
+                self._heap = [item for item in self._heap if not item[2].done]
+                heapq.heapify(self._heap)
+                self._ended = 0
+
+    def held(self) -> int:
+        """Watches in the heap, ended ones not yet dropped included (what it costs)."""
+        with self._cond:
+            return len(self._heap)
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while self._heap and self._heap[0][2].done:
                     heapq.heappop(self._heap)
+                    self._ended = max(0, self._ended - 1)
                 if not self._heap:
                     self._cond.wait()
                     continue
@@ -158,8 +196,8 @@ class abandon_at_deadline:  # lower case: read as a context manager, like contex
             return _UNWATCHED
         if left <= 0:
             raise TransientStoreError("the run's time is up: no store call is started past it")
-        self._watch = watch = Watch(time.monotonic() + left + CUT_GRACE_S, self._cancel)
-        _WATCHDOG.add(watch)
+        self._watch = watch = _WATCHDOG.watch(time.monotonic() + left + CUT_GRACE_S,
+                                              self._cancel)
         return watch
 
     def __exit__(self, *exc: object) -> None:

@@ -230,3 +230,20 @@ def test_the_ceiling_is_the_connections_own_and_a_run_lowers_it_per_transaction(
             assert shown[2] == {"s": "2s", "l": "2s"}
         finally:
             db.close()
+
+
+def test_a_runs_postgres_transactions_leave_no_watches_behind(pg_url: str) -> None:
+    # GIVEN a run with an hour left (each transaction's wait is watched)
+    from sluice.store.deadline import _WATCHDOG
+
+    db = open_database(pg_url)
+    try:
+        with bounded_by(lambda: 3600.0):
+            # WHEN it makes 2,000 transactions
+            for _ in range(2_000):
+                with db.transaction() as tx:
+                    tx.fetchone("SELECT 1 AS one")
+            # THEN the watchdog holds a handful, not 2,000 (nothing is in flight now)
+            assert _WATCHDOG.held() < _WATCHDOG.COMPACT_AT
+    finally:
+        db.close()
