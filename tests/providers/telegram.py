@@ -64,6 +64,15 @@ def error(code: int, description: str, **parameters: Any) -> tuple[int, dict[str
     return json_response(code, body)
 
 
+def flood(wait: int | str) -> tuple[int, dict[str, str], bytes]:
+    """429 with ``parameters.retry_after``; a str is spliced into the JSON as it is (a
+    hostile peer's ``NaN``, ``1e400``, ``-5``, ``"30"``)."""
+    if isinstance(wait, int):
+        return error(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
+    status, headers, body = error(429, "Too Many Requests: retry after ?", retry_after=0)
+    return status, headers, body.replace(b'"retry_after": 0', b'"retry_after": ' + wait.encode())
+
+
 # sendPhoto / sendDocument / sendAnimation: the file (an https URL here) in its own field.
 _MEDIA = {"sendphoto": "photo", "senddocument": "document", "sendanimation": "animation"}
 
@@ -74,7 +83,8 @@ class TelegramStandIn(StandIn):
         self.token = token
         self.chats = set(chats)
         self.blocked = set(blocked)
-        self.flood_wait: list[int] = []  # answer 429 with these retry_after values first
+        # answer 429 with these retry_after values first (a str goes into the JSON raw)
+        self.flood_wait: list[int | str] = []
         self.late_s = 0.0  # accept the message, then answer this much later
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -89,8 +99,7 @@ class TelegramStandIn(StandIn):
         if name.lower() != "sendmessage" and media is None:
             return error(404, "Not Found")
         if self.flood_wait:
-            wait = self.flood_wait.pop(0)
-            return error(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
+            return flood(self.flood_wait.pop(0))
         data = json.loads(body or b"{}")
         chat, text = str(data.get("chat_id", "")), data.get("text") or ""
         if not chat:

@@ -2,7 +2,8 @@
 
 ``received`` keeps every request; ``delivered`` keeps one payload per key (what a
 receiver that dedupes acts on). A bad or stale signature is ``401``. Tests script
-statuses in ``answers`` (e.g. a 503 then a 200), and ``slow`` answers: the request is
+statuses in ``answers`` (e.g. a 503 then a 200; a ``(status, headers)`` pair adds headers,
+such as ``Retry-After``), and ``slow`` answers: the request is
 taken (counted, and delivered when its scripted status is 200) but the answer waits on
 ``release`` (an event the test sets), so the sender times out after sending.
 """
@@ -22,7 +23,7 @@ class WebhookReceiver(StandIn):
 
     def __init__(self, secret: str) -> None:
         self.secret = secret
-        self.answers: list[int] = []
+        self.answers: list[int | tuple[int, dict[str, str]]] = []
         self.received: list[dict[str, Any]] = []
         self.delivered: dict[str, dict[str, Any]] = {}
         self.rejected = 0
@@ -45,7 +46,9 @@ class WebhookReceiver(StandIn):
             slow = self.slow > 0
             self.slow -= 1 if slow else 0
             if self.answers and not slow:
-                return json_response(self.answers.pop(0), {"error": "scripted"})
+                answer = self.answers.pop(0)
+                status, extra = answer if isinstance(answer, tuple) else (answer, {})
+                return json_response(status, {"error": "scripted"}, **extra)
             self.delivered.setdefault(key, json.loads(body))
             event_id = f"evt_{list(self.delivered).index(key) + 1}"
         if slow:

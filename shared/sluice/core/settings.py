@@ -165,6 +165,10 @@ class Settings(NamedTuple):
     # the provider must not turn sends spaced exactly at the limit into a 429
     delivery_rate_headroom: Annotated[float, Var("SLUICE_DELIVERY_RATE_HEADROOM", "float",
                                                  0.0, 0.5)] = 0.05
+    # the longest wait a provider's pacing answer (Retry-After, retry_after) is honoured for
+    # (shared/sluice/egress/pacing.py); one asking for longer is its destination failing
+    delivery_pacing_cap_s: Annotated[int, Var("SLUICE_DELIVERY_PACING_CAP_SECONDS", "int",
+                                              1, 86400)] = 3600
     # sends one drain run keeps in flight at once (threads, each claim -> send -> settle)
     delivery_drain_concurrency: Annotated[int, Var("SLUICE_DELIVERY_DRAIN_CONCURRENCY", "int",
                                                    1, 64)] = 1

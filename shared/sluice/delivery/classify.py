@@ -37,14 +37,19 @@ class PermanentDeliveryError(DeliveryError):
 
 
 class TransientDeliveryError(DeliveryError):
-    """The channel could not take the message now; it is retried on the schedule."""
+    """The channel could not take the message now; it is retried on the schedule.
+
+    ``retry_after_s`` is the provider's own wait as ``sluice.egress.pacing`` parsed it
+    (finite, never past the cap); ``over_cap`` says it asked for longer than the cap, so
+    the wait is not honoured as a rate limit: the destination is failing instead."""
 
     code = "delivery_transient"
 
     def __init__(self, message: str | None = None, *, retry_after_s: float | None = None,
-                 **context: object) -> None:
+                 over_cap: bool = False, **context: object) -> None:
         super().__init__(message, **context)
         self.retry_after_s = retry_after_s
+        self.over_cap = over_cap
 
 
 class OutcomeUnknown(TransientDeliveryError):
@@ -190,11 +195,19 @@ def is_unknown(error: BaseException) -> bool:
 
 
 def retry_after_s(error: BaseException) -> float | None:
-    """The provider's own wait (Telegram ``retry_after``, Slack ``Retry-After``), if any."""
+    """The provider's own wait (Telegram ``retry_after``, Slack ``Retry-After``), if any:
+    parsed by ``sluice.egress.pacing``, so finite and never past the cap."""
     for node in _walk(error):
         if isinstance(node, TransientDeliveryError) and node.retry_after_s is not None:
             return node.retry_after_s
     return None
+
+
+def over_cap(error: BaseException) -> bool:
+    """The provider asked to wait longer than the pacing cap: not a wait to honour (no key
+    is held for it, no in-process retry waits on it); its destination is failing."""
+    return any(isinstance(node, TransientDeliveryError) and node.over_cap
+               for node in _walk(error))
 
 
 def describe(error: BaseException) -> str:

@@ -90,9 +90,13 @@ def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
 
 def rate_limited_for_s(error: BaseException) -> float | None:
     """The wait a provider asked for with a 429 or ``Retry-After``, if it did (0 for a 429
-    without one); None when the error is not a rate limit."""
+    without one, or with one that is no answer: ``sluice.egress.pacing``); None when the
+    error is not a rate limit, or asked for longer than the pacing cap (then its destination
+    is failing, and no key shared with other tenants is held for it)."""
     for node in _walk(error):
         if isinstance(node, TransientDeliveryError):
+            if node.over_cap:
+                return None
             if node.retry_after_s is not None:
                 return max(0.0, node.retry_after_s)
             if node.context.get("status") == 429:

@@ -5,9 +5,9 @@
 and retries what ``should_retry`` accepts (a transient delivery error, by default),
 waiting the policy's delay or the server's ``Retry-After`` if that is longer. A wait
 is never started when it would end past the run's deadline less one send, nor when
-the server asks for longer than the policy's maximum: the error then goes back to the
-caller, and the queue's own schedule (5 s / 25 s / 2 min / 10 min, across runs) takes
-over. The wait ends at once on shutdown (``sluice.core.shutdown``: SIGTERM on Lambda,
+the server asks for longer than the policy's maximum (or past the pacing cap,
+``sluice.egress.pacing``): the error then goes back to the caller, and the queue's own
+schedule (5 s / 25 s / 2 min / 10 min, across runs) takes over. The wait ends at once on shutdown (``sluice.core.shutdown``: SIGTERM on Lambda,
 Ctrl-C in ``sluice dev``), and a wait is not started once shutdown has begun; the last
 attempt's error then goes back to the caller as if the retries had run out. ``sleep``,
 the abort event and the deadline's clock are injected, so tests never wait.
@@ -32,7 +32,13 @@ from tenacity.stop import stop_base
 from sluice.core.errors import ShutdownRequested
 from sluice.core.observe import logger
 from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
-from sluice.delivery.classify import CredentialsRefused, classify, is_unknown, retry_after_s
+from sluice.delivery.classify import (
+    CredentialsRefused,
+    classify,
+    is_unknown,
+    over_cap,
+    retry_after_s,
+)
 
 T = TypeVar("T")
 
@@ -103,6 +109,9 @@ class Retrier:
             return True  # shutting down: no new wait
         if wait > self.policy.max_delay_s:
             return True  # the server wants longer than we wait in-process
+        error = state.outcome.exception() if state.outcome else None
+        if error is not None and over_cap(error):
+            return True  # past the pacing cap: its destination is failing, not to be waited on
         return self.remaining is not None and wait + self.reserve_s > self.remaining()
 
     def call(self, fn: Callable[[], T], *, label: str) -> T:

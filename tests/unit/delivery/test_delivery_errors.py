@@ -22,6 +22,7 @@ from sluice.delivery.classify import (
     retry_after_s,
 )
 from sluice.delivery.store import DEFAULT_SCHEDULE, RetrySchedule
+from sluice.egress.pacing import Pacing
 
 PERMANENT_TEXTS = [
     "Bad Request: chat not found",
@@ -183,7 +184,7 @@ def test_a_timeout_after_sending_is_unknown_and_still_transient() -> None:
 def test_a_permanent_text_fails_at_once_whatever_the_status(status: int | None,
                                                            text: str) -> None:
     error = refused(f"telegram {status}: {text}", status=status,
-                    retry_after_s=5.0 if status == 429 else None)
+                    pacing=Pacing(5.0, 3600) if status == 429 else None)
     assert type(error) is PermanentDeliveryError
 
 

@@ -36,6 +36,7 @@ from sluice.egress import (
     EgressError,
     NotSent,
 )
+from sluice.egress.pacing import Pacing
 
 if TYPE_CHECKING:
     from sluice.core.settings import Settings
@@ -101,7 +102,7 @@ class Channel(NamedTuple):
 
 
 def refused(text: str, *, status: int | None = None,
-            retry_after_s: float | None = None) -> PermanentDeliveryError | TransientDeliveryError:
+            pacing: Pacing | None = None) -> PermanentDeliveryError | TransientDeliveryError:
     """The typed error for a platform's refusal: permanent by pattern (any status) or by a
     final 4xx.
 
@@ -112,6 +113,7 @@ def refused(text: str, *, status: int | None = None,
     """
     # The platform's own words decide first, whatever the status: Telegram answers
     # "bot was blocked" with 403 and has sent such texts with other codes.
+    retry_after_s = pacing.wait_s if pacing is not None else None
     if matches_permanent(text):
         return PermanentDeliveryError(text, status=status)
     if status in CREDENTIAL_STATUSES and retry_after_s is None:
@@ -119,7 +121,8 @@ def refused(text: str, *, status: int | None = None,
     if retry_after_s is None and (
             status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX):
         return PermanentDeliveryError(text, status=status)
-    return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status)
+    return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status,
+                                  over_cap=pacing is not None and pacing.over_cap)
 
 
 def transport_error(label: str, exc: EgressError,
@@ -138,13 +141,6 @@ def transport_error(label: str, exc: EgressError,
     if isinstance(exc, AnswerRefused):
         return OutcomeUnknown(f"{text} (answered; unreadable)")
     return OutcomeUnknown(f"{text} (sent; no answer)")
-
-
-def retry_after(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 def json_of(response: Answer) -> dict[str, Any]:

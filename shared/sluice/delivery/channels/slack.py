@@ -19,7 +19,6 @@ from sluice.delivery.channels.base import (
     json_of,
     message_of,
     refused,
-    retry_after,
     send_chunks,
     transport_error,
 )
@@ -28,6 +27,7 @@ from sluice.delivery.classify import TransientDeliveryError
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
 from sluice.egress import Egress, EgressError
+from sluice.egress.pacing import DEFAULT_CAP_S, seconds_header
 
 if TYPE_CHECKING:
     from sluice.core.settings import Settings
@@ -37,11 +37,13 @@ class SlackAdapter:
     name = "slack"
 
     def __init__(self, client: Egress, token: str,
-                 base_url: str = "https://slack.com/api", retrier: Retrier | None = None) -> None:
+                 base_url: str = "https://slack.com/api", retrier: Retrier | None = None, *,
+                 pacing_cap_s: float = DEFAULT_CAP_S) -> None:
         self.client = client
         self.token = token
         self.base_url = base_url.rstrip("/")
         self.retrier = retrier or Retrier()
+        self.pacing_cap_s = pacing_cap_s
 
     def outage_key(self, entry: DeliveryEntry) -> str:
         # per channel: one channel failing (gone quiet, refusing for now) never holds the others;
@@ -71,9 +73,11 @@ class SlackAdapter:
             raise transport_error("slack", exc, redact=self.token) from None
         data = json_of(response)
         if response.status == 429:
+            pacing = seconds_header(response.headers.get("retry-after"), cap_s=self.pacing_cap_s)
             raise TransientDeliveryError(
-                "slack: rate_limited",
-                retry_after_s=retry_after(response.headers.get("retry-after")))
+                "slack: rate_limited", status=429,
+                retry_after_s=pacing.wait_s if pacing is not None else None,
+                over_cap=pacing is not None and pacing.over_cap)
         if response.status >= 500 or not data:
             raise TransientDeliveryError(f"slack answered {response.status}")
         if data.get("ok") is True:
@@ -85,7 +89,8 @@ class SlackAdapter:
 def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.slack_bot_token:
         return None
-    return SlackAdapter(client.providers, settings.slack_bot_token, settings.slack_api_url, retrier)
+    return SlackAdapter(client.providers, settings.slack_bot_token, settings.slack_api_url, retrier,
+                        pacing_cap_s=settings.delivery_pacing_cap_s)
 
 
 CHANNEL = Channel("slack", "a channel id", build)

@@ -21,7 +21,6 @@ from sluice.delivery.channels.base import (
     json_of,
     message_of,
     refused,
-    retry_after,
     send_chunks,
     transport_error,
 )
@@ -29,6 +28,7 @@ from sluice.delivery.chunking import TELEGRAM_MAX_TEXT, chunk, to_telegram_html
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
 from sluice.egress import Egress, EgressError
+from sluice.egress.pacing import DEFAULT_CAP_S, json_seconds
 
 if TYPE_CHECKING:
     from sluice.core.settings import Settings
@@ -52,11 +52,12 @@ class TelegramAdapter:
 
     def __init__(self, client: Egress, token: str,
                  base_url: str = "https://api.telegram.org",
-                 retrier: Retrier | None = None) -> None:
+                 retrier: Retrier | None = None, *, pacing_cap_s: float = DEFAULT_CAP_S) -> None:
         self.client = client
         self.token = token
         self.base_url = base_url.rstrip("/")
         self.retrier = retrier or Retrier()
+        self.pacing_cap_s = pacing_cap_s
 
     def outage_key(self, entry: DeliveryEntry) -> str:
         # per chat: one chat failing (gone quiet, refusing for now) never holds the others;
@@ -108,14 +109,14 @@ class TelegramAdapter:
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
         raise refused(f"telegram {status}: {description}", status=status,
-                      retry_after_s=retry_after(wait))
+                      pacing=json_seconds(wait, cap_s=self.pacing_cap_s))
 
 
 def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.telegram_bot_token:
         return None
     return TelegramAdapter(client.providers, settings.telegram_bot_token, settings.telegram_api_url,
-                           retrier)
+                           retrier, pacing_cap_s=settings.delivery_pacing_cap_s)
 
 
 CHANNEL = Channel("telegram", "a chat id", build)

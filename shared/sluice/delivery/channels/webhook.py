@@ -24,13 +24,13 @@ from sluice.delivery.channels.base import (
     json_of,
     message_of,
     refused,
-    retry_after,
     transport_error,
 )
 from sluice.delivery.classify import PermanentDeliveryError
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
 from sluice.egress import Egress, EgressError
+from sluice.egress.pacing import DEFAULT_CAP_S, retry_after_header
 
 if TYPE_CHECKING:
     from sluice.core.settings import Settings
@@ -60,11 +60,13 @@ class WebhookAdapter:
     name = "webhook"
 
     def __init__(self, client: Egress, secret: str, retrier: Retrier | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *,
+                 pacing_cap_s: float = DEFAULT_CAP_S) -> None:
         self.client = client
         self.secret = secret
         self.retrier = retrier or Retrier()
         self.clock = clock
+        self.pacing_cap_s = pacing_cap_s
 
     def outage_key(self, entry: DeliveryEntry) -> str:
         try:
@@ -101,13 +103,15 @@ class WebhookAdapter:
             return str(found)[:200] if found is not None else entry.dedupe_key
         raise refused(f"webhook answered {response.status}: {response.text[:200]}",
                       status=response.status,
-                      retry_after_s=retry_after(response.headers.get("retry-after")))
+                      pacing=retry_after_header(response.headers.get("retry-after"),
+                                                cap_s=self.pacing_cap_s, now=self.clock()))
 
 
 def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdapter | None:
     if not settings.webhook_signing_secret:
         return None
-    return WebhookAdapter(client.webhooks, settings.webhook_signing_secret, retrier)
+    return WebhookAdapter(client.webhooks, settings.webhook_signing_secret, retrier,
+                          pacing_cap_s=settings.delivery_pacing_cap_s)
 
 
 CHANNEL = Channel("webhook", "an http(s) URL", build, deduplicates=True)
