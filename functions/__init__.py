@@ -37,4 +37,4 @@ with cold_start():
     from sluice.core.shutdown import install
 
     load_secrets()
-    install()  # SIGTERM before Lambda stops the environment cuts retry waits short
+    install()  # a SIGTERM (Lambda sends one only with an extension registered) cuts waits short

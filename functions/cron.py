@@ -1,6 +1,7 @@
-"""Scheduled functions: EventBridge invokes a job's Lambda directly (IAM guards that path),
-and an external scheduler calls the job's cron ``GET`` on the function's own URL, where
-the job's whole timeout applies (``sluice.jobs.cron_url``).
+"""Job functions: EventBridge invokes a job's Lambda directly (IAM guards that path); on the
+function's own URL, where the job's whole timeout applies (``sluice.jobs.cron_url``), an
+external scheduler calls the cron ``GET`` and an admin the ``POST``; the console's "run
+now" invokes the function with that same ``POST`` (``sluice.jobs.handoff``).
 
 One handler serves every job; each function names its job in ``SLUICE_JOB``. A run
 that errored is recorded and reported first, then fails the invocation
@@ -39,7 +40,7 @@ class JobErrored(SluiceError):
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     kind = kind_of(event)
-    if kind == "http":  # the function URL: the cron GET, bearer-checked like the HTTP route
+    if kind == "http":  # the function URL (or a hand-off): cron GET or admin POST, checked
         return serve(JOB, SERVICES, event, context)
     if kind != "schedule":
         raise ConfigurationError(f"{JOB.name}: not a scheduled event; refusing to run")

@@ -158,7 +158,7 @@ def _job_alarms(job: Job) -> str:
     return _alarm(
         f"{base}ErrorsAlarm", f"{job.name}-errors",
         f"The {job.name} function failed (its job errored or crashed); see its logs.",
-        "AWS/Lambda", "Errors", [("FunctionName", f"!Ref {lambda_id(camel(job.name))}")],
+        "AWS/Lambda", "Errors", [("FunctionName", f"!Ref {lambda_id(job.function_key)}")],
         "Sum", "0",
     ) + _alarm(
         f"{base}DrainFailuresAlarm", f"{job.name}-drain-failures",
@@ -213,7 +213,8 @@ _IAM_HEAD = _lines(
     "# IAM, least privilege, one role per kind of function (referenced by each function's `role:`).",
     "# Every role gets the base policy (its own log groups; the stage's secrets in SSM Parameter",
     "# Store and Secrets Manager, read at cold start), plus only the queues it touches:",
-    "#   HttpRole      - admin operations on every topic queue and DLQ (status, redrive, purge)",
+    "#   HttpRole      - admin operations on every topic queue and DLQ (status, redrive, purge);",
+    "#                   lambda:InvokeFunction on the job functions (the console's run now)",
     "#   JobRole       - scheduled drains: they talk to Postgres, Redis and Polar, not to AWS",
     "#   <Job>JobRole  - a job that publishes (its `publishes` in JOBS): sqs:SendMessage and",
     "#                   sqs:GetQueueUrl on those topics' queues only",
@@ -282,7 +283,7 @@ def _statement(actions: list[str], resources: list[str]) -> str:
 
 
 def iam_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
-    topics = list(topics)
+    jobs, topics = list(jobs), list(topics)
     queues = [f"{pascal(t.name)}{kind}" for t in topics for kind in ("Queue", "Dlq")]
     out = HEADER.format(sources="JOBS and TOPICS") + _IAM_HEAD + _lines(
         "  HttpRole:",
@@ -303,6 +304,19 @@ def iam_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
     ) + _statement(["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SendMessage",
                     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
                     "sqs:PurgeQueue"], queues)
+    # The console's "run now" hands a run to the job's function (sluice.jobs.handoff).
+    out += _lines(
+        "        - PolicyName: run-jobs",
+        "          PolicyDocument:",
+        "            Version: '2012-10-17'",
+        "            Statement:",
+        "              - Effect: Allow",
+        "                Action: [lambda:InvokeFunction]",
+        "                Resource:",
+        *(f"                  - !Sub 'arn:${{AWS::Partition}}:lambda:${{AWS::Region}}:"
+          f"${{AWS::AccountId}}:function:${{self:service}}-${{sls:stage}}-{job.function_key}'"
+          for job in jobs),
+    )
     out += "\n" + _role("JobRole", None, [])
     for job in jobs:
         if job.publishes:
@@ -328,7 +342,7 @@ def iam_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
 
 def _job_function(job: Job) -> str:
     return _lines(
-        f"  {camel(job.name)}:",
+        f"  {job.function_key}:",
         "    handler: functions/cron.handler",
         f"    role: {job_role(job)}",
         f"    timeout: {job.timeout_s}",

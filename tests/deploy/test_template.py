@@ -201,3 +201,22 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         for prefix in HTTP_STACK:
             assert any(n.startswith(prefix) for n in names) == http, f"{logical_id}: {prefix}"
         assert ("sluice/http/app.py" in names) == http, logical_id
+
+
+def test_the_http_function_may_invoke_exactly_the_job_functions(packaged: Packaged) -> None:
+    """The console's "run now" invokes ``<prefix><function key>``: the prefix on the HTTP
+    function names every job function, and its role may invoke those and nothing else."""
+    functions = packaged.functions()
+    http = next(fn["Properties"] for fn in functions.values()
+                if fn["Properties"]["Handler"] == "functions/http.handler")
+    prefix = http["Environment"]["Variables"]["SLUICE_JOB_FUNCTION_PREFIX"]
+    job_functions = {fn["Properties"]["FunctionName"] for fn in functions.values()
+                     if "SLUICE_JOB" in fn["Properties"].get("Environment", {}).get(
+                         "Variables", {})}
+    assert job_functions == {prefix + job.function_key for job in JOBS.values()}
+    invokable = {str(resource.get("Fn::Sub", resource) if isinstance(resource, dict)
+                     else resource).rsplit(":function:", 1)[-1]
+                 for statement in statements(packaged, getatt(http["Role"]))
+                 if "lambda:InvokeFunction" in statement["Action"]
+                 for resource in resources_of(statement)}
+    assert invokable == job_functions

@@ -68,6 +68,17 @@ class Services:
 
         return boto3.client("cloudwatch")
 
+    @cached_property
+    def lambda_client(self) -> Any:
+        """A Lambda client (boto3), built at its first use: the console's job hand-off."""
+        import boto3
+        from botocore.config import Config  # type: ignore[import-untyped]
+
+        # boto3 reads AWS_ENDPOINT_URL_LAMBDA / AWS_ENDPOINT_URL itself.
+        return boto3.client("lambda", config=Config(
+            retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5,
+            read_timeout=10))
+
     def close(self) -> None:
         redis = self.__dict__.get("redis")  # only if it was ever built
         if redis is not None and hasattr(redis, "close"):

@@ -84,6 +84,9 @@ class Settings(NamedTuple):
     queue_mode: Annotated[QueueMode, Var("SLUICE_QUEUE_MODE", "choice",
                                          choices=("local", "sqs"))] = "local"
     queue_prefix: Annotated[str, Var("SLUICE_QUEUE_PREFIX")] = "sluice-dev-"  # sluice-<stage>-
+    # where the console's "run now" hands a run (sluice.jobs.handoff): the job functions'
+    # names less their key (``sluice-<stage>-``: Lambda Invoke), or unset: this process
+    job_function_prefix: Annotated[str | None, Var("SLUICE_JOB_FUNCTION_PREFIX")] = None
     # erasure
     erasure_grace_days: Annotated[int, Var("SLUICE_ERASURE_GRACE_DAYS", "int", 0, 365)] = 7
     # retention of the run log and the admin audit trail (state-cleanup)

@@ -1,9 +1,11 @@
 """Shutdown: one process-wide event that cuts every wait short.
 
-Lambda sends SIGTERM before it stops an execution environment, and ``sluice dev``
-stops on Ctrl-C. A retry wait that sleeps through either delays the shutdown and risks
-being killed mid-send, so waits go through :func:`sleep_with_abort`, which ends at once
-when :data:`SHUTDOWN` is set and raises ``ShutdownRequested``. The caller then hands
+``sluice dev`` stops on Ctrl-C, and a host that stops a process with SIGTERM (a
+container) says so first. Lambda sends a runtime SIGTERM only when an extension is
+registered, which Sluice does not do: there the run's deadline, which every wait is held
+under, is what ends a wait in time. A retry wait that sleeps through a shutdown delays it
+and risks being killed mid-send, so waits go through :func:`sleep_with_abort`, which ends
+at once when :data:`SHUTDOWN` is set and raises ``ShutdownRequested``. The caller then hands
 the failed attempt back to the queue, whose own schedule retries it on a later run.
 """
 

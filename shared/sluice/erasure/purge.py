@@ -16,6 +16,12 @@ several such transactions on the pool at once, stall the app's own queries behin
 and risk deadlocks between purges touching the same rows. The tombstone stays ``sweep_pending`` until the sweep
 succeeds: a crash after the commit, or Redis down during the sweep, is swept again by
 every following run, first thing, without an operator.
+
+A purge that raised (and rolled back: nothing was purged) is that request's failure, never
+the run's: the others go on. It counts one attempt on the request (``purge_attempts``) and
+the request stays due, so the next run tries it again, as the seed's next tick would; the
+attempt that reaches ``MAX_PURGE_ATTEMPTS`` fails the request, which pages. A store outage
+is no request's fault and costs no attempt: the rest of the due list waits for the next run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from sluice.core.errors import (
     SluiceError,
     TransientStoreError,
 )
+from sluice.core.observe import logger
 from sluice.erasure.registry import EXTERNAL_STORES, present_targets, subject_params
 from sluice.erasure.requests import ErasureRequest, ErasureStatus, ErasureStore, iso
 from sluice.jobs.registry import Deadline, Fence, JobContext, Result
@@ -45,6 +52,9 @@ Q = load_queries("erasure")
 SYSTEM_ACTOR = "system:erasure-purge"
 JOB_NAME = "erasure-purge"
 BATCH = 100
+# Runs that may see one request's purge raise before it is failed and paged (hourly: the
+# third run, about two hours after the first try). An operator's confirm tries it again.
+MAX_PURGE_ATTEMPTS = 3
 TRUE = frozenset({"1", "true", "yes"})
 
 
@@ -54,12 +64,14 @@ def pseudonym(request_id: str) -> str:
 
 
 class PurgeOutcome:
-    __slots__ = ("error", "id", "remaining", "status", "tables")
+    __slots__ = ("attempts", "error", "id", "remaining", "status", "tables")
 
     def __init__(self, id: str, status: str, tables: dict[str, int] | None = None,
-                 remaining: dict[str, int] | None = None, error: str | None = None) -> None:
+                 remaining: dict[str, int] | None = None, error: str | None = None,
+                 attempts: int | None = None) -> None:
+        self.attempts = attempts
         self.id = id
-        self.status = status  # purged | failed | skipped | would_purge
+        self.status = status  # purged | failed | retrying | skipped | would_purge
         self.tables: dict[str, int] = tables if tables is not None else {}
         self.remaining: dict[str, int] = remaining if remaining is not None else {}
         self.error = error
@@ -70,6 +82,8 @@ class PurgeOutcome:
             body["remaining"] = self.remaining
         if self.error:
             body["error"] = self.error
+        if self.attempts is not None:
+            body["attempts"] = self.attempts
         return body
 
 
@@ -216,11 +230,11 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         except TransientStoreError:  # an outage is no request's fault: the rest wait
             deferred, reason = len(due) - index, "store_unavailable"
             break
-        except SluiceError as exc:  # rolled back; failed until an operator confirms again
-            outcome = _unpurgeable(services, request.id, f"{exc.code}: {exc.message}", now)
+        except SluiceError as exc:  # rolled back: one attempt spent, tried again next run
+            outcome = _raised(services, request.id, f"{exc.code}: {exc.message}", now)
         except Exception as exc:  # noqa: BLE001 - whatever one request raises is its failure
-            outcome = _unpurgeable(services, request.id,
-                                   f"{type(exc).__name__}: {str(exc)[:300]}", now)
+            outcome = _raised(services, request.id,
+                              f"{type(exc).__name__}: {str(exc)[:300]}", now)
         if outcome is None:
             skipped += 1
             outcome = PurgeOutcome(request.id, "skipped")
@@ -229,20 +243,32 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         "due": len(due),
         "purged": sum(r.status == "purged" for r in results),
         "failed": sum(r.status == "failed" for r in results),
+        "retrying": sum(r.status == "retrying" for r in results),
         "skipped": skipped, "deferred": deferred, "resumed": resumed, "reason": reason,
         "results": [r.to_json() for r in results],
         "processedAt": iso(now),
     }
 
 
-def _unpurgeable(services: Services, request_id: str, error: str, now: datetime,
-                 ) -> PurgeOutcome:
-    """Record a purge that raised (and rolled back) as the request's own failure: it stops
-    being due, so it is neither retried every run nor in the way of the others."""
+def _raised(services: Services, request_id: str, error: str, now: datetime,
+           ) -> PurgeOutcome | None:
+    """Count a purge that raised (and rolled back) on its request: ``retrying`` while it
+    stays due for the next run, ``failed`` (paged by the run) once the attempts are spent;
+    ``None`` when the request stopped being ``requested`` meanwhile."""
     with services.db.transaction() as tx:
-        tx.execute(Q.mark_unpurgeable, {"id": request_id, "now": now, "last_error": error,
-                                        "result": tx.json({"tables": {}, "error": error})})
-    return PurgeOutcome(request_id, "failed", error=error)
+        row = tx.fetchone(Q.record_purge_error, {
+            "id": request_id, "now": now, "last_error": error,
+            "max_attempts": MAX_PURGE_ATTEMPTS,
+            "result": tx.json({"tables": {}, "error": error})})
+    if row is None:
+        return None
+    attempts = int(row["purge_attempts"])
+    if row["status"] == ErasureStatus.FAILED.value:
+        return PurgeOutcome(request_id, "failed", error=error, attempts=attempts)
+    logger.warning(f"[{JOB_NAME}] purge of {request_id} raised (attempt {attempts} of "
+                   f"{MAX_PURGE_ATTEMPTS}); the next run tries it again",
+                   extra={"requestId": request_id, "error": error, "attempts": attempts})
+    return PurgeOutcome(request_id, "retrying", error=error, attempts=attempts)
 
 
 def run_erasure_purge(ctx: JobContext) -> Result:

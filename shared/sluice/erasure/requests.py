@@ -49,6 +49,7 @@ class ErasureRequest(NamedTuple):
     verified_at: datetime | None
     result: dict[str, Any] | None
     last_error: str | None
+    purge_attempts: int = 0  # runs whose purge of it raised (sluice.erasure.purge)
 
     @classmethod
     def from_row(cls, row: Row) -> ErasureRequest:
@@ -58,6 +59,7 @@ class ErasureRequest(NamedTuple):
             requested_at=row["requested_at"], grace_until=row["grace_until"],
             confirmed_by=row["confirmed_by"], purged_at=row["purged_at"],
             verified_at=row["verified_at"], result=row["result"], last_error=row["last_error"],
+            purge_attempts=int(row.get("purge_attempts") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -67,7 +69,7 @@ class ErasureRequest(NamedTuple):
             "requestedAt": iso(self.requested_at), "graceUntil": iso(self.grace_until),
             "confirmedBy": self.confirmed_by, "purgedAt": iso(self.purged_at),
             "verifiedAt": iso(self.verified_at), "result": self.result,
-            "lastError": self.last_error,
+            "lastError": self.last_error, "purgeAttempts": self.purge_attempts,
         }
 
 

@@ -136,6 +136,12 @@ class Job(NamedTuple):
     # Reads the push queues' figures (its function's role may read their attributes).
     reads_queues: bool = False
 
+    @property
+    def function_key(self) -> str:
+        """The job's function in serverless.yml: ``state-cleanup`` -> ``stateCleanup``."""
+        first, *rest = self.name.split("-")
+        return first + "".join(word.capitalize() for word in rest)
+
     def resolve(self) -> Drain:
         module, _, attr = self.target.partition(":")
         drain: Drain = getattr(importlib.import_module(module), attr)

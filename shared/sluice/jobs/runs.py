@@ -181,6 +181,11 @@ class RunStore:
             rows = tx.fetchall(Q.last_runs, {"jobs": tx.json(names)}, final=True)
         return {row["job"]: row for row in rows}
 
+    def by_request(self, job: str, request_id: str) -> Row | None:
+        """The run of ``job`` recorded under ``request_id`` (a handed-off run's id)."""
+        with self.db.transaction() as tx:
+            return tx.fetchone(Q.run_by_request, {"job": job, "request_id": request_id})
+
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_runs, {"job": job, "limit": limit})

@@ -229,6 +229,23 @@ def history(services: Services, *, now: datetime | None = None) -> dict[str, Any
             "jobs": {name: [_point(s) for s in runs.get(name, [])] for name in JOBS}}
 
 
+def job_run(services: Services, name: str, run_id: str) -> dict[str, Any]:
+    """One handed-off run of job ``name``, by its request id: ``waiting`` until the job's
+    function records it, then ``running``, then ended (the run's outcome and result)."""
+    from sluice.core.validate import check_identifier
+    from sluice.jobs.registry import get_job
+
+    job = get_job(name)
+    check_identifier(run_id, field="run_id", limit=128)
+    row = RunStore(services.db).by_request(job.name, run_id)
+    run = None if row is None else {
+        "id": row["id"], "trigger": row["trigger"], "requestId": row["request_id"],
+        "startedAt": _iso(row["started_at"]), "finishedAt": _iso(row["finished_at"]),
+        "outcome": row["outcome"], "durationMs": row["duration_ms"], "result": row["result"]}
+    state = "waiting" if run is None else "running" if run["outcome"] == "running" else "ended"
+    return {"job": job, "name": job.name, "runId": run_id, "state": state, "run": run}
+
+
 def jobs(services: Services, *, now: datetime | None = None) -> dict[str, Any]:
     """Each job: its schedule (serverless.yml, else the registry's default), next run, last runs."""
     from sluice.jobs.schedule import job_schedules, parse

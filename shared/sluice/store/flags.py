@@ -43,11 +43,15 @@ FLAGS: dict[str, Flag] = {
     for flag in (
         Flag("rssQueuePipeline", "RSS queue pipeline", False,
              "rss-refresh publishes to rss.ingest instead of refreshing the global catalog "
-             "inline; the rss.ingest consumer re-checks it and acknowledges without work when off",
+             "inline, and fans the due tenant builds out as one rss.ingest message per build "
+             "key, which the consumers build (only keys it could not publish are built "
+             "inline); the rss.ingest consumer re-checks it and acknowledges without work "
+             "when off",
              override_note=(
-                 "the flag is read once per tick for the global catalog, which no tenant "
-                 "owns, and tenant ingestion always runs inline: an override is stored and "
-                 "shown but changes nothing")),
+                 "the flag is read once per tick, and by each rss.ingest message, globally: "
+                 "when on, every tenant's due builds go to the queue together (a build key "
+                 "serves every scope on it, so one tenant cannot opt out alone); an override "
+                 "is stored and shown but changes nothing")),
     )
 }
 

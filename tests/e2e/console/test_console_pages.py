@@ -4,6 +4,7 @@ JSON twins' numbers, failing sources, and actions that are audited."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -200,26 +201,60 @@ def test_redrive_previews_then_confirms_and_purge_confirms(db_url: str,
     assert third  # purged with "all"
 
 
-def test_run_now_confirms_then_uses_the_guarded_runner(db_url: str, make_services: Any) -> None:
+def _ended(client: TestClient, location: str) -> dict[str, Any]:
+    """Poll a handed-off run's JSON twin until the run has ended (the job's own thread)."""
+    twin = location.replace("/admin/jobs/", "/api/admin/console/jobs/")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        data: dict[str, Any] = client.get(twin).json()
+        if data["state"] == "ended":
+            return data
+        time.sleep(0.05)
+    raise AssertionError(f"the run behind {location} did not end: {data}")
+
+
+def test_run_now_confirms_then_hands_the_run_to_the_job(db_url: str,
+                                                       make_services: Any) -> None:
     services = make_services(db_url)
     client = _client(services, ["ops"])
     csrf = _csrf(client.get("/admin/jobs").text)
     ask = client.post("/admin/jobs/state-cleanup/run", data={"csrf": csrf})
     assert "Confirm: run state-cleanup" in ask.text
     assert RunStore(services.db).recent("state-cleanup") == []
-    ran = client.post("/admin/jobs/state-cleanup/run", data={"csrf": csrf, "confirm": "1"})
-    assert ran.status_code == 200 and "deletedSamples" in ran.text
+    handed = client.post("/admin/jobs/state-cleanup/run", data={"csrf": csrf, "confirm": "1"},
+                         follow_redirects=False)
+    assert handed.status_code == 303, handed.text
+    location = handed.headers["location"]
+    assert re.fullmatch(r"/admin/jobs/state-cleanup/runs/[0-9a-f-]{36}", location)
+    data = _ended(client, location)
+    assert (data["run"]["trigger"], data["run"]["outcome"]) == ("admin", "ok")
+    assert "deletedSamples" in data["run"]["result"]
+    page = client.get(location)
+    assert 'data-state="ended"' in page.text and "deletedSamples" in page.text
+    assert 'data-refresh' not in page.text, "an ended run's page stops refreshing"
     [run] = RunStore(services.db).recent("state-cleanup")
-    assert (run["trigger"], run["outcome"]) == ("admin", "ok")
-    audited = [(a["action"], a["outcome"]) for a in RunStore(services.db).recent_audit()]
-    assert ("state-cleanup:admin", "200") in audited, "the same action name as the API's POST"
+    assert run["request_id"] == data["runId"]
+    audited = [(a["action"], a["outcome"], a["actor"])
+               for a in RunStore(services.db).recent_audit()]
+    assert ("state-cleanup:handoff", "303", "admin-1") in audited
+    assert ("state-cleanup:admin", "200", "admin-1") in audited, "the job's run, as its POST"
     jobs = client.get("/api/admin/console/jobs").json()["jobs"]
     cleanup = next(j for j in jobs if j["job"] == "state-cleanup")
     assert cleanup["runs"][0]["id"] == run["id"] and cleanup["nextRunAt"]
     ops_only = _client(services, ["ops"])
     refused = ops_only.post("/admin/jobs/metering-flush/run",
-                                data={"csrf": csrf, "confirm": "1"})
+                            data={"csrf": csrf, "confirm": "1"})
     assert refused.status_code == 403, "run now needs the job's own surface"
+
+
+def test_a_run_page_waits_for_a_run_not_yet_recorded(sqlite_url: str,
+                                                     make_services: Any) -> None:
+    client = _client(make_services(sqlite_url), ["ops"])
+    waiting = client.get("/admin/jobs/state-cleanup/runs/not-started-yet")
+    assert waiting.status_code == 200 and 'data-state="waiting"' in waiting.text
+    assert 'data-refresh="3"' in waiting.text
+    assert client.get("/admin/jobs/nope/runs/x").status_code == 404
+    assert client.get("/admin/jobs/state-cleanup/runs/x?y=1").status_code == 400
 
 
 def test_flags_are_edited_from_the_page(db_url: str, make_services: Any) -> None:

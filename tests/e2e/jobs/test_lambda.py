@@ -128,3 +128,35 @@ def test_the_http_function_serves_cron_and_admin_events(
     post["cookies"] = [f"__session={admin_token(['billing'])}"]
     assert http.handler(post, LambdaContext())["statusCode"] == 403
     http.app.state.services.close()
+
+
+def test_the_job_function_serves_the_admin_post_on_its_url(
+        lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    cron = fresh_import("functions.cron", monkeypatch, lambda_env)
+    post = load_event("url_post_admin")
+    post["headers"]["authorization"] = f"Bearer {admin_token(['ops'], subject='erin')}"
+    context = LambdaContext(timeout_ms=60_000)
+    answer = cron.handler(post, context)
+    assert answer["statusCode"] == 200 and "deleted" in json.loads(answer["body"])
+    [run] = RunStore(cron.SERVICES.db).recent("state-cleanup")
+    assert (run["trigger"], run["request_id"]) == ("admin", context.aws_request_id)
+    [audit] = RunStore(cron.SERVICES.db).recent_audit()
+    assert (audit["actor"], audit["action"], audit["ip"]) == \
+        ("erin", "state-cleanup:admin", "198.51.100.23")
+    post["headers"]["authorization"] = f"Bearer {admin_token(['billing'])}"
+    assert cron.handler(post, LambdaContext())["statusCode"] == 403
+    cron.SERVICES.close()
+
+
+def test_the_job_function_runs_a_console_hand_off(
+        lambda_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.jobs.handoff import admin_event
+    from sluice.jobs.registry import JOBS
+
+    cron = fresh_import("functions.cron", monkeypatch, lambda_env)
+    event = admin_event(JOBS["state-cleanup"], admin_token(["ops"]), "run-42")
+    answer = cron.handler(json.loads(json.dumps(event)), LambdaContext())
+    assert answer["statusCode"] == 200
+    run = RunStore(cron.SERVICES.db).by_request("state-cleanup", "run-42")
+    assert run is not None and (run["trigger"], run["outcome"]) == ("admin", "ok")
+    cron.SERVICES.close()

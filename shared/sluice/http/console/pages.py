@@ -24,7 +24,14 @@ from sluice.core.errors import NotFound, RequestError, SluiceError
 from sluice.core.services import Services
 from sluice.core.surfaces import Surface
 from sluice.core.times import iso_z, json_default
-from sluice.http.app import ACTION_OF, client_ip, preview, request_id, services_of
+from sluice.http.app import (
+    ACTION_OF,
+    admin_token,
+    client_ip,
+    preview,
+    request_id,
+    services_of,
+)
 from sluice.http.console.guard import (
     CSRF_FIELD,
     Denied,
@@ -435,28 +442,54 @@ def _job_surface(request: Request) -> Surface:
     return get_job(request.path_params["name"]).surface
 
 
-# Running a job from the console is the job's admin POST, audited under the same name.
-ACTION_OF["console:jobs.run"] = lambda request: f"{request.path_params.get('name')}:admin"
+# "Run now" hands the run to the job's function (``<job>:handoff``); the run itself is the
+# job's admin POST there, audited by that function as ``<job>:admin``.
+ACTION_OF["console:jobs.run"] = lambda request: f"{request.path_params.get('name')}:handoff"
 
 
 @router.post("/admin/jobs/{name}/run", name="console:jobs.run", include_in_schema=False)
 @_guarded(_job_surface)
 async def job_run(request: Request, identity: Identity, name: str) -> Response:
-    """Run a job now through the guarded runner, after a confirmation page."""
+    """Run a job now, after a confirmation page: the run is handed to the job's own function
+    (its whole time, not the HTTP function's 30 s) and shown on its run page until it ends."""
+    from sluice.jobs.handoff import hand_off
     from sluice.jobs.registry import get_job
-    from sluice.jobs.runner import run_job
 
     job = get_job(name)
     form = await _form(request, ("confirm",))
     if not form.flag("confirm"):
         await run_in_threadpool(preview, request)
-        return _page(request, "job_run.html", identity=identity, job=job, outcome=None,
-                     title=f"Run {name} now?")
-    outcome = await run_in_threadpool(run_job, job, _services(request), "admin",
-                                      request_id=request_id(request))
-    return _page(request, "job_run.html", identity=identity, job=job, outcome=outcome,
-                 body=json.dumps(outcome.body, indent=2, default=json_default),
-                 status=outcome.status, title=f"{name}: {outcome.outcome}")
+        return _page(request, "job_run.html", identity=identity, job=job, run=None,
+                     handed=None, title=f"Run {name} now?")
+    handed = await run_in_threadpool(hand_off, job, _services(request),
+                                     token=admin_token(request))
+    return _secure(RedirectResponse(f"/admin/jobs/{name}/runs/{handed.run_id}",
+                                    status_code=303))
+
+
+@router.get("/admin/jobs/{name}/runs/{run_id}", name="console:jobs.run_page",
+            include_in_schema=False)
+@_guarded("queues")
+async def job_run_page(request: Request, identity: Identity, name: str, run_id: str) -> Response:
+    """A handed-off run: waiting for the job's function, running, or its result."""
+    _params(request, ())
+    data = await run_in_threadpool(model.job_run, _services(request), name, run_id)
+    run = data["run"]
+    ended = run is not None and run["outcome"] != "running"
+    title = f"{name}: {run['outcome']}" if ended else f"{name}: {data['state']}"
+    return _page(request, "job_run.html", identity=identity, job=data["job"], run=run,
+                 handed=data, title=title, refresh=not ended, refresh_s=3,
+                 body=json.dumps(run["result"], indent=2, default=json_default) if ended
+                 else None)
+
+
+@router.get("/api/admin/console/jobs/{name}/runs/{run_id}", name="console:jobs.run_json")
+@_twin("queues")
+async def job_run_json(request: Request, identity: Identity, name: str,
+                       run_id: str) -> dict[str, Any]:
+    _params(request, ())
+    data = await run_in_threadpool(model.job_run, _services(request), name, run_id)
+    return {key: value for key, value in data.items() if key != "job"}
 
 
 # --- flags ---------------------------------------------------------------------------------

@@ -261,9 +261,13 @@ WHERE substr(key, 1, 22) = 'platform:alerts-rules:'
   AND EXISTS (SELECT 1 FROM json_each(platform_state.value, '$.rules') r
               WHERE lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject))
 
--- name: mark_unpurgeable
--- A purge that raised and rolled back: the request leaves the due list, failed with why,
--- until an operator confirms it again. Only while still requested (nothing else changed it).
+-- name: record_purge_error
+-- A purge that raised and rolled back: one attempt more, and why. Below :max_attempts the
+-- request stays requested, so it is still due and the next run tries it again; the attempt
+-- that reaches the bound fails it (which pages). Only while still requested.
 UPDATE data_erasure_requests
-SET status = 'failed', result = :result, last_error = :last_error, updated_at = :now
+SET purge_attempts = purge_attempts + 1,
+    status = CASE WHEN purge_attempts + 1 >= :max_attempts THEN 'failed' ELSE status END,
+    result = :result, last_error = :last_error, updated_at = :now
 WHERE id = :id AND status = 'requested'
+RETURNING purge_attempts, status

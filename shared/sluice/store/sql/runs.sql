@@ -51,6 +51,12 @@ JOIN job_runs r ON r.id = (
 SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result
 FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT :limit
 
+-- name: run_by_request
+-- A handed-off run, found again by the request id the console gave it (job_runs_request_idx).
+SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result
+FROM job_runs WHERE request_id = :request_id AND job = :job
+ORDER BY started_at DESC LIMIT 1
+
 -- name: audit
 INSERT INTO admin_audit (id, actor, action, target, outcome, ip, at, detail)
 VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
