@@ -100,14 +100,58 @@ function sendMessageInput(queueUrl, message) {
  * @property {string} occurredAt  ISO-8601 UTC
  */
 
+/** @typedef {"postgres" | "sqlite"} Dialect */
+
 /**
- * One statement for `pg`'s `client.query(text, values)`: the ledger row and, when billable
- * (a customer, the tenant else the user, and some usage), its metering outbox row, in one
- * transaction; an id already written and a user who was erased write nothing.
- * @param {UsageEntry} e
- * @returns {{text: string, values: unknown[]}}
+ * A time as Sluice's SQLite store writes it (`YYYY-MM-DD HH:MM:SS.ffffff+00:00`, UTC), so
+ * text order stays time order; Postgres takes the ISO string as it is.
+ * @param {string | Date} time
  */
-function usageStatement(e) {
+function sqliteTime(time) {
+  return new Date(time).toISOString().replace("T", " ").replace("Z", "000+00:00");
+}
+
+/**
+ * The statements that write one usage entry, to run in one transaction in order (`pg`:
+ * `client.query(text, values)`, `$n` parameters; SQLite drivers such as better-sqlite3:
+ * `db.prepare(text).run(...values)`, `?` parameters): the ledger row and, when billable
+ * (a customer, the tenant else the user, and some usage), its metering outbox row; an id
+ * already written and a user who was erased write nothing. One statement on Postgres; two
+ * on SQLite (its statements write one table each), the second writing the outbox row only
+ * when the first inserted the ledger row.
+ * @param {UsageEntry} e
+ * @param {Dialect} [dialect]
+ * @returns {{text: string, values: unknown[]}[]}
+ */
+function usageStatements(e, dialect = "postgres") {
+  if (dialect === "sqlite") {
+    const ledger = `
+INSERT INTO ai_usage_ledger
+  (id, tenant_id, user_id, model, input_tokens, output_tokens, cost_micros, occurred_at)
+SELECT ?, ?, ?, ?, ?, ?, ?, ?
+WHERE NOT EXISTS (SELECT 1 FROM erasure_tombstones WHERE subject_user_id = ?)
+ON CONFLICT (id) DO NOTHING`;
+    const outbox = `
+INSERT INTO ai_usage_metering_outbox (id, ledger_id, external_customer_id, event_name, metadata)
+SELECT l.id || ':metering', l.id, l.customer, 'ai_usage',
+       json_object('model', l.model, 'input_tokens', l.input_tokens,
+                   'output_tokens', l.output_tokens,
+                   'total_tokens', l.input_tokens + l.output_tokens,
+                   'cost_micros', l.cost_micros, 'ledger_id', l.id)
+FROM (SELECT id, coalesce(nullif(tenant_id, ''), nullif(user_id, '')) AS customer, model,
+             input_tokens, output_tokens, cost_micros
+      FROM ai_usage_ledger WHERE id = ?) AS l
+WHERE changes() = 1
+  AND l.customer IS NOT NULL
+  AND (l.input_tokens <> 0 OR l.output_tokens <> 0 OR l.cost_micros <> 0)
+  AND NOT EXISTS (SELECT 1 FROM erasure_tombstones WHERE subject_user_id = l.customer)
+ON CONFLICT (id) DO NOTHING`;
+    return [
+      { text: ledger, values: [e.id, e.tenantId, e.userId, e.model, e.inputTokens,
+        e.outputTokens, e.costMicros, sqliteTime(e.occurredAt), e.userId] },
+      { text: outbox, values: [e.id] },
+    ];
+  }
   const text = `
 WITH gone AS (
   SELECT subject_user_id AS subject FROM erasure_tombstones
@@ -133,8 +177,17 @@ WHERE l.customer IS NOT NULL
   AND (l.input_tokens <> 0 OR l.output_tokens <> 0 OR l.cost_micros <> 0)
   AND NOT EXISTS (SELECT 1 FROM gone WHERE subject = l.customer)
 ON CONFLICT (id) DO NOTHING`;
-  return { text, values: [e.id, e.tenantId, e.userId, e.model, e.inputTokens, e.outputTokens,
-    e.costMicros, e.occurredAt] };
+  return [{ text, values: [e.id, e.tenantId, e.userId, e.model, e.inputTokens, e.outputTokens,
+    e.costMicros, e.occurredAt] }];
+}
+
+/**
+ * The Postgres statement of `usageStatements` (the only one there).
+ * @param {UsageEntry} e
+ * @returns {{text: string, values: unknown[]}}
+ */
+function usageStatement(e) {
+  return usageStatements(e, "postgres")[0];
 }
 
 /**
@@ -152,21 +205,50 @@ function retryEnvelope(entry, lastError, now = new Date()) {
 }
 
 /**
- * A delivery entry for `pg`: stored `pending` and due now; delivery-drain sends it. A key
- * already stored inserts nothing (the first entry stands).
+ * A delivery entry, stored `pending` and due now; delivery-drain sends it. A key already
+ * stored inserts nothing (the first entry stands). `$n` parameters for `pg`, `?` for SQLite.
  * @param {{channel: string, recipient: string, payload: object, idempotencyKey?: string,
  *          subjectUserId?: string}} d
  * @param {Date} [now]
+ * @param {Dialect} [dialect]
+ * @returns {{text: string, values: unknown[]}}
  */
-function deliveryStatement(d, now = new Date()) {
+function deliveryStatement(d, now = new Date(), dialect = "postgres") {
+  const sqlite = dialect === "sqlite";
+  const at = sqlite ? sqliteTime(now) : now.toISOString();
+  const p = sqlite ? ["?", "?", "?", "?", "?", "?", "?", "?", "?"]
+    : ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$7", "$7"];
   const text = `
 INSERT INTO delivery_queue
   (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
    next_attempt_at, lease_until, enqueued_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, NULL, $7, $7)
+VALUES (${p[0]}, ${p[1]}, ${p[2]}, ${p[3]}, ${p[4]}, ${p[5]}, 'pending', 0, ${p[6]}, NULL, ${p[7]},
+        ${p[8]})
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`;
-  return { text, values: [crypto.randomUUID(), d.channel, d.recipient, d.subjectUserId ?? null,
-    JSON.stringify(d.payload), d.idempotencyKey ?? null, now.toISOString()] };
+  const values = [crypto.randomUUID(), d.channel, d.recipient, d.subjectUserId ?? null,
+    JSON.stringify(d.payload), d.idempotencyKey ?? null, at];
+  return { text, values: sqlite ? [...values, at, at] : values };
+}
+
+/**
+ * Push a signed message to `sluice dev`'s route for its topic (`/api/queues/rss/ingest` for
+ * `rss.ingest`), which runs the topic's consumer as the queue would: try a producer end to
+ * end without AWS. Answers the HTTP status and what the consumer did (`outcome`: done,
+ * duplicate, rejected when forged, dead_lettered; a 503 means its store is down).
+ * @param {string} baseUrl   e.g. http://127.0.0.1:8787
+ * @param {Message} message  from buildMessage
+ * @param {typeof fetch} [fetchImpl]
+ * @returns {Promise<{status: number, body: any}>}
+ */
+async function pushMessage(baseUrl, message, fetchImpl = fetch) {
+  const route = String(message.topic).split(".").join("/");
+  const response = await fetchImpl(`${baseUrl}/api/queues/${route}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(message),
+    signal: AbortSignal.timeout(30_000),
+  });
+  return { status: response.status, body: await response.json() };
 }
 
 /**
@@ -190,4 +272,5 @@ async function requestErasure(baseUrl, token, subjectUserId, fetchImpl = fetch) 
 }
 
 module.exports = { canonical, sign, buildMessage, idempotencyKey, sendMessageInput,
-  usageStatement, retryEnvelope, deliveryStatement, requestErasure };
+  usageStatements, usageStatement, retryEnvelope, deliveryStatement, pushMessage,
+  requestErasure, sqliteTime };

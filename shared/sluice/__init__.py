@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         publish,
         record_usage,
         request_erasure,
+        verify_webhook,
     )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "publish",
     "record_usage",
     "request_erasure",
+    "verify_webhook",
 ]
 
 

@@ -29,6 +29,7 @@ from sluice.core.errors import RequestError, TransientStoreError
 from sluice.core.times import iso_z
 from sluice.jobs.registry import NO_FENCE, Fence
 from sluice.store.db import Database, Tx, load_queries, utcnow
+from sluice.store.deadline import reserving
 from sluice.store.redis_clients import (
     LEDGER_RETRY_DLQ as RETRY_DLQ,
 )
@@ -86,7 +87,8 @@ class UsageEntry:
         _check_fields(self.id, self.model, self.tenant_id, self.user_id, self.input_tokens,
                       self.output_tokens, self.cost_micros)
         if not isinstance(self.occurred_at, datetime) or self.occurred_at.tzinfo is None:
-            raise RequestError("usage entry occurred_at must be a timezone-aware datetime")
+            raise RequestError("usage entry occurred_at must be a timezone-aware datetime",
+                               field="occurredAt")
 
     def to_contract(self) -> dict[str, Any]:
         """The camelCase ``entry`` object of a Redis retry envelope."""
@@ -144,20 +146,21 @@ def _check_fields(entry_id: Any, model: Any, tenant_id: Any, user_id: Any, input
             and type(cost_micros) is int and 0 <= cost_micros <= BIGINT_MAX):
         return  # the usual entry, in one expression; the checks below say what is wrong
     if not isinstance(entry_id, str) or not entry_id:
-        raise RequestError("usage entry id must be a non-empty string")
+        raise RequestError("usage entry id must be a non-empty string", field="id")
     if not isinstance(model, str) or not model:
-        raise RequestError("usage entry model must be a non-empty string")
+        raise RequestError("usage entry model must be a non-empty string", field="model")
     if tenant_id is not None and not isinstance(tenant_id, str):
-        raise RequestError("usage entry tenant_id must be a string or null")
+        raise RequestError("usage entry tenant_id must be a string or null", field="tenantId")
     if user_id is not None and not isinstance(user_id, str):
-        raise RequestError("usage entry user_id must be a string or null")
-    for name, value, most in (("input_tokens", input_tokens, INT_MAX),
-                              ("output_tokens", output_tokens, INT_MAX),
-                              ("cost_micros", cost_micros, BIGINT_MAX)):
+        raise RequestError("usage entry user_id must be a string or null", field="userId")
+    for name, field, value, most in (
+            ("input_tokens", "inputTokens", input_tokens, INT_MAX),
+            ("output_tokens", "outputTokens", output_tokens, INT_MAX),
+            ("cost_micros", "costMicros", cost_micros, BIGINT_MAX)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise RequestError(f"usage entry {name} must be a whole number >= 0")
+            raise RequestError(f"usage entry {name} must be a whole number >= 0", field=field)
         if value > most:
-            raise RequestError(f"usage entry {name} is larger than {most}")
+            raise RequestError(f"usage entry {name} is larger than {most}", field=field)
 
 
 def _contract_time(data: Any) -> datetime:
@@ -345,6 +348,9 @@ def dead_letter(raw: str, reason: str, now: datetime) -> str:
 # --- The producer -------------------------------------------------------------
 
 Recorded = Literal["recorded", "duplicate", "queued", "erased"]
+# Inside a time bound (an app's request path), the share of it kept for the Redis push
+# when Postgres does not answer: Postgres gets two thirds, the fallback the last third.
+FALLBACK_SHARE = 1 / 3
 
 
 def record_usage(entry: UsageEntry, *, db: Database, redis: RedisClient | None,
@@ -356,7 +362,8 @@ def record_usage(entry: UsageEntry, *, db: Database, redis: RedisClient | None,
     An entry of an erased user is dropped: ``"erased"``.
     """
     try:
-        written = write_entries(db, [entry])
+        with reserving(FALLBACK_SHARE):  # inside a bound, the Redis push keeps its share
+            written = write_entries(db, [entry])
     except TransientStoreError as exc:
         if redis is None:
             raise

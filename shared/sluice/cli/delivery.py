@@ -15,7 +15,7 @@ from sluice.cli.main import audited, command_group, operator, services
 from sluice.cli.output import emit
 from sluice.core.errors import RequestError
 from sluice.core.times import json_default
-from sluice.core.validate import check_optional_identifier, check_recipient, load_json
+from sluice.core.validate import load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -124,8 +124,10 @@ def _one_id(args: argparse.Namespace) -> str:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
+    from sluice.core.settings import Settings
     from sluice.delivery.channels import Outbound
-    from sluice.delivery.drain import Deliverer, SendOutcome, check_enqueue
+    from sluice.delivery.drain import Deliverer, SendOutcome
+    from sluice.ops.door import admit
 
     if (args.text is None) == (args.payload is None):
         raise RequestError("give exactly one of --text and --payload")
@@ -135,19 +137,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         if not isinstance(payload, dict):
             raise RequestError("--payload must be a JSON object")
         payload["subject"] = args.subject_line
-    check_enqueue(args.channel, payload)
-    args.recipient = check_recipient(args.channel, args.recipient, field="recipient")
-    args.key = check_optional_identifier(args.key, field="--key")
-    args.user = check_optional_identifier(args.user, field="--user")
+    checked = admit("enqueue_delivery", {
+        "channel": args.channel, "recipient": args.recipient, "payload": payload,
+        "idempotencyKey": args.key, "subjectUserId": args.user}, Settings.from_env())
+    args.recipient, args.key, args.user = (checked["recipient"], checked["idempotencyKey"],
+                                           checked["subjectUserId"])
     services = _services()
-    if args.channel == "webhook":  # what the sender would refuse, refused now (no DNS)
-        from sluice.delivery.channels import webhook_guard
-        from sluice.egress import DestinationRefused
-
-        try:
-            webhook_guard(services.settings.webhook_allow_hosts).check_url(args.recipient)
-        except DestinationRefused as exc:
-            raise DestinationRefused(f"recipient: {exc.message}", field="recipient") from None
     if not args.send:
         entry, _ = _store(services).enqueue(args.channel, args.recipient, payload,
                                                   idempotency_key=args.key,

@@ -105,14 +105,14 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
     from sluice.http.app import create_app
 
     # Built before the scheduler starts, so the server is up as early as before it.
-    app = create_app(services)
+    app = create_app(services, push=True)  # with a push route per topic (sluice.http.push)
     summary = startup_summary(services, f"http://{host}:{port}")
     if scheduler:
         schedules = {job: [parse(e) for e in exprs] for job, exprs in job_schedules().items()}
         worker = Scheduler(services, schedules)
         threading.Thread(target=worker.run, daemon=True, name="scheduler").start()
     print(f"sluice dev: http://{host}:{port}  (database: {services.db.dialect}; "
-          f"docs at /api/docs)", flush=True)
+          f"docs at /api/docs; push signed messages to /api/queues/<topic>)", flush=True)
     print(summary, flush=True)
     from sluice.core.shutdown import SHUTDOWN
 

@@ -44,18 +44,15 @@ def _print(args: argparse.Namespace, body: Any) -> None:
 
 
 def cmd_request(args: argparse.Namespace) -> int:
-    from sluice.erasure.requests import (
-        ErasureStore,
-        check_grace_days,
-        check_optional_id,
-        check_subject,
-    )
+    from sluice.erasure.requests import ErasureStore
+    from sluice.ops.door import admit
 
     services = _services()
-    subject = check_subject(args.subject, "SUBJECT")
-    tenant = check_optional_id(args.tenant, "--tenant")
-    grace = check_grace_days(args.grace_days, services.settings.erasure_grace_days)
-    actor = _operator(args)
+    checked = admit("request_erasure", {
+        "subjectUserId": args.subject, "tenantId": args.tenant, "graceDays": args.grace_days,
+        "requestedBy": _operator(args)}, services.settings)
+    subject, tenant, grace = checked["subjectUserId"], checked["tenantId"], checked["graceDays"]
+    actor = checked["requestedBy"]
     with audited(services, actor, "erasure:create", None) as record:
         request, created = ErasureStore(services.db).create(subject, requested_by=actor,
                                                              grace_days=grace, tenant_id=tenant)

@@ -19,12 +19,11 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from sluice.core.errors import ConfigurationError
 from sluice.core.times import json_default
+from sluice.store.db import require_existing, sqlite_path
 
 
 @dataclass
@@ -133,19 +132,12 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
 
 
-def sqlite_path(url: str) -> Path | None:
-    return Path(url.removeprefix("sqlite:///")).resolve() if url.startswith("sqlite:///") else None
-
-
 def check_database(url: str, *, may_create: bool) -> str:
     """Refuse to open an SQLite file that does not exist unless the command creates stores;
     answers how to name the database to a person."""
     path = sqlite_path(url)
     if path is None:
         return redacted(url)
-    if not may_create and not path.exists():
-        raise ConfigurationError(
-            f"SLUICE_DATABASE_URL: no SQLite database at {path}; create it with "
-            "`sluice migrate` (or `sluice dev`) here, or point SLUICE_DATABASE_URL at the "
-            "existing one")
+    if not may_create:
+        require_existing(url)
     return f"sqlite {path}"

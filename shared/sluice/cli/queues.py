@@ -57,13 +57,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from sluice.ops.door import admit
     from sluice.queues.runtime import publisher_of
 
     text = sys.stdin.read()
     fields = load_json(text, field="fields") if text.strip() else {}
     if not isinstance(fields, dict):
         raise RequestError("the fields must be a JSON object")
-    published = publisher_of(_services()).publish(args.topic, fields)
+    services = _services()
+    checked = admit("publish", {"topic": args.topic, "fields": fields}, services.settings)
+    published = publisher_of(services).publish(checked["topic"], checked["fields"])
     _print(published.to_dict())
     return 0 if published.dispatched else 2
 

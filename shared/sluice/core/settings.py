@@ -72,6 +72,10 @@ class Settings(NamedTuple):
                                           secret=True)] = None
     deadline_margin_s: Annotated[float, Var("SLUICE_DEADLINE_MARGIN_SECONDS", "float",
                                             0.0, 60.0)] = 5.0
+    # the longest an app's call (sluice.publish, enqueue_delivery, record_usage, ...) waits
+    # on a store or queue that does not answer, all of its round trips together
+    request_path_timeout_s: Annotated[float, Var("SLUICE_REQUEST_PATH_TIMEOUT_SECONDS",
+                                                 "float", 0.1, 30.0)] = 1.5
     # billing (metering-flush)
     polar_access_token: Annotated[str | None, Var("POLAR_ACCESS_TOKEN", secret=True)] = None
     polar_api_url: Annotated[str, Var("POLAR_API_URL", "url", schemes=_HTTP,

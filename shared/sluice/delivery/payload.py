@@ -133,7 +133,7 @@ def _parts(payload: dict[str, Any]) -> tuple[str, ...]:
 def parse(channel: str, payload: Any) -> Message:
     """The message a channel sends; ``RequestError`` (400) naming the first bad key."""
     if not isinstance(payload, dict):
-        raise RequestError("a delivery payload must be a JSON object")
+        raise RequestError("payload must be a JSON object", field="payload")
     if channel not in FREE_FORM:
         allowed = COMMON_KEYS | CHANNEL_KEYS.get(channel, frozenset())
         unknown = sorted(set(payload) - allowed)

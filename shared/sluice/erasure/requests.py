@@ -92,9 +92,10 @@ def check_grace_days(value: Any, default: int) -> int:
             value = int(value)
         else:
             raise RequestError(f"graceDays must be a whole number of days between 0 and "
-                               f"{MAX_GRACE_DAYS}, got {value!r}")
+                               f"{MAX_GRACE_DAYS}, got {value!r}", field="graceDays")
     if not 0 <= value <= MAX_GRACE_DAYS:
-        raise RequestError(f"graceDays must be between 0 and {MAX_GRACE_DAYS}, got {value}")
+        raise RequestError(f"graceDays must be between 0 and {MAX_GRACE_DAYS}, got {value}",
+                           field="graceDays")
     return int(value)
 
 

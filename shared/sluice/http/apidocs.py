@@ -8,11 +8,15 @@ needs ``data:`` images for its icons; it sets styles through the DOM, which the 
 from __future__ import annotations
 
 from importlib.resources import files
+from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel
 
 from sluice.core.errors import NotFound
+from sluice.http.models import DeliveryRequest, ErasureRequestBody, ErrorBody
 
 router = APIRouter(include_in_schema=False)
 
@@ -68,3 +72,35 @@ def docs_asset(name: str) -> Response:
         raise NotFound(f"no API docs asset {name!r}")
     return Response((BUNDLE / name).read_bytes(), media_type=ASSETS[name],
                     headers={**HEADERS, "cache-control": "public, max-age=86400"})
+
+
+# Models a route names in its openapi_extra (its body is read raw, so FastAPI does not see them).
+DESCRIBED: tuple[type[BaseModel], ...] = (DeliveryRequest, ErasureRequestBody, ErrorBody)
+_ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+# The refusals every route may answer, and those of a route that authenticates its caller.
+ERRORS = {"400": "the input was refused (error.field names it)",
+          "503": "a store or a service Sluice depends on did not answer; try again later"}
+AUTH_ERRORS = {"401": "no credentials, or wrong ones", "403": "this identity may not do that"}
+
+
+def describe(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document: FastAPI's, with the bodies the door reads, the error body of
+    every refusal, and the security schemes the routes declare (admin JWT, cron bearer)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                         description="Sluice's HTTP API: cron routes (the cron bearer), "
+                                     "admin routes (an admin JWT with roles).")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in DESCRIBED:
+        found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(found.pop("$defs", {}))
+        components[model.__name__] = found
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            codes = {**ERRORS, **(AUTH_ERRORS if operation.get("security") else {})}
+            for code, text in codes.items():
+                responses.setdefault(code, {"description": text, **_ERROR})
+    app.openapi_schema = schema
+    return schema

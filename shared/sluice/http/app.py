@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from sluice.core.auth import (
@@ -30,6 +31,7 @@ from sluice.core.query import QueryParam
 from sluice.core.services import Services
 from sluice.core.surfaces import Surface
 from sluice.core.times import jsonable
+from sluice.core.validate import load_json
 from sluice.http.after import install as install_after_response
 from sluice.http.guard import InputGuard
 from sluice.http.params import openapi_query, strict_query
@@ -48,6 +50,15 @@ AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 AUDIT_STARTED = "started"
+
+
+# How the API's callers authenticate, as its OpenAPI document declares them (the routes
+# read the header themselves; these only describe it).
+ADMIN_JWT = HTTPBearer(scheme_name="adminJwt", bearerFormat="JWT", auto_error=False,
+                       description="an admin JWT (HS256 with SLUICE_ADMIN_JWT_SECRET, or "
+                                   "RS256/ES256 from SLUICE_ADMIN_JWKS_URL) carrying roles")
+CRON_BEARER = HTTPBearer(scheme_name="cronBearer", auto_error=False,
+                         description="CRON_SECRET, as the scheduler sends it")
 
 
 def request_id(request: Request) -> str:
@@ -92,6 +103,20 @@ def _cookie_authenticated(request: Request) -> bool:
         and bool(request.cookies.get(SESSION_COOKIE))
 
 
+async def json_object(request: Request) -> dict[str, Any]:
+    """The request's body as a JSON object (a route that checks it with the door's table
+    reads it raw: the refusals are the door's 400s, not the framework's 422)."""
+    raw = await request.body()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestError("the body must be UTF-8 JSON", field="body") from None
+    body = load_json(text, field="body")
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object", field="body")
+    return body
+
+
 def services_of(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
@@ -100,7 +125,7 @@ def services_of(request: Request) -> Services:
 def require(surface: Surface) -> Any:
     """A dependency: the admin identity allowed on ``surface`` (401 / 403 otherwise)."""
 
-    def dependency(request: Request) -> Identity:
+    def dependency(request: Request, _: Any = Depends(ADMIN_JWT)) -> Identity:
         services = services_of(request)
         verifier = services.admin
         identity = verifier.verify(admin_token(request))
@@ -159,7 +184,7 @@ def _job_routes(job: Job) -> APIRouter:
     parameters the registry declares for it (``strict_query`` refuses any other)."""
     router = APIRouter()
 
-    def cron(request: Request) -> JSONResponse:
+    def cron(request: Request, _: Any = Depends(CRON_BEARER)) -> JSONResponse:
         services = services_of(request)
         if not is_authorized_cron(request.headers.get("authorization"),
                                   services.settings.cron_secret):
@@ -195,7 +220,9 @@ def _error_response(request: Request, exc: SluiceError) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status)
 
 
-def create_app(services: Services) -> FastAPI:
+def create_app(services: Services, *, push: bool = False) -> FastAPI:
+    """The app; ``push``: with the local push endpoint (``sluice dev`` only, see
+    ``sluice.http.push``)."""
     app = FastAPI(title="Sluice", version="0.1.0", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", dependencies=[Depends(strict_query)])
     app.state.services = services
@@ -292,6 +319,13 @@ def create_app(services: Services) -> FastAPI:
     for target in ROUTERS:
         module, _, attr = target.partition(":")
         app.include_router(getattr(importlib.import_module(module), attr))
+    if push:
+        from sluice.http.push import push_router
+
+        app.include_router(push_router(services))
     install_after_response(app)
+    from sluice.http.apidocs import describe
+
+    app.openapi = lambda: describe(app)  # type: ignore[method-assign]
     logger.debug("http app built", extra={"routes": len(app.routes)})
     return app

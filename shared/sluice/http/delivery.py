@@ -15,15 +15,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from sluice.core.auth import Identity, is_authorized_cron
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
 from sluice.delivery.destinations import Destinations
 from sluice.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
-from sluice.http.app import admin_token, require, services_of
+from sluice.http.app import (
+    ADMIN_JWT,
+    CRON_BEARER,
+    admin_token,
+    json_object,
+    require,
+    services_of,
+)
+from sluice.http.models import DeliveryEntryBody, DeliveryRequest, request_body
 from sluice.jobs.runs import RunStore
+from sluice.ops.door import admit
 
 router = APIRouter(prefix="/api/admin/delivery", tags=["delivery"])
 status_router = APIRouter(tags=["delivery"])
@@ -46,6 +57,26 @@ def list_entries(request: Request, status: str | None = None, channel: str | Non
     rows = _store(request).list(status=check_status(status), channel=channel or None,
                                 limit=limit)
     return {"entries": [row.to_json() for row in rows]}
+
+
+@router.post("/entries", name="delivery:enqueue", status_code=201,
+             response_model=DeliveryEntryBody,
+             responses={200: {"model": DeliveryEntryBody,
+                              "description": "the entry stored before with this idempotencyKey"},
+                        201: {"description": "stored, pending, due now"}},
+             openapi_extra=request_body(DeliveryRequest))
+async def enqueue_entry(request: Request,
+                        identity: Identity = require("delivery")) -> JSONResponse:
+    """Store a message for delivery-drain to send, checked by the door's table exactly as
+    ``sluice.enqueue_delivery`` and ``sluice delivery enqueue`` check it."""
+    services = services_of(request)
+    body = await json_object(request)
+    checked = admit("enqueue_delivery", body, services.settings, body=True)
+    entry, created = await run_in_threadpool(
+        DeliveryStore(services.db).enqueue, checked["channel"], checked["recipient"],
+        checked["payload"], idempotency_key=checked["idempotencyKey"],
+        subject_user_id=checked["subjectUserId"])
+    return JSONResponse(entry.to_json(), status_code=201 if created else 200)
 
 
 @router.get("/entries/{entry_id}", name="delivery:show")
@@ -98,7 +129,8 @@ def purge_all(request: Request, channel: str | None = None,
 
 
 @status_router.get("/api/queue/status", name="delivery:queue_status")
-def queue_status(request: Request) -> dict[str, Any]:
+def queue_status(request: Request, _cron: Any = Depends(CRON_BEARER),
+                 _admin: Any = Depends(ADMIN_JWT)) -> dict[str, Any]:
     """Queue health for monitoring: the cron bearer or an admin allowed on ``delivery``."""
     services = services_of(request)
     if not is_authorized_cron(request.headers.get("authorization"),

@@ -6,39 +6,40 @@ Every POST here is audited by the app's middleware. The purge job's own route,
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from sluice.core.auth import Identity
-from sluice.core.errors import RequestError
 from sluice.erasure.purge import confirm, count_subject
 from sluice.erasure.registry import EXEMPTIONS, EXTERNAL_STORES, TARGETS
-from sluice.erasure.requests import (
-    ErasureStore,
-    check_grace_days,
-    check_optional_id,
-    check_status,
-    check_subject,
-)
-from sluice.http.app import preview, require, services_of
+from sluice.erasure.requests import ErasureStore, check_status, check_subject
+from sluice.http.app import json_object, preview, require, services_of
+from sluice.http.models import ErasureBody, ErasureRequestBody, request_body
+from sluice.ops.door import admit
 
 router = APIRouter(prefix="/api/admin/erasure", tags=["erasure"])
 
 
-@router.post("/requests", name="erasure:create")
-def create_request(request: Request, payload: Annotated[dict[str, Any], Body()],
-                   identity: Identity = require("erasure")) -> JSONResponse:
+@router.post("/requests", name="erasure:create", status_code=201,
+             response_model=ErasureBody,
+             responses={200: {"model": ErasureBody,
+                              "description": "the subject's open request, opened before"},
+                        201: {"description": "opened"}},
+             openapi_extra=request_body(ErasureRequestBody))
+async def create_request(request: Request,
+                         identity: Identity = require("erasure")) -> JSONResponse:
+    """Open an erasure request (the door's table, as ``sluice.request_erasure`` and
+    ``sluice erasure request`` check it); requested by the caller's identity."""
     services = services_of(request)
-    unknown = set(payload) - {"subjectUserId", "tenantId", "graceDays"}
-    if unknown:
-        raise RequestError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    subject = check_subject(payload.get("subjectUserId"))
-    tenant = check_optional_id(payload.get("tenantId"), "tenantId")
-    grace = check_grace_days(payload.get("graceDays"), services.settings.erasure_grace_days)
-    created, is_new = ErasureStore(services.db).create(
-        subject, requested_by=identity.subject, grace_days=grace, tenant_id=tenant)
+    checked = admit("request_erasure", await json_object(request), services.settings,
+                    body=True, caller={"requestedBy": identity.subject})
+    created, is_new = await run_in_threadpool(
+        ErasureStore(services.db).create, checked["subjectUserId"],
+        requested_by=checked["requestedBy"], grace_days=checked["graceDays"],
+        tenant_id=checked["tenantId"])
     return JSONResponse(created.to_json(), status_code=201 if is_new else 200)
 
 

@@ -18,6 +18,7 @@ from sluice.core.errors import (
 )
 from sluice.core.services import Services
 from sluice.core.settings import Settings
+from sluice.delivery.channels.webhook import verify_webhook
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus
 from sluice.erasure.requests import ErasureRequest
 from sluice.public.app import (
@@ -50,4 +51,5 @@ __all__ = [
     "publish",
     "record_usage",
     "request_erasure",
+    "verify_webhook",
 ]

@@ -2,43 +2,69 @@
 
 They take the ``Services`` from :func:`connect` (build it once per process, at module
 scope in a Lambda) and raise from the one error tree: ``RequestError`` for input Sluice
-refuses (naming the field), ``ConfigurationError`` for a missing setting,
-``TransientStoreError`` when the store is unreachable.
+refuses (naming the field, exactly as the HTTP API and the command line do: the checks
+are the door's table, ``sluice.ops.door``), ``ConfigurationError`` for a missing setting or
+database, ``TransientStoreError`` when a store did not answer within
+``SLUICE_REQUEST_PATH_TIMEOUT_SECONDS``: an app's request never waits on an outage longer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sluice.billing import usage
 from sluice.billing.usage import Recorded, UsageEntry
+from sluice.core.errors import ConfigurationError
 from sluice.core.services import Services
 from sluice.core.settings import Settings
-from sluice.delivery.drain import check_enqueue
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
-from sluice.erasure.requests import (
-    ErasureRequest,
-    ErasureStore,
-    check_grace_days,
-    check_optional_id,
-    check_subject,
-)
+from sluice.erasure.requests import ErasureRequest, ErasureStore
+from sluice.ops.door import admit
 from sluice.queues.publish import Published
 from sluice.queues.runtime import publisher_of
+from sluice.store.db import require_existing
+from sluice.store.deadline import bounded_by
 
 
 def connect(env: Mapping[str, str] | None = None) -> Services:
     """Sluice's dependencies from ``SLUICE_*`` settings (``env``, else the process's);
-    a missing or invalid setting is a ``ConfigurationError`` naming the variable."""
-    return Services.from_settings(Settings.from_env(env))
+    a missing or invalid setting is a ``ConfigurationError`` naming the variable. It
+    never creates a database: an SQLite file that does not exist, or one not migrated,
+    is a ``ConfigurationError`` saying to run ``sluice migrate``."""
+    settings = Settings.from_env(env)
+    require_existing(settings.database_url)
+    services = Services.from_settings(settings)
+    if services.db.dialect == "sqlite":  # a local file: checked at once (Postgres: no trip)
+        from sluice.store.migrate import pending
+
+        waiting = pending(services.db)
+        if waiting:
+            services.close()
+            raise ConfigurationError(
+                f"SLUICE_DATABASE_URL: the SQLite database lacks {len(waiting)} migration(s) "
+                f"(first {waiting[0].version} {waiting[0].name}); run `sluice migrate`")
+    return services
+
+
+@contextmanager
+def request_path(services: Services) -> Iterator[None]:
+    """Every store call inside ends within the request path's bound, together."""
+    ends = time.monotonic() + services.settings.request_path_timeout_s
+    with bounded_by(lambda: ends - time.monotonic()):
+        yield
 
 
 def publish(services: Services, topic: str, fields: Mapping[str, Any] | None = None
             ) -> Published:
     """Sign ``fields`` as a message on ``topic`` and send it: to SQS on AWS, to the
     in-process consumer locally. ``Published.dispatched`` says whether it went."""
-    return publisher_of(services).publish(topic, fields)
+    checked = admit("publish", {"topic": topic, "fields": fields}, services.settings)
+    with request_path(services):
+        return publisher_of(services, request_path=True).publish(checked["topic"],
+                                                                 checked["fields"])
 
 
 def enqueue_delivery(services: Services, channel: str, recipient: str,
@@ -46,18 +72,24 @@ def enqueue_delivery(services: Services, channel: str, recipient: str,
                      subject_user_id: str | None = None) -> DeliveryEntry:
     """Store a message for delivery-drain to send (``pending``, due now). A second call with
     the same ``idempotency_key`` returns the first entry and stores nothing."""
-    check_enqueue(channel, payload)
-    entry, _created = DeliveryStore(services.db).enqueue(
-        channel, recipient, payload, idempotency_key=idempotency_key,
-        subject_user_id=subject_user_id)
+    checked = admit("enqueue_delivery", {
+        "channel": channel, "recipient": recipient, "payload": payload,
+        "idempotencyKey": idempotency_key, "subjectUserId": subject_user_id},
+        services.settings)
+    with request_path(services):
+        entry, _created = DeliveryStore(services.db).enqueue(
+            checked["channel"], checked["recipient"], checked["payload"],
+            idempotency_key=checked["idempotencyKey"],
+            subject_user_id=checked["subjectUserId"])
     return entry
 
 
 def record_usage(services: Services, entry: UsageEntry) -> Recorded:
     """One AI model call into the ledger (and its metering outbox row when billable):
-    ``recorded``, ``duplicate``, ``erased``, or ``queued`` when Postgres was unreachable
+    ``recorded``, ``duplicate``, ``erased``, or ``queued`` when Postgres did not answer
     and the entry waits in the Redis retry queue for ledger-redrive."""
-    return usage.record_usage(entry, db=services.db, redis=services.redis)
+    with request_path(services):
+        return usage.record_usage(entry, db=services.db, redis=services.redis)
 
 
 def request_erasure(services: Services, subject: str, *, requested_by: str,
@@ -65,8 +97,11 @@ def request_erasure(services: Services, subject: str, *, requested_by: str,
                     ) -> ErasureRequest:
     """Open an erasure request for ``subject`` (the app's user id), purged by erasure-purge
     when its grace window ends; the subject's open request if there is one already."""
-    grace = check_grace_days(grace_days, services.settings.erasure_grace_days)
-    request, _created = ErasureStore(services.db).create(
-        check_subject(subject, "subject"), requested_by=requested_by, grace_days=grace,
-        tenant_id=check_optional_id(tenant_id, "tenantId"))
+    checked = admit("request_erasure", {
+        "subjectUserId": subject, "tenantId": tenant_id, "graceDays": grace_days,
+        "requestedBy": requested_by}, services.settings)
+    with request_path(services):
+        request, _created = ErasureStore(services.db).create(
+            checked["subjectUserId"], requested_by=checked["requestedBy"],
+            grace_days=checked["graceDays"], tenant_id=checked["tenantId"])
     return request

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
-from sluice.core.errors import Conflict
+from sluice.core.errors import Conflict, TransientStoreError
 from sluice.core.observe import logger
 from sluice.core.settings import Settings
 from sluice.core.times import iso_z
@@ -131,5 +131,8 @@ class Publisher:
             return Published(topic, message_id, key, "local", False, message, "no_handler")
         decision = consumer.deliver_local(body, message_id)
         outcome = str(decision.outcome.value)
+        if outcome == "waiting":  # as SQS down would be: the caller's to retry, typed
+            raise TransientStoreError(f"{topic}: the in-process consumer's store is down: "
+                                      f"{decision.reason}")
         return Published(topic, message_id, key, "local", outcome in LOCAL_HANDLED, message,
                          outcome, decision.reason)

@@ -56,15 +56,21 @@ def consumers_for(services: Services, *, sqs: Sqs | None = None,
             for topic in topics}
 
 
-_PUBLISHERS: WeakKeyDictionary[Services, Publisher] = WeakKeyDictionary()
+_PUBLISHERS: WeakKeyDictionary[Services, dict[bool, Publisher]] = WeakKeyDictionary()
 
 
-def publisher_of(services: Services) -> Publisher:
-    """The process's publisher for ``services`` (built once; its SQS client too)."""
-    publisher = _PUBLISHERS.get(services)
+def publisher_of(services: Services, *, request_path: bool = False) -> Publisher:
+    """The process's publisher for ``services`` (built once; its SQS client too).
+    ``request_path``: the app's, whose SQS calls are one attempt each, bounded by
+    ``SLUICE_REQUEST_PATH_TIMEOUT_SECONDS``."""
+    built = _PUBLISHERS.setdefault(services, {})
+    publisher = built.get(request_path)
     if publisher is None:
-        publisher = _PUBLISHERS[services] = Publisher(services.settings)
-        if publisher.mode == "local" and publisher.signer.configured:
+        settings = services.settings
+        sqs = (Sqs.connect(settings, timeout_s=settings.request_path_timeout_s)
+               if request_path and settings.queue_mode == "sqs" else None)
+        publisher = built[request_path] = Publisher(settings, sqs=sqs)
+        if publisher.mode == "local" and publisher.signer.configured and len(built) == 1:
             # In process, the consumers register themselves when built (as importing a
             # consumer function does on Lambda), so a local publish reaches them. Without
             # a secret there are none: a publish fails for want of the secret anyway.

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sluice.core.errors import ConfigurationError, NotFound
+from sluice.core.errors import ConfigurationError, NotFound, TransientStoreError
 from sluice.core.settings import Settings
 from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE
 from sluice.queues.topics import dlq_name, queue_name
+
+
+@contextmanager
+def _unanswered() -> Iterator[None]:
+    """SQS not answering (no connection, no reply in time) is a ``TransientStoreError``:
+    the same send may work later, and callers branch on that type."""
+    from botocore.exceptions import (  # type: ignore[import-untyped]
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        ReadTimeoutError,
+    )
+
+    try:
+        yield
+    except (ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
+            ReadTimeoutError) as exc:
+        raise TransientStoreError(f"sqs: {exc}") from exc
 
 
 class QueueMissing(NotFound):
@@ -25,16 +45,20 @@ class Sqs:
         self._urls: dict[str, str] = {}
 
     @classmethod
-    def connect(cls, settings: Settings) -> Sqs:
+    def connect(cls, settings: Settings, *, timeout_s: float | None = None) -> Sqs:
+        """``timeout_s``: each call is one attempt that gives up after that long connecting
+        and as long reading (an app's request path); else three attempts, 5 s and 20 s."""
         import boto3  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
-        from botocore.exceptions import BotoCoreError  # type: ignore[import-untyped]
+        from botocore.exceptions import BotoCoreError
 
+        config = (Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5,
+                         read_timeout=20) if timeout_s is None else
+                  Config(retries={"mode": "standard", "max_attempts": 1},
+                         connect_timeout=timeout_s, read_timeout=timeout_s))
         try:
             # boto3 reads AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL itself.
-            client = boto3.client("sqs", config=Config(retries={"mode": "standard",
-                                                                "max_attempts": 3},
-                                                       connect_timeout=5, read_timeout=20))
+            client = boto3.client("sqs", config=config)
         except BotoCoreError as exc:
             raise ConfigurationError(f"SLUICE_QUEUE_MODE=sqs but no SQS client: {exc}") from exc
         return cls(client, settings.queue_prefix)
@@ -43,7 +67,8 @@ class Sqs:
         url = self._urls.get(name)
         if url is None:
             try:
-                url = str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+                with _unanswered():
+                    url = str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
             except self.client.exceptions.QueueDoesNotExist:
                 raise QueueMissing(f"SQS queue {name} does not exist", queue=name) from None
             self._urls[name] = url
@@ -63,8 +88,9 @@ class Sqs:
         attributes = ({IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": key}}
                       if key else {})
         extra = {"DelaySeconds": delay_s} if delay_s else {}
-        sent = self.client.send_message(QueueUrl=url, MessageBody=body,
-                                        MessageAttributes=attributes, **extra)
+        with _unanswered():
+            sent = self.client.send_message(QueueUrl=url, MessageBody=body,
+                                            MessageAttributes=attributes, **extra)
         return str(sent["MessageId"])
 
     def change_visibility(self, url: str, receipt_handle: str, seconds: int) -> None:

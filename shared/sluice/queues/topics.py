@@ -71,14 +71,15 @@ def get_topic(name: str) -> Topic:
     try:
         return TOPICS[name]
     except KeyError:
-        raise UnknownTopic(f"unknown topic {name!r}; known: {', '.join(TOPICS)}") from None
+        raise UnknownTopic(f"unknown topic {name!r}; known: {', '.join(TOPICS)}",
+                           field="topic") from None
 
 
 def check_topic(name: str, *, publishing: bool = False) -> str:
     topic = get_topic(name)
     if publishing and topic.reserved:
         raise ReservedTopic(f"{name} consumer is not implemented; do not enable a producer "
-                            "for this topic")
+                            "for this topic", field="topic")
     return name
 
 

@@ -745,6 +745,22 @@ class PostgresDatabase:
             self._pool.close()
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The absolute path of an SQLite URL's file (None for Postgres)."""
+    return Path(url.removeprefix("sqlite:///")).resolve() if url.startswith("sqlite:///") else None
+
+
+def require_existing(url: str) -> None:
+    """Refuse an SQLite URL whose file does not exist: only ``sluice migrate`` (and
+    ``sluice dev``) create the database, so a mistyped path never becomes an empty one."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise ConfigurationError(
+            f"SLUICE_DATABASE_URL: no SQLite database at {path}; create it with "
+            "`sluice migrate` (or `sluice dev`) here, or point SLUICE_DATABASE_URL at the "
+            "existing one")
+
+
 def open_database(url: str, options: PgOptions | None = None,
                   ) -> SqliteDatabase | PostgresDatabase:
     if url.startswith("sqlite:"):

@@ -41,6 +41,19 @@ def bounded_by(time_left: Callable[[], float]) -> Iterator[None]:
         _TIME_LEFT.reset(token)
 
 
+@contextmanager
+def reserving(share: float) -> Iterator[None]:
+    """Inside the current bound (if any), keep ``share`` of the time left now for what
+    comes after the block: the block's store calls are bounded by the rest."""
+    bound = _TIME_LEFT.get()
+    if bound is None:
+        yield
+        return
+    kept = max(0.0, bound()) * share
+    with bounded_by(lambda: bound() - kept):
+        yield
+
+
 def time_left() -> float | None:
     """Seconds left to the current bound, or None outside any."""
     bound = _TIME_LEFT.get()

@@ -110,7 +110,7 @@ def test_grace_days_zero_is_due_at_once_and_the_job_dry_run_changes_nothing(
     ({"subjectUserId": ""}, "subjectUserId must be a non-empty string"),
     ({"subjectUserId": "a b"}, "must not contain spaces"),
     ({"subjectUserId": 12}, "subjectUserId must be a non-empty string"),
-    ({"graceDays": 1}, "subjectUserId must be a non-empty string"),
+    ({"graceDays": 1}, "subjectUserId is required"),
     ({"subjectUserId": "u1", "grace": 1}, "unknown field(s): grace"),
 ])
 def test_bad_input_is_a_clear_400(client: TestClient, payload: dict[str, object],

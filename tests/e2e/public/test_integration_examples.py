@@ -4,20 +4,24 @@ JavaScript one under Node, each checked against what Sluice itself does."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import uvicorn
 
-from sluice.billing.usage import RETRY_QUEUE, RetryEnvelope, UsageEntry
+from sluice.billing.usage import RETRY_QUEUE, RetryEnvelope, UsageEntry, write_entries
 from sluice.core.settings import Settings
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.erasure.requests import ErasureStore
@@ -25,6 +29,7 @@ from sluice.http.app import create_app
 from sluice.ops.access import mint_token
 from sluice.queues.keys import idempotency_key
 from sluice.queues.signing import Signer, canonical
+from sluice.store.db import open_database
 from sluice.store.redis_clients import connect
 from tests.conftest import BASE_ENV, ROOT, free_port
 from tests.unit.queues.test_signing import VECTORS
@@ -111,35 +116,68 @@ def test_a_javascript_message_is_what_sluice_publishes() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message["publishedAt"])
 
 
-def test_javascript_usage_and_delivery_statements_write_what_sluice_reads(pg_url: str) -> None:
+def run_statements(url: str, statements: list[dict[str, Any]]) -> None:
+    """Run the example's statements as an app's driver would, in one transaction: psycopg
+    for Postgres (node-postgres numbers its parameters $1…, psycopg names them), sqlite3
+    for SQLite (``?`` in order, as better-sqlite3 binds them)."""
+    if url.startswith("sqlite:"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in statements:
+                conn.execute(statement["text"], statement["values"])
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        for statement in statements:
+            conn.execute(re.sub(r"\$(\d+)", r"%(p\1)s", statement["text"]),
+                         {f"p{n}": v for n, v in enumerate(statement["values"], 1)})
+
+
+def test_javascript_usage_and_delivery_statements_write_what_sluice_reads(db_url: str) -> None:
+    dialect = "sqlite" if db_url.startswith("sqlite:") else "postgres"
     entry = {"id": "js-use-1", "tenantId": "t1", "userId": "u1", "model": "gpt-4.1-mini",
              "inputTokens": 104, "outputTokens": 20, "costMicros": 1004,
              "occurredAt": "2026-03-01T12:00:04.000Z"}
-    usage = node("console.log(JSON.stringify(app.usageStatement(input)));", entry)
-    delivery = node("console.log(JSON.stringify(app.deliveryStatement(input)));",
+    gone = {**entry, "id": "js-use-gone", "tenantId": None, "userId": "u-gone"}
+    usage, erased = node(f"console.log(JSON.stringify(input.map(e => app.usageStatements(e, "
+                         f"'{dialect}'))));", [entry, gone])
+    delivery = node("console.log(JSON.stringify(app.deliveryStatement(input, new Date(), "
+                    f"'{dialect}')));",
                     {"channel": "webhook", "recipient": "https://hooks.example.com/x",
                      "payload": {"text": "hello"}, "idempotencyKey": "js:1",
                      "subjectUserId": "u1"})
     envelope = node("console.log(JSON.stringify(app.retryEnvelope(input, 'connect timeout')));",
                     entry)
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        for statement in (usage, usage, delivery, delivery):  # twice: idempotent
-            # node-postgres numbers its parameters $1…; psycopg names them
-            conn.execute(re.sub(r"\$(\d+)", r"%(p\1)s", statement["text"]),
-                         {f"p{n}": v for n, v in enumerate(statement["values"], 1)})
-        ledger = conn.execute("SELECT * FROM ai_usage_ledger").fetchall()
-        outbox = conn.execute("SELECT id, external_customer_id, status, metadata "
-                              "FROM ai_usage_metering_outbox").fetchall()
-    assert len(ledger) == 1
-    assert outbox == [("js-use-1:metering", "t1", "pending", {
-        "model": "gpt-4.1-mini", "input_tokens": 104, "output_tokens": 20,
-        "total_tokens": 124, "cost_micros": 1004, "ledger_id": "js-use-1"})]
-    from sluice.store.db import open_database
-
-    db = open_database(pg_url)
-    [queued] = DeliveryStore(db).list(status=DeliveryStatus.PENDING, channel=None, limit=10)
+    db = open_database(db_url)
+    try:
+        with db.transaction() as tx:
+            tx.execute("INSERT INTO erasure_tombstones (subject_user_id, request_id, erased_at) "
+                       "VALUES ('u-gone', 'r-1', :now)", {"now": datetime.now(UTC)})
+        for _ in range(2):  # twice: idempotent
+            run_statements(db_url, usage)
+            run_statements(db_url, erased)
+            run_statements(db_url, [delivery])
+        with db.transaction() as tx:
+            ledger = tx.fetchall("SELECT id, occurred_at FROM ai_usage_ledger")
+            outbox = tx.fetchall("SELECT id, external_customer_id, status, metadata "
+                                 "FROM ai_usage_metering_outbox")
+        [queued] = DeliveryStore(db).list(status=DeliveryStatus.PENDING, channel=None,
+                                          limit=10)
+        written = write_entries(db, [UsageEntry.from_contract(entry)])  # Sluice's own write
+    finally:
+        db.close()
+    assert ledger == [{"id": "js-use-1",
+                       "occurred_at": datetime(2026, 3, 1, 12, 0, 4, tzinfo=UTC)}]
+    assert outbox == [{"id": "js-use-1:metering", "external_customer_id": "t1",
+                       "status": "pending", "metadata": {
+                           "model": "gpt-4.1-mini", "input_tokens": 104, "output_tokens": 20,
+                           "total_tokens": 124, "cost_micros": 1004, "ledger_id": "js-use-1"}}]
+    assert written.inserted == set(), "Sluice sees the JavaScript row as its own"
     assert queued.payload == {"text": "hello"} and queued.subject_user_id == "u1"
-    db.close()
+    assert queued.next_attempt_at <= datetime.now(UTC)
     parsed = RetryEnvelope.parse(envelope)
     assert UsageEntry.from_contract(parsed.entry).occurred_at == datetime(
         2026, 3, 1, 12, 0, 4, tzinfo=UTC)
@@ -178,3 +216,73 @@ def test_the_guide_names_only_the_stable_api() -> None:
     text = (ROOT / "docs" / "integration.md").read_text()
     named = set(re.findall(r"\bsluice\.(\w+)", text))
     assert named and named <= set(sluice.__all__), named - set(sluice.__all__)
+
+
+# --- the local push endpoint -------------------------------------------------------------
+
+
+@pytest.fixture
+def sluice_dev(sqlite_url: str) -> Iterator[str]:
+    """``sluice dev`` as a developer runs it, on its own port and database."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
+    env.update({**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url,
+                "SLUICE_QUEUE_SIGNING_SECRET": SECRET})
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--no-scheduler",
+                             "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("sluice dev did not start")
+        yield base
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_a_javascript_producer_pushes_through_sluice_dev(sluice_dev: str,
+                                                         sqlite_url: str) -> None:
+    """The JavaScript example's message reaches the topic's consumer at sluice dev's route,
+    verified as the queue's consumer verifies it: a forged one is quarantined and
+    acknowledged, a repeat is a duplicate. The oracle is the store the consumer writes."""
+    pushed = node("const good = app.buildMessage('rss.ingest', {sourceId: 'src-js'}, "
+                  f"{json.dumps(SECRET)});"
+                  "const forged = app.buildMessage('rss.ingest', {sourceId: 'src-evil'}, "
+                  "'not-the-secret-0123456789');"
+                  "const out = [];"
+                  "for (const m of [good, good, forged]) "
+                  "out.push(await app.pushMessage(input.base, m));"
+                  "console.log(JSON.stringify(out));", {"base": sluice_dev})
+    assert [(p["status"], p["body"]["outcome"]) for p in pushed] == [
+        (200, "done"), (200, "duplicate"), (200, "rejected")], pushed
+    assert pushed[2]["body"]["reason"] == "signature does not match"
+    db = open_database(sqlite_url)
+    try:
+        with db.transaction() as tx:
+            done = tx.fetchall("SELECT topic, message_id FROM queue_completed_keys")
+            quarantined = tx.fetchall("SELECT topic, reason, body FROM queue_quarantine")
+    finally:
+        db.close()
+    assert done == [{"topic": "rss.ingest", "message_id": pushed[0]["body"]["messageId"]}]
+    [kept] = quarantined
+    assert kept["topic"] == "rss.ingest" and "src-evil" in kept["body"]
+    malformed = httpx.post(f"{sluice_dev}/api/queues/rss/ingest", content=b"[1]")
+    assert malformed.status_code == 200 and malformed.json()["outcome"] == "rejected"
+    assert httpx.post(f"{sluice_dev}/api/queues/no/such", content=b"{}").status_code == 404
+
+
+def test_the_guide_push_outcome_table_is_the_code() -> None:
+    from sluice.http.push import STATUS_OF
+
+    text = (ROOT / "docs" / "integration.md").read_text()
+    rows = {cells[0].strip("` "): int(cells[1]) for line in text.splitlines()
+            if line.startswith("| `") and len(cells := line.strip("| ").split(" | ")) == 3
+            and cells[1].isdigit()}
+    assert rows == {outcome.value: status for outcome, status in STATUS_OF.items()}

@@ -48,7 +48,10 @@ def webhook_signature(secret: str, timestamp: str, body: bytes) -> str:
 
 def verify_webhook(secret: str, headers: Mapping[str, str], body: bytes, *,
                    now: float | None = None, tolerance_s: float = 300) -> bool:
-    """What a receiver runs: the signature matches and the timestamp is recent."""
+    """What a receiver runs: the signature matches and the timestamp is recent (within
+    ``tolerance_s``, so a replayed request is refused). ``headers`` in any case, as a
+    framework or a Lambda event gives them; ``body`` is the raw bytes received."""
+    headers = {str(name).lower(): value for name, value in headers.items()}
     timestamp = headers.get(TIMESTAMP_HEADER, "")
     if not timestamp.isdigit() or abs((now or time.time()) - int(timestamp)) > tolerance_s:
         return False
