@@ -58,6 +58,16 @@ def test_rss_and_atom_are_fetched_gzipped_with_their_validators(fetcher: Fetcher
     assert request["headers"]["user-agent"].startswith("Sluice/")
 
 
+def test_a_gzip_body_of_several_members_gives_every_story(fetcher: Fetcher,
+                                                        feeds: FeedServer) -> None:
+    url = feeds.add_rss("/members", items=3)
+    feeds.feeds["/members"].gzip_members = 2  # the cut falls inside the second story
+    fetched = fetch(fetcher, source(url))
+    assert fetched.state.ok, fetched.state
+    assert [s.title for s in fetched.stories or []] == [
+        "members story 0", "members story 1", "members story 2"]
+
+
 def test_a_conditional_request_answered_304_costs_no_parse(fetcher: Fetcher,
                                                            feeds: FeedServer) -> None:
     url = feeds.add_rss("/news", items=3)

@@ -65,3 +65,30 @@ def test_a_bomb_is_stopped_at_the_cap_plus_one_byte_per_step() -> None:
 def test_a_body_that_does_not_decode_is_a_typed_refusal() -> None:
     with pytest.raises(UnsupportedEncoding):
         read_capped([b"not gzip at all"], Decoder(["gzip"]), 1000, truncate=False)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100, 1 << 20])
+def test_every_gzip_member_is_read_whatever_the_chunks(chunk: int) -> None:
+    parts = [b"<rss>" + b"a" * 3000, b"b" * 5000, b"c" * 10 + b"</rss>"]
+    raw = b"".join(gzip.compress(part) for part in parts)
+    chunks = [raw[i:i + chunk] for i in range(0, len(raw), chunk)]
+    assert read_capped(chunks, Decoder(["gzip"]), 20_000, truncate=False) == (
+        b"".join(parts), True)
+    # the cap holds across members: the second member's bytes count against it
+    with pytest.raises(TooLarge):
+        read_capped(chunks, Decoder(["gzip"]), 8000, truncate=False)
+    assert read_capped(chunks, Decoder(["gzip"]), 8000, truncate=True) == (
+        b"".join(parts)[:8000], False)
+
+
+def test_a_body_cut_inside_a_member_or_trailing_garbage_is_refused_never_cut_short() -> None:
+    raw = gzip.compress(b"<rss>" + b"x" * 5000 + b"</rss>")
+    with pytest.raises(UnsupportedEncoding, match="ends inside a member"):
+        read_capped([raw[:len(raw) // 2]], Decoder(["gzip"]), 20_000, truncate=False)
+    with pytest.raises(UnsupportedEncoding, match="does not decode"):
+        read_capped([raw + b"trailing junk"], Decoder(["gzip"]), 20_000, truncate=False)
+    packer = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS)
+    deflated = packer.compress(b"x" * 100) + packer.flush()
+    with pytest.raises(UnsupportedEncoding, match="after its end"):
+        read_capped([deflated + deflated], Decoder(["deflate"]), 20_000, truncate=False)
+    assert read_capped([], Decoder(["gzip"]), 100, truncate=False) == (b"", True)
