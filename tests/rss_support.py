@@ -9,7 +9,7 @@ from typing import Any
 
 from sluice.core.services import Services
 from sluice.rss.catalog import Catalog
-from sluice.rss.fetch import Fetcher, feed_client, feed_guard
+from sluice.rss.fetch import settings_fetcher
 
 FEED_ENV = {"SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1", "SLUICE_RSS_FETCH_TIMEOUT_SECONDS": "1",
             "SLUICE_RSS_MAX_FEED_BYTES": "100000", "SLUICE_RSS_LOCK_WAIT_SECONDS": "20"}
@@ -45,14 +45,7 @@ def feed_services(make_services: Callable[..., Services], db_url: str, **env: st
 def catalog(services: Services, clock: FakeClock | None = None, **kwargs: Any) -> Catalog:
     """A catalog on the real HTTP client; with ``clock``, its wall time is the fake one (fetch
     timeouts stay on real monotonic time: they guard real sockets)."""
-    settings = services.settings
-    guard = feed_guard(settings.feed_allow_hosts)
-    fetcher = Fetcher(feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
-                                  max_connections=settings.rss_fetch_concurrency),
-                      timeout_s=settings.rss_fetch_timeout_s,
-                      max_bytes=settings.rss_max_feed_bytes,
-                      max_redirects=settings.rss_max_redirects,
-                      per_host=settings.rss_per_host_connections)
+    fetcher = settings_fetcher(services.settings)
     if clock is not None:
         kwargs.setdefault("now", clock.now)
     return Catalog(services, fetcher, **kwargs)

@@ -141,6 +141,11 @@ class Settings(NamedTuple):
                                                1.0, 600.0)] = 40.0
     rss_max_feed_bytes: Annotated[int, Var("SLUICE_RSS_MAX_FEED_BYTES", "int",
                                            1024, 100_000_000)] = 5_000_000
+    # entries a feed reader is given from one document, and from all of one build's feeds
+    rss_max_feed_entries: Annotated[int, Var("SLUICE_RSS_MAX_FEED_ENTRIES", "int",
+                                             1, 10_000)] = 500
+    rss_max_build_entries: Annotated[int, Var("SLUICE_RSS_MAX_BUILD_ENTRIES", "int",
+                                              1, 1_000_000)] = 20_000
     rss_max_redirects: Annotated[int, Var("SLUICE_RSS_MAX_REDIRECTS", "int", 0, 20)] = 5
     rss_fetch_concurrency: Annotated[int, Var("SLUICE_RSS_FETCH_CONCURRENCY", "int",
                                               1, 64)] = 8

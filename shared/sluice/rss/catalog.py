@@ -21,13 +21,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
 from sluice.core.errors import NotFound, PermanentStoreError
 from sluice.core.observe import logger
-from sluice.rss.fetch import Fetched, Fetcher, feed_client, feed_guard
+from sluice.rss.bounds import EntryBudget
+from sluice.rss.fetch import Fetched, Fetcher, settings_fetcher
 from sluice.rss.store import (
     GLOBAL_KEY,
     GLOBAL_LOCALE,
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
 MAX_BUILD_STORIES = 500
 STORIES_KEPT_PER_SOURCE = 200
 LOCK_POLL_S = 0.1
-# How long past its deadline a build waits for a fetch to notice the deadline itself.
-FETCH_GRACE_S = 0.5
+# How long past its deadline a build waits for its fetches to end: requests end at the
+# deadline, and no parse starts after it, so this covers one bounded parse per slot.
+FETCH_GRACE_S = 5.0
 
 Outcome = Literal["built", "shared", "fresh", "throttled", "locked"]
 NewStoriesHook = Callable[["Services", CatalogBuild, list[Story], list[str], bool], int | None]
@@ -122,6 +124,8 @@ class Counters:
         self.reused = 0  # builds stored again as they were: no story of theirs changed
         self.fetches = self.not_modified = self.fetch_failures = self.backing_off = 0
         self.bytes_parsed = 0
+        self.feeds_cut = 0  # feeds read only in part (the entry caps)
+        self.skipped = 0  # due sources not fetched: the build's deadline or entry budget
         self.new_story_alerts = self.new_story_failures = 0
 
     def to_json(self) -> dict[str, int]:
@@ -129,6 +133,7 @@ class Counters:
                 "throttled": self.throttled, "locked": self.locked, "fetches": self.fetches,
                 "notModified": self.not_modified, "fetchFailures": self.fetch_failures,
                 "backingOff": self.backing_off, "bytesParsed": self.bytes_parsed,
+                "feedsCut": self.feeds_cut, "skipped": self.skipped,
                 "newStoryAlerts": self.new_story_alerts}
 
 
@@ -156,21 +161,14 @@ class Catalog:
         self.build_deadline_s = settings.rss_build_deadline_s
         self.lock_wait_s = settings.rss_lock_wait_s
         self.concurrency = settings.rss_fetch_concurrency
+        self.max_build_entries = settings.rss_max_build_entries
         # the run's own deadline (the fetcher's monotonic clock): no build outlives it
         self.stop_at = stop_at
 
     @classmethod
     def open(cls, services: Services, **kwargs: Any) -> Catalog:
         """A catalog with its own HTTP client (``close()`` it)."""
-        settings = services.settings
-        guard = feed_guard(settings.feed_allow_hosts)
-        client = feed_client(guard, timeout_s=settings.rss_fetch_timeout_s,
-                             max_connections=settings.rss_fetch_concurrency)
-        fetcher = Fetcher(client, timeout_s=settings.rss_fetch_timeout_s,
-                          max_bytes=settings.rss_max_feed_bytes,
-                          max_redirects=settings.rss_max_redirects,
-                          per_host=settings.rss_per_host_connections)
-        return cls(services, fetcher, **kwargs)
+        return cls(services, settings_fetcher(services.settings), **kwargs)
 
     def close(self) -> None:
         self.fetcher.client.close()
@@ -280,16 +278,14 @@ class Catalog:
                     continue
                 self.memo.sources.add(source.id)
                 due.append(source)
+        # the longest unfetched first: a source skipped at the deadline or the entry budget
+        # leads the next build
+        due.sort(key=lambda s: (s.last_fetched_at is not None, s.last_fetched_at or now))
         deadline_at = self.fetcher.monotonic() + self.build_deadline_s
         if self.stop_at is not None:
             deadline_at = min(deadline_at, self.stop_at)
         if due:
-            for source, fetched in self._fetch_all(due, now, deadline_at):
-                try:
-                    self._record(source, fetched, now)
-                except PermanentStoreError as exc:  # its stories cannot be stored: its failure
-                    self._record(source, self.fetcher.abandoned(
-                        source, now, f"not stored: {exc.message}"), now)
+            self._fetch_all(due, now, deadline_at)
         # the tokens are read before the stories: a write in between changes a token, and
         # the next build assembles again
         tokens = self.store.story_tokens(source_ids)
@@ -323,39 +319,57 @@ class Catalog:
         self.counters.reused += 1
         return build
 
-    def _fetch_all(self, due: list[Source], now: datetime,
-                   deadline_at: float) -> list[tuple[Source, Fetched]]:
-        """Each due source fetched on the pool; the build never waits past its deadline (and
-        a short grace for a fetch to notice it): a worker still busy then is abandoned and
-        its source recorded as failed, with backoff."""
+    def _fetch_all(self, due: list[Source], now: datetime, deadline_at: float) -> None:
+        """Each due source fetched on the pool and recorded as it ends (so a build holds the
+        stories of its fetches under way, not of all its sources). Fetches end by the
+        deadline and no parse starts after it; the build waits for them up to a grace past
+        it, and a worker still busy then is recorded as failed, with backoff."""
         workers = max(1, min(self.concurrency, len(due)))
+        budget = EntryBudget(self.max_build_entries)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rss-fetch")
         try:
-            futures: list[Future[Fetched]] = [
-                pool.submit(self.fetcher.fetch, source, now, deadline_at) for source in due]
-            wait(futures, timeout=max(0.0, deadline_at - self.fetcher.monotonic())
-                 + FETCH_GRACE_S)
+            pending: dict[Future[Fetched], Source] = {
+                pool.submit(self.fetcher.fetch, source, now, deadline_at, budget): source
+                for source in due}
+            while pending:
+                left = deadline_at + FETCH_GRACE_S - self.fetcher.monotonic()
+                done, _ = wait(pending, timeout=max(0.0, left), return_when=FIRST_COMPLETED)
+                if not done:
+                    break
+                for future in done:
+                    source = pending.pop(future)
+                    self._record_one(source, self._outcome(source, future, now), now)
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-        results = []
-        for source, future in zip(due, futures, strict=True):
-            if future.cancelled():
-                continue  # never started: the source stays due for the next build
-            if not future.done():
-                results.append((source, self.fetcher.abandoned(
-                    source, now, "timed out: still running at the build deadline")))
-            elif (error := future.exception()) is not None:
-                # one source's unexpected error is that source's failure, not the build's
-                results.append((source, self.fetcher.abandoned(
-                    source, now, f"fetch failed: {type(error).__name__}: {str(error)[:300]}")))
-            else:
-                results.append((source, future.result()))
-        return results
+            # every fetch ended: the idle workers are joined, so none outlives the build
+            pool.shutdown(wait=not pending, cancel_futures=True)
+        for future, source in pending.items():
+            if not future.cancelled():
+                self._record_one(source, self.fetcher.abandoned(
+                    source, now, "timed out: still running at the build deadline"), now)
+
+    def _outcome(self, source: Source, future: Future[Fetched], now: datetime) -> Fetched:
+        if (error := future.exception()) is not None:
+            # one source's unexpected error is that source's failure, not the build's
+            return self.fetcher.abandoned(
+                source, now,
+                f"fetch failed: {type(error).__name__}: {str(error)[:300]}")
+        return future.result()
+
+    def _record_one(self, source: Source, fetched: Fetched, now: datetime) -> None:
+        try:
+            self._record(source, fetched, now)
+        except PermanentStoreError as exc:  # its stories cannot be stored: its failure
+            self._record(source, self.fetcher.abandoned(
+                source, now, f"not stored: {exc.message}"), now)
 
     def _record(self, source: Source, fetched: Fetched, now: datetime) -> None:
         if fetched.skipped:
+            self.counters.skipped += 1
             return
         self.counters.fetches += 1
+        if fetched.state.ok and fetched.state.error:
+            self.counters.feeds_cut += 1
+            logger.warning(f"[rss] {source.id} ({source.url}): {fetched.state.error}")
         self.counters.bytes_parsed += fetched.bytes
         if fetched.not_modified:
             self.counters.not_modified += 1

@@ -5,6 +5,12 @@ Every request goes through ``sluice.egress`` with the feeds' ``AddressGuard`` (f
 come from tenants: only public addresses, unless the host is in
 ``SLUICE_FEED_ALLOW_HOSTS``), and ends by the earlier of the fetch timeout and the build's
 deadline, headers included: a fetch cut off is that source's failure, with backoff.
+
+What the readers get is bounded too (``sluice.rss.bounds``): at most
+``SLUICE_RSS_MAX_FEED_ENTRIES`` entries of one document and what is left of the build's
+``SLUICE_RSS_MAX_BUILD_ENTRIES``, and at most ``PARSE_SLOTS`` documents are parsed at once
+(parsing holds the interpreter lock: more at once is only more memory). No parse starts
+after the build's deadline.
 """
 
 from __future__ import annotations
@@ -14,18 +20,23 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urljoin, urlsplit
 
 from sluice.core.errors import SluiceError
 from sluice.egress import AddressGuard, Answer, DestinationRefused, Egress, EgressError
+from sluice.rss.bounds import Cut, EntryBudget, cut_document
 from sluice.rss.parse import parse_feed
 from sluice.rss.store import FetchState, Source, Story
+
+if TYPE_CHECKING:
+    from sluice.core.settings import Settings
 
 USER_AGENT = "Sluice/0.1 feed fetcher (RSS 2.0, Atom 1.0; conditional GET)"
 ACCEPT = "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.1"
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
+PARSE_SLOTS = 2
 
 
 class FetchFailed(SluiceError):
@@ -47,6 +58,18 @@ def feed_guard(allow_hosts: tuple[str, ...] | list[str] = ()) -> AddressGuard:
 def feed_client(guard: AddressGuard, *, timeout_s: float, max_connections: int) -> Egress:
     return Egress(timeout_s=timeout_s, guard=guard, max_connections=max_connections,
                   headers={"user-agent": USER_AGENT, "accept": ACCEPT})
+
+
+def settings_fetcher(settings: Settings) -> Fetcher:
+    """A fetcher on its own client, bounded as the settings say (``client.close()`` it)."""
+    client = feed_client(feed_guard(settings.feed_allow_hosts),
+                         timeout_s=settings.rss_fetch_timeout_s,
+                         max_connections=settings.rss_fetch_concurrency)
+    return Fetcher(client, timeout_s=settings.rss_fetch_timeout_s,
+                   max_bytes=settings.rss_max_feed_bytes,
+                   max_redirects=settings.rss_max_redirects,
+                   per_host=settings.rss_per_host_connections,
+                   max_entries=settings.rss_max_feed_entries)
 
 
 class Backoff(NamedTuple):
@@ -102,11 +125,14 @@ SKIPPED = Fetched(FetchState(ok=False, status=None), None, 0, skipped=True)
 
 class Fetcher:
     def __init__(self, client: Egress, *, timeout_s: float, max_bytes: int,
-                 max_redirects: int, per_host: int = 2, backoff: Backoff = DEFAULT_BACKOFF,
+                 max_redirects: int, per_host: int = 2, max_entries: int = 500,
+                 backoff: Backoff = DEFAULT_BACKOFF,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._parsing = threading.BoundedSemaphore(PARSE_SLOTS)
         self.max_redirects = max_redirects
         self.per_host = per_host
         self.backoff = backoff
@@ -125,12 +151,15 @@ class Fetcher:
                 slot = self._hosts[host] = threading.BoundedSemaphore(self.per_host)
             return slot
 
-    def fetch(self, source: Source, now: datetime, deadline_at: float) -> Fetched:
-        """Fetch and parse one source; every failure is a result, never an exception."""
-        if self.monotonic() >= deadline_at:
+    def fetch(self, source: Source, now: datetime, deadline_at: float,
+              budget: EntryBudget | None = None) -> Fetched:
+        """Fetch and parse one source; every failure is a result, never an exception.
+        Skipped (not failed) when the build's deadline passed or its ``budget`` of
+        entries is spent before it starts."""
+        if self.monotonic() >= deadline_at or (budget is not None and budget.left <= 0):
             return SKIPPED
         try:
-            return self._fetch(source, now, deadline_at)
+            return self._fetch(source, now, deadline_at, budget)
         except FetchFailed as exc:
             return self._failed(source, now, str(exc), exc.http_status, exc.retry_after)
         except DestinationRefused as exc:
@@ -153,7 +182,8 @@ class Fetcher:
                                   next_attempt_at=self.backoff.next_attempt(failures, now, wait)),
                        None, 0)
 
-    def _fetch(self, source: Source, now: datetime, deadline_at: float) -> Fetched:
+    def _fetch(self, source: Source, now: datetime, deadline_at: float,
+               budget: EntryBudget | None) -> Fetched:
         headers = {}
         if source.etag:
             headers["if-none-match"] = source.etag
@@ -181,12 +211,38 @@ class Fetcher:
                                   answer.status)
             if answer.cut:
                 raise FetchFailed("timed out while reading the feed", answer.status)
-            stories = parse_feed(answer.body, source.id, base_url=answer.url)
+            most = self.max_entries if budget is None else budget.take(self.max_entries)
+            if most <= 0:
+                return SKIPPED  # the other feeds of the build took what was left
+            cut = Cut(b"", 0)  # a parse that raised read nothing: all is given back
+            try:
+                why = ("" if most == self.max_entries or budget is None else
+                       f"SLUICE_RSS_MAX_BUILD_ENTRIES is {budget.total}")
+                cut, stories = self._parse(answer, source, most, why, deadline_at)
+            finally:
+                if budget is not None:
+                    budget.give_back(most - cut.entries)
             return Fetched(FetchState(ok=True, status=answer.status,
                                       etag=answer.headers.get("etag"),
-                                      last_modified=answer.headers.get("last-modified")),
+                                      last_modified=answer.headers.get("last-modified"),
+                                      error=cut.reason or None),
                            stories, len(answer.body))
         raise FetchFailed(f"more than {self.max_redirects} redirects")
+
+    def _parse(self, answer: Answer, source: Source, most: int, why: str,
+               deadline_at: float) -> tuple[Cut, list[Story]]:
+        """The document cut to ``most`` entries and parsed, in one of the parse slots."""
+        if not self._parsing.acquire(timeout=max(0.0, deadline_at - self.monotonic())):
+            raise FetchFailed("timed out: the build's deadline passed before the feed was "
+                              "parsed", answer.status)
+        try:
+            if self.monotonic() >= deadline_at:
+                raise FetchFailed("timed out: the build's deadline passed before the feed "
+                                  "was parsed", answer.status)
+            cut = cut_document(answer.body, max_entries=most, why=why)
+            return cut, parse_feed(cut.body, source.id, base_url=answer.url)
+        finally:
+            self._parsing.release()
 
     def _get(self, url: str, headers: dict[str, str], stop_at: float) -> Answer:
         """One hop, holding one of its host's slots (waiting for a slot counts against

@@ -26,7 +26,7 @@ SELECT * FROM rss_sources WHERE id IN (SELECT jsonb_array_elements_text(:ids)) O
 -- name: source_fetched
 UPDATE rss_sources
 SET etag = :etag, last_modified = :last_modified, last_fetched_at = :now,
-    last_success_at = :now, last_status = :status, last_error = NULL,
+    last_success_at = :now, last_status = :status, last_error = :error,
     consecutive_failures = 0, next_attempt_at = NULL
 WHERE id = :id
 

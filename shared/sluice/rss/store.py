@@ -237,9 +237,11 @@ class RssStore:
             if stories:
                 self._save_stories(tx, source_id, stories, now, keep)
             if state.ok:
+                # a success may carry a note: the document was read only in part
                 tx.execute(Q.source_fetched, {"id": source_id, "etag": state.etag,
                                               "last_modified": state.last_modified,
-                                              "status": state.status, "now": now})
+                                              "status": state.status, "now": now,
+                                              "error": (state.error or "")[:500] or None})
             else:
                 tx.execute(Q.source_failed, {"id": source_id, "status": state.status,
                                              "error": (state.error or "")[:500], "now": now,

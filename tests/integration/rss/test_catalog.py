@@ -4,6 +4,7 @@ the per-scope throttle; build-free peeks; new-story hooks; the cross-instance lo
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -157,6 +158,8 @@ def test_new_stories_reach_the_hooks_with_every_scope_on_the_build(
     def broken_hook(*args: Any) -> None:
         raise RuntimeError("listener bug")
 
+    # the alerts listener registers itself on import: into the real list, not this test's
+    importlib.import_module("sluice.alerts")
     monkeypatch.setattr(catalog_module, "on_new_stories", [broken_hook, hook])
     store = RssStore(svc.db)
     source = store.add_source(feeds.add_rss("/live", items=2))

@@ -23,10 +23,11 @@ class PoisonedFetcher:
         self.real = real
         self.poisoned_id = poisoned_id
 
-    def fetch(self, source: Source, now: datetime, deadline_at: float) -> Any:
+    def fetch(self, source: Source, now: datetime, deadline_at: float,
+              budget: Any = None) -> Any:
         if source.id == self.poisoned_id:
             raise RuntimeError("a parser bug this feed alone triggers")
-        return self.real.fetch(source, now, deadline_at)
+        return self.real.fetch(source, now, deadline_at, budget)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
