@@ -33,8 +33,12 @@ def cold_start() -> Iterator[None]:
 
 
 with cold_start():
+    import os
+
     from sluice.core.secrets import load_secrets
-    from sluice.core.shutdown import install
+    from sluice.core.shutdown import install, register_extension
 
     load_secrets()
-    install()  # a SIGTERM (Lambda sends one only with an extension registered) cuts waits short
+    install()  # SIGTERM before Lambda stops the environment cuts retry waits short
+    # ...and Lambda sends that SIGTERM only to a function with an extension registered.
+    register_extension(os.environ.get("AWS_LAMBDA_RUNTIME_API"))

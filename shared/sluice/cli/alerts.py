@@ -5,12 +5,12 @@ with the JSON list in FILE (``-`` for stdin). A replacement is recorded in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from sluice.cli.main import command_group, operator, services
+from sluice.cli.output import emit
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -38,16 +38,11 @@ def cmd_rules(args: argparse.Namespace) -> int:
             RunStore(svc.db).audit(actor=operator(args.by), action="alerts:rules_set",
                                    target=f"alerts-rules:{args.scope}", outcome=outcome,
                                    ip=None, detail=None)
-    if args.json:
-        print(json.dumps(body))
-    else:
-        rules = body["rules"]
-        print(f"{args.scope}: {len(rules)} rule(s)")
-        for rule in rules:
-            dest = rule["destination"]
-            state = "on " if rule["enabled"] else "off"
-            print(f"  [{state}] {rule['id']}: {', '.join(rule['match']['keywords'])} -> "
-                  f"{dest['channel']}:{dest['recipient']}")
+    emit(body, lambda body: [f"{body['scopeId']}: {len(body['rules'])} rule(s)", *(
+        f"  [{'on ' if rule['enabled'] else 'off'}] {rule['id']}: "
+        f"{', '.join(rule['match']['keywords'])} -> "
+        f"{rule['destination']['channel']}:{rule['destination']['recipient']}"
+        for rule in body["rules"])])
     return 0
 
 

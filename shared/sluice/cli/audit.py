@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from sluice.cli.main import services
+from sluice.cli.output import emit
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -15,14 +15,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     values = {"actor": args.actor, "action": args.action, "target": args.target,
               "since": args.since, "until": args.until, "limit": str(args.limit)}
     flt = parse_filter({k: v for k, v in values.items() if v is not None})
-    body = find(services().db, flt)
-    if args.json:
-        print(json.dumps(body))
-        return 0
-    for e in body["entries"]:
-        print(f"{e['at']}  {e['actor']}  {e['action']}  {e['target'] or '-'}  {e['outcome']}")
-    if not body["entries"]:
-        print("no action matches")
+    emit(find(services().db, flt), lambda body: [
+        *(f"{e['at']}  {e['actor']}  {e['action']}  {e['target'] or '-'}  {e['outcome']}"
+          for e in body["entries"]),
+        *([] if body["entries"] else ["no action matches"])])
     return 0
 
 

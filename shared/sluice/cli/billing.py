@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from sluice.cli.main import command_group, operator, services
+from sluice.cli.output import emit
 
 
 def cmd_reset_attempts(args: argparse.Namespace) -> int:
@@ -15,17 +15,13 @@ def cmd_reset_attempts(args: argparse.Namespace) -> int:
 
     result = reset_attempts(services().db, actor=operator(args.by), ids=args.id or (),
                             include_refused=args.include_refused, dry_run=args.dry_run)
-    body = result.to_json()
-    if args.json:
-        print(json.dumps(body))
-        return 0
     verb = "would reset" if result.dry_run else "reset"
-    print(f"{verb} {len(result.reset)} exhausted row(s) to pending with no attempts")
-    for row_id in body["ids"]:
-        print(f"  {row_id}")
-    if result.kept:
-        print(f"kept {len(result.kept)} row(s) Polar refused for good (name them with --id, or "
-              "--include-refused, once their cause is fixed)")
+    note = (f"kept {len(result.kept)} row(s) Polar refused for good (name them with --id, "
+            "or --include-refused, once their cause is fixed)")
+    kept = [note] if result.kept else []
+    emit(result.to_json(), lambda body: [
+        f"{verb} {len(result.reset)} exhausted row(s) to pending with no attempts",
+        *(f"  {row_id}" for row_id in body["ids"]), *kept])
     return 0
 
 

@@ -8,13 +8,12 @@ operator (``--by``, else ``cli:$USER``), like the API's admin actions.
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Iterator
 from typing import Any
 
 from sluice.cli.main import audited, command_group, operator, services
-from sluice.cli.output import emit
+from sluice.cli.output import emit, human_lines
 from sluice.core.errors import RequestError
-from sluice.core.times import json_default
 from sluice.core.validate import load_json
 
 EXIT_OK, EXIT_FAILED = 0, 2
@@ -35,25 +34,26 @@ def _operator(args: argparse.Namespace) -> str:
 
 
 def _print(args: argparse.Namespace, body: Any) -> None:
-    if args.json:
-        print(json.dumps(body, default=json_default))
-        return
+    emit(body, _lines)
+
+
+def _lines(body: Any) -> Iterator[str]:
     for row in body if isinstance(body, list) else [body]:
-        if "recipient" in row:
-            when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
-                    "in_flight": ("lease_until", row["leaseUntil"]),
-                    "unknown": ("updated_at", row["updatedAt"])}.get(
-                row["status"], ("next", row["nextAttemptAt"]))
-            print(f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
-                  f"attempts={row['attempts']}  {when[0]}={when[1]}")
-            if row.get("lastError"):
-                print(f"  last error: {row['lastError']}")
-            if row["status"] == "unknown":
-                print(f"  sent {row['unknownSends']} time(s) without an answer: it may have "
-                      f"arrived. `sluice delivery mark-delivered {row['id']}` if the receiver "
-                      f"has it, `sluice delivery send-again {row['id']}` if not, or purge it")
-        else:
-            emit(row)
+        if "recipient" not in row:
+            yield from human_lines(row)
+            continue
+        when = {"acked": ("acked_at", row["ackedAt"]), "failed": ("failed_at", row["failedAt"]),
+                "in_flight": ("lease_until", row["leaseUntil"]),
+                "unknown": ("updated_at", row["updatedAt"])}.get(
+            row["status"], ("next", row["nextAttemptAt"]))
+        yield (f"{row['id']}  {row['status']:<9}  {row['channel']:<8}  to={row['recipient']}  "
+               f"attempts={row['attempts']}  {when[0]}={when[1]}")
+        if row.get("lastError"):
+            yield f"  last error: {row['lastError']}"
+        if row["status"] == "unknown":
+            yield (f"  sent {row['unknownSends']} time(s) without an answer: it may have "
+                   f"arrived. `sluice delivery mark-delivered {row['id']}` if the receiver "
+                   f"has it, `sluice delivery send-again {row['id']}` if not, or purge it")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -122,4 +122,7 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
             SHUTDOWN.set()
             super().handle_exit(sig, frame)
 
-    Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+    # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from any local caller as
+    # the client; client_ip trusts it only from SLUICE_TRUSTED_PROXIES.
+    Server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                          proxy_headers=False)).run()

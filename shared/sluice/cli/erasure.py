@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from sluice.cli.main import audited, command_group, operator, services
-from sluice.cli.output import emit
-from sluice.core.times import json_default
+from sluice.cli.output import emit, human_lines
 
 EXIT_OK, EXIT_ABORTED, EXIT_FAILED = 0, 1, 2
 
@@ -27,20 +27,20 @@ def _operator(args: argparse.Namespace) -> str:
 
 
 def _print(args: argparse.Namespace, body: Any) -> None:
-    if args.json:
-        print(json.dumps(body, default=json_default))
-        return
-    rows = body if isinstance(body, list) else [body]
-    for row in rows:
-        if "status" in row and "subjectUserId" in row:
-            print(f"{row['id']}  {row['status']:<9}  subject={row['subjectUserId']}  "
-                  f"grace_until={row['graceUntil']}  purged_at={row['purgedAt'] or '-'}")
-            if row.get("lastError"):
-                print(f"  last error: {row['lastError']}")
-            if row.get("result") and not isinstance(body, list):
-                print(f"  result: {json.dumps(row['result'])}")
-        else:
-            emit(row)
+    emit(body, lambda body: _lines(body, many=isinstance(body, list)))
+
+
+def _lines(body: Any, *, many: bool) -> Iterator[str]:
+    for row in body if many else [body]:
+        if "status" not in row or "subjectUserId" not in row:
+            yield from human_lines(row)
+            continue
+        yield (f"{row['id']}  {row['status']:<9}  subject={row['subjectUserId']}  "
+               f"grace_until={row['graceUntil']}  purged_at={row['purgedAt'] or '-'}")
+        if row.get("lastError"):
+            yield f"  last error: {row['lastError']}"
+        if row.get("result") and not many:
+            yield f"  result: {json.dumps(row['result'], ensure_ascii=False)}"
 
 
 def cmd_request(args: argparse.Namespace) -> int:
@@ -157,22 +157,26 @@ def cmd_registry(args: argparse.Namespace) -> int:
         columns = schema_columns(_services().db)
         problems = [f"unregistered user column {t}.{c}" for t, c in unregistered(columns)]
         problems += [f"registry names a missing column {t}.{c}" for t, c in stale(columns)]
-    if args.json:
-        emit({"targets": [{"how": t.how.value, "name": t.name, "note": t.note} for t in TARGETS],
-              "exemptions": [{"table": e.table, "column": e.column, "reason": e.reason}
-                             for e in EXEMPTIONS],
-              "externalStores": [store.name for store in EXTERNAL_STORES],
-              "problems": problems if args.check else None})
-        return EXIT_FAILED if problems else EXIT_OK
-    for t in TARGETS:
-        print(f"{t.how.value:<12} {t.name:<38} {t.note}")
-    for e in EXEMPTIONS:
-        print(f"{'exempt':<12} {e.table + ('.' + e.column if e.column else ''):<38} {e.reason}")
-    for store in EXTERNAL_STORES:
-        print(f"{'after commit':<12} {store.name}")
-    for problem in problems:
-        print(problem, file=sys.stderr)
+    body = {"targets": [{"how": t.how.value, "name": t.name, "note": t.note} for t in TARGETS],
+            "exemptions": [{"table": e.table, "column": e.column, "reason": e.reason}
+                           for e in EXEMPTIONS],
+            "externalStores": [store.name for store in EXTERNAL_STORES],
+            "problems": problems if args.check else None}
+    emit(body, _registry_lines)
+    if not args.json:
+        for problem in problems:
+            print(problem, file=sys.stderr)
     return EXIT_FAILED if problems else EXIT_OK
+
+
+def _registry_lines(body: dict[str, Any]) -> Iterator[str]:
+    for t in body["targets"]:
+        yield f"{t['how']:<12} {t['name']:<38} {t['note']}"
+    for e in body["exemptions"]:
+        where = e["table"] + ("." + e["column"] if e["column"] else "")
+        yield f"{'exempt':<12} {where:<38} {e['reason']}"
+    for name in body["externalStores"]:
+        yield f"{'after commit':<12} {name}"
 
 
 def register(sub: Any) -> None:

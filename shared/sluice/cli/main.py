@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from sluice.cli.output import Mode, check_database, emit, mode, note, speaking
+from sluice.cli.output import Mode, check_database, emit, mode, note, speaking, terminal
 from sluice.core.errors import ConfigurationError, RequestError, SluiceError
-from sluice.core.times import iso_z, json_default
+from sluice.core.times import iso_z
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
@@ -139,7 +139,9 @@ def progress_line() -> Any:
     started = time.monotonic()
 
     def show(message: str) -> None:
-        sys.stderr.write(f"\r\x1b[2K[{time.monotonic() - started:6.1f}s] {message}")
+        # The line's own erase sequence goes to the terminal; the message is guarded.
+        terminal().write(f"\r\x1b[2K[{time.monotonic() - started:6.1f}s] ")
+        sys.stderr.write(message)
         sys.stderr.flush()
 
     return show
@@ -162,13 +164,9 @@ def run_and_print(job: Any, services: Any, *, as_json: bool) -> int:
         progress(f"running {job.name}…")
     outcome = run_job(job, services, "cli", progress=progress)
     if progress:
-        sys.stderr.write("\r\x1b[2K")
-    if as_json:
-        print(json.dumps(outcome.body, default=json_default))
-    else:
-        print(f"{job.name}: {outcome.outcome}")
-        for key, value in outcome.body.items():
-            print(f"  {key}: {json.dumps(value, default=json_default)}")
+        terminal().write("\r\x1b[2K")
+    emit(outcome.body, lambda body: [f"{job.name}: {outcome.outcome}", *(
+        f"  {key}: {json.dumps(value, ensure_ascii=False)}" for key, value in body.items())])
     return {"ok": EXIT_OK, "skipped": EXIT_OK, "failures": EXIT_FAILURES}.get(outcome.outcome,
                                                                              EXIT_ERROR)
 
@@ -206,32 +204,30 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             "lastRun": iso_z(run["started_at"]) if run else None,
             "lastOutcome": run["outcome"] if run else None,
         })
-    if args.json:
-        print(json.dumps(rows))
-        return 0
-    for row in rows:
-        print(f"{row['job']:<16} {row['schedule']:<24} last: {row['lastOutcome'] or 'never'}"
-              f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}")
+    emit(rows, lambda rows: [
+        f"{row['job']:<16} {row['schedule']:<24} last: {row['lastOutcome'] or 'never'}"
+        f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}" for row in rows])
     return 0
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
     from sluice.ops.overview import queue_figures
 
-    data = queue_figures(_services(args, migrate_embedded=True))
-    if args.json:
-        print(json.dumps(data, default=json_default))
-        return 0
+    emit(queue_figures(_services(args, migrate_embedded=True)), _queue_lines)
+    return 0
+
+
+def _queue_lines(data: dict[str, Any]) -> Iterator[str]:
     for section, figures in data.items():
         if section in ("generatedAt", "jobs"):
             continue
         if isinstance(figures, list):
             for item in figures:
-                print(f"{section:<15} {item.get('topic', ''):<15} queue={json.dumps(item['queue'])} "
-                      f"dlq={json.dumps(item['dlq'])}")
+                yield (f"{section:<15} {item.get('topic', ''):<15} "
+                       f"queue={json.dumps(item['queue'], ensure_ascii=False)} "
+                       f"dlq={json.dumps(item['dlq'], ensure_ascii=False)}")
         else:
-            print(f"{section:<15} {json.dumps(figures, default=json_default)}")
-    return 0
+            yield f"{section:<15} {json.dumps(figures, ensure_ascii=False)}"
 
 
 def cmd_dev(args: argparse.Namespace) -> int:

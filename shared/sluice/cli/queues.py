@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from sluice.cli.main import audited, operator, services
-from sluice.cli.output import age, emit, mode
+from sluice.cli.output import age, emit, emit_json, mode
 from sluice.core.errors import RequestError
 from sluice.core.validate import load_json
 
@@ -40,7 +39,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     message = _read_json("the message")
     if not isinstance(message, dict):
         raise RequestError("the message must be a JSON object")
-    print(json.dumps(_signer().sign(message), ensure_ascii=False, separators=(",", ":")))
+    emit_json(_signer().sign(message), compact=True)
     return 0
 
 
@@ -104,14 +103,10 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     if args.name is None:
         _print({"queues": dlq.overview()})
         return 0
-    result = dlq.list_letters(args.name, args.limit)
-    if args.json:
-        _print(result)
-        return 0
-    print(f"{result['queue']}: {result['depth']} dead letter(s)")
-    for item in result["items"]:
-        print(f"  {item['id']}  {item['failedAt'] or '?'}  {age(item['ageSeconds'])} old  "
-              f"{item['reason'][:120]}")
+    emit(dlq.list_letters(args.name, args.limit), lambda result: [
+        f"{result['queue']}: {result['depth']} dead letter(s)",
+        *(f"  {item['id']}  {item['failedAt'] or '?'}  {age(item['ageSeconds'])} old  "
+          f"{item['reason'][:120]}" for item in result["items"])])
     return 0
 
 

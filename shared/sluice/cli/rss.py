@@ -26,11 +26,8 @@ def _store(svc: Any) -> Any:
 
 
 def _print(args: argparse.Namespace, body: Any, line: Any = None) -> None:
-    if args.json or line is None:
-        emit(body)
-        return
-    for row in body if isinstance(body, list) else [body]:
-        print(line(row))
+    emit(body, None if line is None else lambda body: [
+        line(row) for row in (body if isinstance(body, list) else [body])])
 
 
 def _source_line(row: dict[str, Any]) -> str:
@@ -112,14 +109,11 @@ def cmd_scope_remove(args: argparse.Namespace) -> int:
 def cmd_stories(args: argparse.Namespace) -> int:
     from sluice.rss.admin import scope_stories_body
 
-    body = scope_stories_body(services(), args.scope, str(args.limit))
-    if args.json:
-        _print(args, body)
-        return EXIT_OK
-    print(f"{body['scopeId']}: built {body['builtAt'] or 'never (no build yet)'}, "
-          f"{len(body['stories'])} stories")
-    for story in body["stories"]:
-        print(f"  {story['publishedAt'] or '-':<25}  {story['title']}  {story['link'] or ''}")
+    emit(scope_stories_body(services(), args.scope, str(args.limit)), lambda body: [
+        (f"{body['scopeId']}: built {body['builtAt'] or 'never (no build yet)'}, "
+         f"{len(body['stories'])} stories"),
+        *(f"  {story['publishedAt'] or '-':<25}  {story['title']}  {story['link'] or ''}"
+          for story in body["stories"])])
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ misconfigured function fails at cold start rather than on its first message.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -131,6 +132,9 @@ class Settings(NamedTuple):
     # address guard (only public addresses otherwise); one list per kind of destination
     webhook_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_WEBHOOK_ALLOW_HOSTS",
                                                         "list")] = ()
+    # the proxies (addresses or CIDR ranges) whose X-Forwarded-For names the caller; from
+    # anyone else the header is the caller's own claim (shared/sluice/http/app.py client_ip)
+    trusted_proxies: Annotated[tuple[str, ...], Var("SLUICE_TRUSTED_PROXIES", "list")] = ()
     # rss ingestion (shared/sluice/rss/); the allow-list exempts feed hosts from the address guard
     feed_allow_hosts: Annotated[tuple[str, ...], Var("SLUICE_FEED_ALLOW_HOSTS", "list")] = ()
     tenant_ingestion_budget_ms: Annotated[int, Var("SLUICE_TENANT_INGESTION_TIME_BUDGET_MS",
@@ -327,5 +331,14 @@ def _smtp_login(values: dict[str, Any]) -> None:
         raise ConfigurationError("SLUICE_SMTP_USERNAME and SLUICE_SMTP_PASSWORD must be set together")
 
 
+def _proxies(values: dict[str, Any]) -> None:
+    for entry in values.get("trusted_proxies", ()):
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigurationError(f"SLUICE_TRUSTED_PROXIES: {entry!r} is not an IP address "
+                                     "or CIDR range") from None
+
+
 RULES: tuple[Callable[[dict[str, Any]], None], ...] = (
-    _upstash_pair, _one_redis, _smtp_sender, _smtp_login)
+    _upstash_pair, _one_redis, _smtp_sender, _smtp_login, _proxies)

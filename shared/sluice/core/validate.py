@@ -41,7 +41,8 @@ _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # What may stand in a path, query or fragment as given; anything else is percent-encoded
 # into the canonical form (as the HTTP client would), except what is refused outright.
 _URL_SAFE = "!$&'()*+,;=:@/?-._~%[]"
-_SCOPE_ID = re.compile(r"[\w.:@-]+")
+# ASCII only, as documented: Python's \w would also take "é", "٣" or "ｘ".
+_SCOPE_ID = re.compile(r"[A-Za-z0-9_.:@-]+")
 _LOCALE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*")
 _TELEGRAM = re.compile(r"-?[1-9][0-9]{0,19}|@[A-Za-z][A-Za-z0-9_]{3,31}")
 _SLACK = re.compile(r"[A-Z][A-Z0-9]{1,31}|#?[a-z0-9][a-z0-9._-]{0,79}")
@@ -166,7 +167,7 @@ def check_identifier(value: Any, *, field: str, limit: int = MAX_IDENTIFIER,
 def check_scope_id(value: Any, *, field: str = "scopeId") -> str:
     """A tenant scope id: the key of its scope, its alert rules and its flag overrides."""
     return check_identifier(value, field=field, limit=MAX_SCOPE_ID, pattern=_SCOPE_ID,
-                            rule=f"must be 1-{MAX_SCOPE_ID} letters, digits or . : @ _ -")
+                            rule=f"must be 1-{MAX_SCOPE_ID} ASCII letters, digits or . : @ _ -")
 
 
 def check_optional_identifier(value: Any, *, field: str, limit: int = MAX_IDENTIFIER

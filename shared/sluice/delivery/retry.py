@@ -8,8 +8,8 @@ is never started when it would end past the run's deadline less one send, nor wh
 the server asks for longer than the policy's maximum (or past the pacing cap,
 ``sluice.egress.pacing``): the error then goes back to the caller, and the queue's own
 schedule (5 s / 25 s / 2 min / 10 min, across runs) takes over. The wait ends at once on
-shutdown (``sluice.core.shutdown``: Ctrl-C in ``sluice dev``, a SIGTERM; Lambda sends none
-without an extension, and there the deadline bounds it), and a wait is not started once
+shutdown (``sluice.core.shutdown``: Ctrl-C in ``sluice dev``, SIGTERM on Lambda, which
+sends it because each function registers an internal extension at init), and a wait is not started once
 shutdown has begun; the last attempt's error then goes back to the caller as if the
 retries had run out. ``sleep``,
 the abort event and the deadline's clock are injected, so tests never wait.

@@ -7,9 +7,11 @@ routers through ``ROUTERS`` ("module:attribute" of an ``APIRouter``).
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import re
 import uuid
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -67,17 +69,52 @@ def request_id(request: Request) -> str:
 
 
 def client_ip(request: Request) -> str | None:
-    """Who connected: API Gateway's ``requestContext`` source IP on Lambda (Mangum passes
-    the event in the scope), the socket's peer locally. ``X-Forwarded-For`` is the
-    caller's own claim and never used here."""
+    """Who connected, as the nearest hop we trust saw it: API Gateway's ``requestContext``
+    source IP on Lambda (Mangum passes the event in the scope), the socket's peer locally
+    (``sluice dev`` runs uvicorn without its proxy headers), then ``X-Forwarded-For`` only
+    as far as ``SLUICE_TRUSTED_PROXIES`` vouch for it (:func:`caller_address`)."""
+    peer: str | None = request.client.host if request.client else None
     event = request.scope.get("aws.event")
     if isinstance(event, dict):
         context = event.get("requestContext") or {}
         source = (context.get("http") or {}).get("sourceIp") \
             or (context.get("identity") or {}).get("sourceIp")
         if isinstance(source, str) and source:
-            return source
-    return request.client.host if request.client else None
+            peer = source
+    return caller_address(peer, request.headers.get("x-forwarded-for"),
+                          services_of(request).settings.trusted_proxies)
+
+
+def caller_address(peer: str | None, forwarded: str | None,
+                   trusted: tuple[str, ...]) -> str | None:
+    """The caller's address: ``peer`` (the hop that connected), unless it is a trusted proxy;
+    then the right-most ``X-Forwarded-For`` entry that is not one (each proxy appends the
+    address it saw, so entries left of an untrusted hop are that hop's claim). Anything that
+    is not an IP address ends the walk; no peer or a peer that is not an address is None."""
+    networks = _networks(trusted)
+    address = _address(peer)
+    if address is None:
+        return None
+    hops = [h.strip() for h in (forwarded or "").split(",")][::-1]
+    while hops and any(address in net for net in networks):
+        hop = _address(hops.pop(0))
+        if hop is None:
+            break
+        address = hop
+    return str(address)
+
+
+@lru_cache(maxsize=8)
+def _networks(trusted: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
+                                                 ...]:
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted)
+
+
+def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text) if text else None
+    except ValueError:
+        return None
 
 
 def is_audited(request: Request) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sluice.core.errors import Conflict, ConstraintViolation, NotFound
+from sluice.core.validate import check_scope_id
 from sluice.store.db import Database, Queries, Row, Tx, utcnow
 
 Q = Queries.parse((Path(__file__).parent / "rss.sql").read_text())
@@ -296,6 +297,7 @@ class RssStore:
             return tx.fetchone(Q.scope_get, {"scope_id": scope_id}) is not None
 
     def scope(self, scope_id: str) -> Scope:
+        check_scope_id(scope_id)  # a name no scope can have is a 400, not a 404
         with self.db.transaction() as tx:
             row = tx.fetchone(Q.scope_get, {"scope_id": scope_id})
         if row is None:
@@ -316,6 +318,7 @@ class RssStore:
                                                         {"build_key": key})]
 
     def remove_scope(self, scope_id: str) -> None:
+        check_scope_id(scope_id)
         with self.db.transaction() as tx:
             if tx.execute(Q.scope_delete, {"scope_id": scope_id}) == 0:
                 raise NotFound(f"no scope {scope_id!r}", field="scopeId")
