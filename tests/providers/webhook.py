@@ -1,4 +1,5 @@
-"""A webhook receiver that checks Sluice's signature and deduplicates on ``Idempotency-Key``.
+"""A webhook receiver built on the ``standardwebhooks`` library (PyPI): it verifies each
+request's Standard Webhooks signature and deduplicates on ``webhook-id``.
 
 ``received`` keeps every request; ``delivered`` keeps one payload per key (what a
 receiver that dedupes acts on). A bad or stale signature is ``401``. Tests script
@@ -10,12 +11,22 @@ taken (counted, and delivered when its scripted status is 200) but the answer wa
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from typing import Any
 
-from sluice.delivery.channels.webhook import IDEMPOTENCY_HEADER, verify_webhook
+from standardwebhooks import Webhook, WebhookVerificationError
+
 from tests.providers.http import ProviderServer, StandIn, json_response
+
+
+def receiver_secret(configured: str) -> str:
+    """What the receiver's library takes for a secret Sluice is configured with: the
+    ``whsec_`` form as it is, a plain secret as ``whsec_`` + base64 of its bytes."""
+    if configured.startswith("whsec_"):
+        return configured
+    return "whsec_" + base64.b64encode(configured.encode()).decode()
 
 
 class WebhookReceiver(StandIn):
@@ -23,6 +34,7 @@ class WebhookReceiver(StandIn):
 
     def __init__(self, secret: str) -> None:
         self.secret = secret
+        self.verifier = Webhook(receiver_secret(secret))
         self.answers: list[int | tuple[int, dict[str, str]]] = []
         self.received: list[dict[str, Any]] = []
         self.delivered: dict[str, dict[str, Any]] = {}
@@ -36,11 +48,13 @@ class WebhookReceiver(StandIn):
                 body: bytes) -> tuple[int, dict[str, str], bytes]:
         if method != "POST" or not path.startswith("/hooks/"):
             return json_response(404, {"error": "not found"})
-        if not verify_webhook(self.secret, headers, body):
+        try:
+            self.verifier.verify(body, headers)
+        except WebhookVerificationError:
             with self._lock:
                 self.rejected += 1
             return json_response(401, {"error": "bad signature"})
-        key = headers.get(IDEMPOTENCY_HEADER, "")
+        key = {k.lower(): v for k, v in headers.items()}.get("webhook-id", "")
         with self._lock:
             self.received.append({"key": key, "headers": headers, "body": json.loads(body)})
             slow = self.slow > 0

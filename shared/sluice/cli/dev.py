@@ -76,7 +76,7 @@ def startup_summary(services: Services, base_url: str) -> str:
                                               ("JWKS " + (s.admin_jwks_url or ""),
                                                s.admin_jwks_url)) if on) or "not configured"
     channels = [name for name, on in (
-        ("webhook", s.webhook_signing_secret), ("slack", s.slack_bot_token),
+        ("webhook", s.webhook_signing_secrets), ("slack", s.slack_bot_token),
         ("telegram", s.telegram_bot_token), ("email", s.smtp_host)) if on]
     lines = [
         "configured:",

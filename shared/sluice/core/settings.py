@@ -112,8 +112,10 @@ class Settings(NamedTuple):
     # sends allowed after an unknown outcome on a channel that cannot deduplicate
     delivery_unknown_resends: Annotated[int, Var("SLUICE_DELIVERY_UNKNOWN_RESENDS", "int",
                                                  0, 10)] = 1
-    webhook_signing_secret: Annotated[str | None, Var("SLUICE_WEBHOOK_SIGNING_SECRET",
-                                                      min_length=_MIN, secret=True)] = None
+    # Standard Webhooks secrets (whsec_...), comma-separated: each signs every request, so
+    # a rotation lists the new one beside the old (sluice.core.webhooks)
+    webhook_signing_secrets: Annotated[tuple[str, ...], Var(
+        "SLUICE_WEBHOOK_SIGNING_SECRET", "list", secret=True)] = ()
     slack_bot_token: Annotated[str | None, Var("SLUICE_SLACK_BOT_TOKEN", secret=True)] = None
     slack_api_url: Annotated[str, Var("SLUICE_SLACK_API_URL", "url", schemes=_HTTP,
                                       strip_slash=True)] = "https://slack.com/api"
@@ -340,5 +342,17 @@ def _proxies(values: dict[str, Any]) -> None:
                                      "or CIDR range") from None
 
 
+
+def _webhook_secrets(values: dict[str, Any]) -> None:
+    from sluice.core.webhooks import key_of
+
+    for number, secret in enumerate(values.get("webhook_signing_secrets") or (), 1):
+        try:
+            key_of(secret)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"SLUICE_WEBHOOK_SIGNING_SECRET entry {number}: {exc}") from None
+
+
 RULES: tuple[Callable[[dict[str, Any]], None], ...] = (
-    _upstash_pair, _one_redis, _smtp_sender, _smtp_login, _proxies)
+    _upstash_pair, _one_redis, _smtp_sender, _smtp_login, _proxies, _webhook_secrets)

@@ -18,7 +18,7 @@ from sluice.core.errors import (
 )
 from sluice.core.services import Services
 from sluice.core.settings import Settings
-from sluice.delivery.channels.webhook import verify_webhook
+from sluice.core.webhooks import verify_webhook
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus
 from sluice.erasure.requests import ErasureRequest
 from sluice.public.app import (

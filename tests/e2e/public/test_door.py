@@ -169,11 +169,10 @@ def test_connect_opens_a_migrated_database(sqlite_url: str) -> None:
 
 
 def test_the_webhook_verifier_is_public_and_reads_headers_in_any_case() -> None:
-    from sluice.delivery.channels.webhook import webhook_signature
+    from sluice.core.webhooks import sign
 
     body, secret, now = b'{"text":"hi"}', "receiver-secret-0123456789", 1_760_000_000
-    signed = {"X-Sluice-Timestamp": str(now),
-              "X-Sluice-Signature": webhook_signature(secret, str(now), body)}
+    signed = {name.title(): value for name, value in sign([secret], "id-1", now, body).items()}
     assert sluice.verify_webhook(secret, signed, body, now=now)
     assert sluice.verify_webhook(secret, {k.lower(): v for k, v in signed.items()}, body,
                                  now=now)

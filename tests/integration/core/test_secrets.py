@@ -292,9 +292,9 @@ def test_delivery_credentials_come_from_the_stage_path(aws_env: dict[str, str]) 
     assert loaded == sorted(stored)
     settings = Settings.from_env(env)
     assert (settings.slack_bot_token, settings.telegram_bot_token, settings.smtp_password,
-            settings.webhook_signing_secret) == tuple(stored[k] for k in (
+            settings.webhook_signing_secrets) == tuple(stored[k] for k in (
                 "SLUICE_SLACK_BOT_TOKEN", "SLUICE_TELEGRAM_BOT_TOKEN", "SLUICE_SMTP_PASSWORD",
-                "SLUICE_WEBHOOK_SIGNING_SECRET"))
+            )) + ((stored["SLUICE_WEBHOOK_SIGNING_SECRET"],),)
     with Outbound.open(settings) as client:
         assert sorted(build_adapters(settings, client)) == ["email", "slack", "telegram",
                                                              "webhook"]

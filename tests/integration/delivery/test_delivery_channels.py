@@ -35,7 +35,7 @@ def test_the_drain_delivers_to_every_channel(svc: Services, providers: Providers
     [received] = providers.webhook.received
     assert received["key"] == "alert:cpu:1" and received["body"] == {"alert": "cpu",
                                                                       "text": "hot"}
-    assert received["headers"]["x-sluice-delivery-id"] == hook.id
+    assert received["headers"]["webhook-id"] == "alert:cpu:1" == hook.dedupe_key
     assert providers.slack.messages == [{"channel": "C0ALERTS", "text": "slack hello",
                                          "ts": "1700000000.000001"}]
     assert providers.telegram.messages[0]["text"] == "telegram hello"

@@ -3,22 +3,11 @@ the webhook signature a receiver checks."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sluice.core.errors import ConfigurationError
 from sluice.core.settings import Settings
-from sluice.delivery.channels import (
-    CHANNEL_MODULES,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    Outbound,
-    build_adapters,
-    channels,
-    verify_webhook,
-    webhook_signature,
-)
+from sluice.delivery.channels import CHANNEL_MODULES, Outbound, build_adapters, channels
 
 SECRET = "webhook-secret-0123456789"
 
@@ -44,6 +33,9 @@ def test_each_credential_adds_its_adapter() -> None:
 
 @pytest.mark.parametrize(("env", "named"), [
     ({"SLUICE_WEBHOOK_SIGNING_SECRET": "short"}, "SLUICE_WEBHOOK_SIGNING_SECRET"),
+    ({"SLUICE_WEBHOOK_SIGNING_SECRET": "whsec_not*base64"}, "SLUICE_WEBHOOK_SIGNING_SECRET"),
+    ({"SLUICE_WEBHOOK_SIGNING_SECRET": "whsec_" + "QUJD"}, "entry 1: a whsec_ secret must decode"),
+    ({"SLUICE_WEBHOOK_SIGNING_SECRET": SECRET + ",short"}, "entry 2"),
     ({"SLUICE_SMTP_SECURITY": "tls"}, "SLUICE_SMTP_SECURITY"),
     ({"SLUICE_SMTP_HOST": "mail.local"}, "SLUICE_SMTP_FROM"),
     ({"SLUICE_SMTP_USERNAME": "u"}, "SLUICE_SMTP_PASSWORD"),
@@ -55,19 +47,6 @@ def test_bad_values_fail_at_start_up_naming_the_variable(env: dict[str, str],
                                                          named: str) -> None:
     with pytest.raises(ConfigurationError, match=named):
         Settings.from_env(env)
-
-
-def test_a_receiver_accepts_only_a_fresh_untampered_signature() -> None:
-    body = b'{"text":"hi"}'
-    now = int(time.time())
-    headers = {TIMESTAMP_HEADER: str(now),
-               SIGNATURE_HEADER: webhook_signature(SECRET, str(now), body)}
-    assert headers[SIGNATURE_HEADER].startswith("v1=") and len(headers[SIGNATURE_HEADER]) == 67
-    assert verify_webhook(SECRET, headers, body)
-    assert not verify_webhook(SECRET, headers, b'{"text":"HI"}')
-    assert not verify_webhook("another-secret-0123456789", headers, body)
-    assert not verify_webhook(SECRET, headers, body, now=now + 301), "a replay is stale"
-    assert not verify_webhook(SECRET, {**headers, TIMESTAMP_HEADER: "x"}, body)
 
 
 def test_the_registry_lists_one_module_per_channel() -> None:

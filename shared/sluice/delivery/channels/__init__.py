@@ -13,13 +13,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from sluice.delivery.channels.base import Channel, ChannelAdapter, Outbound, refused, webhook_guard
-from sluice.delivery.channels.webhook import (
-    IDEMPOTENCY_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    verify_webhook,
-    webhook_signature,
-)
+from sluice.delivery.channels.webhook import IDEMPOTENCY_HEADER
 from sluice.delivery.retry import Retrier
 
 if TYPE_CHECKING:
@@ -28,9 +22,8 @@ if TYPE_CHECKING:
 # The registry: one line per channel module of this package.
 CHANNEL_MODULES = ("webhook", "slack", "telegram", "email")
 
-__all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
-           "Channel", "ChannelAdapter", "Outbound", "build_adapters", "channels", "deduplicating",
-           "refused", "verify_webhook", "webhook_guard", "webhook_signature"]
+__all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "Channel", "ChannelAdapter", "Outbound",
+           "build_adapters", "channels", "deduplicating", "refused", "webhook_guard"]
 
 
 @cache
