@@ -46,8 +46,13 @@ def function_name(job: Job, prefix: str) -> str:
 
 
 def admin_event(job: Job, token: str, run_id: str,
-                params: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The admin ``POST`` of ``job`` as a Function URL request (payload format 2.0)."""
+                params: Mapping[str, str] | None = None, *,
+                source_ip: str | None = None) -> dict[str, Any]:
+    """The admin ``POST`` of ``job`` as a Function URL request (payload format 2.0).
+
+    ``source_ip`` is the operator's address as the console saw it: the job function audits
+    the run under it. It is trusted as a URL request's is (Lambda sets that one): the event
+    reaches the function only through an Invoke that IAM allowed."""
     query = urlencode(sorted((params or {}).items()))
     return {
         "version": "2.0", "routeKey": "$default", "rawPath": job.route, "rawQueryString": query,
@@ -55,7 +60,8 @@ def admin_event(job: Job, token: str, run_id: str,
                     "x-request-id": run_id, "content-length": "0"},
         "isBase64Encoded": False,
         "requestContext": {"http": {"method": "POST", "path": job.route,
-                                    "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                                    "protocol": "HTTP/1.1",
+                                    "sourceIp": source_ip or "127.0.0.1",
                                     "userAgent": "sluice-handoff"},
                            "requestId": run_id, "domainName": HANDOFF_HOST},
     }
@@ -69,12 +75,13 @@ class _LocalContext:
 
 
 def hand_off(job: Job, services: Services, *, token: str | None,
-             params: Mapping[str, str] | None = None) -> Handoff:
+             params: Mapping[str, str] | None = None, source_ip: str | None = None,
+             ) -> Handoff:
     """Start ``job``'s admin run in its own function; returns at once with the run's id."""
     if not token:
         raise RequestError("a hand-off carries the admin's token; none was given")
     run_id = str(uuid.uuid4())
-    event = admin_event(job, token, run_id, params)
+    event = admin_event(job, token, run_id, params, source_ip=source_ip)
     prefix = services.settings.job_function_prefix
     if prefix:
         from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]

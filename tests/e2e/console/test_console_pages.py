@@ -238,6 +238,8 @@ def test_run_now_confirms_then_hands_the_run_to_the_job(db_url: str,
                for a in RunStore(services.db).recent_audit()]
     assert ("state-cleanup:handoff", "303", "admin-1") in audited
     assert ("state-cleanup:admin", "200", "admin-1") in audited, "the job's run, as its POST"
+    ips = {a["action"]: a["ip"] for a in RunStore(services.db).recent_audit()}
+    assert ips["state-cleanup:admin"] == ips["state-cleanup:handoff"], "the operator's address"
     jobs = client.get("/api/admin/console/jobs").json()["jobs"]
     cleanup = next(j for j in jobs if j["job"] == "state-cleanup")
     assert cleanup["runs"][0]["id"] == run["id"] and cleanup["nextRunAt"]

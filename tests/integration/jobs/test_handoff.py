@@ -70,7 +70,8 @@ def test_run_now_invokes_the_job_function_which_runs_it(
         "before-send.lambda.Invoke", lambda request, **kw: sent.append(
             {"url": request.url, "headers": dict(request.headers), "body": request.body}))
 
-    handed = hand_off(JOBS["state-cleanup"], services, token=admin_token(["ops"], subject="fay"))
+    handed = hand_off(JOBS["state-cleanup"], services, token=admin_token(["ops"], subject="fay"),
+                      source_ip="203.0.113.9")
 
     assert (handed.via, handed.function) == ("lambda", f"{prefix}stateCleanup")
     [invoke] = sent
@@ -90,8 +91,8 @@ def test_run_now_invokes_the_job_function_which_runs_it(
     assert shown["state"] == "ended" and shown["run"]["trigger"] == "admin"
     assert "deleted" in shown["run"]["result"]
     audit = RunStore(services.db).recent_audit()[0]
-    assert (audit["actor"], audit["action"], audit["outcome"]) == \
-        ("fay", "state-cleanup:admin", "200")
+    assert (audit["actor"], audit["action"], audit["outcome"], audit["ip"]) == \
+        ("fay", "state-cleanup:admin", "200", "203.0.113.9"), "the operator's address"
 
 
 def test_lambda_unreachable_is_a_typed_outage_and_nothing_runs(

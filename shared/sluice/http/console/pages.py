@@ -461,8 +461,8 @@ async def job_run(request: Request, identity: Identity, name: str) -> Response:
         await run_in_threadpool(preview, request)
         return _page(request, "job_run.html", identity=identity, job=job, run=None,
                      handed=None, title=f"Run {name} now?")
-    handed = await run_in_threadpool(hand_off, job, _services(request),
-                                     token=admin_token(request))
+    handed = await run_in_threadpool(lambda: hand_off(
+        job, _services(request), token=admin_token(request), source_ip=client_ip(request)))
     return _secure(RedirectResponse(f"/admin/jobs/{name}/runs/{handed.run_id}",
                                     status_code=303))
 
