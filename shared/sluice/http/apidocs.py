@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel
 
 from sluice.core.errors import NotFound
-from sluice.http.models import DeliveryRequest, ErasureRequestBody, ErrorBody
+from sluice.http.models import BODIES, ErrorBody
 
 router = APIRouter(include_in_schema=False)
 
@@ -74,8 +74,6 @@ def docs_asset(name: str) -> Response:
                     headers={**HEADERS, "cache-control": "public, max-age=86400"})
 
 
-# Models a route names in its openapi_extra (its body is read raw, so FastAPI does not see them).
-DESCRIBED: tuple[type[BaseModel], ...] = (DeliveryRequest, ErasureRequestBody, ErrorBody)
 _ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 # The refusals every route may answer, and those of a route that authenticates its caller.
 ERRORS = {"400": "the input was refused (error.field names it)",
@@ -92,12 +90,19 @@ def describe(app: FastAPI) -> dict[str, Any]:
                          description="Sluice's HTTP API: cron routes (the cron bearer), "
                                      "admin routes (an admin JWT with roles).")
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in DESCRIBED:
-        found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    models: list[type[BaseModel]] = [*BODIES.values(), ErrorBody]
+    for model in models:
+        found = model.model_json_schema(ref_template="#/components/schemas/{model}",
+                                        by_alias=True)
         components.update(found.pop("$defs", {}))
         components[model.__name__] = found
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
+            body = operation.pop("x-sluice-body", None)
+            if body is not None:  # the route's body as its model describes it
+                operation["requestBody"] = {
+                    "required": body["required"], "content": {"application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{body['model']}"}}}}
             responses = operation.setdefault("responses", {})
             codes = {**ERRORS, **(AUTH_ERRORS if operation.get("security") else {})}
             for code, text in codes.items():

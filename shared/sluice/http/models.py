@@ -95,7 +95,61 @@ class ErasureBody(BaseModel):
     lastError: str | None
 
 
-def request_body(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` declaring ``model`` as the route's (required) JSON body."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+class FlagChange(BaseModel):
+    """``PUT /api/admin/flags``: set a flag, or a tenant's override of it, or clear one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    enabled: bool | None = None
+    tenantScopeId: str | None = Field(None, description="a per-tenant override for this scope")
+    clearOverride: bool | None = Field(None, description="true: remove the tenant's override")
+
+
+class DeadLetterRedrive(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] | None = Field(None, description="these dead letters (default: the oldest)")
+    limit: int | None = Field(None, description="at most this many (max 100)")
+    dryRun: bool | None = Field(None, description="say what would be redriven, change nothing")
+
+
+class DeadLetterPurge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] | None = None
+    all: bool | None = Field(None, description="true: purge every dead letter of the queue")
+
+
+class FeedSource(BaseModel):
+    """``POST /api/admin/rss/sources``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="the feed's http(s) URL")
+    title: str | None = None
+    global_: bool | None = Field(None, alias="global",
+                                 description="in the global catalog scope")
+
+
+class FeedScope(BaseModel):
+    """``PUT /api/admin/rss/scopes/{scope_id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenantId: str
+    sourceIds: list[str]
+    locale: str = Field(description="a language tag such as en or pt-BR")
+    completed: bool | None = None
+
+
+# Models named by a route's ``request_body`` (the route reads its body itself, so FastAPI
+# does not see them); the OpenAPI document lists each under components.
+BODIES: dict[str, type[BaseModel]] = {}
+
+
+def request_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` as the route's JSON body (``apidocs.describe``
+    puts it in place of what FastAPI infers)."""
+    BODIES[model.__name__] = model
+    return {"x-sluice-body": {"model": model.__name__, "required": required}}

@@ -13,12 +13,15 @@ from fastapi import APIRouter, Body, Query, Request
 from sluice.core.auth import Identity
 from sluice.core.errors import RequestError
 from sluice.http.app import preview, require, services_of
+from sluice.http.models import DeadLetterPurge, DeadLetterRedrive, FlagChange, request_body
 from sluice.http.params import known_fields
 from sluice.ops.deadletters import DEFAULT_REDRIVE, DeadLetters
 from sluice.rss.store import RssStore
 from sluice.store.flags import FLAG_ACTION, FlagStore
 
 router = APIRouter()
+REDRIVE_FIELDS = ("ids", "limit", "dryRun")
+PURGE_FIELDS = ("ids", "all")
 JsonBody = Annotated[dict[str, Any] | None, Body()]
 
 
@@ -36,7 +39,7 @@ def list_flags(request: Request, identity: Identity = require("flags")) -> dict[
     return {"flags": FlagStore(services_of(request).state).all()}
 
 
-@router.put("/api/admin/flags", name=FLAG_ACTION)
+@router.put("/api/admin/flags", name=FLAG_ACTION, openapi_extra=request_body(FlagChange))
 def set_flag(request: Request, body: Annotated[dict[str, Any], Body()],
              identity: Identity = require("flags")) -> dict[str, Any]:
     services = services_of(request)
@@ -61,11 +64,12 @@ def dlq_show(request: Request, name: str, entry_id: str,
     return DeadLetters(services_of(request)).show(name, entry_id)
 
 
-@router.post("/api/admin/dlq/{name}/redrive", name="dlq:redrive")
+@router.post("/api/admin/dlq/{name}/redrive", name="dlq:redrive",
+             openapi_extra=request_body(DeadLetterRedrive, required=False))
 def dlq_redrive(request: Request, name: str, body: JsonBody = None,
                 identity: Identity = require("queues")) -> dict[str, Any]:
     body = body or {}
-    known_fields(body, ("ids", "limit", "dryRun"))
+    known_fields(body, REDRIVE_FIELDS)
     limit = body.get("limit", DEFAULT_REDRIVE)
     dry_run = body.get("dryRun", False)
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -78,11 +82,12 @@ def dlq_redrive(request: Request, name: str, body: JsonBody = None,
         name, ids=_ids(body), limit=limit, dry_run=dry_run, actor=identity.subject)
 
 
-@router.post("/api/admin/dlq/{name}/purge", name="dlq:purge")
+@router.post("/api/admin/dlq/{name}/purge", name="dlq:purge",
+             openapi_extra=request_body(DeadLetterPurge, required=False))
 def dlq_purge(request: Request, name: str, body: JsonBody = None,
               identity: Identity = require("queues")) -> dict[str, Any]:
     body = body or {}
-    known_fields(body, ("ids", "all"))
+    known_fields(body, PURGE_FIELDS)
     ids = _ids(body)
     if ids is None and body.get("all") is not True:
         raise RequestError('give "ids", or "all": true to purge every dead letter')

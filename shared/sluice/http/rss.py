@@ -17,6 +17,7 @@ from sluice.core.auth import Identity
 from sluice.core.errors import RequestError
 from sluice.core.query import QueryParam
 from sluice.http.app import require, services_of
+from sluice.http.models import FeedScope, FeedSource, request_body
 from sluice.http.params import openapi_query
 from sluice.rss.admin import MAX_STORIES, add_source, put_scope, scope_stories_body
 from sluice.rss.store import RssStore
@@ -36,7 +37,8 @@ def _only(request: Request, *allowed: str) -> None:
         raise RequestError(f"unknown query parameter {unknown[0]}", field=unknown[0])
 
 
-@router.post("/sources", name="rss:source_add", status_code=201)
+@router.post("/sources", name="rss:source_add", status_code=201,
+             openapi_extra=request_body(FeedSource))
 def create_source(request: Request, body: Any = JSON_BODY,
                   identity: Identity = require("ingestion")) -> dict[str, Any]:
     _only(request)
@@ -65,7 +67,7 @@ def remove_source(request: Request, source_id: str,
     return {"removed": source_id}
 
 
-@router.put("/scopes/{scope_id}", name="rss:scope_set")
+@router.put("/scopes/{scope_id}", name="rss:scope_set", openapi_extra=request_body(FeedScope))
 def set_scope(request: Request, scope_id: str, body: Any = JSON_BODY,
               identity: Identity = require("ingestion")) -> dict[str, Any]:
     _only(request)

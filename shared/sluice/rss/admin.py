@@ -40,7 +40,12 @@ def _field(body: dict[str, Any], name: str, kind: type, required: bool) -> Any:
     return value
 
 
-def _only(body: Any, allowed: set[str]) -> dict[str, Any]:
+# What each body may hold (the API's description lists the same: sluice.http.models).
+SOURCE_FIELDS = frozenset({"url", "title", "global"})
+SCOPE_FIELDS = frozenset({"tenantId", "sourceIds", "locale", "completed"})
+
+
+def _only(body: Any, allowed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)
@@ -50,7 +55,7 @@ def _only(body: Any, allowed: set[str]) -> dict[str, Any]:
 
 
 def add_source(services: Services, body: Any, guard: AddressGuard | None = None) -> Source:
-    body = _only(body, {"url", "title", "global"})
+    body = _only(body, SOURCE_FIELDS)
     url = check_url(_field(body, "url", str, True), field="url")
     title = check_optional_text(body.get("title"), field="title")
     is_global = _field(body, "global", bool, False) or False
@@ -61,7 +66,7 @@ def add_source(services: Services, body: Any, guard: AddressGuard | None = None)
 
 def put_scope(services: Services, scope_id: str, body: Any) -> Scope:
     check_scope_id(scope_id)
-    body = _only(body, {"tenantId", "sourceIds", "locale", "completed"})
+    body = _only(body, SCOPE_FIELDS)
     tenant = check_identifier(_field(body, "tenantId", str, True), field="tenantId")
     source_ids = _field(body, "sourceIds", list, True)
     locale = check_locale(_field(body, "locale", str, True))

@@ -16,6 +16,8 @@ from sluice.store.state import StateStore
 
 PREFIX = "platform:flags:"
 # The audit action of every flag change (set, or clear an override), on every surface.
+# What a flag change may hold (the API's description lists the same: sluice.http.models).
+FLAG_FIELDS = frozenset({"key", "enabled", "tenantScopeId", "clearOverride"})
 FLAG_ACTION = "flags:set"
 
 
@@ -140,7 +142,7 @@ class FlagStore:
         settled after (the HTTP surface audits in its middleware and passes none)."""
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
-        unknown = set(body) - {"key", "enabled", "tenantScopeId", "clearOverride"}
+        unknown = set(body) - FLAG_FIELDS
         if unknown:
             raise RequestError(f"unknown field(s): {', '.join(sorted(unknown))}")
         key = body.get("key")

@@ -118,3 +118,37 @@ def test_the_description_declares_the_security_schemes_and_real_status_codes(
     assert cron_route["security"] == [{"cronBearer": []}]
     either = doc["paths"]["/api/queue/status"]["get"]["security"]
     assert sorted(either, key=str) == [{"adminJwt": []}, {"cronBearer": []}]
+    flags = doc["paths"]["/api/admin/flags"]["put"]["requestBody"]
+    assert flags["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/FlagChange"}
+    assert "global" in doc["components"]["schemas"]["FeedSource"]["properties"]
+    assert not any("x-sluice-body" in op for ops in doc["paths"].values()
+                   for op in ops.values())
+
+
+def test_each_described_body_lists_what_its_route_accepts() -> None:
+    """The models describe; the routes check. Each model's fields are the route's own set."""
+    from sluice.http.models import (
+        DeadLetterPurge,
+        DeadLetterRedrive,
+        DeliveryRequest,
+        ErasureRequestBody,
+        FeedScope,
+        FeedSource,
+        FlagChange,
+    )
+    from sluice.http.queues import PURGE_FIELDS, REDRIVE_FIELDS
+    from sluice.ops.door import body_fields
+    from sluice.rss.admin import SCOPE_FIELDS, SOURCE_FIELDS
+    from sluice.store.flags import FLAG_FIELDS
+
+    def names(model: Any) -> set[str]:
+        return {f.alias or name for name, f in model.model_fields.items()}
+
+    assert names(DeliveryRequest) == set(body_fields("enqueue_delivery"))
+    assert names(ErasureRequestBody) == set(body_fields("request_erasure"))
+    assert names(FlagChange) == FLAG_FIELDS
+    assert names(DeadLetterRedrive) == set(REDRIVE_FIELDS)
+    assert names(DeadLetterPurge) == set(PURGE_FIELDS)
+    assert names(FeedSource) == SOURCE_FIELDS
+    assert names(FeedScope) == SCOPE_FIELDS
