@@ -61,7 +61,7 @@ def admin_event(job: Job, token: str, run_id: str,
         "isBase64Encoded": False,
         "requestContext": {"http": {"method": "POST", "path": job.route,
                                     "protocol": "HTTP/1.1",
-                                    "sourceIp": source_ip or "127.0.0.1",
+                                    "sourceIp": source_ip or "",
                                     "userAgent": "sluice-handoff"},
                            "requestId": run_id, "domainName": HANDOFF_HOST},
     }
