@@ -25,6 +25,7 @@ from sluice.queues.topics import check_topic
 
 # check(value, the fields checked before it, settings) -> the value to use
 Check = Callable[[Any, Mapping[str, Any], Settings], Any]
+MAX_FIELDS_BYTES = 262_144  # SQS's limit of a message body: a larger one is never sent
 
 
 class Field(NamedTuple):
@@ -98,6 +99,9 @@ def _fields(value: Any, done: Mapping[str, Any], settings: Settings) -> dict[str
     except RecursionError:
         raise refuse("fields", "is nested too deeply") from None
     check_depth(text, field="fields")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FIELDS_BYTES:
+        raise refuse("fields", f"must be at most {MAX_FIELDS_BYTES} bytes as JSON (SQS's "
+                               "limit of a whole message)")
     return dict(value)
 
 

@@ -116,7 +116,8 @@ def test_a_bad_publish_is_refused_alike_by_python_and_the_cli(
         deep = [deep]
     for topic, fields, field in (("no.such.topic", {}, "topic"),
                                  ("rss.enrich", {}, "topic"),
-                                 ("rss.ingest", {"sourceId": deep}, "fields")):
+                                 ("rss.ingest", {"sourceId": deep}, "fields"),
+                                 ("rss.ingest", {"note": "x" * 300_000}, "fields")):
         python = _python(partial(sluice.publish, services, topic, fields))
         cli = run_cli(["publish", topic], env, stdin=json.dumps(fields))
         assert cli.returncode == 64, cli.stderr

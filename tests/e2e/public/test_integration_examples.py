@@ -276,6 +276,10 @@ def test_a_javascript_producer_pushes_through_sluice_dev(sluice_dev: str,
     malformed = httpx.post(f"{sluice_dev}/api/queues/rss/ingest", content=b"[1]")
     assert malformed.status_code == 200 and malformed.json()["outcome"] == "rejected"
     assert httpx.post(f"{sluice_dev}/api/queues/no/such", content=b"{}").status_code == 404
+    huge = httpx.post(f"{sluice_dev}/api/queues/rss/ingest", content=b" " * 300_000)
+    assert huge.status_code == 400 and huge.json()["error"]["field"] == "body"
+    deep = httpx.post(f"{sluice_dev}/api/queues/rss/ingest", content=b"[" * 5000)
+    assert deep.status_code == 400, "refused at the door, before any parser"
 
 
 def test_the_guide_push_outcome_table_is_the_code() -> None:
