@@ -19,7 +19,7 @@ import json
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from tests.providers.http import ProviderServer, StandIn, json_response
 
@@ -73,6 +73,15 @@ def flood(wait: int | str) -> tuple[int, dict[str, str], bytes]:
     return status, headers, body.replace(b'"retry_after": 0', b'"retry_after": ' + wait.encode())
 
 
+class Late(NamedTuple):
+    """A scripted step: take the message as Telegram would, then answer this much later."""
+
+    seconds: float
+
+
+# A scripted step: None answers as Telegram would; (status, body) answers that instead.
+Step = Late | tuple[int, dict[str, Any]] | None
+
 # sendPhoto / sendDocument / sendAnimation: the file (an https URL here) in its own field.
 _MEDIA = {"sendphoto": "photo", "senddocument": "document", "sendanimation": "animation"}
 
@@ -86,6 +95,7 @@ class TelegramStandIn(StandIn):
         # answer 429 with these retry_after values first (a str goes into the JSON raw)
         self.flood_wait: list[int | str] = []
         self.late_s = 0.0  # accept the message, then answer this much later
+        self.script: list[Step] = []  # one step per request, before anything else
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.http = ProviderServer(self._handle)
@@ -98,6 +108,10 @@ class TelegramStandIn(StandIn):
         media = _MEDIA.get(name.lower())
         if name.lower() != "sendmessage" and media is None:
             return error(404, "Not Found")
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, tuple) and not isinstance(step, Late):
+            return json_response(step[0], step[1])
+        late_s = step.seconds if isinstance(step, Late) else self.late_s
         if self.flood_wait:
             return flood(self.flood_wait.pop(0))
         data = json.loads(body or b"{}")
@@ -127,9 +141,10 @@ class TelegramStandIn(StandIn):
                 "chat_id": chat, "text": visible, "raw": text, "message_id": message_id,
                 "parse_mode": mode, "silent": bool(data.get("disable_notification")),
                 "thread_id": data.get("message_thread_id"),
-                "reply_to": (data.get("reply_parameters") or {}).get("message_id")})
-        if self.late_s:
-            time.sleep(self.late_s)
+                "reply_to": (data.get("reply_parameters") or {}).get("message_id"),
+                "received_at": time.monotonic()})
+        if late_s:
+            time.sleep(late_s)
         return json_response(200, {"ok": True, "result": {
             "message_id": message_id, "date": int(time.time()),
             "chat": {"id": int(chat), "type": "private"}, "text": text}})

@@ -61,6 +61,14 @@ class OutcomeUnknown(TransientDeliveryError):
     code = "delivery_outcome_unknown"
 
 
+class NoRateSlot(TransientDeliveryError):
+    """No rate slot freed in time for a further request of one send (a chunk after the
+    first): nothing went out for it. The entry waits for the slot, its attempt given back,
+    and resumes where it stopped (``sluice.delivery.chunks``)."""
+
+    code = "delivery_no_rate_slot"
+
+
 class CredentialsRefused(TransientDeliveryError):
     """The receiver refused Sluice's credentials (401/403: a wrong token, a rotated signing
     secret): configuration, not the message. The channel is set aside for the run and no

@@ -60,6 +60,7 @@ from sluice.delivery.channels import (
     channels,
     deduplicating,
 )
+from sluice.delivery.chunks import ChunkLog, SendProgress
 from sluice.delivery.classify import (
     CredentialsRefused,
     MissingAdapter,
@@ -137,6 +138,7 @@ class Deliverer:
         self.send_timeout_s = send_timeout_s
         self.expire = expire
         self.destinations = Destinations(store.db, store.schedule.delays_s, outage_threshold)
+        self.chunks = ChunkLog(store.db)
         self.deduplicating = deduplicating()
         self.reporter = reporter
         self.limiter = limiter
@@ -209,14 +211,17 @@ class Deliverer:
                 and sent.error is not None
                 and self.limiter.refused(self.store, entry, sent.error))
 
-    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry,
+              time_left: Callable[[], float] | None = None) -> Sent:
         started = self.clock()
+        # a message in chunks resumes after those accepted, each further chunk with its slot
+        progress = SendProgress(self.chunks, entry, self.limiter, time_left)
         try:
             if self.limiter is not None:
                 with self.limiter.sending(entry):
-                    message_id = adapter.send(entry)
+                    message_id = adapter.send(entry, progress)
             else:
-                message_id = adapter.send(entry)
+                message_id = adapter.send(entry, progress)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
             # (a malformed recipient's ValueError is the entry's permanent failure: classify)
             return Sent(classify(exc), self._ms(started), error=exc)
@@ -399,7 +404,8 @@ class _Run:
         if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
             self._add("rateLimited")
             return True
-        sent = self.d._send(adapter, entry)
+        sent = self.d._send(adapter, entry,
+                            lambda: self.deadline.remaining() - self.d.send_timeout_s)
         if self.d._refused_for_rate(entry, sent):
             self._add("rateLimited")
             return True

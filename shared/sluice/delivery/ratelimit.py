@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-from sluice.delivery.classify import TransientDeliveryError, _walk, describe
+from sluice.delivery.classify import NoRateSlot, TransientDeliveryError, _walk, describe
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
 from sluice.store.db import Database, load_queries
 
@@ -205,15 +205,19 @@ class Limiter:
     def _now_us(self) -> int:
         return int(self.clock() * US)
 
-    def acquire(self, entry: DeliveryEntry, *, time_left_s: float | None = None) -> float:
+    def acquire(self, entry: DeliveryEntry, *, time_left_s: float | None = None,
+                chunk: bool = False) -> float:
         """Take a slot for ``entry`` on every rate it has, waiting for one up to the
         configured wait (and never past ``time_left_s``). 0 when taken; else the seconds
-        until a slot frees, and the caller sets the entry aside until then."""
+        until a slot frees, and the caller sets the entry aside until then.
+
+        A ``chunk`` after the first of one send waits one interval of the entry's narrowest
+        rate longer: the chunk before it has just taken that key's slot."""
         rates = rates_for(entry, self.settings)
         if not rates:
             return 0.0
-        patience = self.max_wait_s if time_left_s is None else min(self.max_wait_s,
-                                                                   max(0.0, time_left_s))
+        wait_for = self.max_wait_s + (rates[-1].interval_us / US if chunk else 0.0)
+        patience = wait_for if time_left_s is None else min(wait_for, max(0.0, time_left_s))
         waited = 0.0
         while True:
             wait_s = self.store.take(rates, self._now_us()) / US
@@ -280,6 +284,10 @@ class Limiter:
         wait_s = rate_limited_for_s(error)
         if wait_s is None or wait_s <= 0:
             return False
+        if any(isinstance(node, NoRateSlot) for node in _walk(error)):
+            # our own limiter had no slot for a further chunk: nothing was refused
+            store.release(entry, describe(error), delay=timedelta(seconds=wait_s))
+            return True
         self.slow_down(entry, wait_s)
         store.release(entry, f"not sent: {describe(error)} (rate limited; no attempt "
                              "counted)", delay=timedelta(seconds=wait_s))

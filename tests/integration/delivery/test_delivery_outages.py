@@ -13,6 +13,7 @@ import pytest
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.delivery.channels import Outbound
+from sluice.delivery.channels.base import NO_PROGRESS, Progress
 from sluice.delivery.drain import Deliverer, report_drained
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from sluice.jobs.registry import Deadline, get_job
@@ -186,7 +187,7 @@ class OutOfMemory:
     def outage_key(self, entry: DeliveryEntry) -> str:
         return "webhook"
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         self.sent.append(entry.id)
         raise MemoryError()
 

@@ -1,18 +1,19 @@
 """What every channel module shares: the adapter protocol, its registration, typed refusals.
 
-An adapter's ``send(entry)`` returns the platform's message id (several, comma-joined,
-when the message went out in chunks) or raises ``PermanentDeliveryError`` (the
+An adapter's ``send(entry, progress)`` returns the platform's message id (several,
+comma-joined, when the message went out in chunks) or raises ``PermanentDeliveryError`` (the
 platform refused it for good) or ``TransientDeliveryError`` (later), with the
 platform's own wait when it gave one; ``OutcomeUnknown`` when the request went out
 and no answer came. Each HTTP request or SMTP session goes through the ``Retrier``
-(immediate in-process retries). ``outage_key(entry)`` names what an outage takes
+(immediate in-process retries). A message in chunks resumes after the chunks its
+``progress`` says were accepted (``sluice.delivery.chunks``). ``outage_key(entry)`` names what an outage takes
 down (the channel, or a webhook's host), so the drain can stop sending there.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeVar
 
 from sluice.core.observe import logger
@@ -47,10 +48,42 @@ CREDENTIAL_STATUSES = frozenset({401, 403})
 T = TypeVar("T")
 
 
+class Progress(Protocol):
+    """What one send of a chunked entry reads and leaves behind (``sluice.delivery.chunks``)."""
+
+    def done(self) -> Mapping[int, str | None]:
+        """The chunks already accepted, by index (None: refused for good, skipped)."""
+        ...
+
+    def slot(self) -> None:
+        """A rate slot for the next chunk, or ``NoRateSlot``."""
+        ...
+
+    def took(self, chunk: int, message_id: str | None) -> None:
+        """Record chunk ``chunk``'s answer durably, before the next chunk is sent."""
+        ...
+
+
+class NoProgress:
+    """A send that records nothing and takes no further slot (one message, or a test)."""
+
+    def done(self) -> Mapping[int, str | None]:
+        return {}
+
+    def slot(self) -> None:
+        return None
+
+    def took(self, chunk: int, message_id: str | None) -> None:
+        return None
+
+
+NO_PROGRESS = NoProgress()
+
+
 class ChannelAdapter(Protocol):
     name: str
 
-    def send(self, entry: DeliveryEntry) -> str: ...
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str: ...
 
     def outage_key(self, entry: DeliveryEntry) -> str: ...
 
@@ -160,23 +193,41 @@ def message_of(entry: DeliveryEntry) -> Message:
 
 
 def send_chunks(chunks: Sequence[T], send_one: Callable[[T], str], *, retrier: Retrier,
-                label: str, best_effort: bool) -> str:
+                label: str, best_effort: bool, progress: Progress = NO_PROGRESS) -> str:
     """Send each chunk in order (each with its own in-process retries); the ids, comma-joined.
 
     A chunk that fails stops the rest and fails the send, except with ``best_effort``,
     where a chunk refused for good is skipped (logged) and the send succeeds if any chunk
-    went out. A send retried later starts again from the first chunk."""
+    went out. With several chunks, each answer is recorded in ``progress`` before the next
+    chunk goes, a chunk ``progress`` already has is not sent again (a retried send resumes
+    after it), and every chunk after this send's first takes its own rate slot."""
+    done = progress.done() if len(chunks) > 1 else {}
     ids: list[str] = []
     refusals: list[BaseException] = []
+    first = True
     for i, item in enumerate(chunks, 1):
+        if i in done:
+            found = done[i]
+            if found is not None:
+                ids.append(found)
+            continue
+        if len(chunks) > 1 and not first:
+            progress.slot()  # the first took the send's own slot
+        first = False
         part = f"{label} chunk {i}/{len(chunks)}" if len(chunks) > 1 else label
         try:
-            ids.append(retrier.call(lambda item=item: send_one(item), label=part))  # type: ignore[misc]
+            message_id = retrier.call(lambda item=item: send_one(item), label=part)  # type: ignore[misc]
         except Exception as exc:
             if not (best_effort and classify(exc) == "permanent"):
                 raise
             logger.warning(f"[delivery] {part} refused, skipped (bestEffort): {exc}")
             refusals.append(exc)
+            if len(chunks) > 1:
+                progress.took(i, None)
+            continue
+        ids.append(message_id)
+        if len(chunks) > 1:
+            progress.took(i, message_id)
     if not ids:
         raise refusals[0] if refusals else PermanentDeliveryError(f"{label}: nothing to send")
     return ",".join(ids)

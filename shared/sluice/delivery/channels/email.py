@@ -15,9 +15,11 @@ from email.utils import make_msgid
 from typing import TYPE_CHECKING
 
 from sluice.delivery.channels.base import (
+    NO_PROGRESS,
     Channel,
     ChannelAdapter,
     Outbound,
+    Progress,
     message_of,
     transport_error,
 )
@@ -48,7 +50,7 @@ class EmailAdapter:
     def outage_key(self, entry: DeliveryEntry) -> str:
         return f"email:{self.server.host}:{self.server.port}"
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         if "@" not in entry.recipient:
             raise PermanentDeliveryError(f"email: recipient address rejected: "

@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.delivery.channels.base import (
+    NO_PROGRESS,
     Channel,
     ChannelAdapter,
     Outbound,
+    Progress,
     json_of,
     message_of,
     refused,
@@ -50,7 +52,7 @@ class SlackAdapter:
         # when the whole API is down each channel probes on its own backoff
         return f"slack:{entry.recipient}"
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         texts = [c for part in message.parts for c in chunk(part, SLACK_MAX_TEXT, to_slack_mrkdwn)]
         bodies: list[dict[str, Any]] = []
@@ -62,7 +64,7 @@ class SlackAdapter:
         if message.blocks:
             bodies[0]["blocks"] = list(message.blocks)
         return send_chunks(bodies, self._post, retrier=self.retrier, label=f"slack {entry.id}",
-                           best_effort=message.best_effort)
+                           best_effort=message.best_effort, progress=progress)
 
     def _post(self, body: dict[str, Any]) -> str:
         try:

@@ -15,9 +15,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.delivery.channels.base import (
+    NO_PROGRESS,
     Channel,
     ChannelAdapter,
     Outbound,
+    Progress,
     json_of,
     message_of,
     refused,
@@ -64,7 +66,7 @@ class TelegramAdapter:
         # when the whole API is down each chat probes on its own backoff
         return f"telegram:{entry.recipient}"
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         texts = [c for part in message.parts
                  for c in chunk(part, TELEGRAM_MAX_TEXT, to_telegram_html)]
@@ -90,7 +92,8 @@ class TelegramAdapter:
             bodies[0]["reply_parameters"] = {"message_id": _int_or_str(message.reply_to_id),
                                              "allow_sending_without_reply": True}
         return send_chunks(bodies, self._post, retrier=self.retrier,
-                           label=f"telegram {entry.id}", best_effort=message.best_effort)
+                           label=f"telegram {entry.id}", best_effort=message.best_effort,
+                           progress=progress)
 
     def _post(self, body: dict[str, Any]) -> str:
         body = dict(body)

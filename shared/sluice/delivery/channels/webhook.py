@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 
 from sluice.core.webhooks import sign
 from sluice.delivery.channels.base import (
+    NO_PROGRESS,
     Channel,
     ChannelAdapter,
     Outbound,
+    Progress,
     json_of,
     message_of,
     refused,
@@ -56,7 +58,7 @@ class WebhookAdapter:
         except ValueError:  # unparseable: the send refuses it for good, alone
             return f"webhook:invalid:{entry.id}"
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         if not entry.recipient.startswith(("https://", "http://")):
             raise PermanentDeliveryError(f"webhook: recipient is not an http(s) URL: "
                                          f"{entry.recipient[:80]!r}")

@@ -1,0 +1,78 @@
+"""Resumable chunks: what a chunked entry already got through, kept in the store.
+
+A long message goes out as several platform messages (``sluice.delivery.chunking``). Each
+chunk the platform accepts is recorded with its message id (``delivery_chunks``) as its
+answer comes, before the next chunk is sent, so when a later chunk fails (transiently, a
+429, an outage) the entry's next send resumes after the recorded ones: an accepted chunk
+is never sent again. A chunk whose request left without an answer is not recorded: the
+entry's outcome is unknown, and the unknown rule decides whether that chunk goes again
+(``DeliveryStore.nack``), never a blind resend.
+
+Each chunk takes its own rate slot: the send's first chunk uses the slot the drain took
+before the send, every later one takes another (waiting for it in process up to
+``SLUICE_DELIVERY_RATE_WAIT_SECONDS`` beyond the interval of the entry's narrowest rate,
+which the chunk before it just used). No slot in time ends the send with ``NoRateSlot``:
+the entry is set aside until the slot, its attempt given back, and resumes there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from sluice.delivery.classify import NoRateSlot
+from sluice.delivery.ratelimit import Limiter
+from sluice.delivery.store import DeliveryEntry
+from sluice.store.db import Database, load_queries, utcnow
+
+Q = load_queries("chunks")
+
+
+class ChunkLog:
+    """The accepted chunks of every chunked entry (rows go with their entry)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def accepted(self, entry_id: str) -> dict[int, str | None]:
+        """Chunk index -> platform message id (None: refused for good and skipped)."""
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.chunks_of, {"entry_id": entry_id})
+        return {int(row["chunk"]): row["message_id"] for row in rows}
+
+    def record(self, entry_id: str, chunk: int, message_id: str | None, *,
+               now: datetime | None = None) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(Q.chunk_accepted, {"entry_id": entry_id, "chunk": chunk,
+                                          "message_id": message_id, "now": now or utcnow()},
+                       final=True)
+
+
+class SendProgress:
+    """One send of one entry: its recorded chunks, a slot per further chunk, each acceptance
+    recorded. ``time_left()`` bounds a slot's wait (the run's time less one send)."""
+
+    def __init__(self, log: ChunkLog, entry: DeliveryEntry, limiter: Limiter | None,
+                 time_left: Callable[[], float] | None = None) -> None:
+        self.log = log
+        self.entry = entry
+        self.limiter = limiter
+        self.time_left = time_left
+
+    def done(self) -> dict[int, str | None]:
+        return self.log.accepted(self.entry.id)
+
+    def slot(self) -> None:
+        if self.limiter is None:
+            return
+        left = self.time_left() if self.time_left is not None else None
+        wait_s = self.limiter.acquire(self.entry, time_left_s=left, chunk=True)
+        if wait_s > 0:
+            raise NoRateSlot(f"not sent yet: {self.entry.channel} rate limit (next chunk)",
+                             retry_after_s=wait_s)
+
+    def took(self, chunk: int, message_id: str | None) -> None:
+        self.log.record(self.entry.id, chunk, message_id)
+
+
+__all__ = ["ChunkLog", "SendProgress"]
