@@ -6,7 +6,8 @@ answer comes, before the next chunk is sent, so when a later chunk fails (transi
 429, an outage) the entry's next send resumes after the recorded ones: an accepted chunk
 is never sent again. A chunk whose request left without an answer is not recorded: the
 entry's outcome is unknown, and the unknown rule decides whether that chunk goes again
-(``DeliveryStore.nack``), never a blind resend.
+(``DeliveryStore.nack``), never a blind resend. So does a chunk accepted whose record the
+store refused (``OutcomeUnknown``).
 
 Each chunk takes its own rate slot: the send's first chunk uses the slot the drain took
 before the send, every later one takes another (waiting for it in process up to
@@ -20,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from sluice.delivery.classify import NoRateSlot
+from sluice.core.errors import StoreError
+from sluice.delivery.classify import NoRateSlot, OutcomeUnknown
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries, utcnow
@@ -72,7 +74,14 @@ class SendProgress:
                              retry_after_s=wait_s)
 
     def took(self, chunk: int, message_id: str | None) -> None:
-        self.log.record(self.entry.id, chunk, message_id)
+        try:
+            self.log.record(self.entry.id, chunk, message_id)
+        except StoreError as exc:
+            # The platform has this chunk and nothing says so: sending it again is the
+            # unknown rule's decision, never a retry's.
+            raise OutcomeUnknown(f"{self.entry.channel}: chunk {chunk} was accepted "
+                                 f"(message {message_id}) but could not be recorded: "
+                                 f"{exc}") from exc
 
 
 __all__ = ["ChunkLog", "SendProgress"]

@@ -148,3 +148,37 @@ def test_no_slot_in_time_for_a_chunk_sets_the_entry_aside_and_it_resumes_there(
         again = Deliverer.from_services(svc, client).drain(Deadline(30))
     assert again["recovered"] == 1
     assert [m["text"] for m in providers.telegram.messages] == PARTS
+
+
+def _refuse_chunk_records(svc: Services) -> None:
+    """The store refuses to record a chunk (a real trigger, in each dialect)."""
+    with svc.db.transaction() as tx:
+        if svc.db.dialect == "sqlite":
+            tx.execute("CREATE TRIGGER no_chunks BEFORE INSERT ON delivery_chunks "
+                       "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        else:
+            tx.execute("CREATE FUNCTION no_chunks() RETURNS trigger LANGUAGE plpgsql AS "
+                       "$$ BEGIN RAISE EXCEPTION 'disk full'; END $$")
+            tx.execute("CREATE TRIGGER no_chunks BEFORE INSERT ON delivery_chunks "
+                       "FOR EACH ROW EXECUTE FUNCTION no_chunks()")
+
+
+def test_a_chunk_accepted_but_not_recorded_is_unknown_never_resent_blindly(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    # GIVEN no resend after an unknown outcome, and a store that cannot record chunk 1
+    svc = make_services(db_url, **{**providers.env(), **WIDE_RATES,
+                                   "SLUICE_DELIVERY_UNKNOWN_RESENDS": "0"})
+    _refuse_chunk_records(svc)
+    store = DeliveryStore(svc.db)
+    entry, _ = store.enqueue("telegram", "1001", {"payloads": PARTS})
+
+    first = drain_once(svc)
+    due_now(svc)
+    drain_once(svc)
+
+    # THEN the entry rests unknown for an operator: chunk 1 went once, nothing after it
+    assert first["unknown"] == 1
+    rests = store.get(entry.id)
+    assert rests.status is DeliveryStatus.UNKNOWN and rests.attempts == 1
+    assert "could not be recorded" in (rests.last_error or "")
+    assert _accepted(providers) == {"part one": 1}
