@@ -18,7 +18,7 @@ import traceback
 from typing import Any, TextIO
 
 MODULES = ("delivery", "runner", "metering", "ops", "cost", "cleanup", "redrive", "erasure",
-           "queues", "coldstart", "rss", "alerts")
+           "queues", "coldstart", "rss", "alerts", "request_path")
 
 
 def _fmt(value: Any) -> str:
