@@ -1,5 +1,9 @@
 """Feed documents to normalised stories: feedparser reads RSS and Atom, nh3 sanitises.
 
+A story's title is plain text: whatever markup either reader hands over is removed by
+nh3 with no tag allowed (the text kept, scripts and styles dropped) and its entities
+decoded once. The summary is the one HTML field, cleaned to a small allow-list.
+
 Plain RSS 2.0 is read by ``sluice.rss.plainrss`` instead, with exactly feedparser's
 result in a tenth of its time; anything else goes to feedparser.
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import calendar
 import hashlib
+import html
 import io
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +31,7 @@ from sluice.rss.store import Story
 
 SUMMARY_MAX_CHARS = 2000
 TITLE_MAX_CHARS = 500
+LINK_MAX_CHARS = 2048  # as a source's URL: a longer link is dropped, not stored
 ALLOWED_TAGS = {"a", "p", "br", "b", "strong", "i", "em", "u", "ul", "ol", "li", "blockquote",
                 "code", "pre", "h1", "h2", "h3", "h4", "span", "img", "figure", "figcaption"}
 ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "img": {"src", "alt", "title"}}
@@ -62,6 +68,30 @@ def sanitise(html: str) -> str:
                      link_rel="noopener noreferrer nofollow")[:SUMMARY_MAX_CHARS]
 
 
+def plain_text(value: str, max_chars: int) -> str:
+    """``value`` read as HTML and given back as text on one line: tags removed (the text of
+    elements kept, that of scripts and styles dropped) and entities decoded once. Markup
+    the decoding reveals (``&amp;lt;b&amp;gt;``) is removed too, its entities left as
+    they are, so no HTML parser finds a tag in what is stored."""
+    text = _untagged(value[:max_chars * 4])
+    for _ in range(_PASSES):
+        again = _untagged(text.replace("&", "&amp;"))
+        if again == text:
+            break
+        text = again
+    else:  # markup nested to hide from each pass: what is left of it goes
+        text = text.replace("<", "")
+    return " ".join(text.split())[:max_chars]
+
+
+_PASSES = 4
+
+
+def _untagged(markup: str) -> str:
+    # nh3 escapes the text it gives back; undoing that is not a second decoding
+    return html.unescape(nh3.clean(markup, tags=set(), attributes={}))
+
+
 def _published(entry: Any) -> datetime | None:
     parsed = entry.get("published_parsed")
     if not parsed and "updated_parsed" in entry:  # ``in``: no deprecated published fallback
@@ -69,10 +99,6 @@ def _published(entry: Any) -> datetime | None:
     if not parsed:
         return None
     return datetime.fromtimestamp(calendar.timegm(parsed), UTC)
-
-
-def _text(value: Any) -> str:
-    return " ".join(str(value or "").split())
 
 
 def parse_feed(body: bytes, source_id: str, *, base_url: str = "") -> list[Story]:
@@ -91,9 +117,9 @@ def parse_feed(body: bytes, source_id: str, *, base_url: str = "") -> list[Story
         entries = parsed.entries
     stories = []
     for entry in entries:
-        title = _text(entry.get("title"))[:TITLE_MAX_CHARS]
+        title = plain_text(str(entry.get("title") or ""), TITLE_MAX_CHARS)
         raw_link = entry.get("link") or ""
-        link = canonical_link(raw_link) if raw_link else None
+        link = canonical_link(raw_link) if 0 < len(raw_link) <= LINK_MAX_CHARS else None
         guid = entry.get("id") or None
         if not (title or link):
             continue

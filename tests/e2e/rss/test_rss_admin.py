@@ -14,7 +14,7 @@ from sluice.core.services import Services
 from sluice.http.app import create_app
 from sluice.jobs.runs import RunStore
 from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
-from tests.providers.feeds import FeedServer
+from tests.providers.feeds import Feed, FeedServer
 from tests.rss_support import FEED_ENV
 
 BASE = "/api/admin/rss"
@@ -103,6 +103,22 @@ def test_sources_scopes_stories_and_the_tick_over_http(client: TestClient, svc: 
     assert {("ops-1", "rss:source_add", "201"), ("ops-1", "rss:scope_set", "200"),
             ("ops-1", "rss:source_remove", "409"), ("ops-1", "rss-refresh:admin", "200")
             } <= actions
+
+
+def test_a_title_with_markup_is_served_as_text(client: TestClient, svc: Services,
+                                               feeds: FeedServer) -> None:
+    """Stored plain, so an app that renders the API's titles as HTML renders no tag."""
+    feeds.feeds["/x"] = Feed(
+        b'<rss version="2.0"><channel><title>x</title><item><title>Breaking &lt;img src=x '
+        b"onerror=alert(3)&gt; news &amp;amp; more</title><link>https://n.example/1</link>"
+        b'</item></channel></rss>')
+    source = client.post(f"{BASE}/sources", json={"url": f"{feeds.url}/x"},
+                         headers=ops()).json()
+    client.put(f"{BASE}/scopes/xss", headers=ops(), json={
+        "tenantId": "acme", "sourceIds": [source["id"]], "locale": "en"})
+    assert client.get("/api/admin/rss/refresh", headers=CRON).status_code == 200
+    stories = client.get(f"{BASE}/scopes/xss/stories", headers=ops()).json()["stories"]
+    assert [s["title"] for s in stories] == ["Breaking news & more"]
 
 
 @pytest.mark.parametrize(("body", "field"), [

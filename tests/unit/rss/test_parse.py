@@ -4,6 +4,7 @@ canonical links, summaries sanitised by nh3."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 
 import pytest
 
@@ -29,6 +30,67 @@ def test_atom_entries_are_read_and_their_html_sanitised() -> None:
     assert stories[1].summary.startswith("<b>bold 1</b>")
     assert "onerror" not in stories[1].summary and "<img" in stories[1].summary
     assert stories[0].published_at == datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+TITLES = [  # (the title as the document has it, the title stored)
+    ("&lt;img src=x onerror=alert(3)&gt; Breaking", "Breaking"),
+    ("Breaking &lt;b&gt;news&lt;/b&gt;&lt;script&gt;alert(1)&lt;/script&gt;", "Breaking news"),
+    ("Tom &amp; Jerry &amp;amp; friends", "Tom & Jerry & friends"),
+    ("a &lt; b &amp;amp;amp; c", "a < b &amp; c"),  # entities decoded once
+    ("decoded &amp;lt;img src=x onerror=alert(3)&amp;gt;markup goes", "decoded markup goes"),
+    ("&amp;lt;&lt;b&gt;&lt;/b&gt;img src=x onerror=alert(3)&amp;gt;nested", "nested"),
+    ("  two\n   lines  ", "two lines"),
+]
+
+
+@pytest.mark.parametrize(("raw", "stored"), TITLES)
+def test_titles_are_plain_text_on_both_readers(raw: str, stored: str) -> None:
+    """The plain RSS 2.0 reader, feedparser (this item's ``dc:creator`` sends it there) and
+    feedparser's Atom ``type="html"`` give the same text, markup removed."""
+    plain = (f'<rss version="2.0"><channel><title>f</title><item><title>{raw}</title>'
+             "<link>https://n.example/1</link></item></channel></rss>").encode()
+    loose = plain.replace(b'<rss version="2.0">',
+                          b'<rss version="2.0" xmlns:dc="http://purl.org/dc/elements/1.1/">'
+                          ).replace(b"</item>", b"<dc:creator>x</dc:creator></item>")
+    atom = ('<feed xmlns="http://www.w3.org/2005/Atom"><title>f</title><entry>'
+            f'<title type="html">{raw}</title><link href="https://n.example/1"/></entry>'
+            "</feed>").encode()
+    titles = [[s.title for s in parse_feed(body, "src")] for body in (plain, loose, atom)]
+    assert titles == [[stored]] * 3
+    assert markup_in(stored) == [], "no HTML parser finds a tag in what is stored"
+
+
+def markup_in(text: str) -> list[str]:
+    """The tags, comments and declarations the standard library's HTML parser finds."""
+    found: list[str] = []
+
+    class Finder(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            found.append(f"<{tag}>")
+
+        def handle_endtag(self, tag: str) -> None:
+            found.append(f"</{tag}>")
+
+        def handle_comment(self, data: str) -> None:
+            found.append("<!--")
+
+        def handle_decl(self, decl: str) -> None:
+            found.append("<!")
+
+    finder = Finder(convert_charrefs=True)
+    finder.feed(text)
+    finder.close()
+    return found
+
+
+def test_a_title_of_markup_alone_falls_back_to_the_link_and_a_huge_link_is_dropped() -> None:
+    body = ('<rss version="2.0"><channel><title>f</title><item><title>&lt;img src=x '
+            "onerror=alert(3)&gt;</title><link>https://n.example/1</link></item><item>"
+            f"<title>long</title><link>https://n.example/{'a' * 3000}</link></item>"
+            "</channel></rss>").encode()
+    first, second = parse_feed(body, "src")
+    assert first.title == "https://n.example/1"
+    assert (second.title, second.link) == ("long", None)
 
 
 def test_ids_are_stable_and_shared_by_the_same_article_from_two_sources() -> None:
