@@ -1,6 +1,7 @@
 """A loopback TCP proxy that can stop forwarding: the network between Sluice and its store
 partitioned, while both ends' sockets stay open (as behind a middlebox that still answers
-keepalives)."""
+keepalives); or cut: every connection made so far closed at both ends, as a restarted
+server or a dropped NAT entry does, new ones forwarded as before."""
 
 from __future__ import annotations
 
@@ -22,11 +23,23 @@ class StallingProxy:
         self._stalled = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = [self._listener]
+        self._forwarded: list[socket.socket] = []  # the connections a cut closes
+        self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
     def stall(self) -> None:
         self._stalled.set()
+
+    def cut(self) -> None:
+        """End every connection forwarded so far, both ways; the next ones go through."""
+        with self._lock:
+            cut, self._forwarded = self._forwarded, []
+        for sock in cut:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the peer went first
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -42,6 +55,8 @@ class StallingProxy:
                 continue  # held open, never forwarded
             server = socket.create_connection(self.upstream, timeout=5)
             self._sockets.append(server)
+            with self._lock:
+                self._forwarded += [client, server]
             for source, sink in ((client, server), (server, client)):
                 thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
                 self._threads.append(thread)

@@ -9,7 +9,8 @@ the misbehaving ones a fetcher must survive:
   /to-private       redirects to 127.0.0.2, a loopback address that is not allowed
   /limited          429 with Retry-After: 3600
 
-``hits`` counts requests per path; ``conditional`` counts the ones that carried
+``on_request[path]`` is called before a feed at ``path`` is answered (a fault to cause at
+that moment). ``hits`` counts requests per path; ``conditional`` counts the ones that carried
 If-None-Match or If-Modified-Since. A feed's ``gzip_members`` above 1 sends its gzip body
 as that many members one after another (RFC 1952 allows it; ``gzip a b > c`` makes one).
 """
@@ -20,6 +21,7 @@ import gzip
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Self
@@ -82,6 +84,7 @@ class FeedServer:
         self.feeds: dict[str, Feed] = {}
         self.hits: Counter[str] = Counter()
         self.conditional: Counter[str] = Counter()
+        self.on_request: dict[str, Callable[[], None]] = {}
         self.bytes_served = 0
         self.slow_s = slow_s
         self._lock = threading.Lock()
@@ -127,6 +130,8 @@ class FeedServer:
             return 302, {"location": f"http://127.0.0.2:{self.port}/rss"}, b""
         if path == "/limited":
             return 429, {"retry-after": "3600"}, b"slow down"
+        if path in self.on_request:
+            self.on_request[path]()
         feed = self.feeds.get(path)
         if feed is None:
             return 404, {}, b"not found"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from sluice.core.errors import SluiceError, TransientStoreError
+from sluice.core.errors import SluiceError
 from sluice.core.observe import logger
 from sluice.jobs.registry import Deadline, JobContext, Result
 from sluice.queues.handlers import PIPELINE_FLAG
@@ -77,8 +77,9 @@ def ingest_tenant_scopes(list_scopes: Callable[[], list[str]], refresh: Callable
                          monotonic: Callable[[], float] = time.monotonic,
                          progress: Callable[[str], None] = lambda message: None,
                          ) -> TenantIngestion:
-    """Refresh every listed scope in turn until ``budget`` runs out; one failing scope is
-    counted and logged, and the rest go on. Scopes not reached are counted, not retried."""
+    """Refresh every listed scope in turn until ``budget`` runs out; one failing scope (a
+    store outage during its refresh too) is counted and logged, and the rest go on. Scopes
+    not reached are counted, not retried."""
     started = monotonic()
     try:
         scope_ids = list_scopes()
@@ -96,9 +97,9 @@ def ingest_tenant_scopes(list_scopes: Callable[[], list[str]], refresh: Callable
         progress(f"tenant ingestion {index + 1}/{count}: {scope_id}")
         try:
             outcome = getattr(refresh(scope_id), "outcome", "built")
-        except TransientStoreError:
-            raise  # an outage is no scope's failure: the run stops, as every drain does
         except Exception as exc:  # noqa: BLE001 - one tenant's failure never stops the others
+            # a store outage in its refresh included: that scope's failure (it costs no
+            # attempt: a source whose fetch was not recorded is simply fetched again)
             result["failed"] += 1
             logger.error(f"[rss-refresh] tenant ingestion failed for {scope_id}: {exc}")
             continue
@@ -178,7 +179,11 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
         else:
             tenants = dict(EMPTY_INGESTION)  # type: ignore[assignment]
         progress("alert sweep")
-        sweep = run_alert_sweep(services, deadline, builds=catalog.current_builds())
+        try:
+            sweep = run_alert_sweep(services, deadline, builds=catalog.current_builds())
+        except SluiceError as exc:  # the store failed under the sweep's listing: one failure
+            services.reporter.error("rss-refresh.alert-sweep", exc)
+            sweep = sweep_unavailable(services, deadline)
         counters = catalog.counters
         failed += tenants["failed"] + sweep["failed"] + counters.new_story_failures
         result: Result = {

@@ -325,7 +325,7 @@ class SqliteDatabase:
         )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         # LIKE compares case-sensitively, as on Postgres.
         conn.execute("PRAGMA case_sensitive_like=ON")
         return conn
