@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sluice.core.observe import NAMESPACE, SERVICE
+from sluice.jobs.overdue import alarm_window
 from sluice.jobs.registry import JOBS, Job
 from sluice.queues.topics import TOPICS, Topic
 
@@ -98,7 +99,9 @@ def queues_yml(topics: Iterable[Topic]) -> str:
 
 
 def _alarm(logical_id: str, name: str, description: str, namespace: str, metric: str,
-           dimensions: list[tuple[str, str]], statistic: str, threshold: str) -> str:
+           dimensions: list[tuple[str, str]], statistic: str, threshold: str, *,
+           period: int = 300, comparison: str = "GreaterThanThreshold",
+           missing: str = "notBreaching") -> str:
     return _lines(
         f"  {logical_id}:",
         "    Type: AWS::CloudWatch::Alarm",
@@ -111,11 +114,11 @@ def _alarm(logical_id: str, name: str, description: str, namespace: str, metric:
         *(line for key, value in dimensions
           for line in (f"        - Name: {key}", f"          Value: {value}")),
         f"      Statistic: {statistic}",
-        "      Period: 300",
+        f"      Period: {period}",
         "      EvaluationPeriods: 1",
         f"      Threshold: {threshold}",
-        "      ComparisonOperator: GreaterThanThreshold",
-        "      TreatMissingData: notBreaching",
+        f"      ComparisonOperator: {comparison}",
+        f"      TreatMissingData: {missing}",
         "      AlarmActions:",
         "        - !Ref AlarmTopic",
     )
@@ -164,6 +167,22 @@ def _job_alarms(job: Job) -> str:
         f"{base}DrainFailuresAlarm", f"{job.name}-drain-failures",
         f"{job.name} reported failed items (DrainFailures); read its last runs and DLQ.",
         NAMESPACE, "DrainFailures", [("job", job.name), ("service", SERVICE)], "Sum", "0",
+    ) + _missed_run_alarm(job)
+
+
+def _missed_run_alarm(job: Job) -> str:
+    """No invocation of the job's function for its schedule's longest gap plus the grace
+    (``sluice.jobs.overdue``, the rule the API's ``overdue`` state uses): a disabled or
+    dropped rule, or an environment that never gets to run, pages. No data is no
+    invocation, so missing data breaches."""
+    window = alarm_window(job.schedule)
+    return _alarm(
+        f"{pascal(job.name)}MissedRunAlarm", f"{job.name}-missed-run",
+        f"{job.name} was not invoked for {window} s, its schedule {job.schedule} plus the "
+        "grace; its schedule is disabled or gone, or the function cannot start (sluice jobs, "
+        "docs/deployment.md).",
+        "AWS/Lambda", "Invocations", [("FunctionName", f"!Ref {lambda_id(job.function_key)}")],
+        "Sum", "1", period=window, comparison="LessThanThreshold", missing="breaching",
     )
 
 
@@ -190,8 +209,9 @@ def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
         "# is older than custom.alarms.oldestMessageAgeSeconds (consumers stuck or failing),",
         "# any message its consumer rejected into the quarantine, and any message that waits",
         "# for a store that is down (an outage copy). Per scheduled job: its function's Lambda",
-        "# Errors, and the DrainFailures",
-        "# metric the runner emits when a run reports failed items (namespace and dimensions",
+        "# Errors, the DrainFailures metric the runner emits when a run reports failed items,",
+        "# and a missed run: no Invocations for the schedule's period plus a grace (missing",
+        "# data breaching; sluice.jobs.overdue.alarm_window). Namespace and dimensions",
         "# as shared/sluice/core/observe.py writes them). For the delivery queue: a destination down",
         "# and unknown outcomes (QueueDrained.*). All notify the SNS topic below; subscribe",
         "# the on-call address to it (see docs/deployment.md).",

@@ -146,6 +146,11 @@ def test_every_scheduled_function_alarms_on_errors_and_drain_failures(
         assert any(a["MetricName"] == "DrainFailures" and a["AlarmActions"]
                    and {"Name": "job", "Value": job.name} in a["Dimensions"]
                    for a in alarms), f"{job.name}: no DrainFailures alarm"
+        missed = [a for a in alarms if a["MetricName"] == "Invocations"
+                  and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": logical_id}}]]
+        assert len(missed) == 1 and missed[0]["TreatMissingData"] == "breaching" \
+            and missed[0]["ComparisonOperator"] == "LessThanThreshold" \
+            and missed[0]["AlarmActions"], f"{job.name}: not one missed-run alarm"
 
 
 def test_iam_least_privilege(packaged: Packaged) -> None:

@@ -30,7 +30,7 @@ from sluice.core.times import iso_z
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
                               "sluice.cli.billing", "sluice.cli.token", "sluice.cli.rss",
-                              "sluice.cli.alerts", "sluice.cli.audit"]
+                              "sluice.cli.alerts", "sluice.cli.audit", "sluice.cli.schedule"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
 # Commands that may create the SQLite database; every other one refuses a missing file.
@@ -188,13 +188,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    from sluice.jobs.overdue import statuses
     from sluice.jobs.registry import JOBS
     from sluice.jobs.runs import RunStore
     from sluice.jobs.schedule import job_schedules
+    from sluice.store.db import utcnow
 
     services = _services(args, migrate_embedded=True)
     schedules = job_schedules()
     last = RunStore(services.db).last_runs()
+    states = statuses(services.db, utcnow())
     rows = []
     for job in JOBS.values():
         run = last.get(job.name)
@@ -203,11 +206,24 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
             "lastRun": iso_z(run["started_at"]) if run else None,
             "lastOutcome": run["outcome"] if run else None,
+            **states[job.name],
         })
-    emit(rows, lambda rows: [
-        f"{row['job']:<16} {row['schedule']:<24} last: {row['lastOutcome'] or 'never'}"
-        f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}" for row in rows])
+    emit(rows, lambda rows: [line for row in rows for line in _job_lines(row)])
     return 0
+
+
+def _job_lines(row: dict[str, Any]) -> list[str]:
+    head = (f"{row['job']:<16} {row['schedule']:<24} {row['state']:<8} last: "
+            f"{row['lastOutcome'] or 'never'}"
+            f"{' at ' + row['lastRun'] if row['lastRun'] else ''}  {row['route']}")
+    lines = [head]
+    if row["state"] == "overdue":
+        lines.append(f"  overdue: expected by {row['expectedRunAt']}, last scheduled run "
+                     f"{row['lastScheduledRunAt']} (paged after {row['overdueAt']})")
+    if row["disabled"]:
+        mark = row["disabled"]
+        lines.append(f"  disabled on purpose by {mark['by']} at {mark['at']}: {mark['reason']}")
+    return lines
 
 
 def cmd_queues(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -37,9 +37,11 @@ from sluice.core.validate import load_json
 from sluice.http.after import install as install_after_response
 from sluice.http.guard import InputGuard
 from sluice.http.params import openapi_query, strict_query
+from sluice.jobs.overdue import DisabledMarks, statuses
 from sluice.jobs.registry import JOBS, Job
 from sluice.jobs.runner import run_job
 from sluice.jobs.runs import RunStore
+from sluice.store.db import utcnow
 
 # Feature routers, imported when the app is built.
 ROUTERS: list[str] = ["sluice.http.erasure:router", "sluice.http.queues:router",
@@ -48,6 +50,7 @@ ROUTERS: list[str] = ["sluice.http.erasure:router", "sluice.http.queues:router",
                      "sluice.http.rss:router", "sluice.http.alerts:router",
                      "sluice.http.apidocs:router"]
 
+JSON_BODY = Body(...)
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A caller's X-Request-Id is used only when it looks like one; otherwise a fresh id.
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -239,6 +242,23 @@ def _job_routes(job: Job) -> APIRouter:
                           params=dict(request.query_params))
         return JSONResponse(outcome.body, status_code=outcome.status)
 
+    def disable(request: Request, body: Any = JSON_BODY,
+                identity: Identity = require(job.surface)) -> dict[str, Any]:
+        """Mark the job's schedule as disabled on purpose: its state is ``disabled``, not
+        ``overdue`` (the schedule itself is switched off where it lives)."""
+        if not isinstance(body, dict) or set(body) - {"reason"}:
+            raise RequestError("the body is {\"reason\": text}", field="body")
+        mark = DisabledMarks(services_of(request).db).mark_disabled(
+            job.name, reason=body.get("reason"), actor=identity.subject, now=utcnow())
+        return {"job": job.name, "disabled": mark}
+
+    def enable(request: Request, identity: Identity = require(job.surface)) -> dict[str, Any]:
+        return {"job": job.name, "disabled": None,
+                "wasDisabled": DisabledMarks(services_of(request).db).mark_enabled(job.name)}
+
+    marked = f"/api/admin/jobs/{job.name}/disabled"
+    router.add_api_route(marked, disable, methods=["PUT"], name=f"{job.name}:disable")
+    router.add_api_route(marked, enable, methods=["DELETE"], name=f"{job.name}:enable")
     router.add_api_route(job.route, cron, methods=["GET"], name=f"{job.name}:cron",
                          openapi_extra=openapi_query(_query_params(job, cron=True)))
     router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin",
@@ -345,9 +365,11 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
     @app.get("/api/admin/jobs")
     def jobs(request: Request, identity: Identity = require("queues")) -> dict[str, Any]:
         last = RunStore(services.db).last_runs()
+        states = statuses(services.db, utcnow())
         return {"jobs": [
             {"name": job.name, "route": job.route, "schedule": job.schedule,
-             "surface": job.surface, "lastRun": jsonable(last.get(job.name))}
+             "surface": job.surface, "lastRun": jsonable(last.get(job.name)),
+             **states[job.name]}
             for job in JOBS.values()
         ]}
 

@@ -186,6 +186,13 @@ class RunStore:
         with self.db.transaction() as tx:
             return tx.fetchone(Q.run_by_request, {"job": job, "request_id": request_id})
 
+    def last_scheduled_runs(self, jobs: Iterable[str]) -> dict[str, datetime]:
+        """When the scheduler (EventBridge or the cron GET) last started each of ``jobs``."""
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.last_scheduled_runs, {"jobs": tx.json(list(jobs))},
+                               final=True)
+        return {row["job"]: row["started_at"] for row in rows if row["started_at"] is not None}
+
     def recent(self, job: str, limit: int = 20) -> list[Row]:
         with self.db.transaction() as tx:
             return tx.fetchall(Q.recent_runs, {"job": job, "limit": limit})

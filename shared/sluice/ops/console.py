@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sluice.core.services import Services
+from sluice.jobs.overdue import statuses
 from sluice.jobs.registry import JOBS
 from sluice.jobs.runs import RunStore
 from sluice.ops.overview import _iso, _section
@@ -255,6 +256,7 @@ def jobs(services: Services, *, now: datetime | None = None) -> dict[str, Any]:
     if "error" in configured:
         configured = {}
     store = RunStore(services.db)
+    states = statuses(services.db, now)
     rows = []
     for job in JOBS.values():
         expressions = configured.get(job.name) or [job.schedule]
@@ -265,6 +267,7 @@ def jobs(services: Services, *, now: datetime | None = None) -> dict[str, Any]:
         rows.append({
             "job": job.name, "route": job.route, "surface": job.surface,
             "schedule": expressions, "nextRunAt": _iso(next_runs[0]) if next_runs else None,
+            **states[job.name],
             "runs": [{"id": r["id"], "startedAt": _iso(r["started_at"]),
                       "trigger": r["trigger"], "outcome": r["outcome"],
                       "durationMs": r["duration_ms"], "result": r["result"]} for r in runs],

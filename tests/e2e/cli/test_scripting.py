@@ -36,6 +36,8 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("migrate",), ["--dry-run"], "", {0}),
     (("run",), ["state-cleanup"], "", {0}),
     (("jobs",), [], "", {0}),
+    (("schedule", "disable"), ["state-cleanup", "--reason", "maintenance"], "", {0}),
+    (("schedule", "enable"), ["state-cleanup"], "", {0}),
     (("queues",), [], "", {0}),
     (("token",), ["--roles", "ops"], "", {0}),
     (("sign",), [], json.dumps(MESSAGE), {0}),

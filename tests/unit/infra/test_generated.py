@@ -126,3 +126,40 @@ def test_a_topic_sized_by_a_setting_names_a_real_setting_with_that_default() -> 
         if topic.concurrency_var:
             field = by_var[topic.concurrency_var]
             assert Settings._field_defaults[field] == topic.max_concurrency
+
+
+def _schedule_seconds(expression: str) -> int:
+    """The oracle: a rate's interval, or the longest gap between a cron's next 400 times."""
+    import itertools
+    import re
+    from datetime import UTC, datetime
+
+    from croniter import croniter
+
+    if match := re.fullmatch(r"rate\((\d+) (minute|hour|day)s?\)", expression):
+        return int(match.group(1)) * {"minute": 60, "hour": 3600, "day": 86400}[match.group(2)]
+    minute, hour, dom, month, dow, _ = expression[5:-1].split()
+    times = croniter(" ".join([minute, hour, dom.replace("?", "*"), month,
+                               dow.replace("?", "*")]), datetime(2026, 1, 1, tzinfo=UTC))
+    fires = [times.get_next(datetime) for _ in range(400)]
+    return int(max((b - a).total_seconds() for a, b in itertools.pairwise(fires)))
+
+
+def test_every_job_has_one_missed_run_alarm_on_its_invocations() -> None:
+    resources = _load((ROOT / "infra" / "alarms.yml").read_text())["Resources"]
+    alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"
+              and r["Properties"]["MetricName"] == "Invocations"]
+    assert len(alarms) == len(JOBS)
+    for name, job in JOBS.items():
+        function = {"!Ref": generate.lambda_id(job.function_key)}
+        [alarm] = [a for a in alarms if a["Dimensions"] == [{"Name": "FunctionName",
+                                                              "Value": function}]]
+        assert (alarm["Namespace"], alarm["Statistic"], alarm["ComparisonOperator"],
+                alarm["Threshold"], alarm["TreatMissingData"], alarm["EvaluationPeriods"]) == (
+            "AWS/Lambda", "Sum", "LessThanThreshold", 1, "breaching", 1), name
+        # Its window covers the schedule's longest gap with a grace (at least 5 minutes, at
+        # most half a period), in whole minutes, within CloudWatch's limits.
+        gap, period = _schedule_seconds(job.schedule), alarm["Period"]
+        assert gap + 300 <= period <= gap * 1.5 + 300 and period % 60 == 0, (name, period)
+        assert period <= (86_400 if period < 3600 else 604_800), name
+        assert alarm["AlarmActions"] == [{"!Ref": "AlarmTopic"}]

@@ -492,6 +492,38 @@ async def job_run_json(request: Request, identity: Identity, name: str,
     return {key: value for key, value in data.items() if key != "job"}
 
 
+# A schedule switched off on purpose, marked from the console: the API's action names.
+ACTION_OF["console:jobs.disable"] = lambda request: f"{request.path_params.get('name')}:disable"
+ACTION_OF["console:jobs.enable"] = lambda request: f"{request.path_params.get('name')}:enable"
+
+
+@router.post("/admin/jobs/{name}/disable", name="console:jobs.disable", include_in_schema=False)
+@_guarded(_job_surface)
+async def job_disable(request: Request, identity: Identity, name: str) -> Response:
+    """Mark the job's schedule as disabled on purpose (a reason is required)."""
+    from sluice.jobs.overdue import DisabledMarks
+    from sluice.jobs.registry import get_job
+
+    job = get_job(name)
+    form = await _form(request, ("reason",))
+    marks = DisabledMarks(_services(request).db)
+    await run_in_threadpool(lambda: marks.mark_disabled(
+        job.name, reason=form.get("reason").strip(), actor=identity.subject, now=utcnow()))
+    return _secure(RedirectResponse(f"/admin/jobs#job-{job.name}", status_code=303))
+
+
+@router.post("/admin/jobs/{name}/enable", name="console:jobs.enable", include_in_schema=False)
+@_guarded(_job_surface)
+async def job_enable(request: Request, identity: Identity, name: str) -> Response:
+    from sluice.jobs.overdue import DisabledMarks
+    from sluice.jobs.registry import get_job
+
+    job = get_job(name)
+    await _form(request, ())
+    await run_in_threadpool(DisabledMarks(_services(request).db).mark_enabled, job.name)
+    return _secure(RedirectResponse(f"/admin/jobs#job-{job.name}", status_code=303))
+
+
 # --- flags ---------------------------------------------------------------------------------
 
 

@@ -47,6 +47,26 @@ JOIN job_runs r ON r.id = (
     SELECT id FROM job_runs WHERE job = j.value ORDER BY started_at DESC LIMIT 1
 )
 
+-- name: last_scheduled_runs @postgres
+-- When the scheduler last started each job in :jobs (the missed-run watch): one walk of
+-- job_runs_job_started_idx per job, newest first, to its first scheduled run.
+SELECT j.job, r.started_at
+FROM jsonb_array_elements_text(:jobs) AS j(job)
+CROSS JOIN LATERAL (
+    SELECT started_at FROM job_runs
+    WHERE job = j.job AND trigger IN ('schedule', 'cron_http')
+    ORDER BY started_at DESC LIMIT 1
+) r
+
+-- name: last_scheduled_runs @sqlite
+SELECT r.job, r.started_at
+FROM json_each(:jobs) j
+JOIN job_runs r ON r.id = (
+    SELECT id FROM job_runs
+    WHERE job = j.value AND trigger IN ('schedule', 'cron_http')
+    ORDER BY started_at DESC LIMIT 1
+)
+
 -- name: recent_runs
 SELECT id, job, trigger, request_id, started_at, finished_at, duration_ms, outcome, result
 FROM job_runs WHERE job = :job ORDER BY started_at DESC LIMIT :limit
