@@ -15,7 +15,6 @@ after the build's deadline.
 
 from __future__ import annotations
 
-import email.utils
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from urllib.parse import urljoin, urlsplit
 
 from sluice.core.errors import SluiceError
 from sluice.egress import AddressGuard, Answer, DestinationRefused, Egress, EgressError
+from sluice.egress.pacing import retry_after_header
 from sluice.rss.bounds import Cut, EntryBudget, cut_document
 from sluice.rss.parse import parse_feed
 from sluice.rss.store import FetchState, Source, Story
@@ -97,17 +97,11 @@ DEFAULT_BACKOFF = Backoff()
 
 
 def retry_after(value: str | None, now: datetime) -> timedelta | None:
-    """``Retry-After`` as seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return timedelta(seconds=int(value))
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(timedelta(0), when - now) if when.tzinfo else None
+    """``Retry-After`` as seconds or an HTTP date, parsed strictly (``sluice.egress.pacing``:
+    anything else is no answer) and held to the backoff's cap."""
+    found = retry_after_header(value, cap_s=DEFAULT_BACKOFF.cap.total_seconds(),
+                               now=now.timestamp())
+    return timedelta(seconds=found.wait_s) if found is not None else None
 
 
 class Fetched(NamedTuple):

@@ -114,3 +114,12 @@ def test_retry_after_as_seconds_or_a_date() -> None:
     assert retry_after("120", NOW) == timedelta(seconds=120)
     assert retry_after("Mon, 05 Jan 2026 10:00:00 GMT", NOW) == timedelta(hours=1)
     assert retry_after("soon", NOW) is None and retry_after(None, NOW) is None
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5000, "99999999999999", "nan", "-5", "1e12"])
+def test_a_hostile_retry_after_is_no_answer_never_an_error(value: str) -> None:
+    assert retry_after(value, NOW) is None
+
+
+def test_a_retry_after_past_the_backoffs_cap_is_held_to_it() -> None:
+    assert retry_after("999999999", NOW) == timedelta(days=1)
