@@ -25,7 +25,7 @@ from sluice.erasure.requests import ErasureRequest, ErasureStore
 from sluice.ops.door import admit
 from sluice.queues.publish import Published
 from sluice.queues.runtime import publisher_of
-from sluice.store.db import require_existing
+from sluice.store.db import require_existing, sqlite_path
 from sluice.store.deadline import bounded_by
 
 
@@ -36,16 +36,16 @@ def connect(env: Mapping[str, str] | None = None) -> Services:
     is a ``ConfigurationError`` saying to run ``sluice migrate``."""
     settings = Settings.from_env(env)
     require_existing(settings.database_url)
-    services = Services.from_settings(settings)
-    if services.db.dialect == "sqlite":  # a local file: checked at once (Postgres: no trip)
-        from sluice.store.migrate import pending
+    path = sqlite_path(settings.database_url)
+    if path is not None:  # a local file: checked now, read only (Postgres: no round trip)
+        from sluice.store.migrate import unapplied
 
-        waiting = pending(services.db)
+        waiting = unapplied(path)
         if waiting:
-            services.close()
             raise ConfigurationError(
                 f"SLUICE_DATABASE_URL: the SQLite database lacks {len(waiting)} migration(s) "
                 f"(first {waiting[0].version} {waiting[0].name}); run `sluice migrate`")
+    services = Services.from_settings(settings)
     return services
 
 

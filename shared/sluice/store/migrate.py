@@ -74,6 +74,26 @@ def pending(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
     return [m for m in discover(db.dialect) if m.version not in done]
 
 
+def unapplied(path: Path) -> list[Migration]:
+    """``pending`` for the SQLite file at ``path``, read through a read-only connection (no
+    WAL switch, no bookkeeping table): what it still lacks, every migration when it has
+    no ``schema_migrations`` table at all."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                             "AND name = 'schema_migrations'").fetchone()
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")
+                } if known else set()
+    except sqlite3.Error as exc:
+        raise ConfigurationError(f"SLUICE_DATABASE_URL: {path} is not an SQLite database "
+                                 f"Sluice can read ({exc})") from exc
+    finally:
+        conn.close()
+    return [m for m in discover("sqlite") if m.version not in done]
+
+
 def migrate(db: SqliteDatabase | PostgresDatabase) -> list[Migration]:
     """Apply every pending migration in order; return what was applied.
 

@@ -122,6 +122,8 @@ def test_the_description_declares_the_security_schemes_and_real_status_codes(
     assert flags["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/FlagChange"}
     assert "global" in doc["components"]["schemas"]["FeedSource"]["properties"]
+    assert not any(path.startswith("/api/queues/") for path in doc["paths"]), \
+        "the push routes are sluice dev's only"
     assert not any("x-sluice-body" in op for ops in doc["paths"].values()
                    for op in ops.values())
 

@@ -158,6 +158,7 @@ def test_connect_never_creates_a_database(tmp_path: Path) -> None:
     empty.touch()
     with pytest.raises(sluice.ConfigurationError, match="run `sluice migrate`"):
         sluice.connect({**env, "SLUICE_DATABASE_URL": f"sqlite:///{empty}"})
+    assert empty.stat().st_size == 0, "nothing written to it"
 
 
 def test_connect_opens_a_migrated_database(sqlite_url: str) -> None:
