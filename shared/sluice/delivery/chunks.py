@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from sluice.core.crash import crash_point
 from sluice.core.errors import StoreError
 from sluice.delivery.classify import NoRateSlot, OutcomeUnknown
 from sluice.delivery.ratelimit import Limiter
@@ -82,6 +83,7 @@ class SendProgress:
             raise OutcomeUnknown(f"{self.entry.channel}: chunk {chunk} was accepted "
                                  f"(message {message_id}) but could not be recorded: "
                                  f"{exc}") from exc
+        crash_point("delivery.after_chunk")
 
 
 __all__ = ["ChunkLog", "SendProgress"]

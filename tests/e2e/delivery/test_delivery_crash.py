@@ -20,6 +20,7 @@ from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.store.db import open_database
 from sluice.store.migrate import migrate
 from tests.conftest import BASE_ENV, free_port, run_cli
+from tests.providers.telegram import TelegramStandIn
 from tests.providers.webhook import WebhookReceiver
 
 SECRET = "webhook-secret-for-tests-0123456789"
@@ -145,3 +146,28 @@ def test_sluice_dev_drains_the_queue_on_start_up(tmp_path: Path,
     assert "delivery-drain on start-up" in output
     [entry] = DeliveryStore(db).list()
     assert entry.status is DeliveryStatus.ACKED
+
+
+def test_killed_between_two_chunks_the_next_drain_resumes_after_the_accepted_one(
+        env: dict[str, str]) -> None:
+    # GIVEN a message in 3 chunks and a sender killed right after chunk 1 was accepted
+    with TelegramStandIn() as telegram:
+        chat_env = {**env, "SLUICE_TELEGRAM_BOT_TOKEN": telegram.token,
+                    "SLUICE_TELEGRAM_API_URL": telegram.url,
+                    "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "1000"}
+        entry, _ = _store(env).enqueue("telegram", "1001",
+                                       {"payloads": ["one", "two", "three"]})
+        crashed = run_cli(["run", "delivery-drain", "--json"],
+                          {**chat_env, "SLUICE_CRASH_AT": "delivery.after_chunk"})
+        assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+        assert [m["text"] for m in telegram.messages] == ["one"]
+
+        # WHEN its lease lapses and a drain runs (a lapsed lease: the unknown rule)
+        time.sleep(LEASE_S + 0.2)
+        result = _json(run_cli(["run", "delivery-drain", "--json"], chat_env))
+
+        # THEN it resumes at chunk 2: every chunk arrived exactly once
+        assert result["recovered"] == 1
+        assert [m["text"] for m in telegram.messages] == ["one", "two", "three"]
+        done = _store(env).get(entry.id)
+        assert done.status is DeliveryStatus.ACKED and done.platform_message_id == "1,2,3"
