@@ -6,6 +6,7 @@ bound: then it is failed, and that pages (the drain-failure metric and the error
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from sluice.erasure.requests import ErasureStatus, ErasureStore
 from sluice.jobs.registry import get_job
 from sluice.jobs.runner import run_job
 from sluice.store.db import utcnow
+from sluice.store.deadline import bounded_by
 from tests.conftest import REDIS_URL
 from tests.integration.erasure.erasure_data import seed_subject
 from tests.providers.sentry import SentryIngest
@@ -108,3 +110,32 @@ def test_only_the_spent_request_pages(svc: Services, sentry: SentryIngest, capsy
              if "[erasure-purge] drain reported 1 failure(s)" in (
                  e.get("message") or e.get("logentry", {}).get("message", ""))]
     assert len(pages) == 1, "one page, when the attempts are spent"
+
+
+def test_a_store_outage_costs_no_attempt_and_the_next_run_purges(
+        sqlite_url: str, redis_prefix: str, make_services: Callable[..., Services]) -> None:
+    """SQLite locked by another writer past the busy timeout: the store, not the request,
+    is at fault, so the due requests wait for the next run with their attempts untouched."""
+    svc = make_services(sqlite_url, SLUICE_REDIS_URL=REDIS_URL,
+                        SLUICE_REDIS_KEY_PREFIX=redis_prefix)
+    store = ErasureStore(svc.db)
+    seed_subject(svc.db, "u1", rows=1)
+    request, _ = store.create("u1", requested_by="x", grace_days=0)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+
+    def lock(message: str) -> None:  # once the due list is read: the purge meets the lock
+        if not other.in_transaction:
+            other.execute("BEGIN IMMEDIATE")
+
+    try:
+        with bounded_by(lambda: 1.0):  # each lock wait ends after a second, not 30
+            outage = purge_due(svc, now=utcnow(), progress=lock)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+    assert (outage["deferred"], outage["reason"], outage["failed"], outage["retrying"]) == \
+        (1, "store_unavailable", 0, 0)
+    waiting = store.get(request.id)
+    assert (waiting.status, waiting.purge_attempts) == (ErasureStatus.REQUESTED, 0)
+    assert purge_due(svc, now=utcnow())["purged"] == 1
