@@ -41,7 +41,7 @@ class TransientDeliveryError(DeliveryError):
 
     ``retry_after_s`` is the provider's own wait as ``sluice.egress.pacing`` parsed it
     (finite, never past the cap); ``over_cap`` says it asked for longer than the cap, so
-    the wait is not honoured as a rate limit: the destination is failing instead."""
+    no wait is honoured (``retry_after_s`` None): the destination is failing instead."""
 
     code = "delivery_transient"
 

@@ -11,10 +11,11 @@ import pytest
 
 from sluice.core.errors import ShutdownRequested
 from sluice.core.shutdown import SHUTDOWN, install, sleep_with_abort
-from sluice.delivery.channels.base import send_chunks
+from sluice.delivery.channels.base import refused, send_chunks
 from sluice.delivery.classify import PermanentDeliveryError, TransientDeliveryError
 from sluice.delivery.ratelimit import rate_limited_for_s
 from sluice.delivery.retry import Retrier, RetryPolicy
+from sluice.egress.pacing import Pacing
 
 
 class Flaky:
@@ -86,12 +87,13 @@ def test_retry_after_lengthens_a_wait_and_too_long_a_wait_is_left_to_the_queue()
 
 def test_an_answer_past_the_pacing_cap_is_not_waited_on_in_process_nor_held_as_a_rate() -> None:
     # a cap set below the in-process maximum: 10 s honoured would be waited; past it, not
-    over = TransientDeliveryError("429", retry_after_s=10, over_cap=True, status=429)
+    over = refused("429", status=429, pacing=Pacing(asked_s=20, cap_s=10))
     fn = Flaky(over)
     sleeps: list[float] = []
     with pytest.raises(TransientDeliveryError):
         Retrier(sleep=sleeps.append).call(fn, label="t")
     assert fn.calls == 1 and sleeps == []
+    assert isinstance(over, TransientDeliveryError) and over.retry_after_s is None
     assert rate_limited_for_s(over) is None, "its destination is failing, no key is held"
     assert rate_limited_for_s(TransientDeliveryError("429", retry_after_s=10)) == 10
 

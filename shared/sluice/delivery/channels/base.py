@@ -142,20 +142,28 @@ def refused(text: str, *, status: int | None = None,
     A 401/403 that names no recipient problem is the receiver refusing Sluice's
     credentials (a wrong token or a rotated signing secret): configuration, not the
     message, so it is transient and the channel's outage rule stops the run before any
-    entry loses an attempt.
+    entry loses an attempt. A pacing answer (``sluice.egress.pacing``) says "later": its
+    wait when within the cap; past the cap no wait at all, only ``over_cap``.
     """
     # The platform's own words decide first, whatever the status: Telegram answers
     # "bot was blocked" with 403 and has sent such texts with other codes.
-    retry_after_s = pacing.wait_s if pacing is not None else None
     if matches_permanent(text):
         return PermanentDeliveryError(text, status=status)
-    if status in CREDENTIAL_STATUSES and retry_after_s is None:
+    if status in CREDENTIAL_STATUSES and pacing is None:
         return CredentialsRefused(text, status=status)
-    if retry_after_s is None and (
+    if pacing is None and (
             status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX):
         return PermanentDeliveryError(text, status=status)
-    return TransientDeliveryError(text, retry_after_s=retry_after_s, status=status,
-                                  over_cap=pacing is not None and pacing.over_cap)
+    return transient(text, status=status, pacing=pacing)
+
+
+def transient(text: str, *, status: int | None = None,
+              pacing: Pacing | None = None) -> TransientDeliveryError:
+    """A refusal that says "later", with the provider's wait when it gave one within the cap."""
+    over = pacing is not None and pacing.over_cap
+    return TransientDeliveryError(
+        text, status=status, over_cap=over,
+        retry_after_s=pacing.wait_s if pacing is not None and not over else None)
 
 
 def transport_error(label: str, exc: EgressError,

@@ -22,6 +22,7 @@ from sluice.delivery.channels.base import (
     message_of,
     refused,
     send_chunks,
+    transient,
     transport_error,
 )
 from sluice.delivery.chunking import SLACK_MAX_TEXT, chunk, to_slack_mrkdwn
@@ -75,11 +76,8 @@ class SlackAdapter:
             raise transport_error("slack", exc, redact=self.token) from None
         data = json_of(response)
         if response.status == 429:
-            pacing = seconds_header(response.headers.get("retry-after"), cap_s=self.pacing_cap_s)
-            raise TransientDeliveryError(
-                "slack: rate_limited", status=429,
-                retry_after_s=pacing.wait_s if pacing is not None else None,
-                over_cap=pacing is not None and pacing.over_cap)
+            raise transient("slack: rate_limited", status=429, pacing=seconds_header(
+                response.headers.get("retry-after"), cap_s=self.pacing_cap_s))
         if response.status >= 500 or not data:
             raise TransientDeliveryError(f"slack answered {response.status}")
         if data.get("ok") is True:
