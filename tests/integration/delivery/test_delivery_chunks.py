@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 
 from sluice.core.services import Services
 from sluice.delivery.channels import Outbound
@@ -14,6 +15,7 @@ from sluice.delivery.drain import Deliverer
 from sluice.delivery.ratelimit import US
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.jobs.registry import Deadline
+from sluice.store.db import utcnow
 from tests.integration.delivery.conftest import WIDE_RATES
 from tests.integration.delivery.helpers import Providers, drain_once, due_now
 from tests.integration.delivery.test_ratelimit import most_in_any_window
@@ -68,6 +70,10 @@ def test_a_failed_chunk_resumes_after_those_accepted_each_arriving_once(
     assert delivered.status is DeliveryStatus.ACKED and delivered.attempts == 1
     assert delivered.platform_message_id == "1,2,3"
     assert len(providers.telegram.http.requests) == 7, "1 + 3 + 1 + 2: chunk 1 never again"
+    # AND its chunk records go when the entry is pruned
+    assert store.prune(utcnow() + timedelta(days=1)) == 1
+    with svc.db.transaction() as tx:
+        assert tx.fetchone("SELECT count(*) AS n FROM delivery_chunks") == {"n": 0}
 
 
 def test_an_unknown_chunk_is_resent_only_as_the_unknown_rule_allows(
