@@ -5,19 +5,16 @@ lease) before it calls the adapter, then settles it. If the process dies between
 the two, the lease lapses and the next drain sends it: at-least-once, and a
 webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
-The drain fails pending entries past the expiry (reason ``expired``), returns
-lapsed leases to ``pending`` (an unknown outcome: see below), then claims due entries
-one at a time and sends each, until none is due or the deadline is near (with
+The drain fails pending entries past the expiry (reason ``expired``), settles lapsed
+leases, sets aside the entries of channels without an adapter, then claims entries one
+at a time (a probe for each failing destination whose probe is due, then due entries
+that wait on nothing) and sends each, until none is due or the deadline is near (with
 ``delivery_drain_concurrency`` above 1, that many workers do so at once); finally it
-prunes settled entries past their retention (their effect records stay). What is not
-the entry's fault never costs it an attempt: an entry whose channel has no adapter
-(configuration), an entry whose destination is down (``sluice.delivery.destinations``:
-it waits, one probe per backoff step, until it expires), and the entry being sent when
-the process ran out of memory (the run stops) all go back to ``pending`` with the
-attempt returned. A send that timed out after the request went out is *unknown*: it
-counts as an attempt, is never resent in-process, and is resent later only as its
-channel allows (``DeliveryStore.nack``). One malformed entry (a recipient that does
-not parse) is that entry's permanent failure; the run goes on.
+prunes settled entries past their retention (their effect records stay). Before each
+request leaves it takes a rate slot and marks the request as leaving. What becomes of
+the entry after each of these steps (whether the attempt counts, when it is due, who
+sends it again) is the delivery policy's decision (``sluice.delivery.policy``); this
+module finds out what happened and applies the answer.
 
 Its result (the keys a scheduler or an alarm reads, stable across versions):
 
@@ -27,14 +24,16 @@ Its result (the keys a scheduler or an alarm reads, stable across versions):
   fifth) failed transiently;
 - ``deferredBackoff``: entries this run skipped because they were still in backoff;
 
-and beside it ``expired``, ``unknown`` (sends of this run, and lapsed leases, whose
-outcome is unknown), ``leftDue`` (due, not reached before the deadline),
-``unconfigured``, ``outages`` (``count``: entries that waited on a destination this
-run; ``down``: each destination reported down, with why; ``destinations``: every
-failing destination with its entries waiting), ``rateLimited`` (entries set aside, their
-attempt given back, because a rate shared by every sender had no slot or the provider
-answered 429; see ``sluice.delivery.ratelimit``), and ``fatal`` (1 when the run stopped
-out of memory, with ``fatalError``).
+and beside it ``expired`` (with ``expiredWaiting``: those expired while a failing
+destination or a channel without adapter held them, per key), ``unknown`` (sends of
+this run, and lapsed leases, whose outcome is unknown), ``leftDue`` (due, not reached
+before the deadline), ``unconfigured``, ``outages`` (``count``: entries that waited on a
+destination this run; ``down``: each destination reported down, with why;
+``destinations``: every failing destination with its entries waiting), ``rateLimited``
+(entries set aside, their attempt given back, for a rate slot or a provider's pacing),
+``notSent`` (entries put back with their attempt because the limiter failed before the
+request left; the run then stops, with ``notSentError``) and ``fatal`` (1 when the run
+stopped out of memory, with ``fatalError``).
 """
 
 from __future__ import annotations
@@ -60,20 +59,13 @@ from sluice.delivery.channels import (
     channels,
     deduplicating,
 )
-from sluice.delivery.chunks import ChunkLog, SendProgress
-from sluice.delivery.classify import (
-    CredentialsRefused,
-    MissingAdapter,
-    classify,
-    describe,
-    is_unknown,
-    retry_after_s,
-)
+from sluice.delivery.classify import classify, describe, retry_after_s
 from sluice.delivery.destinations import Destinations, FailingDestination
 from sluice.delivery.payload import parse
+from sluice.delivery.policy import Outcome, pacing_s
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
-from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore
 from sluice.jobs.registry import Deadline, JobContext
 from sluice.store.db import utcnow
 
@@ -91,7 +83,25 @@ class SendOutcome(StrEnum):
     STALE = "stale"  # the entry was no longer ours to settle (our lease lapsed meanwhile)
     UNCONFIGURED = "unconfigured"  # no adapter: back to pending, attempt given back
     FATAL = "fatal"  # out of memory: back to pending, attempt given back, run stops
-    RATE_LIMITED = "rate_limited"  # no slot, or a 429: back to pending, attempt given back
+    RATE_LIMITED = "rate_limited"  # no slot, or a provider's pacing: attempt given back
+    WAITING = "waiting"  # its destination is failing: held, attempt given back
+    NOT_SENT = "not_sent"  # the limiter failed before the request left: attempt given back
+
+
+# What the drain reports for each row of the policy.
+_SEND_OUTCOMES = {
+    Outcome.ACKED: SendOutcome.ACKED, Outcome.PERMANENT: SendOutcome.FAILED,
+    Outcome.TRANSIENT: SendOutcome.RETRY, Outcome.LAST_ATTEMPT: SendOutcome.GAVE_UP,
+    Outcome.DESTINATION_FAILING: SendOutcome.WAITING,
+    Outcome.DESTINATION_HELD: SendOutcome.WAITING,
+    Outcome.PACING_PAST_CAP: SendOutcome.WAITING, Outcome.NO_SLOT: SendOutcome.RATE_LIMITED,
+    Outcome.PACING: SendOutcome.RATE_LIMITED, Outcome.UNKNOWN: SendOutcome.UNKNOWN,
+    Outcome.UNKNOWN_RESTS: SendOutcome.UNKNOWN, Outcome.NOT_SENT: SendOutcome.NOT_SENT,
+    Outcome.NO_ADAPTER: SendOutcome.UNCONFIGURED, Outcome.FATAL: SendOutcome.FATAL}
+# The summary key each outcome of a send adds one to.
+_COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
+            SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown",
+            SendOutcome.RATE_LIMITED: "rateLimited"}
 
 
 class Sent(NamedTuple):
@@ -109,11 +119,14 @@ class DrainSummary(TypedDict):
     skippedMaxRetries: int
     deferredBackoff: int
     expired: int
+    expiredWaiting: dict[str, int]
     unknown: int
     leftDue: int
     unconfigured: dict[str, Any]
     outages: dict[str, Any]
     rateLimited: int
+    notSent: int
+    notSentError: str | None
     fatal: int
     fatalError: str | None
 
@@ -132,14 +145,14 @@ class Deliverer:
                  expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
                  reporter: Reporter | None = None, limiter: Limiter | None = None,
                  clock: Callable[[], float] = time.monotonic, concurrency: int = 1) -> None:
+        store.policy = store.policy.knowing(deduplicating())
         self.store = store
+        self.policy = store.policy
         self.adapters = adapters
         self.lease = lease
         self.send_timeout_s = send_timeout_s
         self.expire = expire
-        self.destinations = Destinations(store.db, store.schedule.delays_s, outage_threshold)
-        self.chunks = ChunkLog(store.db)
-        self.deduplicating = deduplicating()
+        self.destinations = Destinations(store.db, outage_threshold, self.policy)
         self.reporter = reporter
         self.limiter = limiter
         self.clock = clock
@@ -187,85 +200,23 @@ class Deliverer:
         return self.store.get(entry.id), outcome
 
     def attempt(self, entry: DeliveryEntry) -> SendOutcome:
-        """Send one claimed (``in_flight``) entry and settle it."""
-        adapter = self.adapters.get(entry.channel)
-        if adapter is None:
-            return self._unconfigured(entry, timedelta(0))
-        if self._throttled(entry, None):
-            return SendOutcome.RATE_LIMITED
-        sent = self._send(adapter, entry)
-        if sent.verdict == "fatal":
-            return self._fatal(entry, sent)
-        if self._refused_for_rate(entry, sent):
-            return SendOutcome.RATE_LIMITED
-        if isinstance(sent.error, CredentialsRefused):  # configuration: no attempt counted
-            self.store.release(entry, f"not sent: {describe(sent.error)}")
-            return SendOutcome.UNCONFIGURED
-        return self._settle(entry, sent)
+        """Send one claimed (``in_flight``) entry and settle it, outside a drain: a
+        transient failure is the entry's own unless the policy charges the destination."""
+        return _Run(self, None, lambda message: None).one(entry)
 
-    def _throttled(self, entry: DeliveryEntry, time_left_s: float | None) -> bool:
-        return self.limiter is not None and self.limiter.hold(self.store, entry, time_left_s)
-
-    def _refused_for_rate(self, entry: DeliveryEntry, sent: Sent) -> bool:
-        return (self.limiter is not None and sent.verdict == "transient"
-                and sent.error is not None
-                and self.limiter.refused(self.store, entry, sent.error))
-
-    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry,
-              time_left: Callable[[], float] | None = None) -> Sent:
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
         started = self.clock()
-        # a message in chunks resumes after those accepted, each further chunk with its slot
-        progress = SendProgress(self.chunks, entry, self.limiter, time_left)
         try:
             if self.limiter is not None:
                 with self.limiter.sending(entry):
-                    message_id = adapter.send(entry, progress)
+                    message_id = adapter.send(entry)
             else:
-                message_id = adapter.send(entry, progress)
+                message_id = adapter.send(entry)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
             # (a malformed recipient's ValueError is the entry's permanent failure: classify)
             return Sent(classify(exc), self._ms(started), error=exc)
         crash_point("delivery.after_send")
         return Sent("acked", self._ms(started), message_id)
-
-    def _settle(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
-        if sent.verdict == "acked":
-            if self.store.ack(entry, sent.message_id, sent.duration_ms):
-                return SendOutcome.ACKED
-            logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
-                           "another attempt may send it again")
-            return SendOutcome.STALE
-        assert sent.error is not None
-        reason = describe(sent.error)
-        if sent.verdict == "permanent":
-            logger.warning(f"[delivery] {entry.channel} {entry.id} failed for good: {reason}")
-            return SendOutcome.FAILED if self.store.fail(entry, reason,
-                                                     duration_ms=sent.duration_ms) \
-                else SendOutcome.STALE
-        unknown = is_unknown(sent.error)
-        status = self.store.nack(entry, reason, duration_ms=sent.duration_ms,
-                                 retry_after_s=retry_after_s(sent.error), unknown=unknown,
-                                 deduplicates=entry.channel in self.deduplicating)
-        logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
-                       f"failed: {reason}", extra={"next": status, "unknown": unknown})
-        if status is None:
-            return SendOutcome.STALE
-        if unknown:
-            return SendOutcome.UNKNOWN
-        return SendOutcome.GAVE_UP if status is DeliveryStatus.FAILED else SendOutcome.RETRY
-
-    def _unconfigured(self, entry: DeliveryEntry, hold: timedelta) -> SendOutcome:
-        error = MissingAdapter(f"no adapter configured for channel {entry.channel!r}: "
-                               "set its credential (see Configuration)")
-        self.store.release(entry, describe(error), delay=hold)
-        return SendOutcome.UNCONFIGURED
-
-    def _fatal(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
-        assert sent.error is not None
-        self.store.release(entry, f"not sent: the sender stopped: {describe(sent.error)}")
-        if self.reporter is not None:
-            self.reporter.error("delivery-drain", sent.error, entry=entry.id)
-        return SendOutcome.FATAL
 
     def _ms(self, started: float) -> int:
         return int((self.clock() - started) * 1000)
@@ -278,43 +229,51 @@ class Deliverer:
 
 
 class _Run:
-    """One drain: the summary, and the destinations found failing (loaded, then kept current)."""
+    """One drain (or one inline send, without a deadline): the summary, and the
+    destinations found failing (loaded, then kept current)."""
 
-    def __init__(self, deliverer: Deliverer, deadline: Deadline,
+    def __init__(self, deliverer: Deliverer, deadline: Deadline | None,
                  progress: Callable[[str], None]) -> None:
         self.d = deliverer
         self.store = deliverer.store
+        self.policy = deliverer.policy
         self.deadline = deadline
         self.progress = progress
         self.summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0,
-                                    deferredBackoff=0, expired=0, unknown=0, leftDue=0,
+                                    deferredBackoff=0, expired=0, expiredWaiting={},
+                                    unknown=0, leftDue=0,
                                     unconfigured={"count": 0, "channels": {}},
                                     outages={"count": 0, "down": {}, "destinations": []},
-                                    rateLimited=0, fatal=0, fatalError=None)
+                                    rateLimited=0, notSent=0, notSentError=None, fatal=0,
+                                    fatalError=None)
         self.failing: dict[str, FailingDestination] = {}
         self.up: set[str] = set()  # destinations that took an entry during this run
+        self.probing: set[str] = set()  # failing destinations a worker is probing now
         self.stopped = threading.Event()
         # the summary and the destinations above, when several workers send at once
         self.lock = threading.RLock()
-
-    def _hold(self) -> timedelta:
-        """Set aside until after this run (so it is not claimed again before it ends)."""
-        return timedelta(seconds=self.deadline.remaining() + 1)
 
     def run(self) -> DrainSummary:
         started: datetime = utcnow()
         summary = self.summary
         expired = self.store.expire(self.d.expire, now=started)
-        summary["expired"] = expired
-        summary["failed"] += expired
+        summary["expired"] = sum(expired.values())
+        summary["failed"] += summary["expired"]
+        summary["expiredWaiting"] = {key: n for key, n in sorted(expired.items()) if key}
         if expired:
-            logger.warning(f"[delivery] {expired} entries expired undelivered "
-                           f"(older than {int(self.d.expire.total_seconds())} s)")
-        back, unknown = self.store.recover(deduplicating=self.d.deduplicating)
+            logger.warning(f"[delivery] {summary['expired']} entries expired undelivered "
+                           f"(older than {int(self.d.expire.total_seconds())} s); waiting "
+                           f"on a failing destination: {summary['expiredWaiting']}")
+        back, unknown, lost = self.store.recover()
         summary["unknown"] += unknown
-        if back or unknown:
-            logger.info(f"[delivery] {back} lapsed lease(s) back to pending, {unknown} "
-                        "resting unknown (each may have been sent)")
+        summary["failed"] += lost
+        if back or unknown or lost:
+            logger.info(f"[delivery] lapsed leases: {back} back to pending, {unknown} "
+                        f"resting unknown (each may have been sent), {lost} failed unsent "
+                        "(their senders died before sending them, too often in a row)")
+        set_aside = self.store.hold_unconfigured(sorted(self.d.adapters))
+        summary["unconfigured"] = {"count": sum(set_aside.values()), "channels": {
+            channel: f"no adapter configured for channel {channel!r}" for channel in set_aside}}
         self.failing = self.d.destinations.load()
         if self.d.concurrency <= 1:
             self._work()
@@ -330,24 +289,30 @@ class _Run:
             for d in destinations if d["down"]}
         return summary
 
+    def _time_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline.remaining()
+
     def _work(self) -> None:
         """Claim, send and settle one entry after another until none is due, the deadline
         nears (a whole send, its timeout, must still fit) or the run must stop."""
+        assert self.deadline is not None
         summary = self.summary
         while not self.stopped.is_set() and self.deadline.remaining() > self.d.send_timeout_s:
-            claimed = self.store.claim(self.d.lease)
+            claimed = self.store.claim(self.d.lease, channels=sorted(self.d.adapters))
             if not claimed:
                 break
             crash_point("delivery.after_claim")
             try:
-                if not self._one(claimed[0]):
-                    self.stopped.set()
-                    break
+                outcome = self.one(claimed[0])
             except StoreError:
                 raise  # the store's trouble is no entry's: the run stops, the lease lapses
             except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
                 logger.error(f"[delivery] {claimed[0].id} raised while being sent: {exc!r}")
-                self._count(self.d._settle(claimed[0], Sent(classify(exc), 0, error=exc)))
+                outcome = self._conclude(claimed[0], None, Sent(classify(exc), 0, error=exc))
+            self._count(outcome)
+            if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
+                self.stopped.set()
+                break
             self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                           f"{summary['failed'] + summary['skippedMaxRetries']} failed")
 
@@ -376,92 +341,129 @@ class _Run:
         if raised:
             raise raised[0]
 
-    def _one(self, entry: DeliveryEntry) -> bool:
-        """Send and settle one entry; False when the run must stop."""
-        summary = self.summary
+    def one(self, entry: DeliveryEntry) -> SendOutcome:
+        """Send and settle one claimed entry, each step as the policy decides."""
         adapter = self.d.adapters.get(entry.channel)
         if adapter is None:
-            self.d._unconfigured(entry, self._hold())
-            with self.lock:
-                unconfigured = summary["unconfigured"]
-                unconfigured["count"] += 1
-                unconfigured["channels"][entry.channel] = (
-                    f"no adapter configured for channel {entry.channel!r}")
-            return True
+            return self._apply(entry, Outcome.NO_ADAPTER,
+                               f"waiting: no adapter configured for channel {entry.channel!r}",
+                               held_by=f"{UNCONFIGURED}{entry.channel}")
         try:
             key = adapter.outage_key(entry)
         except Exception as exc:  # noqa: BLE001 - a recipient that does not parse is this entry's
-            self._count(self.d._settle(entry, Sent("permanent", 0, error=exc)))
-            return True
+            return self._conclude(entry, None, Sent("permanent", 0, error=exc))
         with self.lock:
             known = self.failing.get(key)
-            holding = (known is not None and key not in self.up
-                       and known.next_probe_at > utcnow())
-        if holding:
-            assert known is not None
-            self._wait(entry, known)
-            return True
-        if self.d._throttled(entry, self.deadline.remaining() - self.d.send_timeout_s):
-            self._add("rateLimited")
-            return True
-        sent = self.d._send(adapter, entry,
-                            lambda: self.deadline.remaining() - self.d.send_timeout_s)
-        if self.d._refused_for_rate(entry, sent):
-            self._add("rateLimited")
-            return True
-        if sent.verdict == "fatal":
-            self.d._fatal(entry, sent)
+            if known is not None and key not in self.up and self.deadline is not None:
+                if known.next_probe_at > utcnow() or key in self.probing:
+                    return self._wait(entry, Outcome.DESTINATION_HELD, known)
+                self.probing.add(key)
+        try:
+            return self._send(adapter, entry, key)
+        finally:
             with self.lock:
-                summary["fatal"] = 1
-                summary["fatalError"] = describe(sent.error) if sent.error else "fatal"
-            return False
-        if (sent.verdict == "transient" and sent.error is not None
-                and not is_unknown(sent.error) and key not in self.up):
-            # The destination failed, not (as far as anyone can tell) the entry: it waits.
+                self.probing.discard(key)
+
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, key: str) -> SendOutcome:
+        limiter = self.d.limiter
+        if limiter is not None:
+            left = self._time_left()
+            try:
+                wait_s = limiter.acquire(entry, time_left_s=None if left is None
+                                         else left - self.d.send_timeout_s)
+            except StoreError as exc:  # the limiter is down: nothing left, nothing counts
+                with self.lock:
+                    self.summary["notSent"] += 1
+                    self.summary["notSentError"] = describe(exc)
+                logger.warning(f"[delivery] {entry.id} not sent: the rate limiter failed "
+                               f"({describe(exc)}); back with its attempt, the run stops")
+                return self._apply(entry, Outcome.NOT_SENT, f"not sent: {describe(exc)}")
+            if wait_s > 0:
+                return self._apply(entry, Outcome.NO_SLOT,
+                                   f"not sent yet: {entry.channel} rate limit",
+                                   wait=timedelta(seconds=wait_s))
+        if not self.store.request_left(entry):
+            return SendOutcome.STALE
+        return self._conclude(entry, key, self.d._send(adapter, entry))
+
+    def _conclude(self, entry: DeliveryEntry, key: str | None, sent: Sent) -> SendOutcome:
+        """Settle what a send came to, as the policy decides."""
+        healthy = self.deadline is None or key is None or key in self.up
+        outcome = self.policy.after_send(sent.verdict, sent.error, channel=entry.channel,
+                                         attempts=entry.attempts,
+                                         unknown_sends=entry.unknown_sends,
+                                         destination_healthy=healthy)
+        error = describe(sent.error) if sent.error is not None else None
+        if outcome is Outcome.FATAL:
+            with self.lock:
+                self.summary["fatal"] = 1
+                self.summary["fatalError"] = error or "fatal"
+            if self.d.reporter is not None and sent.error is not None:
+                self.d.reporter.error("delivery-drain", sent.error, entry=entry.id)
+            return self._apply(entry, outcome, f"not sent: the sender stopped: {error}")
+        if outcome in (Outcome.DESTINATION_FAILING, Outcome.PACING_PAST_CAP) and key:
+            assert error is not None and sent.error is not None
+            asked = retry_after_s(sent.error) if outcome is Outcome.DESTINATION_FAILING else None
             with self.lock:  # one worker at a time counts a destination's failures
-                found = self.d.destinations.failed(key, describe(sent.error),
-                                                   known=self.failing.get(key),
-                                                   retry_after_s=retry_after_s(sent.error))
+                found, held = self.d.destinations.failed(key, error, known=self.failing.get(key),
+                                                   asked_s=asked,
+                                                   alike=(entry.channel, entry.recipient))
                 self.failing[key] = found
+                self.summary["outages"]["count"] += held
             if self.d.destinations.reported(found):
                 logger.warning(f"[delivery] {key} is down ({found.failures} failures in a row; "
                                f"last: {found.last_error}); its entries wait, no attempt "
                                "counted")
-            self._wait(entry, found)
-            return True
-        if sent.verdict == "acked":
+            return self._wait(entry, outcome, found)
+        if outcome is Outcome.PACING:
+            assert sent.error is not None and self.d.limiter is not None
+            wait_s = pacing_s(sent.error) or 0.0
+            self.d.limiter.slow_down(entry, wait_s)
+            return self._apply(entry, outcome, f"not sent: {error} (rate limited; "
+                               "no attempt counted)", wait=timedelta(seconds=wait_s))
+        if outcome is Outcome.ACKED and key is not None:
             with self.lock:
                 self.up.add(key)
                 back = self.failing.pop(key, None) is not None
             if back:
                 self.d.destinations.up(key)
                 logger.info(f"[delivery] {key} is back")
-        self._count(self.d._settle(entry, sent))
-        return True
+        if outcome in (Outcome.PERMANENT, Outcome.LAST_ATTEMPT, Outcome.TRANSIENT,
+                       Outcome.UNKNOWN, Outcome.UNKNOWN_RESTS):
+            logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
+                           f"failed: {error}", extra={"outcome": outcome.value})
+        settled = self._apply(entry, outcome, error, duration_ms=sent.duration_ms,
+                              message_id=sent.message_id)
+        if settled is SendOutcome.STALE and outcome is Outcome.ACKED:
+            logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
+                           "another attempt may send it again")
+        return settled
 
-    def _wait(self, entry: DeliveryEntry, destination: FailingDestination) -> None:
-        delay = max(destination.next_probe_at - utcnow(), timedelta(0))
-        self.store.release(entry, f"waiting: {destination.key} is failing since "
-                                  f"{destination.down_since.isoformat()} "
-                                  f"({destination.failures} in a row; last: "
-                                  f"{destination.last_error})",
-                           delay=delay, held_by=destination.key)
+    def _wait(self, entry: DeliveryEntry, outcome: Outcome,
+              destination: FailingDestination) -> SendOutcome:
         with self.lock:
             self.summary["outages"]["count"] += 1
+        return self._apply(
+            entry, outcome, f"waiting: {destination.key} is failing since "
+                            f"{destination.down_since.isoformat()} ({destination.failures} "
+                            f"in a row; last: {destination.last_error})",
+            wait=max(destination.next_probe_at - utcnow(), timedelta(0)),
+            held_by=destination.key)
+
+    def _apply(self, entry: DeliveryEntry, outcome: Outcome, error: str | None, *,
+               wait: timedelta | None = None, held_by: str | None = None,
+               duration_ms: int | None = None, message_id: str | None = None) -> SendOutcome:
+        decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
+        if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
+                                message_id=message_id, held_by=held_by):
+            return SendOutcome.STALE
+        return _SEND_OUTCOMES[outcome]
 
     def _count(self, outcome: SendOutcome) -> None:
         key = _COUNTED.get(outcome)
         if key is not None:
-            self._add(key)
-
-    def _add(self, key: str) -> None:
-        with self.lock:
-            self.summary[key] += 1  # type: ignore[literal-required]
-
-
-# The summary key each outcome of a send adds one to.
-_COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
-            SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown"}
+            with self.lock:
+                self.summary[key] += 1  # type: ignore[literal-required]
 
 
 def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
@@ -471,7 +473,8 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
                       if isinstance(value, int)} | {
         "QueueDrained.unconfigured": float(summary["unconfigured"]["count"]),
         "QueueDrained.outages": float(summary["outages"]["count"]),
-        "QueueDrained.destinationsDown": float(len(summary["outages"]["down"]))},
+        "QueueDrained.destinationsDown": float(len(summary["outages"]["down"])),
+        "QueueDrained.expiredWaiting": float(sum(summary["expiredWaiting"].values()))},
         event="queue_drained")
 
 

@@ -18,8 +18,9 @@ Redis when configured (one Lua script), else in ``delivery_rate_limits`` (one
 transaction, rows locked in key order). A 429 that names its wait and is retried in
 process (``on_retry``) holds the entry's narrowest key (the chat, the channel, the host)
 for every sender until the retry, whose slot it keeps; one that outlasts the in-process
-retries moves that key to at least then, and the entry goes back to pending with its
-attempt given back.
+retries moves that key to at least then (``slow_down``). What becomes of the entry (a
+slot missing, a pacing answer, one past the cap) is the policy's
+(``sluice.delivery.policy``); this module only holds the rates.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-from sluice.delivery.classify import NoRateSlot, TransientDeliveryError, _walk, describe
-from sluice.delivery.store import DeliveryEntry, DeliveryStore
+from sluice.delivery.policy import pacing_s
+from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries
 
 if TYPE_CHECKING:
@@ -86,22 +86,6 @@ def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
         return [Rate.per(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
                          1)]
     return []
-
-
-def rate_limited_for_s(error: BaseException) -> float | None:
-    """The wait a provider asked for with a 429 or ``Retry-After``, if it did (0 for a 429
-    without one, or with one that is no answer: ``sluice.egress.pacing``); None when the
-    error is not a rate limit, or asked for longer than the pacing cap (then its destination
-    is failing, and no key shared with other tenants is held for it)."""
-    for node in _walk(error):
-        if isinstance(node, TransientDeliveryError):
-            if node.over_cap:
-                return None
-            if node.retry_after_s is not None:
-                return max(0.0, node.retry_after_s)
-            if node.context.get("status") == 429:
-                return 0.0
-    return None
 
 
 class RateStore(Protocol):
@@ -257,42 +241,9 @@ class Limiter:
         the first slot after it kept for this retry, so the others neither pile more
         refusals on the provider meanwhile nor collide with the retry."""
         entry = getattr(self._local, "entry", None)
-        asked = rate_limited_for_s(error)
+        asked = pacing_s(error)
         if entry is not None and asked is not None and asked > 0:
             self.slow_down(entry, wait_s, keep_first=True)
 
-    def hold(self, store: DeliveryStore, entry: DeliveryEntry,
-             time_left_s: float | None) -> bool:
-        """Before a send: True when no slot freed in time and the claimed entry was set
-        aside until one does (``pending``, its attempt given back)."""
-        wait_s = self.acquire(entry, time_left_s=time_left_s)
-        if wait_s <= 0:
-            return False
-        store.release(entry, f"not sent yet: {entry.channel} rate limit",
-                      delay=timedelta(seconds=wait_s))
-        return True
 
-    def refused(self, store: DeliveryStore, entry: DeliveryEntry,
-                error: BaseException) -> bool:
-        """After a transient failure: True when it was a 429 / Retry-After, which slowed the
-        destination for every sender and set the entry aside with its attempt given back
-        (the provider refused for its rate, not for the message).
-
-        A 429 that names no wait is not handled here: set aside with no delay it would be
-        claimed again at once, so the drain holds its destination on the backoff schedule
-        instead (no attempt counted either way)."""
-        wait_s = rate_limited_for_s(error)
-        if wait_s is None or wait_s <= 0:
-            return False
-        if any(isinstance(node, NoRateSlot) for node in _walk(error)):
-            # our own limiter had no slot for a further chunk: nothing was refused
-            store.release(entry, describe(error), delay=timedelta(seconds=wait_s))
-            return True
-        self.slow_down(entry, wait_s)
-        store.release(entry, f"not sent: {describe(error)} (rate limited; no attempt "
-                             "counted)", delay=timedelta(seconds=wait_s))
-        return True
-
-
-__all__ = ["DbRates", "Limiter", "Rate", "RateStore", "RedisRates", "rate_limited_for_s",
-           "rates_for"]
+__all__ = ["DbRates", "Limiter", "Rate", "RateStore", "RedisRates", "rates_for"]

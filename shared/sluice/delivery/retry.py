@@ -2,7 +2,8 @@
 
 ``RetryPolicy`` is data: 3 attempts, 300 ms doubling up to 30 s, optional jitter
 (a fraction of the delay added at random). ``Retrier.call(fn, label=)`` runs ``fn``
-and retries what ``should_retry`` accepts (a transient delivery error, by default),
+and retries what ``should_retry`` accepts (by default what the delivery policy retries in
+process, ``sluice.delivery.policy.retry_in_process``),
 waiting the policy's delay or the server's ``Retry-After`` if that is longer. A wait
 is never started when it would end past the run's deadline less one send, nor when
 the server asks for longer than the policy's maximum (or past the pacing cap,
@@ -34,13 +35,8 @@ from tenacity.stop import stop_base
 from sluice.core.errors import ShutdownRequested
 from sluice.core.observe import logger
 from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
-from sluice.delivery.classify import (
-    CredentialsRefused,
-    classify,
-    is_unknown,
-    over_cap,
-    retry_after_s,
-)
+from sluice.delivery.classify import over_cap, retry_after_s
+from sluice.delivery.policy import retry_in_process as transient
 
 T = TypeVar("T")
 
@@ -59,14 +55,6 @@ class RetryPolicy(NamedTuple):
 
 
 DEFAULT_POLICY = RetryPolicy()
-
-
-def transient(error: BaseException) -> bool:
-    """Retried in process: a transient error that provably did not deliver, so neither
-    refused credentials (a second try is refused the same way) nor an unknown outcome (the
-    receiver may have it: resending is the queue's decision, by channel, never a reflex)."""
-    return (classify(error) == "transient" and not isinstance(error, CredentialsRefused)
-            and not is_unknown(error))
 
 
 class _StopBeforeLongWait(stop_base):

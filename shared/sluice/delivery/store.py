@@ -1,35 +1,42 @@
 """The write-ahead delivery queue: an outbound message is stored before it is sent.
 
 ``enqueue`` writes the entry (``pending``, or ``in_flight`` under a lease for the
-inline path that sends it at once); ``claim`` takes due ``pending`` entries
-``in_flight`` under a lease and counts the attempt; the sender then settles the
-entry with exactly one of ``ack`` (platform message id, duration), ``nack``
-(transient: back to ``pending`` at the next time of ``RetrySchedule``, or
-``failed`` on the last attempt), ``fail`` (permanent) or ``release`` (nothing judged
-the entry: back to ``pending`` with the attempt given back). Each settle is one
-UPDATE guarded by ``in_flight`` and the attempt it claimed, so it is whole or
-nothing, and a sender whose lease lapsed cannot overwrite the next one's work.
-``recover`` returns lapsed leases to ``pending``; ``expire`` fails pending entries
-past the expiry (reason ``expired``); ``prune`` deletes old settled entries. Admins
-list, show, redrive and purge failed entries.
-
-A send whose outcome is unknown (the request left, no answer came) is never resent
-blindly: a channel that deduplicates (webhooks, by ``Idempotency-Key``) retries it
-within the attempt limit; any other channel gets at most ``unknown_resends`` more
-sends, then the entry rests in ``unknown`` until an operator marks it delivered,
-sends it again or purges it. A lapsed lease is an unknown outcome too.
+inline path that sends it at once); ``claim`` takes due ``pending`` entries that wait on
+nothing ``in_flight`` under a lease and counts the attempt, and one probe entry for each
+failing destination whose probe is due; ``request_left`` marks the moment the request
+leaves. The sender then settles the entry with ``apply`` and the policy's ``Decision``
+(``sluice.delivery.policy``: this module decides nothing itself); ``ack``, ``nack``,
+``fail`` and ``release`` ask the policy for the usual rows. Each settle is one UPDATE
+guarded by ``in_flight`` and the attempt it claimed, so it is whole or nothing, and a
+sender whose lease lapsed cannot overwrite the next one's work. ``recover`` settles
+lapsed leases (an unknown outcome when the request had left, else the attempt given
+back); ``expire`` fails pending entries past the expiry (reason ``expired``, counted per
+destination that held them); ``prune`` deletes old settled entries. Operators redrive,
+send again (one ``restart`` statement), mark delivered and purge.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Any, NamedTuple
 
 from sluice.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from sluice.core.times import iso_z_or_none
+from sluice.delivery.policy import (
+    DEFAULT_SCHEDULE,
+    OPERATOR_FROM,
+    Attempt,
+    Decision,
+    DeliveryStatus,
+    FailureReason,
+    Outcome,
+    Policy,
+    RetrySchedule,
+)
 from sluice.store.db import Database, Query, Row, load_queries, utcnow
 
 Q = load_queries("delivery")
@@ -39,52 +46,9 @@ MAX_KEY_LENGTH = 256
 KEYS_PER_READ = 500  # keys per statement of a set lookup (bounded statements, any sweep size)
 
 
-class DeliveryStatus(StrEnum):
-    PENDING = "pending"
-    IN_FLIGHT = "in_flight"
-    ACKED = "acked"
-    FAILED = "failed"
-    UNKNOWN = "unknown"  # sent, no answer, and not to be sent again without an operator
-
-
-class FailureReason(StrEnum):
-    PERMANENT = "permanent"
-    MAX_ATTEMPTS = "max_attempts"
-    LEASE_LOST = "lease_lost"
-    EXPIRED = "expired"
-
-
-class RetryDecision(NamedTuple):
-    retry: bool
-    delay: timedelta  # zero when not retrying
-
-
-class RetrySchedule(NamedTuple):
-    """Delays between attempts, as data: attempt 1 failed -> wait ``delays_s[0]``, and so on,
-    the last delay repeating (the cap); after ``max_attempts`` attempts the entry fails."""
-
-    delays_s: tuple[float, ...] = (5.0, 25.0, 120.0, 600.0)
-    max_attempts: int = 5
-
-    def decide(self, attempts: int, retry_after_s: float | None = None) -> RetryDecision:
-        """What to do after ``attempts`` failed attempts (a provider's ``retry_after`` can
-        only lengthen the wait, never shorten it). The limit holds for every outcome."""
-        if attempts >= self.max_attempts:
-            return RetryDecision(False, timedelta(0))
-        delay = self.delays_s[min(max(attempts, 1), len(self.delays_s)) - 1]
-        if retry_after_s is not None:
-            delay = max(delay, min(retry_after_s, self.delays_s[-1]))
-        return RetryDecision(True, timedelta(seconds=delay))
-
-    def table(self) -> list[tuple[int, float | None]]:
-        """(failed attempt, seconds until the next one; None = failed for good)."""
-        return [(n, d.delay.total_seconds() if d.retry else None)
-                for n in range(1, self.max_attempts + 1) for d in (self.decide(n),)]
-
-
-DEFAULT_SCHEDULE = RetrySchedule()
-
-_TIMES = ("next_attempt_at", "lease_until", "enqueued_at", "updated_at", "acked_at", "failed_at")
+_TIMES = ("next_attempt_at", "lease_until", "enqueued_at", "updated_at", "acked_at", "failed_at",
+          "request_left_at", "started_at")
+UNCONFIGURED = "unconfigured:"  # held_by of an entry whose channel has no adapter
 
 
 def _typed(row: Row) -> Row:
@@ -93,7 +57,7 @@ def _typed(row: Row) -> Row:
     if isinstance(row["payload"], str):
         row = {**row, "payload": json.loads(row["payload"])}
     for key in _TIMES:
-        if isinstance(row[key], str):
+        if isinstance(row.get(key), str):
             row = {**row, key: datetime.fromisoformat(row[key]).astimezone(UTC)}
     return row
 
@@ -122,6 +86,9 @@ class DeliveryEntry(NamedTuple):
     failure_reason: str | None = None
     unknown_sends: int = 0
     held_by: str | None = None
+    request_left_at: datetime | None = None
+    started_at: datetime | None = None
+    unsent_lapses: int = 0
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -143,7 +110,8 @@ class DeliveryEntry(NamedTuple):
             "enqueuedAt": iso(self.enqueued_at), "updatedAt": iso(self.updated_at),
             "ackedAt": iso(self.acked_at), "failedAt": iso(self.failed_at),
             "failureReason": self.failure_reason, "unknownSends": self.unknown_sends,
-            "heldBy": self.held_by,
+            "heldBy": self.held_by, "requestLeftAt": iso(self.request_left_at),
+            "startedAt": iso(self.started_at),
         }
 
 
@@ -174,11 +142,12 @@ class Effect(NamedTuple):
 
 class DeliveryStore:
     def __init__(self, db: Database, schedule: RetrySchedule = DEFAULT_SCHEDULE, *,
-                 unknown_resends: int = 1) -> None:
+                 unknown_resends: int = 1, policy: Policy | None = None) -> None:
         self.db = db
-        self.schedule = schedule
-        # More sends allowed after an unknown outcome, for channels that cannot deduplicate.
-        self.unknown_resends = unknown_resends
+        # The channels that deduplicate are the channels' to say (``Deliverer`` tells the
+        # policy); a store alone treats every channel as one that cannot.
+        self.policy = policy or Policy(schedule, unknown_resends=unknown_resends)
+        self.schedule = self.policy.schedule
 
     # --- the write-ahead path ------------------------------------------------------
 
@@ -258,64 +227,105 @@ class DeliveryStore:
                 found.extend(tx.fetchall(query, {"keys": tx.json(chunk)}))
         return found
 
-    def claim(self, lease: timedelta, *, limit: int = 1,
-              now: datetime | None = None) -> list[DeliveryEntry]:
-        """Due ``pending`` entries, oldest first, taken ``in_flight`` until ``now + lease``."""
+    def claim(self, lease: timedelta, *, limit: int = 1, now: datetime | None = None,
+              channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
+        """Up to ``limit`` entries taken ``in_flight`` until ``now + lease``: first one probe
+        entry (the oldest it holds) for each failing destination whose probe is due, then
+        due ``pending`` entries that wait on nothing, oldest first (among ``channels``, the
+        configured ones, when given). A held backlog costs nothing here: held entries are
+        not in the index the claim reads."""
         now = now or utcnow()
         with self.db.transaction() as tx:
-            claimed = tx.fetchall(Q.claim_due, {"now": now, "lease_until": now + lease,
-                                                "limit": limit}, final=True)
+            params = {"now": now, "lease_until": now + lease, "limit": limit,
+                      "channels": None if channels is None else tx.json(list(channels))}
+            if tx.dialect == "postgres":
+                claimed = tx.fetchall(Q.claim, params, final=True)
+            else:
+                claimed = []
+                for row in tx.fetchall(Q.due_probes, params):
+                    tx.execute(Q.probing, {**params, "key": row["key"]})
+                    claimed.extend(tx.fetchall(Q.claim_probe, {**params, "key": row["key"]}))
+                claimed.extend(tx.fetchall(Q.claim, {**params,
+                                                         "limit": limit - len(claimed)}))
         entries = [DeliveryEntry.from_row(_typed(row)) for row in claimed]
         return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
+
+    def request_left(self, entry: DeliveryEntry, *, now: datetime | None = None) -> bool:
+        """The claimed attempt's request is leaving (a lapsed lease from here on is an
+        unknown outcome); False when the entry is no longer this attempt's: do not send."""
+        return self._settle(Q.request_left, entry, now)
+
+    def hold_unconfigured(self, configured: Sequence[str], *,
+                          now: datetime | None = None) -> Counter[str]:
+        """Entries of channels without an adapter wait out of the claim (``NO_ADAPTER``);
+        those of channels that have one now are due at once. The entries newly set aside,
+        per channel."""
+        with self.db.transaction() as tx:
+            params = {"now": now or utcnow(), "channels": tx.json(list(configured))}
+            tx.execute(Q.unhold_configured, params)
+            rows = tx.fetchall(Q.hold_unconfigured, params, final=True)
+        return Counter(row["channel"] for row in rows)
+
+    def apply(self, entry: DeliveryEntry, decision: Decision, error: str | None = None, *,
+              duration_ms: int | None = None, message_id: str | None = None,
+              held_by: str | None = None, now: datetime | None = None) -> bool:
+        """Settle a claimed entry as the policy decided; False when it was not ours."""
+        now = now or utcnow()
+        if decision.status == DeliveryStatus.ACKED:
+            return self._settle(Q.ack, entry, now, platform_message_id=message_id,
+                                duration_ms=duration_ms or 0)
+        if decision.status == DeliveryStatus.FAILED:
+            reason = decision.reason or FailureReason.PERMANENT
+            if reason is FailureReason.MAX_ATTEMPTS:
+                error = f"gave up after {entry.attempts} attempts; last error: {error}"
+            return self._settle(Q.fail, entry, now, error=error, duration_ms=duration_ms,
+                                reason=reason.value)
+        due = now + decision.delay
+        if decision.attempt is Attempt.GIVEN_BACK:
+            return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
+                                held_by=held_by)
+        if decision.unknown:
+            return self._settle(Q.nack_unknown, entry, now, error=error,
+                                duration_ms=duration_ms, status=decision.status,
+                                next_attempt_at=due)
+        return self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
+                            next_attempt_at=due)
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
             *, now: datetime | None = None) -> bool:
         """``acked``; False when the entry is no longer this attempt's (its lease lapsed)."""
-        return self._settle(Q.ack, entry, now, platform_message_id=platform_message_id,
-                            duration_ms=duration_ms)
+        return self.apply(entry, self.policy.decide(Outcome.ACKED), duration_ms=duration_ms,
+                          message_id=platform_message_id, now=now)
 
     def nack(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
-             retry_after_s: float | None = None, unknown: bool = False,
-             deduplicates: bool = False, now: datetime | None = None) -> DeliveryStatus | None:
-        """A transient failure: ``pending`` at the schedule's next time, or ``failed`` when
-        that was the last attempt. An ``unknown`` outcome may have been delivered: it is never
-        failed; it is retried (same key) while the attempt limit allows and, unless the channel
-        ``deduplicates``, only ``unknown_resends`` more times; otherwise it rests ``unknown``.
-        The new status, or None if the entry was not ours."""
-        now = now or utcnow()
-        decision = self.schedule.decide(entry.attempts, retry_after_s)
+             unknown: bool = False, now: datetime | None = None) -> DeliveryStatus | None:
+        """The entry's own transient failure, or (``unknown``) a send without an answer, as
+        the policy decides it: the new status, or None if the entry was not ours."""
         if unknown:
-            resend = decision.retry and (
-                deduplicates or entry.unknown_sends + 1 <= self.unknown_resends)
-            status = DeliveryStatus.PENDING if resend else DeliveryStatus.UNKNOWN
-            settled = self._settle(Q.nack_unknown, entry, now, error=error,
-                                   duration_ms=duration_ms, status=status.value,
-                                   next_attempt_at=now + decision.delay)
-            return status if settled else None
-        if not decision.retry:
-            reason = f"gave up after {entry.attempts} attempts; last error: {error}"
-            return DeliveryStatus.FAILED if self.fail(
-                entry, reason, duration_ms=duration_ms, now=now,
-                reason=FailureReason.MAX_ATTEMPTS) else None
-        settled = self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
-                               next_attempt_at=now + decision.delay)
-        return DeliveryStatus.PENDING if settled else None
+            outcome = (Outcome.UNKNOWN if self.policy.may_resend(
+                entry.channel, entry.attempts, entry.unknown_sends) else Outcome.UNKNOWN_RESTS)
+        else:
+            outcome = (Outcome.TRANSIENT if entry.attempts < self.schedule.max_attempts
+                       else Outcome.LAST_ATTEMPT)
+        decision = self.policy.decide(outcome, attempts=entry.attempts)
+        settled = self.apply(entry, decision, error, duration_ms=duration_ms, now=now)
+        return DeliveryStatus(decision.status) if settled else None
 
     def fail(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
-             now: datetime | None = None,
-             reason: FailureReason = FailureReason.PERMANENT) -> bool:
-        """A permanent failure (or the last attempt): ``failed``, never retried."""
-        return self._settle(Q.fail, entry, now, error=error, duration_ms=duration_ms,
-                            reason=reason.value)
+             now: datetime | None = None) -> bool:
+        """A permanent failure: ``failed``, never retried."""
+        return self.apply(entry, self.policy.decide(Outcome.PERMANENT), error,
+                          duration_ms=duration_ms, now=now)
 
     def release(self, entry: DeliveryEntry, why: str, *, delay: timedelta = timedelta(0),
-                now: datetime | None = None, held_by: str | None = None) -> bool:
-        """Back to ``pending`` after ``delay``, the claimed attempt given back: for what was
-        not the entry's fault (no adapter, its destination down, the process out of memory).
-        ``held_by`` names the destination it waits on."""
-        now = now or utcnow()
-        return self._settle(Q.release, entry, now, error=why, next_attempt_at=now + delay,
-                            held_by=held_by)
+                now: datetime | None = None, held_by: str | None = None,
+                outcome: Outcome = Outcome.NOT_SENT) -> bool:
+        """Back to ``pending`` after ``delay``, the claimed attempt given back (an outcome
+        of the policy whose attempt is given back). ``held_by`` names what it waits on."""
+        decision = self.policy.decide(outcome, wait=delay)
+        assert decision.attempt is Attempt.GIVEN_BACK, outcome
+        return self.apply(entry, decision._replace(delay=delay), why, held_by=held_by,
+                          now=now)
 
     def _settle(self, query: Any, entry: DeliveryEntry, now: datetime | None,
                 **params: Any) -> bool:
@@ -326,29 +336,39 @@ class DeliveryStore:
 
     # --- housekeeping --------------------------------------------------------------
 
-    def recover(self, *, now: datetime | None = None, limit: int = 500,
-                deduplicating: frozenset[str] = frozenset()) -> tuple[int, int]:
-        """Lapsed leases: a send that never reported back may have happened, so each is an
-        unknown outcome (see ``nack``): back to ``pending`` when it may be sent again, else
-        ``unknown``. ``(returned to pending, set unknown)``."""
+    def recover(self, *, now: datetime | None = None, limit: int = 500) -> tuple[int, int, int]:
+        """Lapsed leases, as the policy decides them: a send whose request had left may have
+        happened (the unknown rule: ``pending`` when it may be sent again, else ``unknown``);
+        one whose request never left gives its attempt back (``failed``, ``lease_lost``, at
+        the limit of such lapses in a row). ``(pending, unknown, failed)``."""
         now = now or utcnow()
-        pending = unknown = 0
+        pending = unknown = failed = 0
         with self.db.transaction() as tx:
             for row in tx.fetchall(Q.expired_leases, {"now": now, "limit": limit}):
+                left = row["request_left_at"] is not None
+                outcome = self.policy.after_lapse(row["channel"], row["attempts"],
+                                                  row["unknown_sends"], request_left=left,
+                                                  unsent_lapses=row["unsent_lapses"])
+                decision = self.policy.decide(outcome, attempts=row["attempts"])
                 error = (f"lease expired during attempt {row['attempts']}: the sender died or "
-                         "timed out before settling (the send may have happened)")
-                resend = row["attempts"] < self.schedule.max_attempts and (
-                    row["channel"] in deduplicating
-                    or row["unknown_sends"] + 1 <= self.unknown_resends)
-                status = DeliveryStatus.PENDING if resend else DeliveryStatus.UNKNOWN
+                         "timed out before settling (the send may have happened)" if left else
+                         f"lease expired before attempt {row['attempts']} was sent: not sent "
+                         f"({row['unsent_lapses'] + 1} in a row)")
                 result = tx.fetchone(Q.recover_lease, {
-                    "id": row["id"], "now": now, "error": error, "status": status.value})
+                    "id": row["id"], "now": now, "error": error, "status": decision.status,
+                    "unknown": int(decision.unknown),
+                    "given_back": int(decision.attempt is Attempt.GIVEN_BACK),
+                    "reason": decision.reason.value if decision.reason else None,
+                    "failed_at": now if decision.status == DeliveryStatus.FAILED else None,
+                    "next_attempt_at": now + decision.delay})
                 if result is not None:
-                    if status is DeliveryStatus.UNKNOWN:
+                    if decision.status == DeliveryStatus.UNKNOWN:
                         unknown += 1
-                    else:
+                    elif decision.status == DeliveryStatus.PENDING:
                         pending += 1
-        return pending, unknown
+                    else:
+                        failed += 1
+        return pending, unknown, failed
 
     def prune(self, before: datetime, *, limit: int = 5000) -> int:
         """Delete ``acked`` and ``failed`` entries last touched before ``before``; their effect
@@ -357,13 +377,17 @@ class DeliveryStore:
             tx.execute(Q.effects_before_prune, {"before": before, "limit": limit})
             return tx.execute(Q.prune, {"before": before, "limit": limit})
 
-    def expire(self, older_than: timedelta, *, now: datetime | None = None) -> int:
-        """Pending entries enqueued more than ``older_than`` ago: ``failed``, reason
-        ``expired`` (they stay visible to the DLQ tooling until pruned)."""
+    def expire(self, older_than: timedelta, *, now: datetime | None = None) -> Counter[str]:
+        """Pending entries enqueued (or restarted by an operator) more than ``older_than``
+        ago: ``failed``, reason ``expired`` (they stay visible to the DLQ tooling until
+        pruned). How many, per what held them (``""``: nothing held them)."""
         now = now or utcnow()
+        assert self.policy.decide(Outcome.EXPIRED).reason is FailureReason.EXPIRED
         with self.db.transaction() as tx:
-            return tx.execute(Q.expire, {"now": now, "before": now - older_than,
-                                         "expire_s": str(int(older_than.total_seconds()))})
+            rows = tx.fetchall(Q.expire, {"now": now, "before": now - older_than,
+                                          "expire_s": str(int(older_than.total_seconds()))},
+                               final=True)
+        return Counter(row["held_by"] or "" for row in rows)
 
     def count_backoff(self, *, since: datetime, now: datetime | None = None) -> int:
         """Pending entries still in their backoff, untouched since ``since``."""
@@ -424,18 +448,22 @@ class DeliveryStore:
         return [DeliveryEntry.from_row(row) for row in rows]
 
     def redrive(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
-        """A ``failed`` entry back to ``pending``, due now, attempts reset."""
-        with self.db.transaction() as tx:
-            changed = tx.execute(Q.redrive, {"id": entry_id, "now": now or utcnow()})
-        entry = self.get(entry_id)
-        if not changed:
-            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only a failed "
-                           "entry can be redriven", id=entry_id, status=entry.status.value)
-        return entry
+        """A ``failed`` entry back to ``pending``, due now, on a new count (``restart``)."""
+        return self._operator(Outcome.REDRIVE, entry_id, now, "redriven")
 
     def redrive_all(self, *, channel: str | None = None, now: datetime | None = None) -> int:
+        return self._restart(Outcome.REDRIVE, None, channel, now or utcnow())
+
+    def _restart(self, outcome: Outcome, entry_id: str | None, channel: str | None,
+                 now: datetime) -> int:
+        """The one statement every operator restart goes through: due now, attempts and
+        unknown sends reset, and the expiry read from now."""
+        decision = self.policy.decide(outcome)
+        assert decision.attempt is Attempt.RESET and decision.status == DeliveryStatus.PENDING
+        [from_status] = OPERATOR_FROM[outcome]
         with self.db.transaction() as tx:
-            return tx.execute(Q.redrive_all, {"channel": channel, "now": now or utcnow()})
+            return tx.execute(Q.restart, {"id": entry_id, "channel": channel, "now": now,
+                                          "from_status": from_status}, final=True)
 
     def purge(self, entry_id: str) -> None:
         """Delete one ``failed`` or ``unknown`` entry: never send it (its effect record, if
@@ -462,20 +490,30 @@ class DeliveryStore:
 
     def mark_delivered(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
         """An ``unknown`` entry the operator confirmed with the receiver: ``acked``."""
-        return self._operator(Q.mark_delivered, entry_id, now, "marked delivered")
+        return self._operator(Outcome.MARK_DELIVERED, entry_id, now, "marked delivered")
 
     def send_again(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
-        """An ``unknown`` entry the operator wants sent again: ``pending``, due now, attempts
-        and unknown sends reset (it starts over under the same policy)."""
-        return self._operator(Q.send_again, entry_id, now, "sent again")
+        """An ``unknown`` entry the operator wants sent again: ``pending``, due now, on a new
+        count, its expiry read from now (``restart``): sent however long it rested."""
+        return self._operator(Outcome.SEND_AGAIN, entry_id, now, "sent again")
 
-    def _operator(self, query: Any, entry_id: str, now: datetime | None,
+    def _operator(self, outcome: Outcome, entry_id: str, now: datetime | None,
                   what: str) -> DeliveryEntry:
-        with self.db.transaction() as tx:
-            changed = tx.execute(query, {"id": entry_id, "now": now or utcnow()})
+        now = now or utcnow()
+        if outcome is Outcome.MARK_DELIVERED:
+            with self.db.transaction() as tx:
+                changed = tx.execute(Q.mark_delivered, {"id": entry_id, "now": now})
+        else:
+            changed = self._restart(outcome, entry_id, None, now)
         entry = self.get(entry_id)
         if not changed:
-            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only an "
-                           f"unknown entry can be {what}", id=entry_id,
+            allowed = " or ".join(OPERATOR_FROM[outcome])
+            article = "an" if allowed[0] in "aeiou" else "a"
+            raise Conflict(f"delivery entry {entry_id} is {entry.status.value}; only "
+                           f"{article} {allowed} entry can be {what}", id=entry_id,
                            status=entry.status.value)
         return entry
+
+
+__all__ = ["DEFAULT_SCHEDULE", "UNCONFIGURED", "DeliveryEntry", "DeliveryStatus", "DeliveryStore",
+           "Effect", "FailureReason", "RetrySchedule", "check_limit", "check_status"]

@@ -23,7 +23,7 @@ from sluice.core.auth import Identity, is_authorized_cron
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
 from sluice.delivery.destinations import Destinations
-from sluice.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
+from sluice.delivery.store import DeliveryStore, check_status
 from sluice.http.app import (
     ADMIN_JWT,
     CRON_BEARER,
@@ -141,8 +141,7 @@ def queue_status(request: Request, _cron: Any = Depends(CRON_BEARER),
         raise RequestError(f"unknown query parameter {min(request.query_params)!r}")
     status = DeliveryStore(services.db).queue_status()
     status["destinations"] = Destinations(
-        services.db, DEFAULT_SCHEDULE.delays_s,
-        services.settings.delivery_outage_threshold).status()
+        services.db, services.settings.delivery_outage_threshold).status()
     last = next((run for run in RunStore(services.db).recent(DRAIN_JOB, 10)
                  if run["outcome"] in ("ok", "failures")), None)
     status["lastSummary"] = None if last is None else {

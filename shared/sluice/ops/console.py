@@ -129,12 +129,10 @@ def _quarantine_card(services: Services) -> dict[str, Any]:
 def _delivery_alerts(services: Services, stats: Any) -> list[str]:
     """What needs an operator on the delivery card: destinations down, unknown outcomes."""
     from sluice.delivery.destinations import Destinations
-    from sluice.delivery.store import DEFAULT_SCHEDULE
 
     alerts = []
     down = _section(lambda: [d for d in Destinations(
-        services.db, DEFAULT_SCHEDULE.delays_s,
-        services.settings.delivery_outage_threshold).status() if d["down"]])
+        services.db, services.settings.delivery_outage_threshold).status() if d["down"]])
     for d in down if isinstance(down, list) else []:
         alerts.append(f"{d['key']} is down since {d['downSince']}: {d['waiting']} entries "
                       "waiting (no attempt counted)")

@@ -104,7 +104,7 @@ def test_killed_after_the_enqueue_before_the_send_the_drain_sends_it(
     assert _store(env).get(entry.id).status is DeliveryStatus.ACKED
 
 
-def test_a_poison_entry_that_kills_every_drain_rests_unknown(
+def test_a_poison_entry_that_kills_every_drain_before_its_send_fails_unsent(
         env: dict[str, str], receiver: WebhookReceiver) -> None:
     entry_id = str(_json(run_cli(["delivery", "enqueue", "webhook", receiver.url, "--text",
                                   "poison", "--json"], env))["id"])
@@ -113,11 +113,13 @@ def test_a_poison_entry_that_kills_every_drain_rests_unknown(
         assert run_cli(["run", "delivery-drain", "--json"], crash).returncode == CRASH_EXIT_CODE
         time.sleep(LEASE_S + 0.1)
     last = run_cli(["run", "delivery-drain", "--json"], crash)
-    assert last.returncode == 0, "nothing left to claim: the crash point is never reached"
-    assert json.loads(last.stdout)["unknown"] == 1
+    assert last.returncode == 2, "not reached again: the run ends, reporting one failure"
+    assert json.loads(last.stdout)["unknown"] == 0, "no request ever left: not an unknown"
+    assert json.loads(last.stdout)["failed"] == 1
     dead = _store(env).get(entry_id)
-    assert dead.status is DeliveryStatus.UNKNOWN and dead.attempts == 5
-    assert "lease expired during attempt 5" in (dead.last_error or "")
+    assert (dead.status, dead.attempts, dead.failure_reason) == (
+        DeliveryStatus.FAILED, 0, "lease_lost"), "no attempt was ever made"
+    assert "not sent (5 in a row)" in (dead.last_error or "")
     assert receiver.received == []
 
 

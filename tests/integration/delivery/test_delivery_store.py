@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from sluice.core.errors import Conflict, ConstraintViolation, NotFound, RequestError
+from sluice.delivery.policy import Policy
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, _typed
 from sluice.store.db import Database, PostgresDatabase, utcnow
 from tests.integration.store.test_transaction_cost import round_trips
@@ -18,7 +19,7 @@ LEASE = timedelta(seconds=30)
 
 @pytest.fixture
 def store(db: Database) -> DeliveryStore:
-    return DeliveryStore(db)
+    return DeliveryStore(db, policy=Policy(deduplicating=frozenset({"webhook"})))
 
 
 def test_enqueue_is_write_ahead_and_idempotent_on_its_key(store: DeliveryStore) -> None:
@@ -155,8 +156,9 @@ def test_a_lapsed_lease_returns_to_pending_and_the_stale_sender_cannot_settle(
     now = utcnow()
     entry, _ = store.enqueue("webhook", "https://h", {"a": 1}, lease=LEASE, now=now)
     assert entry.status is DeliveryStatus.IN_FLIGHT and entry.attempts == 1
-    assert store.recover(now=now + LEASE - timedelta(seconds=1)) == (0, 0)
-    assert store.recover(now=now + LEASE + timedelta(seconds=1)) == (1, 0)
+    assert store.request_left(entry, now=now)
+    assert store.recover(now=now + LEASE - timedelta(seconds=1)) == (0, 0, 0)
+    assert store.recover(now=now + LEASE + timedelta(seconds=1)) == (1, 0, 0)
     back = store.get(entry.id)
     assert back.status is DeliveryStatus.PENDING and "lease expired" in (back.last_error or "")
     [again] = store.claim(LEASE, now=now + LEASE + timedelta(seconds=1))
@@ -172,9 +174,10 @@ def test_a_poison_entry_that_kills_every_sender_rests_unknown_never_loops(
     for attempt in range(1, 6):
         [claimed] = store.claim(LEASE, now=now)  # ... and the sender dies holding it
         assert claimed.attempts == attempt
+        assert store.request_left(claimed, now=now), "after its request left"
         now += LEASE + timedelta(seconds=1)
-        assert store.recover(now=now, deduplicating=frozenset({"webhook"})) == (
-            (1, 0) if attempt < 5 else (0, 1))
+        assert store.recover(now=now) == (
+            (1, 0, 0) if attempt < 5 else (0, 1, 0))
     dead = store.get(entry.id)
     assert dead.status is DeliveryStatus.UNKNOWN and "attempt 5" in (dead.last_error or "")
     assert dead.unknown_sends == 5
@@ -185,11 +188,30 @@ def test_a_sender_dying_twice_on_a_chat_entry_rests_unknown_after_one_resend(
         store: DeliveryStore) -> None:
     entry, _ = store.enqueue("telegram", "1001", {"text": "x"})
     now = utcnow()
-    for expected in ((1, 0), (0, 1)):
-        store.claim(LEASE, now=now)
+    for expected in ((1, 0, 0), (0, 1, 0)):
+        [claimed] = store.claim(LEASE, now=now)
+        assert store.request_left(claimed, now=now)
         now += LEASE + timedelta(seconds=1)
-        assert store.recover(now=now, deduplicating=frozenset({"webhook"})) == expected
+        assert store.recover(now=now) == expected
     assert store.get(entry.id).status is DeliveryStatus.UNKNOWN
+
+
+def test_a_lease_that_lapses_before_its_request_left_gives_the_attempt_back(
+        store: DeliveryStore) -> None:
+    # GIVEN senders that claim the entry and die before any request leaves (the limiter
+    # or the store failing, the process stopped), again and again
+    entry, _ = store.enqueue("telegram", "1001", {"text": "x"})
+    now = utcnow()
+    for n in range(1, 6):
+        [claimed] = store.claim(LEASE, now=now)
+        assert claimed.attempts == 1
+        now += LEASE + timedelta(seconds=1)
+        # THEN each lapse is the attempt given back, never an unknown outcome, and the
+        # fifth in a row ends it failed unsent (it cannot stall the queue)
+        assert store.recover(now=now) == ((1, 0, 0) if n < 5 else (0, 0, 1))
+    back = store.get(entry.id)
+    assert (back.status, back.attempts, back.unknown_sends) == (DeliveryStatus.FAILED, 0, 0)
+    assert back.failure_reason == "lease_lost" and "not sent (5 in a row)" in back.last_error
 
 
 def test_prune_deletes_old_settled_entries_only(store: DeliveryStore) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
 from sluice.core.errors import SluiceError
@@ -151,13 +149,6 @@ def test_the_schedule_is_data() -> None:
     assert DEFAULT_SCHEDULE.table() == [(1, 5.0), (2, 25.0), (3, 120.0), (4, 600.0), (5, None)]
     longer = RetrySchedule(max_attempts=8)
     assert [d for _, d in longer.table()] == [5, 25, 120, 600, 600, 600, 600, None], "capped"
-
-
-def test_a_providers_wait_only_lengthens_the_delay() -> None:
-    assert DEFAULT_SCHEDULE.decide(1, retry_after_s=30).delay == timedelta(seconds=30)
-    assert DEFAULT_SCHEDULE.decide(2, retry_after_s=3).delay == timedelta(seconds=25)
-    assert DEFAULT_SCHEDULE.decide(1, retry_after_s=86400).delay == timedelta(seconds=600)
-    assert not DEFAULT_SCHEDULE.decide(5, retry_after_s=1).retry
 
 
 def test_out_of_memory_anywhere_in_the_graph_is_fatal_not_transient() -> None:

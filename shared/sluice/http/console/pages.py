@@ -662,12 +662,11 @@ async def audit_page(request: Request, identity: Identity) -> Response:
 def deliveries_model(services: Services, status: str | None, channel: str | None,
                      limit: int) -> dict[str, Any]:
     from sluice.delivery.destinations import Destinations
-    from sluice.delivery.store import DEFAULT_SCHEDULE, DeliveryStore, check_status
+    from sluice.delivery.store import DeliveryStore, check_status
 
     store = DeliveryStore(services.db)
     rows = store.list(status=check_status(status), channel=channel, limit=limit)
-    destinations = Destinations(services.db, DEFAULT_SCHEDULE.delays_s,
-                                services.settings.delivery_outage_threshold).status()
+    destinations = Destinations(services.db, services.settings.delivery_outage_threshold).status()
     return {"generatedAt": iso_z(utcnow()), "stats": store.stats(), "status": status,
             "channel": channel, "entries": [r.to_json() for r in rows],
             "destinations": destinations}

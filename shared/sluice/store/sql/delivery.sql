@@ -75,33 +75,117 @@ WHERE idempotency_key IN (
       AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 )
 
--- name: claim_due @postgres
--- Oldest due first. SKIP LOCKED lets two drains (there should be one: the job is
--- single-flight) or a drain and an admin redrive pass each other without waiting.
+-- name: claim @postgres
+-- One statement, one round trip: first one probe entry (the oldest it holds,
+-- delivery_queue_held_due_idx) for each failing destination whose probe is due, its next
+-- probe moved to the lease's end (no other claim probes it meanwhile; the probe's outcome
+-- sets the next one); then due entries that wait on nothing, oldest first
+-- (delivery_queue_due_idx: held entries are not in it), among :channels (a JSON array,
+-- the configured channels) when given. SKIP LOCKED lets two drains, or a drain and an
+-- admin redrive, pass each other without waiting.
+WITH probe AS (
+    UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
+    WHERE key IN (SELECT key FROM delivery_destinations WHERE next_probe_at <= :now
+                  ORDER BY next_probe_at, key LIMIT :limit FOR UPDATE SKIP LOCKED)
+    RETURNING key
+), picked AS (
+    SELECT (SELECT q.id FROM delivery_queue q
+            WHERE q.status = 'pending' AND q.held_by = probe.key
+            ORDER BY q.enqueued_at, q.id LIMIT 1 FOR UPDATE SKIP LOCKED) AS id, 0 AS o
+    FROM probe
+    UNION ALL
+    SELECT id, 1 FROM (
+        SELECT id FROM delivery_queue
+        WHERE status = 'pending' AND held_by IS NULL AND next_attempt_at <= :now
+          AND (CAST(:channels AS jsonb) IS NULL
+               OR channel IN (SELECT jsonb_array_elements_text(CAST(:channels AS jsonb))))
+        ORDER BY next_attempt_at, enqueued_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) due
+)
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
-    next_attempt_at = :lease_until, updated_at = :now
+    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
+WHERE id IN (SELECT id FROM picked WHERE id IS NOT NULL ORDER BY o LIMIT :limit)
+RETURNING *
+
+-- name: due_probes
+-- SQLite's claim, in statements (it serialises writers, BEGIN IMMEDIATE, so they cannot
+-- race; Postgres does it all in claim): the failing destinations whose probe is due...
+SELECT key FROM delivery_destinations WHERE next_probe_at <= :now
+ORDER BY next_probe_at, key
+LIMIT :limit
+
+-- name: probing
+-- ... its next probe moved to the lease's end (the probe's outcome sets the next one) ...
+UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
+WHERE key = :key
+
+-- name: claim_probe
+-- ... the oldest entry it holds (delivery_queue_held_due_idx) ...
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
 WHERE id IN (
     SELECT id FROM delivery_queue
-    WHERE status = 'pending' AND next_attempt_at <= :now
-    ORDER BY next_attempt_at, enqueued_at, id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    WHERE status = 'pending' AND held_by = :key
+    ORDER BY enqueued_at, id
+    LIMIT 1
 )
 RETURNING *
 
--- name: claim_due @sqlite
--- SQLite serialises writers (BEGIN IMMEDIATE), so the subquery cannot race.
+-- name: claim @sqlite
+-- ... then due entries that wait on nothing, oldest first (delivery_queue_due_idx: held
+-- entries are not in it), among :channels when given.
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
-    next_attempt_at = :lease_until, updated_at = :now
+    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
 WHERE id IN (
     SELECT id FROM delivery_queue
-    WHERE status = 'pending' AND next_attempt_at <= :now
+    WHERE status = 'pending' AND held_by IS NULL AND next_attempt_at <= :now
+      AND (:channels IS NULL OR channel IN (SELECT value FROM json_each(:channels)))
     ORDER BY next_attempt_at, enqueued_at, id
     LIMIT :limit
 )
 RETURNING *
+
+-- name: request_left
+-- The claimed attempt's request is about to leave: from here a lapsed lease is unknown.
+UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: hold_unconfigured @postgres
+-- Entries of a channel with no adapter wait out of the claim's index until it has one.
+UPDATE delivery_queue
+SET held_by = 'unconfigured:' || channel, updated_at = :now,
+    last_error = 'waiting: no adapter configured for channel ''' || channel || ''''
+WHERE status = 'pending' AND held_by IS NULL
+  AND channel NOT IN (SELECT jsonb_array_elements_text(:channels))
+RETURNING channel
+
+-- name: hold_unconfigured @sqlite
+UPDATE delivery_queue
+SET held_by = 'unconfigured:' || channel, updated_at = :now,
+    last_error = 'waiting: no adapter configured for channel ''' || channel || ''''
+WHERE status = 'pending' AND held_by IS NULL
+  AND channel NOT IN (SELECT value FROM json_each(:channels))
+RETURNING channel
+
+-- name: unhold_configured @postgres
+UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now, updated_at = :now
+WHERE status = 'pending'
+  AND held_by IN (SELECT 'unconfigured:' || value FROM jsonb_array_elements_text(:channels))
+
+-- name: unhold_configured @sqlite
+UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now, updated_at = :now
+WHERE status = 'pending'
+  AND held_by IN (SELECT 'unconfigured:' || value FROM json_each(:channels))
+
+-- name: unhold
+-- The destination took an entry: what it held is due at once.
+UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now
+WHERE status = 'pending' AND held_by = :key
 
 -- name: ack
 UPDATE delivery_queue
@@ -135,7 +219,8 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 -- (no adapter, the channel is down, the process is out of memory). last_error says why.
 UPDATE delivery_queue
 SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
-    lease_until = NULL, last_error = :error, held_by = :held_by, updated_at = :now
+    lease_until = NULL, last_error = :error, held_by = :held_by, request_left_at = NULL,
+    updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: expire
@@ -145,21 +230,27 @@ UPDATE delivery_queue
 SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at = :now,
     last_error = 'expired: not delivered within ' || :expire_s || ' s'
         || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
-WHERE status = 'pending' AND enqueued_at < :before
+WHERE status = 'pending' AND COALESCE(started_at, enqueued_at) < :before
+RETURNING held_by
 
 -- name: expired_leases
-SELECT id, attempts, channel, unknown_sends FROM delivery_queue
+SELECT id, attempts, channel, unknown_sends, request_left_at, unsent_lapses FROM delivery_queue
 WHERE status = 'in_flight' AND next_attempt_at < :now
 ORDER BY next_attempt_at, id
 LIMIT :limit
 
 -- name: recover_lease
--- A lapsed lease is a send that never reported back (the process died or timed out): an
--- unknown outcome, counted. :status is pending when it may be sent again, else unknown,
--- so an entry that kills its sender every time cannot loop.
+-- A lapsed lease whose request had left is a send that never reported back (the process
+-- died or timed out): an unknown outcome, counted (:unknown 1); :status is pending when it
+-- may be sent again, else unknown, so an entry that kills its sender every time cannot
+-- loop. One whose request never left gives its attempt back (:given_back 1) and counts
+-- an unsent lapse; the policy fails the entry (:status failed, :reason) at the limit.
 UPDATE delivery_queue
-SET status = :status, unknown_sends = unknown_sends + 1,
-    next_attempt_at = :now, lease_until = NULL, last_error = :error, updated_at = :now
+SET status = :status, unknown_sends = unknown_sends + :unknown,
+    attempts = attempts - :given_back, unsent_lapses = unsent_lapses + :given_back,
+    next_attempt_at = :next_attempt_at, failure_reason = :reason,
+    failed_at = :failed_at,
+    lease_until = NULL, request_left_at = NULL, last_error = :error, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND next_attempt_at < :now
 RETURNING status
 
@@ -194,19 +285,17 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
 ORDER BY enqueued_at DESC, id
 LIMIT :limit
 
--- name: redrive
+-- name: restart
+-- Every operator restart (redrive, send again): one statement resets what the schedule
+-- and the expiry read, so an entry restarted after weeks is sent, on a new count.
 UPDATE delivery_queue
-SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
-    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
-    updated_at = :now
-WHERE id = :id AND status = 'failed'
-
--- name: redrive_all
-UPDATE delivery_queue
-SET status = 'pending', attempts = 0, next_attempt_at = :now, last_error = NULL,
-    failed_at = NULL, failure_reason = NULL, lease_until = NULL, enqueued_at = :now,
-    updated_at = :now
-WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
+    started_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
+    unsent_lapses = 0,
+    last_error = NULL, failed_at = NULL, failure_reason = NULL, updated_at = :now
+WHERE status = :from_status
+  AND (CAST(:id AS text) IS NULL OR id = :id)
+  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 
 -- name: purge
 DELETE FROM delivery_queue WHERE id = :id AND status IN ('failed', 'unknown')
@@ -215,12 +304,6 @@ DELETE FROM delivery_queue WHERE id = :id AND status IN ('failed', 'unknown')
 UPDATE delivery_queue
 SET status = 'acked', acked_at = :now, updated_at = :now, held_by = NULL,
     last_error = 'marked delivered by an operator; last error: ' || COALESCE(last_error, '')
-WHERE id = :id AND status = 'unknown'
-
--- name: send_again
-UPDATE delivery_queue
-SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
-    lease_until = NULL, held_by = NULL, updated_at = :now
 WHERE id = :id AND status = 'unknown'
 
 -- name: held_counts
@@ -240,7 +323,15 @@ SET failures = delivery_destinations.failures + 1, last_error = excluded.last_er
     next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at
 RETURNING *
 
+-- name: hold_alike
+-- The destination failed: the entries waiting for the same recipient wait on it too,
+-- at once (scanning the unheld pending entries once, not a claim each).
+UPDATE delivery_queue SET held_by = :key, last_error = :error, updated_at = :now
+WHERE status = 'pending' AND held_by IS NULL AND channel = :channel
+  AND recipient = :recipient
+
 -- name: destination_up
+-- With unhold, in one transaction: a destination that is up holds nothing.
 DELETE FROM delivery_destinations WHERE key = :key
 
 -- name: purge_all

@@ -1,0 +1,299 @@
+"""The delivery policy: for every outcome of a send and every operator action, whether the
+attempt counts, when the entry is next due, and who may send it again.
+
+Decisions are values (``Decision``), the way a retry strategy is data: the drain, the
+store, the destinations and the limiter ask ``Policy`` and apply what it answers; none of
+them decides on its own. ``TABLE`` is the whole policy, one row an outcome;
+``docs/delivery.md`` shows it as a table, and tests/integration/delivery/test_policy_table.py
+holds the two equal and walks every row against the store and the drain.
+
+The rule behind the rows: only the entry's own failures count. An outage (the
+destination, the limiter, the store), configuration (no adapter, refused credentials) and
+a provider's pacing give the attempt back; a request that left without an answer counts
+and is resent only as its channel allows (the unknown rule, ``may_resend``).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from enum import StrEnum
+from typing import NamedTuple
+
+from sluice.delivery.classify import CredentialsRefused, Verdict, _walk, classify, is_unknown
+from sluice.delivery.classify import TransientDeliveryError as _Transient
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    ACKED = "acked"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # sent, no answer, and not to be sent again without an operator
+
+
+class FailureReason(StrEnum):
+    PERMANENT = "permanent"
+    MAX_ATTEMPTS = "max_attempts"
+    LEASE_LOST = "lease_lost"
+    EXPIRED = "expired"
+
+
+class Outcome(StrEnum):
+    """One row of the policy: what happened to a claimed entry (or what an operator did)."""
+
+    ACKED = "acked"
+    PERMANENT = "permanent"
+    TRANSIENT = "transient, destination healthy"
+    LAST_ATTEMPT = "transient, last attempt"
+    DESTINATION_FAILING = "destination failing"
+    DESTINATION_HELD = "destination held"
+    NO_SLOT = "no rate slot"
+    PACING = "pacing answer"
+    PACING_PAST_CAP = "pacing answer past the cap"
+    UNKNOWN = "unknown"
+    UNKNOWN_RESTS = "unknown, no resend left"
+    NOT_SENT = "store or limiter unavailable"
+    NO_ADAPTER = "no adapter"
+    LAPSED_SENT = "lease lapsed after the request"
+    LAPSED_SENT_RESTS = "lease lapsed after the request, no resend left"
+    LAPSED_UNSENT = "lease lapsed before the request"
+    LAPSED_UNSENT_LIMIT = "lease lapsed before the request, fifth time in a row"
+    FATAL = "out of memory"
+    EXPIRED = "expired"
+    REDRIVE = "redrive"
+    SEND_AGAIN = "send again"
+    MARK_DELIVERED = "mark delivered"
+    PURGE = "purge"
+
+
+class Attempt(StrEnum):
+    COUNTS = "counts"
+    GIVEN_BACK = "given back"
+    RESET = "reset to 0"
+    KEPT = "kept"
+
+
+class Due(StrEnum):
+    NEVER = "never"
+    NOW = "now"
+    SCHEDULE = "the schedule's next step"
+    SLOT = "when a slot frees"
+    PROVIDER = "the provider's wait"
+    PROBE = "its destination's next probe"
+    CONFIGURED = "once its channel is configured"
+
+
+class Sender(StrEnum):
+    DRAIN = "the drain"
+    PROBE = "the drain, one probe per destination"
+    OPERATOR = "an operator"
+    NOBODY = "nobody"
+
+
+class Decision(NamedTuple):
+    outcome: Outcome
+    status: str  # a DeliveryStatus value, or "deleted"
+    attempt: Attempt
+    due: Due
+    sender: Sender
+    reason: FailureReason | None = None
+    delay: timedelta = timedelta(0)  # until due, when the row's due is a wait
+
+    @property
+    def unknown(self) -> bool:
+        """A send whose answer never came: counted in ``unknown_sends``."""
+        return self.outcome in UNKNOWN_OUTCOMES
+
+
+P, F, U, A = (DeliveryStatus.PENDING.value, DeliveryStatus.FAILED.value,
+              DeliveryStatus.UNKNOWN.value, DeliveryStatus.ACKED.value)
+
+# The policy, one row an outcome: (status, attempt, next due, sent again by, failure reason).
+TABLE: dict[Outcome, Decision] = {row.outcome: row for row in (
+    Decision(Outcome.ACKED, A, Attempt.COUNTS, Due.NEVER, Sender.NOBODY),
+    Decision(Outcome.PERMANENT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
+             FailureReason.PERMANENT),
+    Decision(Outcome.TRANSIENT, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
+    Decision(Outcome.LAST_ATTEMPT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
+             FailureReason.MAX_ATTEMPTS),
+    Decision(Outcome.DESTINATION_FAILING, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    Decision(Outcome.DESTINATION_HELD, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    Decision(Outcome.NO_SLOT, P, Attempt.GIVEN_BACK, Due.SLOT, Sender.DRAIN),
+    Decision(Outcome.PACING, P, Attempt.GIVEN_BACK, Due.PROVIDER, Sender.DRAIN),
+    Decision(Outcome.PACING_PAST_CAP, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    Decision(Outcome.UNKNOWN, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
+    Decision(Outcome.UNKNOWN_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
+    Decision(Outcome.NOT_SENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.NO_ADAPTER, P, Attempt.GIVEN_BACK, Due.CONFIGURED, Sender.DRAIN),
+    Decision(Outcome.LAPSED_SENT, P, Attempt.COUNTS, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.LAPSED_SENT_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
+    Decision(Outcome.LAPSED_UNSENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.LAPSED_UNSENT_LIMIT, F, Attempt.GIVEN_BACK, Due.NEVER, Sender.OPERATOR,
+             FailureReason.LEASE_LOST),
+    Decision(Outcome.FATAL, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.EXPIRED, F, Attempt.KEPT, Due.NEVER, Sender.OPERATOR,
+             FailureReason.EXPIRED),
+    Decision(Outcome.REDRIVE, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.SEND_AGAIN, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
+    Decision(Outcome.MARK_DELIVERED, A, Attempt.KEPT, Due.NEVER, Sender.NOBODY),
+    Decision(Outcome.PURGE, "deleted", Attempt.KEPT, Due.NEVER, Sender.NOBODY),
+)}
+
+UNKNOWN_OUTCOMES = frozenset({Outcome.UNKNOWN, Outcome.UNKNOWN_RESTS, Outcome.LAPSED_SENT,
+                              Outcome.LAPSED_SENT_RESTS})
+# The status an operator action starts from (a 409 otherwise).
+OPERATOR_FROM: dict[Outcome, tuple[str, ...]] = {
+    Outcome.REDRIVE: (F,), Outcome.SEND_AGAIN: (U,), Outcome.MARK_DELIVERED: (U,),
+    Outcome.PURGE: (F, U)}
+
+
+class RetrySchedule(NamedTuple):
+    """Delays between attempts, as data: attempt 1 failed -> wait ``delays_s[0]``, and so on,
+    the last delay repeating (the cap); after ``max_attempts`` attempts the entry fails."""
+
+    delays_s: tuple[float, ...] = (5.0, 25.0, 120.0, 600.0)
+    max_attempts: int = 5
+
+    def step(self, n: int) -> timedelta:
+        """The wait after the ``n``-th failure in a row (an attempt, or a probe)."""
+        return timedelta(seconds=self.delays_s[min(max(n, 1), len(self.delays_s)) - 1])
+
+    def table(self) -> list[tuple[int, float | None]]:
+        """(failed attempt, seconds until the next one; None = failed for good)."""
+        return [(n, self.step(n).total_seconds() if n < self.max_attempts else None)
+                for n in range(1, self.max_attempts + 1)]
+
+
+DEFAULT_SCHEDULE = RetrySchedule()
+PACING_CAP_S = 3600.0  # the longest wait a provider's pacing answer is honoured for
+
+
+def pacing_s(error: BaseException) -> float | None:
+    """The wait a provider asked for with a 429 or ``Retry-After``, if it did (0 for a 429
+    that names none); None when the error is not a pacing answer."""
+    for node in _walk(error):
+        if isinstance(node, _Transient):
+            if node.retry_after_s is not None:
+                return node.retry_after_s
+            if node.context.get("status") == 429:
+                return 0.0
+    return None
+
+
+def retry_in_process(error: BaseException) -> bool:
+    """Retried at once inside one send (``sluice.delivery.retry``): a transient error that
+    provably did not deliver, so neither refused credentials (a second try is refused the
+    same way) nor an unknown outcome (the receiver may have it: resending is the queue's
+    decision, by channel, never a reflex)."""
+    return (classify(error) == "transient" and not _credentials(error)
+            and not is_unknown(error))
+
+
+def _credentials(error: BaseException) -> bool:
+    return any(isinstance(node, CredentialsRefused) for node in _walk(error))
+
+
+class Policy:
+    def __init__(self, schedule: RetrySchedule = DEFAULT_SCHEDULE, *, unknown_resends: int = 1,
+                 deduplicating: frozenset[str] = frozenset(),
+                 pacing_cap_s: float = PACING_CAP_S) -> None:
+        self.schedule = schedule
+        self.unknown_resends = unknown_resends  # for channels that cannot deduplicate
+        self.deduplicating = deduplicating
+        self.pacing_cap_s = pacing_cap_s
+
+    def knowing(self, deduplicating: frozenset[str]) -> Policy:
+        """This policy, told which channels' receivers drop a repeat by its key."""
+        return Policy(self.schedule, unknown_resends=self.unknown_resends,
+                      deduplicating=deduplicating, pacing_cap_s=self.pacing_cap_s)
+
+    # --- which row ---------------------------------------------------------------------
+
+    def may_resend(self, channel: str, attempts: int, unknown_sends: int) -> bool:
+        """The unknown rule: after a send without answer (the ``unknown_sends``-th, counted
+        before this one), one more while the attempt limit allows and, unless the channel
+        deduplicates, only ``unknown_resends`` more in all."""
+        return attempts < self.schedule.max_attempts and (
+            channel in self.deduplicating or unknown_sends + 1 <= self.unknown_resends)
+
+    def honoured(self, wait_s: float | None) -> bool:
+        """A pacing answer the policy waits for: a finite wait within the cap."""
+        return wait_s is not None and math.isfinite(wait_s) and 0 < wait_s <= self.pacing_cap_s
+
+    def after_send(self, verdict: Verdict | str, error: BaseException | None, *, channel: str,
+                   attempts: int, unknown_sends: int, destination_healthy: bool) -> Outcome:
+        """The row for what one send came to. ``destination_healthy``: the destination took
+        another entry in this run, so a transient failure is this entry's own."""
+        if verdict == "fatal":
+            return Outcome.FATAL
+        if verdict == "acked":
+            return Outcome.ACKED
+        if verdict == "permanent":
+            return Outcome.PERMANENT
+        assert error is not None
+        if is_unknown(error):
+            return (Outcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
+                    else Outcome.UNKNOWN_RESTS)
+        wait = pacing_s(error)
+        if wait is not None and wait != 0:
+            return Outcome.PACING if self.honoured(wait) else Outcome.PACING_PAST_CAP
+        if wait is not None or _credentials(error) or not destination_healthy:
+            # a 429 naming no wait, refused credentials (configuration), or a destination
+            # that took nothing this run: the destination waits, not the entry
+            return Outcome.DESTINATION_FAILING
+        return Outcome.TRANSIENT if attempts < self.schedule.max_attempts else Outcome.LAST_ATTEMPT
+
+    def after_lapse(self, channel: str, attempts: int, unknown_sends: int,
+                    request_left: bool, unsent_lapses: int = 0) -> Outcome:
+        """The row for a lease that lapsed; ``unsent_lapses`` counts those before it that
+        lapsed in a row before their request left (an entry that kills its sender before
+        the send must not stall the queue: the limit ends it, not sent)."""
+        if not request_left:
+            return (Outcome.LAPSED_UNSENT if unsent_lapses + 1 < self.schedule.max_attempts
+                    else Outcome.LAPSED_UNSENT_LIMIT)
+        return (Outcome.LAPSED_SENT if self.may_resend(channel, attempts, unknown_sends)
+                else Outcome.LAPSED_SENT_RESTS)
+
+    # --- what it means ---------------------------------------------------------------
+
+    def decide(self, outcome: Outcome, *, attempts: int = 0,
+               wait: timedelta | None = None) -> Decision:
+        """``TABLE``'s row, with the delay until due filled in: the schedule's step after
+        ``attempts`` failures, or ``wait`` (a slot, the provider's answer, the probe)."""
+        row = TABLE[outcome]
+        if row.due is Due.SCHEDULE:
+            return row._replace(delay=self.schedule.step(attempts))
+        if row.due in (Due.SLOT, Due.PROVIDER, Due.PROBE):
+            return row._replace(delay=max(wait or timedelta(0), timedelta(0)))
+        return row
+
+    def probe_wait(self, failures: int, asked_s: float | None = None) -> timedelta:
+        """A failing destination's wait until its next probe: the schedule's step after
+        ``failures`` failed probes, or the provider's honoured wait when longer."""
+        step = self.schedule.step(failures)
+        if self.honoured(asked_s):
+            assert asked_s is not None
+            return max(step, timedelta(seconds=asked_s))
+        return step
+
+
+DELIVERY_POLICY = Policy()
+
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "DELIVERY_POLICY",
+    "OPERATOR_FROM",
+    "PACING_CAP_S",
+    "TABLE",
+    "Attempt",
+    "Decision",
+    "DeliveryStatus",
+    "Due",
+    "FailureReason",
+    "Outcome",
+    "Policy",
+    "RetrySchedule",
+    "Sender",
+    "pacing_s",
+]

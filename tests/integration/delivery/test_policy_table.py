@@ -1,0 +1,357 @@
+"""The delivery policy's table: docs/delivery.md shows exactly ``TABLE``, and every row
+holds against the code. Each row has a scenario that brings an entry to that outcome
+through the real drain and store (real stand-ins, a real unreachable Redis, SQLite and
+Postgres), and the stored entry is judged from the row alone: its status, its attempts,
+when it is next due and who may send it again."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sluice.core.services import Services
+from sluice.delivery.drain import Deliverer
+from sluice.delivery.policy import TABLE, Attempt, Decision, Due, Outcome, Sender
+from sluice.delivery.store import DeliveryEntry, DeliveryStore
+from sluice.jobs.registry import Deadline
+from sluice.store.db import utcnow
+from tests.conftest import free_port
+from tests.integration.delivery.helpers import Providers, drain_once
+from tests.integration.delivery.test_delivery_outages import OutOfMemory
+
+DOC = Path(__file__).parents[3] / "docs" / "delivery.md"
+HEADER = "| outcome | when | attempt | status | next due | sent again by |"
+LEASE = timedelta(minutes=2)
+STEPS_S = (5, 25, 120, 600)  # the schedule, as the docs state it
+
+
+def doc_rows() -> list[tuple[str, ...]]:
+    lines = DOC.read_text().splitlines()
+    start = lines.index(HEADER) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows.append((cells[0], *cells[2:]))
+    return rows
+
+
+def row_of(decision: Decision) -> tuple[str, ...]:
+    status = decision.status + (f" ({decision.reason.value})" if decision.reason else "")
+    return (decision.outcome.value, decision.attempt.value, status, decision.due.value,
+            decision.sender.value)
+
+
+def test_the_docs_table_is_the_policy() -> None:
+    assert doc_rows() == [row_of(decision) for decision in TABLE.values()]
+
+
+@dataclass
+class World:
+    svc: Services
+    providers: Providers
+    make: Callable[..., Services]
+    db_url: str
+
+    @property
+    def store(self) -> DeliveryStore:
+        return DeliveryStore(self.svc.db)
+
+    def services(self, drop: str = "", **extra: str) -> Services:
+        env = {k: v for k, v in self.providers.env().items() if not drop or drop not in k}
+        return self.make(self.db_url, **{**env, **extra})
+
+    def set(self, entry: DeliveryEntry, **columns: object) -> None:
+        assignments = ", ".join(f"{name} = :{name}" for name in columns)
+        with self.svc.db.transaction() as tx:
+            tx.execute(f"UPDATE delivery_queue SET {assignments} WHERE id = :id",
+                       {**columns, "id": entry.id})
+
+    @property
+    def hook_key(self) -> str:
+        return f"webhook:127.0.0.1:{self.providers.webhook.url.split(':')[2].split('/')[0]}"
+
+
+@dataclass
+class Walked:
+    before: int  # the entry's attempts before the claim (or the operator's action)
+    entry: DeliveryEntry | None  # as stored after the outcome (None: deleted)
+    started: datetime
+    ended: datetime
+    key: str | None = None  # what holds it, when its row says a probe sends it again
+    wait_s: float = 0.0  # the wait its row names (a slot, the provider's answer)
+
+
+Scenario = Callable[[World], Walked]
+SCENARIOS: dict[Outcome, Scenario] = {}
+
+
+def scenario(outcome: Outcome) -> Callable[[Scenario], Scenario]:
+    def register(fn: Scenario) -> Scenario:
+        SCENARIOS[outcome] = fn
+        return fn
+    return register
+
+
+def drained(w: World, entry: DeliveryEntry, services: Services | None = None,
+            before: int = 0, **walked: object) -> Walked:
+    started = utcnow()
+    drain_once(services or w.svc)
+    return Walked(before, w.store.get(entry.id), started, utcnow(), **walked)  # type: ignore[arg-type]
+
+
+def hook(w: World, text: str = "x") -> DeliveryEntry:
+    return w.store.enqueue("webhook", w.providers.webhook.url, {"text": text})[0]
+
+
+def chat(w: World, recipient: str = "1001") -> DeliveryEntry:
+    return w.store.enqueue("telegram", recipient, {"text": "x"})[0]
+
+
+@scenario(Outcome.ACKED)
+def _acked(w: World) -> Walked:
+    return drained(w, hook(w))
+
+
+@scenario(Outcome.PERMANENT)
+def _permanent(w: World) -> Walked:
+    return drained(w, chat(w, "1002"))  # the bot was blocked there
+
+
+@scenario(Outcome.TRANSIENT)
+def _transient(w: World) -> Walked:
+    w.providers.webhook.answers.extend([200, 503, 503, 503])  # the host took the first
+    hook(w, "a")
+    return drained(w, hook(w, "b"))
+
+
+@scenario(Outcome.LAST_ATTEMPT)
+def _last_attempt(w: World) -> Walked:
+    w.providers.webhook.answers.extend([200, 503, 503, 503])
+    hook(w, "a")
+    second = hook(w, "b")
+    w.set(second, attempts=4)
+    return drained(w, second, before=4)
+
+
+@scenario(Outcome.DESTINATION_FAILING)
+def _destination_failing(w: World) -> Walked:
+    w.providers.webhook.answers.extend([503] * 3)
+    return drained(w, hook(w), key=w.hook_key)
+
+
+@scenario(Outcome.DESTINATION_HELD)
+def _destination_held(w: World) -> Walked:
+    w.providers.webhook.answers.extend([503] * 3)
+    hook(w, "probe")
+    # another path on the same host: not held with the probe's recipient, claimed after it
+    other = w.store.enqueue("webhook", w.providers.webhook.url + "/other", {"text": "held"})[0]
+    return drained(w, other, key=w.hook_key)
+
+
+@scenario(Outcome.NO_SLOT)
+def _no_slot(w: World) -> Walked:
+    slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.05",
+                      SLUICE_DELIVERY_RATE_WAIT_SECONDS="0")
+    hook(w, "takes the slot")
+    return drained(w, hook(w, "waits"), slow, wait_s=21.0)  # 20 s spacing, 5% headroom
+
+
+@scenario(Outcome.PACING)
+def _pacing(w: World) -> Walked:
+    w.providers.telegram.flood_wait.extend([40, 40, 40])
+    return drained(w, chat(w), wait_s=40.0)
+
+
+@scenario(Outcome.PACING_PAST_CAP)
+def _pacing_past_cap(w: World) -> Walked:
+    w.providers.telegram.flood_wait.extend([7200])
+    return drained(w, chat(w), key="telegram:1001")
+
+
+def _late(w: World) -> Services:
+    w.providers.telegram.late_s = 0.8
+    return w.services(SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS="0.3")
+
+
+@scenario(Outcome.UNKNOWN)
+def _unknown(w: World) -> Walked:
+    return drained(w, chat(w), _late(w))
+
+
+@scenario(Outcome.UNKNOWN_RESTS)
+def _unknown_rests(w: World) -> Walked:
+    entry = chat(w)
+    w.set(entry, unknown_sends=1)  # its one resend is used
+    return drained(w, entry, _late(w))
+
+
+@scenario(Outcome.NOT_SENT)
+def _not_sent(w: World) -> Walked:
+    down = w.services(SLUICE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nobody there
+    return drained(w, chat(w), down)
+
+
+@scenario(Outcome.NO_ADAPTER)
+def _no_adapter(w: World) -> Walked:
+    return drained(w, chat(w), w.services(drop="TELEGRAM"))
+
+
+def _lapse(w: World, entry: DeliveryEntry, *, request_left: bool) -> Walked:
+    then = utcnow() - LEASE - timedelta(minutes=1)
+    w.set(entry, next_attempt_at=then)
+    [claimed] = w.store.claim(LEASE, now=then)
+    if request_left:
+        assert w.store.request_left(claimed, now=then)
+    started = utcnow()
+    w.store.recover()  # what the drain does first
+    return Walked(0, w.store.get(entry.id), started, utcnow())
+
+
+@scenario(Outcome.LAPSED_SENT)
+def _lapsed_sent(w: World) -> Walked:
+    return _lapse(w, chat(w), request_left=True)
+
+
+@scenario(Outcome.LAPSED_SENT_RESTS)
+def _lapsed_sent_rests(w: World) -> Walked:
+    entry = chat(w)
+    w.set(entry, unknown_sends=1)
+    return _lapse(w, entry, request_left=True)
+
+
+@scenario(Outcome.LAPSED_UNSENT)
+def _lapsed_unsent(w: World) -> Walked:
+    return _lapse(w, chat(w), request_left=False)
+
+
+@scenario(Outcome.LAPSED_UNSENT_LIMIT)
+def _lapsed_unsent_limit(w: World) -> Walked:
+    entry = chat(w)
+    w.set(entry, unsent_lapses=4)  # its senders died before sending it four times already
+    return _lapse(w, entry, request_left=False)
+
+
+@scenario(Outcome.FATAL)
+def _fatal(w: World) -> Walked:
+    entry = w.store.enqueue("webhook", "http://127.0.0.1:9/a", {"text": "a"})[0]
+    started = utcnow()
+    Deliverer(w.store, {"webhook": OutOfMemory()}, lease=LEASE, send_timeout_s=1).drain(
+        Deadline(30))
+    return Walked(0, w.store.get(entry.id), started, utcnow())
+
+
+@scenario(Outcome.EXPIRED)
+def _expired(w: World) -> Walked:
+    entry = w.store.enqueue("webhook", w.providers.webhook.url, {"text": "x"},
+                            now=utcnow() - timedelta(days=2))[0]
+    return drained(w, entry)
+
+
+def _resting(w: World, *, failed: bool) -> DeliveryEntry:
+    """An entry an operator may act on: failed for good, or resting unknown."""
+    entry = chat(w, "1002") if failed else chat(w)
+    if not failed:
+        w.set(entry, status="unknown", attempts=2, unknown_sends=2,
+              enqueued_at=utcnow() - timedelta(days=20))
+    else:
+        drain_once(w.svc)
+    return w.store.get(entry.id)
+
+
+def _operator(w: World, entry: DeliveryEntry, action: Callable[[str], object]) -> Walked:
+    started = utcnow()
+    action(entry.id)
+    found = [e for e in w.store.list(limit=500) if e.id == entry.id]
+    return Walked(entry.attempts, found[0] if found else None, started, utcnow())
+
+
+@scenario(Outcome.REDRIVE)
+def _redrive(w: World) -> Walked:
+    return _operator(w, _resting(w, failed=True), w.store.redrive)
+
+
+@scenario(Outcome.SEND_AGAIN)
+def _send_again(w: World) -> Walked:
+    return _operator(w, _resting(w, failed=False), w.store.send_again)
+
+
+@scenario(Outcome.MARK_DELIVERED)
+def _mark_delivered(w: World) -> Walked:
+    return _operator(w, _resting(w, failed=False), w.store.mark_delivered)
+
+
+@scenario(Outcome.PURGE)
+def _purge(w: World) -> Walked:
+    return _operator(w, _resting(w, failed=True), w.store.purge)
+
+
+def test_every_row_has_a_scenario() -> None:
+    assert set(SCENARIOS) == set(Outcome)
+
+
+def _probe_at(w: World, key: str) -> datetime | None:
+    with w.svc.db.transaction() as tx:
+        row = tx.fetchone("SELECT next_probe_at FROM delivery_destinations WHERE key = :key",
+                          {"key": key})
+    if row is None:
+        return None
+    value = row["next_probe_at"]
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+@pytest.mark.parametrize("outcome", list(Outcome), ids=lambda o: re.sub(r"\W+", "-", o.value))
+def test_every_row_of_the_policy_holds_against_the_code(
+        outcome: Outcome, svc: Services, providers: Providers,
+        make_services: Callable[..., Services], db_url: str) -> None:
+    world = World(svc, providers, make_services, db_url)
+    walked = SCENARIOS[outcome](world)
+    row = TABLE[outcome]
+    entry, second = walked.entry, timedelta(seconds=1)
+
+    if row.status == "deleted":
+        assert entry is None
+        return
+    assert entry is not None
+    assert (entry.status.value, entry.failure_reason) == (
+        row.status, row.reason.value if row.reason else entry.failure_reason), entry.last_error
+    expected_attempts = {Attempt.COUNTS: walked.before + 1, Attempt.GIVEN_BACK: walked.before,
+                         Attempt.KEPT: walked.before, Attempt.RESET: 0}[row.attempt]
+    assert entry.attempts == expected_attempts, entry.last_error
+
+    due = entry.next_attempt_at
+    if row.due is Due.NOW:
+        assert due <= walked.ended + second
+    elif row.due is Due.SCHEDULE:
+        step = timedelta(seconds=STEPS_S[min(entry.attempts, len(STEPS_S)) - 1])
+        assert walked.started + step - second <= due <= walked.ended + step + second
+    elif row.due in (Due.SLOT, Due.PROVIDER):
+        wait = timedelta(seconds=walked.wait_s)
+        assert walked.started + wait - 2 * second <= due <= walked.ended + wait + second
+    elif row.due is Due.PROBE:
+        assert walked.key is not None and entry.held_by == walked.key
+        probe = _probe_at(world, walked.key)
+        assert probe is not None and probe > walked.ended, "held until its destination's probe"
+    elif row.due is Due.CONFIGURED:
+        assert entry.held_by == f"unconfigured:{entry.channel}"
+    if row.status != "pending":
+        assert row.due is Due.NEVER
+
+    if row.sender is Sender.DRAIN:
+        assert entry.held_by in (None, f"unconfigured:{entry.channel}")
+        assert entry.status.value == "pending"
+    elif row.sender is Sender.PROBE:
+        assert entry.held_by is not None and _probe_at(world, entry.held_by) is not None
+    elif row.sender is Sender.OPERATOR:
+        assert entry.status.value in ("failed", "unknown")
+    else:
+        assert entry.status.value == "acked"
+    if row.outcome in (Outcome.REDRIVE, Outcome.SEND_AGAIN):
+        assert entry.started_at is not None and entry.started_at >= walked.started, \
+            "the expiry reads the restart"
