@@ -34,6 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import delivery_held
 from bench.common import Row, median, row, scratch_database
 from sluice.delivery.store import DeliveryStore
 from sluice.store.db import SqliteDatabase, open_database, utcnow
@@ -256,6 +257,7 @@ def run() -> list[Row]:
         _row("delivery: durable send+ack, Postgres vs plain psycopg", postgres_reps, "plain",
              f"{each}; 2 round trips a message each (Sluice: autocommit INSERT, autocommit "
              "UPDATE; plain: the same, prepared)"),
+        *delivery_held.run(),
     ]
 
 

@@ -62,7 +62,7 @@ from sluice.delivery.channels import (
 from sluice.delivery.classify import classify, describe, retry_after_s
 from sluice.delivery.destinations import Destinations, FailingDestination
 from sluice.delivery.payload import parse
-from sluice.delivery.policy import Outcome, pacing_s
+from sluice.delivery.policy import DeliveryOutcome, pacing_s
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore
@@ -90,14 +90,14 @@ class SendOutcome(StrEnum):
 
 # What the drain reports for each row of the policy.
 _SEND_OUTCOMES = {
-    Outcome.ACKED: SendOutcome.ACKED, Outcome.PERMANENT: SendOutcome.FAILED,
-    Outcome.TRANSIENT: SendOutcome.RETRY, Outcome.LAST_ATTEMPT: SendOutcome.GAVE_UP,
-    Outcome.DESTINATION_FAILING: SendOutcome.WAITING,
-    Outcome.DESTINATION_HELD: SendOutcome.WAITING,
-    Outcome.PACING_PAST_CAP: SendOutcome.WAITING, Outcome.NO_SLOT: SendOutcome.RATE_LIMITED,
-    Outcome.PACING: SendOutcome.RATE_LIMITED, Outcome.UNKNOWN: SendOutcome.UNKNOWN,
-    Outcome.UNKNOWN_RESTS: SendOutcome.UNKNOWN, Outcome.NOT_SENT: SendOutcome.NOT_SENT,
-    Outcome.NO_ADAPTER: SendOutcome.UNCONFIGURED, Outcome.FATAL: SendOutcome.FATAL}
+    DeliveryOutcome.ACKED: SendOutcome.ACKED, DeliveryOutcome.PERMANENT: SendOutcome.FAILED,
+    DeliveryOutcome.TRANSIENT: SendOutcome.RETRY, DeliveryOutcome.LAST_ATTEMPT: SendOutcome.GAVE_UP,
+    DeliveryOutcome.DESTINATION_FAILING: SendOutcome.WAITING,
+    DeliveryOutcome.DESTINATION_HELD: SendOutcome.WAITING,
+    DeliveryOutcome.PACING_PAST_CAP: SendOutcome.WAITING, DeliveryOutcome.NO_SLOT: SendOutcome.RATE_LIMITED,
+    DeliveryOutcome.PACING: SendOutcome.RATE_LIMITED, DeliveryOutcome.UNKNOWN: SendOutcome.UNKNOWN,
+    DeliveryOutcome.UNKNOWN_RESTS: SendOutcome.UNKNOWN, DeliveryOutcome.NOT_SENT: SendOutcome.NOT_SENT,
+    DeliveryOutcome.NO_ADAPTER: SendOutcome.UNCONFIGURED, DeliveryOutcome.FATAL: SendOutcome.FATAL}
 # The summary key each outcome of a send adds one to.
 _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
             SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown",
@@ -345,7 +345,7 @@ class _Run:
         """Send and settle one claimed entry, each step as the policy decides."""
         adapter = self.d.adapters.get(entry.channel)
         if adapter is None:
-            return self._apply(entry, Outcome.NO_ADAPTER,
+            return self._apply(entry, DeliveryOutcome.NO_ADAPTER,
                                f"waiting: no adapter configured for channel {entry.channel!r}",
                                held_by=f"{UNCONFIGURED}{entry.channel}")
         try:
@@ -356,7 +356,7 @@ class _Run:
             known = self.failing.get(key)
             if known is not None and key not in self.up and self.deadline is not None:
                 if known.next_probe_at > utcnow() or key in self.probing:
-                    return self._wait(entry, Outcome.DESTINATION_HELD, known)
+                    return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
                 self.probing.add(key)
         try:
             return self._send(adapter, entry, key)
@@ -377,9 +377,9 @@ class _Run:
                     self.summary["notSentError"] = describe(exc)
                 logger.warning(f"[delivery] {entry.id} not sent: the rate limiter failed "
                                f"({describe(exc)}); back with its attempt, the run stops")
-                return self._apply(entry, Outcome.NOT_SENT, f"not sent: {describe(exc)}")
+                return self._apply(entry, DeliveryOutcome.NOT_SENT, f"not sent: {describe(exc)}")
             if wait_s > 0:
-                return self._apply(entry, Outcome.NO_SLOT,
+                return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {entry.channel} rate limit",
                                    wait=timedelta(seconds=wait_s))
         if not self.store.request_left(entry):
@@ -394,16 +394,16 @@ class _Run:
                                          unknown_sends=entry.unknown_sends,
                                          destination_healthy=healthy)
         error = describe(sent.error) if sent.error is not None else None
-        if outcome is Outcome.FATAL:
+        if outcome is DeliveryOutcome.FATAL:
             with self.lock:
                 self.summary["fatal"] = 1
                 self.summary["fatalError"] = error or "fatal"
             if self.d.reporter is not None and sent.error is not None:
                 self.d.reporter.error("delivery-drain", sent.error, entry=entry.id)
             return self._apply(entry, outcome, f"not sent: the sender stopped: {error}")
-        if outcome in (Outcome.DESTINATION_FAILING, Outcome.PACING_PAST_CAP) and key:
+        if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP) and key:
             assert error is not None and sent.error is not None
-            asked = retry_after_s(sent.error) if outcome is Outcome.DESTINATION_FAILING else None
+            asked = retry_after_s(sent.error) if outcome is DeliveryOutcome.DESTINATION_FAILING else None
             with self.lock:  # one worker at a time counts a destination's failures
                 found, held = self.d.destinations.failed(key, error, known=self.failing.get(key),
                                                    asked_s=asked,
@@ -415,31 +415,31 @@ class _Run:
                                f"last: {found.last_error}); its entries wait, no attempt "
                                "counted")
             return self._wait(entry, outcome, found)
-        if outcome is Outcome.PACING:
+        if outcome is DeliveryOutcome.PACING:
             assert sent.error is not None and self.d.limiter is not None
             wait_s = pacing_s(sent.error) or 0.0
             self.d.limiter.slow_down(entry, wait_s)
             return self._apply(entry, outcome, f"not sent: {error} (rate limited; "
                                "no attempt counted)", wait=timedelta(seconds=wait_s))
-        if outcome is Outcome.ACKED and key is not None:
+        if outcome is DeliveryOutcome.ACKED and key is not None:
             with self.lock:
                 self.up.add(key)
                 back = self.failing.pop(key, None) is not None
             if back:
                 self.d.destinations.up(key)
                 logger.info(f"[delivery] {key} is back")
-        if outcome in (Outcome.PERMANENT, Outcome.LAST_ATTEMPT, Outcome.TRANSIENT,
-                       Outcome.UNKNOWN, Outcome.UNKNOWN_RESTS):
+        if outcome in (DeliveryOutcome.PERMANENT, DeliveryOutcome.LAST_ATTEMPT, DeliveryOutcome.TRANSIENT,
+                       DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_RESTS):
             logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                            f"failed: {error}", extra={"outcome": outcome.value})
         settled = self._apply(entry, outcome, error, duration_ms=sent.duration_ms,
                               message_id=sent.message_id)
-        if settled is SendOutcome.STALE and outcome is Outcome.ACKED:
+        if settled is SendOutcome.STALE and outcome is DeliveryOutcome.ACKED:
             logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
                            "another attempt may send it again")
         return settled
 
-    def _wait(self, entry: DeliveryEntry, outcome: Outcome,
+    def _wait(self, entry: DeliveryEntry, outcome: DeliveryOutcome,
               destination: FailingDestination) -> SendOutcome:
         with self.lock:
             self.summary["outages"]["count"] += 1
@@ -450,7 +450,7 @@ class _Run:
             wait=max(destination.next_probe_at - utcnow(), timedelta(0)),
             held_by=destination.key)
 
-    def _apply(self, entry: DeliveryEntry, outcome: Outcome, error: str | None, *,
+    def _apply(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
                wait: timedelta | None = None, held_by: str | None = None,
                duration_ms: int | None = None, message_id: str | None = None) -> SendOutcome:
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)

@@ -1,7 +1,7 @@
 """The delivery policy: for every outcome of a send and every operator action, whether the
 attempt counts, when the entry is next due, and who may send it again.
 
-Decisions are values (``Decision``), the way a retry strategy is data: the drain, the
+Decisions are values (``DeliveryDecision``), the way a retry strategy is data: the drain, the
 store, the destinations and the limiter ask ``Policy`` and apply what it answers; none of
 them decides on its own. ``TABLE`` is the whole policy, one row an outcome;
 ``docs/delivery.md`` shows it as a table, and tests/integration/delivery/test_policy_table.py
@@ -39,7 +39,7 @@ class FailureReason(StrEnum):
     EXPIRED = "expired"
 
 
-class Outcome(StrEnum):
+class DeliveryOutcome(StrEnum):
     """One row of the policy: what happened to a claimed entry (or what an operator did)."""
 
     ACKED = "acked"
@@ -91,8 +91,8 @@ class Sender(StrEnum):
     NOBODY = "nobody"
 
 
-class Decision(NamedTuple):
-    outcome: Outcome
+class DeliveryDecision(NamedTuple):
+    outcome: DeliveryOutcome
     status: str  # a DeliveryStatus value, or "deleted"
     attempt: Attempt
     due: Due
@@ -110,42 +110,42 @@ P, F, U, A = (DeliveryStatus.PENDING.value, DeliveryStatus.FAILED.value,
               DeliveryStatus.UNKNOWN.value, DeliveryStatus.ACKED.value)
 
 # The policy, one row an outcome: (status, attempt, next due, sent again by, failure reason).
-TABLE: dict[Outcome, Decision] = {row.outcome: row for row in (
-    Decision(Outcome.ACKED, A, Attempt.COUNTS, Due.NEVER, Sender.NOBODY),
-    Decision(Outcome.PERMANENT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
+TABLE: dict[DeliveryOutcome, DeliveryDecision] = {row.outcome: row for row in (
+    DeliveryDecision(DeliveryOutcome.ACKED, A, Attempt.COUNTS, Due.NEVER, Sender.NOBODY),
+    DeliveryDecision(DeliveryOutcome.PERMANENT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
              FailureReason.PERMANENT),
-    Decision(Outcome.TRANSIENT, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
-    Decision(Outcome.LAST_ATTEMPT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
+    DeliveryDecision(DeliveryOutcome.TRANSIENT, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.LAST_ATTEMPT, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
              FailureReason.MAX_ATTEMPTS),
-    Decision(Outcome.DESTINATION_FAILING, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
-    Decision(Outcome.DESTINATION_HELD, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
-    Decision(Outcome.NO_SLOT, P, Attempt.GIVEN_BACK, Due.SLOT, Sender.DRAIN),
-    Decision(Outcome.PACING, P, Attempt.GIVEN_BACK, Due.PROVIDER, Sender.DRAIN),
-    Decision(Outcome.PACING_PAST_CAP, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
-    Decision(Outcome.UNKNOWN, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
-    Decision(Outcome.UNKNOWN_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
-    Decision(Outcome.NOT_SENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.NO_ADAPTER, P, Attempt.GIVEN_BACK, Due.CONFIGURED, Sender.DRAIN),
-    Decision(Outcome.LAPSED_SENT, P, Attempt.COUNTS, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.LAPSED_SENT_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
-    Decision(Outcome.LAPSED_UNSENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.LAPSED_UNSENT_LIMIT, F, Attempt.GIVEN_BACK, Due.NEVER, Sender.OPERATOR,
+    DeliveryDecision(DeliveryOutcome.DESTINATION_FAILING, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    DeliveryDecision(DeliveryOutcome.DESTINATION_HELD, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    DeliveryDecision(DeliveryOutcome.NO_SLOT, P, Attempt.GIVEN_BACK, Due.SLOT, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.PACING, P, Attempt.GIVEN_BACK, Due.PROVIDER, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.PACING_PAST_CAP, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    DeliveryDecision(DeliveryOutcome.UNKNOWN, P, Attempt.COUNTS, Due.SCHEDULE, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.UNKNOWN_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
+    DeliveryDecision(DeliveryOutcome.NOT_SENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.NO_ADAPTER, P, Attempt.GIVEN_BACK, Due.CONFIGURED, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.LAPSED_SENT, P, Attempt.COUNTS, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.LAPSED_SENT_RESTS, U, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR),
+    DeliveryDecision(DeliveryOutcome.LAPSED_UNSENT, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.LAPSED_UNSENT_LIMIT, F, Attempt.GIVEN_BACK, Due.NEVER, Sender.OPERATOR,
              FailureReason.LEASE_LOST),
-    Decision(Outcome.FATAL, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.EXPIRED, F, Attempt.KEPT, Due.NEVER, Sender.OPERATOR,
+    DeliveryDecision(DeliveryOutcome.FATAL, P, Attempt.GIVEN_BACK, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.EXPIRED, F, Attempt.KEPT, Due.NEVER, Sender.OPERATOR,
              FailureReason.EXPIRED),
-    Decision(Outcome.REDRIVE, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.SEND_AGAIN, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
-    Decision(Outcome.MARK_DELIVERED, A, Attempt.KEPT, Due.NEVER, Sender.NOBODY),
-    Decision(Outcome.PURGE, "deleted", Attempt.KEPT, Due.NEVER, Sender.NOBODY),
+    DeliveryDecision(DeliveryOutcome.REDRIVE, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.SEND_AGAIN, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.MARK_DELIVERED, A, Attempt.KEPT, Due.NEVER, Sender.NOBODY),
+    DeliveryDecision(DeliveryOutcome.PURGE, "deleted", Attempt.KEPT, Due.NEVER, Sender.NOBODY),
 )}
 
-UNKNOWN_OUTCOMES = frozenset({Outcome.UNKNOWN, Outcome.UNKNOWN_RESTS, Outcome.LAPSED_SENT,
-                              Outcome.LAPSED_SENT_RESTS})
+UNKNOWN_OUTCOMES = frozenset({DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_RESTS, DeliveryOutcome.LAPSED_SENT,
+                              DeliveryOutcome.LAPSED_SENT_RESTS})
 # The status an operator action starts from (a 409 otherwise).
-OPERATOR_FROM: dict[Outcome, tuple[str, ...]] = {
-    Outcome.REDRIVE: (F,), Outcome.SEND_AGAIN: (U,), Outcome.MARK_DELIVERED: (U,),
-    Outcome.PURGE: (F, U)}
+OPERATOR_FROM: dict[DeliveryOutcome, tuple[str, ...]] = {
+    DeliveryOutcome.REDRIVE: (F,), DeliveryOutcome.SEND_AGAIN: (U,), DeliveryOutcome.MARK_DELIVERED: (U,),
+    DeliveryOutcome.PURGE: (F, U)}
 
 
 class RetrySchedule(NamedTuple):
@@ -222,43 +222,43 @@ class Policy:
         return wait_s is not None and math.isfinite(wait_s) and 0 < wait_s <= self.pacing_cap_s
 
     def after_send(self, verdict: Verdict | str, error: BaseException | None, *, channel: str,
-                   attempts: int, unknown_sends: int, destination_healthy: bool) -> Outcome:
+                   attempts: int, unknown_sends: int, destination_healthy: bool) -> DeliveryOutcome:
         """The row for what one send came to. ``destination_healthy``: the destination took
         another entry in this run, so a transient failure is this entry's own."""
         if verdict == "fatal":
-            return Outcome.FATAL
+            return DeliveryOutcome.FATAL
         if verdict == "acked":
-            return Outcome.ACKED
+            return DeliveryOutcome.ACKED
         if verdict == "permanent":
-            return Outcome.PERMANENT
+            return DeliveryOutcome.PERMANENT
         assert error is not None
         if is_unknown(error):
-            return (Outcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
-                    else Outcome.UNKNOWN_RESTS)
+            return (DeliveryOutcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
+                    else DeliveryOutcome.UNKNOWN_RESTS)
         wait = pacing_s(error)
         if wait is not None and wait != 0:
-            return Outcome.PACING if self.honoured(wait) else Outcome.PACING_PAST_CAP
+            return DeliveryOutcome.PACING if self.honoured(wait) else DeliveryOutcome.PACING_PAST_CAP
         if wait is not None or _credentials(error) or not destination_healthy:
             # a 429 naming no wait, refused credentials (configuration), or a destination
             # that took nothing this run: the destination waits, not the entry
-            return Outcome.DESTINATION_FAILING
-        return Outcome.TRANSIENT if attempts < self.schedule.max_attempts else Outcome.LAST_ATTEMPT
+            return DeliveryOutcome.DESTINATION_FAILING
+        return DeliveryOutcome.TRANSIENT if attempts < self.schedule.max_attempts else DeliveryOutcome.LAST_ATTEMPT
 
     def after_lapse(self, channel: str, attempts: int, unknown_sends: int,
-                    request_left: bool, unsent_lapses: int = 0) -> Outcome:
+                    request_left: bool, unsent_lapses: int = 0) -> DeliveryOutcome:
         """The row for a lease that lapsed; ``unsent_lapses`` counts those before it that
         lapsed in a row before their request left (an entry that kills its sender before
         the send must not stall the queue: the limit ends it, not sent)."""
         if not request_left:
-            return (Outcome.LAPSED_UNSENT if unsent_lapses + 1 < self.schedule.max_attempts
-                    else Outcome.LAPSED_UNSENT_LIMIT)
-        return (Outcome.LAPSED_SENT if self.may_resend(channel, attempts, unknown_sends)
-                else Outcome.LAPSED_SENT_RESTS)
+            return (DeliveryOutcome.LAPSED_UNSENT if unsent_lapses + 1 < self.schedule.max_attempts
+                    else DeliveryOutcome.LAPSED_UNSENT_LIMIT)
+        return (DeliveryOutcome.LAPSED_SENT if self.may_resend(channel, attempts, unknown_sends)
+                else DeliveryOutcome.LAPSED_SENT_RESTS)
 
     # --- what it means ---------------------------------------------------------------
 
-    def decide(self, outcome: Outcome, *, attempts: int = 0,
-               wait: timedelta | None = None) -> Decision:
+    def decide(self, outcome: DeliveryOutcome, *, attempts: int = 0,
+               wait: timedelta | None = None) -> DeliveryDecision:
         """``TABLE``'s row, with the delay until due filled in: the schedule's step after
         ``attempts`` failures, or ``wait`` (a slot, the provider's answer, the probe)."""
         row = TABLE[outcome]
@@ -287,11 +287,11 @@ __all__ = [
     "PACING_CAP_S",
     "TABLE",
     "Attempt",
-    "Decision",
+    "DeliveryDecision",
+    "DeliveryOutcome",
     "DeliveryStatus",
     "Due",
     "FailureReason",
-    "Outcome",
     "Policy",
     "RetrySchedule",
     "Sender",

@@ -4,7 +4,7 @@
 inline path that sends it at once); ``claim`` takes due ``pending`` entries that wait on
 nothing ``in_flight`` under a lease and counts the attempt, and one probe entry for each
 failing destination whose probe is due; ``request_left`` marks the moment the request
-leaves. The sender then settles the entry with ``apply`` and the policy's ``Decision``
+leaves. The sender then settles the entry with ``apply`` and the policy's ``DeliveryDecision``
 (``sluice.delivery.policy``: this module decides nothing itself); ``ack``, ``nack``,
 ``fail`` and ``release`` ask the policy for the usual rows. Each settle is one UPDATE
 guarded by ``in_flight`` and the attempt it claimed, so it is whole or nothing, and a
@@ -30,10 +30,10 @@ from sluice.delivery.policy import (
     DEFAULT_SCHEDULE,
     OPERATOR_FROM,
     Attempt,
-    Decision,
+    DeliveryDecision,
+    DeliveryOutcome,
     DeliveryStatus,
     FailureReason,
-    Outcome,
     Policy,
     RetrySchedule,
 )
@@ -266,7 +266,7 @@ class DeliveryStore:
             rows = tx.fetchall(Q.hold_unconfigured, params, final=True)
         return Counter(row["channel"] for row in rows)
 
-    def apply(self, entry: DeliveryEntry, decision: Decision, error: str | None = None, *,
+    def apply(self, entry: DeliveryEntry, decision: DeliveryDecision, error: str | None = None, *,
               duration_ms: int | None = None, message_id: str | None = None,
               held_by: str | None = None, now: datetime | None = None) -> bool:
         """Settle a claimed entry as the policy decided; False when it was not ours."""
@@ -294,7 +294,7 @@ class DeliveryStore:
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
             *, now: datetime | None = None) -> bool:
         """``acked``; False when the entry is no longer this attempt's (its lease lapsed)."""
-        return self.apply(entry, self.policy.decide(Outcome.ACKED), duration_ms=duration_ms,
+        return self.apply(entry, self.policy.decide(DeliveryOutcome.ACKED), duration_ms=duration_ms,
                           message_id=platform_message_id, now=now)
 
     def nack(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
@@ -302,11 +302,11 @@ class DeliveryStore:
         """The entry's own transient failure, or (``unknown``) a send without an answer, as
         the policy decides it: the new status, or None if the entry was not ours."""
         if unknown:
-            outcome = (Outcome.UNKNOWN if self.policy.may_resend(
-                entry.channel, entry.attempts, entry.unknown_sends) else Outcome.UNKNOWN_RESTS)
+            outcome = (DeliveryOutcome.UNKNOWN if self.policy.may_resend(
+                entry.channel, entry.attempts, entry.unknown_sends) else DeliveryOutcome.UNKNOWN_RESTS)
         else:
-            outcome = (Outcome.TRANSIENT if entry.attempts < self.schedule.max_attempts
-                       else Outcome.LAST_ATTEMPT)
+            outcome = (DeliveryOutcome.TRANSIENT if entry.attempts < self.schedule.max_attempts
+                       else DeliveryOutcome.LAST_ATTEMPT)
         decision = self.policy.decide(outcome, attempts=entry.attempts)
         settled = self.apply(entry, decision, error, duration_ms=duration_ms, now=now)
         return DeliveryStatus(decision.status) if settled else None
@@ -314,12 +314,12 @@ class DeliveryStore:
     def fail(self, entry: DeliveryEntry, error: str, *, duration_ms: int | None = None,
              now: datetime | None = None) -> bool:
         """A permanent failure: ``failed``, never retried."""
-        return self.apply(entry, self.policy.decide(Outcome.PERMANENT), error,
+        return self.apply(entry, self.policy.decide(DeliveryOutcome.PERMANENT), error,
                           duration_ms=duration_ms, now=now)
 
     def release(self, entry: DeliveryEntry, why: str, *, delay: timedelta = timedelta(0),
                 now: datetime | None = None, held_by: str | None = None,
-                outcome: Outcome = Outcome.NOT_SENT) -> bool:
+                outcome: DeliveryOutcome = DeliveryOutcome.NOT_SENT) -> bool:
         """Back to ``pending`` after ``delay``, the claimed attempt given back (an outcome
         of the policy whose attempt is given back). ``held_by`` names what it waits on."""
         decision = self.policy.decide(outcome, wait=delay)
@@ -382,7 +382,7 @@ class DeliveryStore:
         ago: ``failed``, reason ``expired`` (they stay visible to the DLQ tooling until
         pruned). How many, per what held them (``""``: nothing held them)."""
         now = now or utcnow()
-        assert self.policy.decide(Outcome.EXPIRED).reason is FailureReason.EXPIRED
+        assert self.policy.decide(DeliveryOutcome.EXPIRED).reason is FailureReason.EXPIRED
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.expire, {"now": now, "before": now - older_than,
                                           "expire_s": str(int(older_than.total_seconds()))},
@@ -449,12 +449,12 @@ class DeliveryStore:
 
     def redrive(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
         """A ``failed`` entry back to ``pending``, due now, on a new count (``restart``)."""
-        return self._operator(Outcome.REDRIVE, entry_id, now, "redriven")
+        return self._operator(DeliveryOutcome.REDRIVE, entry_id, now, "redriven")
 
     def redrive_all(self, *, channel: str | None = None, now: datetime | None = None) -> int:
-        return self._restart(Outcome.REDRIVE, None, channel, now or utcnow())
+        return self._restart(DeliveryOutcome.REDRIVE, None, channel, now or utcnow())
 
-    def _restart(self, outcome: Outcome, entry_id: str | None, channel: str | None,
+    def _restart(self, outcome: DeliveryOutcome, entry_id: str | None, channel: str | None,
                  now: datetime) -> int:
         """The one statement every operator restart goes through: due now, attempts and
         unknown sends reset, and the expiry read from now."""
@@ -490,17 +490,17 @@ class DeliveryStore:
 
     def mark_delivered(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
         """An ``unknown`` entry the operator confirmed with the receiver: ``acked``."""
-        return self._operator(Outcome.MARK_DELIVERED, entry_id, now, "marked delivered")
+        return self._operator(DeliveryOutcome.MARK_DELIVERED, entry_id, now, "marked delivered")
 
     def send_again(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
         """An ``unknown`` entry the operator wants sent again: ``pending``, due now, on a new
         count, its expiry read from now (``restart``): sent however long it rested."""
-        return self._operator(Outcome.SEND_AGAIN, entry_id, now, "sent again")
+        return self._operator(DeliveryOutcome.SEND_AGAIN, entry_id, now, "sent again")
 
-    def _operator(self, outcome: Outcome, entry_id: str, now: datetime | None,
+    def _operator(self, outcome: DeliveryOutcome, entry_id: str, now: datetime | None,
                   what: str) -> DeliveryEntry:
         now = now or utcnow()
-        if outcome is Outcome.MARK_DELIVERED:
+        if outcome is DeliveryOutcome.MARK_DELIVERED:
             with self.db.transaction() as tx:
                 changed = tx.execute(Q.mark_delivered, {"id": entry_id, "now": now})
         else:

@@ -16,7 +16,7 @@ import pytest
 
 from sluice.core.services import Services
 from sluice.delivery.drain import Deliverer
-from sluice.delivery.policy import TABLE, Attempt, Decision, Due, Outcome, Sender
+from sluice.delivery.policy import TABLE, Attempt, DeliveryDecision, DeliveryOutcome, Due, Sender
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
 from sluice.jobs.registry import Deadline
 from sluice.store.db import utcnow
@@ -42,7 +42,7 @@ def doc_rows() -> list[tuple[str, ...]]:
     return rows
 
 
-def row_of(decision: Decision) -> tuple[str, ...]:
+def row_of(decision: DeliveryDecision) -> tuple[str, ...]:
     status = decision.status + (f" ({decision.reason.value})" if decision.reason else "")
     return (decision.outcome.value, decision.attempt.value, status, decision.due.value,
             decision.sender.value)
@@ -89,10 +89,10 @@ class Walked:
 
 
 Scenario = Callable[[World], Walked]
-SCENARIOS: dict[Outcome, Scenario] = {}
+SCENARIOS: dict[DeliveryOutcome, Scenario] = {}
 
 
-def scenario(outcome: Outcome) -> Callable[[Scenario], Scenario]:
+def scenario(outcome: DeliveryOutcome) -> Callable[[Scenario], Scenario]:
     def register(fn: Scenario) -> Scenario:
         SCENARIOS[outcome] = fn
         return fn
@@ -114,24 +114,24 @@ def chat(w: World, recipient: str = "1001") -> DeliveryEntry:
     return w.store.enqueue("telegram", recipient, {"text": "x"})[0]
 
 
-@scenario(Outcome.ACKED)
+@scenario(DeliveryOutcome.ACKED)
 def _acked(w: World) -> Walked:
     return drained(w, hook(w))
 
 
-@scenario(Outcome.PERMANENT)
+@scenario(DeliveryOutcome.PERMANENT)
 def _permanent(w: World) -> Walked:
     return drained(w, chat(w, "1002"))  # the bot was blocked there
 
 
-@scenario(Outcome.TRANSIENT)
+@scenario(DeliveryOutcome.TRANSIENT)
 def _transient(w: World) -> Walked:
     w.providers.webhook.answers.extend([200, 503, 503, 503])  # the host took the first
     hook(w, "a")
     return drained(w, hook(w, "b"))
 
 
-@scenario(Outcome.LAST_ATTEMPT)
+@scenario(DeliveryOutcome.LAST_ATTEMPT)
 def _last_attempt(w: World) -> Walked:
     w.providers.webhook.answers.extend([200, 503, 503, 503])
     hook(w, "a")
@@ -140,13 +140,13 @@ def _last_attempt(w: World) -> Walked:
     return drained(w, second, before=4)
 
 
-@scenario(Outcome.DESTINATION_FAILING)
+@scenario(DeliveryOutcome.DESTINATION_FAILING)
 def _destination_failing(w: World) -> Walked:
     w.providers.webhook.answers.extend([503] * 3)
     return drained(w, hook(w), key=w.hook_key)
 
 
-@scenario(Outcome.DESTINATION_HELD)
+@scenario(DeliveryOutcome.DESTINATION_HELD)
 def _destination_held(w: World) -> Walked:
     w.providers.webhook.answers.extend([503] * 3)
     hook(w, "probe")
@@ -155,7 +155,7 @@ def _destination_held(w: World) -> Walked:
     return drained(w, other, key=w.hook_key)
 
 
-@scenario(Outcome.NO_SLOT)
+@scenario(DeliveryOutcome.NO_SLOT)
 def _no_slot(w: World) -> Walked:
     slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.05",
                       SLUICE_DELIVERY_RATE_WAIT_SECONDS="0")
@@ -163,13 +163,13 @@ def _no_slot(w: World) -> Walked:
     return drained(w, hook(w, "waits"), slow, wait_s=21.0)  # 20 s spacing, 5% headroom
 
 
-@scenario(Outcome.PACING)
+@scenario(DeliveryOutcome.PACING)
 def _pacing(w: World) -> Walked:
     w.providers.telegram.flood_wait.extend([40, 40, 40])
     return drained(w, chat(w), wait_s=40.0)
 
 
-@scenario(Outcome.PACING_PAST_CAP)
+@scenario(DeliveryOutcome.PACING_PAST_CAP)
 def _pacing_past_cap(w: World) -> Walked:
     w.providers.telegram.flood_wait.extend([7200])
     return drained(w, chat(w), key="telegram:1001")
@@ -180,25 +180,25 @@ def _late(w: World) -> Services:
     return w.services(SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS="0.3")
 
 
-@scenario(Outcome.UNKNOWN)
+@scenario(DeliveryOutcome.UNKNOWN)
 def _unknown(w: World) -> Walked:
     return drained(w, chat(w), _late(w))
 
 
-@scenario(Outcome.UNKNOWN_RESTS)
+@scenario(DeliveryOutcome.UNKNOWN_RESTS)
 def _unknown_rests(w: World) -> Walked:
     entry = chat(w)
     w.set(entry, unknown_sends=1)  # its one resend is used
     return drained(w, entry, _late(w))
 
 
-@scenario(Outcome.NOT_SENT)
+@scenario(DeliveryOutcome.NOT_SENT)
 def _not_sent(w: World) -> Walked:
     down = w.services(SLUICE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nobody there
     return drained(w, chat(w), down)
 
 
-@scenario(Outcome.NO_ADAPTER)
+@scenario(DeliveryOutcome.NO_ADAPTER)
 def _no_adapter(w: World) -> Walked:
     return drained(w, chat(w), w.services(drop="TELEGRAM"))
 
@@ -214,31 +214,31 @@ def _lapse(w: World, entry: DeliveryEntry, *, request_left: bool) -> Walked:
     return Walked(0, w.store.get(entry.id), started, utcnow())
 
 
-@scenario(Outcome.LAPSED_SENT)
+@scenario(DeliveryOutcome.LAPSED_SENT)
 def _lapsed_sent(w: World) -> Walked:
     return _lapse(w, chat(w), request_left=True)
 
 
-@scenario(Outcome.LAPSED_SENT_RESTS)
+@scenario(DeliveryOutcome.LAPSED_SENT_RESTS)
 def _lapsed_sent_rests(w: World) -> Walked:
     entry = chat(w)
     w.set(entry, unknown_sends=1)
     return _lapse(w, entry, request_left=True)
 
 
-@scenario(Outcome.LAPSED_UNSENT)
+@scenario(DeliveryOutcome.LAPSED_UNSENT)
 def _lapsed_unsent(w: World) -> Walked:
     return _lapse(w, chat(w), request_left=False)
 
 
-@scenario(Outcome.LAPSED_UNSENT_LIMIT)
+@scenario(DeliveryOutcome.LAPSED_UNSENT_LIMIT)
 def _lapsed_unsent_limit(w: World) -> Walked:
     entry = chat(w)
     w.set(entry, unsent_lapses=4)  # its senders died before sending it four times already
     return _lapse(w, entry, request_left=False)
 
 
-@scenario(Outcome.FATAL)
+@scenario(DeliveryOutcome.FATAL)
 def _fatal(w: World) -> Walked:
     entry = w.store.enqueue("webhook", "http://127.0.0.1:9/a", {"text": "a"})[0]
     started = utcnow()
@@ -247,7 +247,7 @@ def _fatal(w: World) -> Walked:
     return Walked(0, w.store.get(entry.id), started, utcnow())
 
 
-@scenario(Outcome.EXPIRED)
+@scenario(DeliveryOutcome.EXPIRED)
 def _expired(w: World) -> Walked:
     entry = w.store.enqueue("webhook", w.providers.webhook.url, {"text": "x"},
                             now=utcnow() - timedelta(days=2))[0]
@@ -272,28 +272,28 @@ def _operator(w: World, entry: DeliveryEntry, action: Callable[[str], object]) -
     return Walked(entry.attempts, found[0] if found else None, started, utcnow())
 
 
-@scenario(Outcome.REDRIVE)
+@scenario(DeliveryOutcome.REDRIVE)
 def _redrive(w: World) -> Walked:
     return _operator(w, _resting(w, failed=True), w.store.redrive)
 
 
-@scenario(Outcome.SEND_AGAIN)
+@scenario(DeliveryOutcome.SEND_AGAIN)
 def _send_again(w: World) -> Walked:
     return _operator(w, _resting(w, failed=False), w.store.send_again)
 
 
-@scenario(Outcome.MARK_DELIVERED)
+@scenario(DeliveryOutcome.MARK_DELIVERED)
 def _mark_delivered(w: World) -> Walked:
     return _operator(w, _resting(w, failed=False), w.store.mark_delivered)
 
 
-@scenario(Outcome.PURGE)
+@scenario(DeliveryOutcome.PURGE)
 def _purge(w: World) -> Walked:
     return _operator(w, _resting(w, failed=True), w.store.purge)
 
 
 def test_every_row_has_a_scenario() -> None:
-    assert set(SCENARIOS) == set(Outcome)
+    assert set(SCENARIOS) == set(DeliveryOutcome)
 
 
 def _probe_at(w: World, key: str) -> datetime | None:
@@ -306,9 +306,9 @@ def _probe_at(w: World, key: str) -> datetime | None:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-@pytest.mark.parametrize("outcome", list(Outcome), ids=lambda o: re.sub(r"\W+", "-", o.value))
+@pytest.mark.parametrize("outcome", list(DeliveryOutcome), ids=lambda o: re.sub(r"\W+", "-", o.value))
 def test_every_row_of_the_policy_holds_against_the_code(
-        outcome: Outcome, svc: Services, providers: Providers,
+        outcome: DeliveryOutcome, svc: Services, providers: Providers,
         make_services: Callable[..., Services], db_url: str) -> None:
     world = World(svc, providers, make_services, db_url)
     walked = SCENARIOS[outcome](world)
@@ -352,6 +352,6 @@ def test_every_row_of_the_policy_holds_against_the_code(
         assert entry.status.value in ("failed", "unknown")
     else:
         assert entry.status.value == "acked"
-    if row.outcome in (Outcome.REDRIVE, Outcome.SEND_AGAIN):
+    if row.outcome in (DeliveryOutcome.REDRIVE, DeliveryOutcome.SEND_AGAIN):
         assert entry.started_at is not None and entry.started_at >= walked.started, \
             "the expiry reads the restart"
