@@ -59,10 +59,11 @@ from sluice.delivery.channels import (
     channels,
     deduplicating,
 )
+from sluice.delivery.chunks import ChunkLog, SendProgress
 from sluice.delivery.classify import classify, describe, retry_after_s
 from sluice.delivery.destinations import Destinations, FailingDestination
 from sluice.delivery.payload import parse
-from sluice.delivery.policy import DeliveryOutcome, pacing_s
+from sluice.delivery.policy import DeliveryOutcome, Policy, pacing_s
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
 from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore
@@ -153,6 +154,7 @@ class Deliverer:
         self.send_timeout_s = send_timeout_s
         self.expire = expire
         self.destinations = Destinations(store.db, outage_threshold, self.policy)
+        self.chunks = ChunkLog(store.db)
         self.reporter = reporter
         self.limiter = limiter
         self.clock = clock
@@ -172,7 +174,9 @@ class Deliverer:
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
                           on_retry=limiter.on_retry)
-        store = DeliveryStore(services.db, unknown_resends=settings.delivery_unknown_resends)
+        store = DeliveryStore(services.db, policy=Policy(
+            unknown_resends=settings.delivery_unknown_resends,
+            pacing_cap_s=float(settings.delivery_pacing_cap_s)))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
@@ -204,14 +208,17 @@ class Deliverer:
         transient failure is the entry's own unless the policy charges the destination."""
         return _Run(self, None, lambda message: None).one(entry)
 
-    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry,
+              time_left: Callable[[], float] | None = None) -> Sent:
         started = self.clock()
+        # a message in chunks resumes after those accepted, each further chunk with its slot
+        progress = SendProgress(self.chunks, entry, self.limiter, time_left)
         try:
             if self.limiter is not None:
                 with self.limiter.sending(entry):
-                    message_id = adapter.send(entry)
+                    message_id = adapter.send(entry, progress)
             else:
-                message_id = adapter.send(entry)
+                message_id = adapter.send(entry, progress)
         except Exception as exc:  # noqa: BLE001 - the guard: any adapter error settles the entry
             # (a malformed recipient's ValueError is the entry's permanent failure: classify)
             return Sent(classify(exc), self._ms(started), error=exc)
@@ -384,7 +391,10 @@ class _Run:
                                    wait=timedelta(seconds=wait_s))
         if not self.store.request_left(entry):
             return SendOutcome.STALE
-        return self._conclude(entry, key, self.d._send(adapter, entry))
+        deadline = self.deadline
+        return self._conclude(entry, key, self.d._send(
+            adapter, entry, None if deadline is None
+            else lambda: deadline.remaining() - self.d.send_timeout_s))
 
     def _conclude(self, entry: DeliveryEntry, key: str | None, sent: Sent) -> SendOutcome:
         """Settle what a send came to, as the policy decides."""
@@ -415,6 +425,10 @@ class _Run:
                                f"last: {found.last_error}); its entries wait, no attempt "
                                "counted")
             return self._wait(entry, outcome, found)
+        if outcome is DeliveryOutcome.NO_SLOT:  # a further chunk found no slot in time
+            assert sent.error is not None
+            return self._apply(entry, outcome, error,
+                               wait=timedelta(seconds=retry_after_s(sent.error) or 0.0))
         if outcome is DeliveryOutcome.PACING:
             assert sent.error is not None and self.d.limiter is not None
             wait_s = pacing_s(sent.error) or 0.0

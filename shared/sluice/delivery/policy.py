@@ -20,7 +20,15 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
-from sluice.delivery.classify import CredentialsRefused, Verdict, _walk, classify, is_unknown
+from sluice.delivery.classify import (
+    CredentialsRefused,
+    NoRateSlot,
+    Verdict,
+    _walk,
+    classify,
+    is_unknown,
+    over_cap,
+)
 from sluice.delivery.classify import TransientDeliveryError as _Transient
 
 
@@ -174,6 +182,8 @@ def pacing_s(error: BaseException) -> float | None:
     that names none); None when the error is not a pacing answer."""
     for node in _walk(error):
         if isinstance(node, _Transient):
+            if node.over_cap:
+                return None  # past the cap: no wait to honour (the destination is failing)
             if node.retry_after_s is not None:
                 return node.retry_after_s
             if node.context.get("status") == 429:
@@ -235,6 +245,10 @@ class Policy:
         if is_unknown(error):
             return (DeliveryOutcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
                     else DeliveryOutcome.UNKNOWN_RESTS)
+        if any(isinstance(node, NoRateSlot) for node in _walk(error)):
+            return DeliveryOutcome.NO_SLOT  # our own limiter, before a further chunk left
+        if over_cap(error):
+            return DeliveryOutcome.PACING_PAST_CAP
         wait = pacing_s(error)
         if wait is not None and wait != 0:
             return DeliveryOutcome.PACING if self.honoured(wait) else DeliveryOutcome.PACING_PAST_CAP

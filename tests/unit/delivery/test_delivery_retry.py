@@ -13,7 +13,7 @@ from sluice.core.errors import ShutdownRequested
 from sluice.core.shutdown import SHUTDOWN, install, sleep_with_abort
 from sluice.delivery.channels.base import refused, send_chunks
 from sluice.delivery.classify import PermanentDeliveryError, TransientDeliveryError
-from sluice.delivery.ratelimit import rate_limited_for_s
+from sluice.delivery.policy import pacing_s as rate_limited_for_s
 from sluice.delivery.retry import Retrier, RetryPolicy
 from sluice.egress.pacing import Pacing
 
