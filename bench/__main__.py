@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.chaos.main import main as chaos
 
         return chaos(args[1:])
+    if args and args[0] == "mutate":  # defects put into a copy of the tree, one at a time
+        from bench.mutate.main import main as mutate
+
+        return mutate(args[1:])
     if args and args[0] == "simulate":  # months of operation on a simulated clock
         from bench.simulate.main import main as simulate
 

@@ -45,6 +45,7 @@ from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation, owed_matches
 from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
 from bench.simulate.outages import FlakyRedis, Outages
+from bench.simulate.pacing import Pacing
 from bench.simulate.peers import (
     FEEDS,
     HOOKS,
@@ -105,6 +106,11 @@ class Simulation:
         self.network.destinations = self.world.destinations
         self.judge = Judge(clock.start)
         self.network.on_receipt = self._receipt
+        self.pacing = Pacing(self.judge)
+        self.network.on_request = self.pacing.request
+        self.published = {story.number: story.published for feed in self.world.feeds.values()
+                          for story in feed.stories}
+        self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
         self.network.polar = self.world.polar
         self.outages = Outages(self.world.outages, clock.now)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
@@ -149,6 +155,7 @@ class Simulation:
             reschedule=lambda at, call: self._schedule(at, "erased-due", call),
             windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
+        self.erasures.redis = self.redis
         if self.pipeline:
             from sluice.queues.handlers import PIPELINE_FLAG
             from sluice.store.flags import FlagStore
@@ -375,8 +382,9 @@ class Simulation:
             self.crashes.arm(what)
             self._log(f"crash armed at {what}")
         elif kind == "owed":
-            match, published = what
-            self.judge.owed(match, self.clock.now(), published)
+            match, published, delayed = what
+            self.judge.owed(match, self.clock.now(), published, delayed,
+                            resting=self._resting(match, published))
         elif kind == "rogue":
             self.rogue.enqueue_copy(self.services, what)
             self._log(f"rogue producer enqueued {match_of_like(what)} again")
@@ -477,16 +485,49 @@ class Simulation:
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
         Its next send is the documented re-send of an unknown outcome."""
+        if point.startswith(("delivery.", "consumer.")):
+            self.delivery_crashes.append(self.clock.now())
         if point == "delivery.after_send" and self.network.receipts:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
 
     def _owe(self, rule: SimRule) -> None:
-        for due, match, published in owed_matches(self.world, rule):
-            self._schedule(due, "owed", (match, published))
+        for due, match, published, delayed in owed_matches(self.world, rule):
+            self._schedule(due, "owed", (match, published, delayed))
+
+    def _charged(self, match: Match, published: datetime) -> bool:
+        """Whether something outside the entry's destination could have charged its
+        attempts: a timeout after the message arrived, or a crash while it was owed."""
+        return match in self.judge.late or any(at >= published for at in self.delivery_crashes)
+
+    def _resting(self, match: Match, published: datetime) -> bool:
+        """The match's entry rests ``unknown`` (as the API lists it), as the documented
+        policy leaves an unknown outcome, after a timeout or a crash that made it one."""
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
+
+        if not self._charged(match, published):
+            return False
+        with self.outages.harness():
+            resting = DeliveryStore(self.services.db).list(status=DeliveryStatus.UNKNOWN,
+                                                           limit=500)
+        return any(match_of(entry) == match for entry in resting)
 
     def _observe_failed(self) -> None:
-        observe_failed(self.services, self.judge, self.clock.now())
+        observe_failed(self.services, self.judge, self.clock.now(), self._justified)
+
+    def _justified(self, match: Match) -> str | None:
+        """Why an entry may have failed for good, from what the world and the peers know
+        (None: nothing did, so an outage or a defect burned it: ``no_attempt_burned``).
+        A destination refused it; it outlived the expiry (a day) from its story's
+        publication; a timeout or a crash charged its attempts."""
+        published = self.published.get(match[2])
+        if match in self.network.refusals:
+            return "refused"
+        if published is None or self.clock.now() - published >= self.expire:
+            return "expired"
+        if self._charged(match, published):
+            return "charged"
+        return None
 
     def _operator(self) -> None:
         visit(self.services, self.rng, self.judge, self.rogue, self.clock.now(), self._log,

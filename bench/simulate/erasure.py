@@ -5,14 +5,18 @@ window, as ``POST /api/admin/erasure`` does) and cancels some within the window.
 user's AI calls go on afterwards (a client that still reports them, an entry waiting in
 Redis through the purge): ``record_usage`` and ``ledger-redrive`` must drop them.
 
-The invariants, from public state (the request as the API shows it; the subject's rows as
-the purge's own verification counts them in the SQL store):
+The invariants, from public state (the request as the API shows it) and from what the
+world wrote (the subject's id, found wherever it is, not where Sluice's registry says):
 
 - ``erased_in_time``: a request not cancelled is purged within ``PURGE_WITHIN`` after its
   grace window ends, when the store and Redis were up for that long;
-- ``nothing_comes_back`` (the same name as for deliveries): once purged, the subject has
-  no row left in any registered table, after every later call of theirs and every
-  erasure-purge and ledger-redrive run;
+- ``nothing_comes_back`` (the same name as for deliveries): once purged, nothing the
+  world wrote for the subject is left: no text column of any table of the database holds
+  the subject's id (``leftovers``: every table the schema has, found by reading
+  ``sqlite_master``, not the erasure registry), and no Redis key or value does, after
+  every later call of theirs and every erasure-purge and ledger-redrive run. Only the
+  erasure's own record of the request may name them (``RECORD_OF_ERASURE``);
+- ``not_before_grace``: no request is purged before its grace window ends;
 - ``cancel_holds``: a cancelled request is never purged.
 """
 
@@ -30,6 +34,41 @@ if TYPE_CHECKING:
     from bench.simulate.invariants import Judge
 
 PURGE_WITHIN = timedelta(hours=2)  # erasure-purge runs hourly
+# Where an erased subject's id may stay: the record that the erasure was asked for and
+# done (docs/erasure.md: accountability, and the tombstone that keeps the data from
+# being written again). Any other table, column or Redis key holding it is a leftover.
+RECORD_OF_ERASURE = frozenset({("data_erasure_requests", "subject_user_id"),
+                               ("erasure_tombstones", "subject_user_id")})
+
+
+def leftovers(services: Any, redis: Any, subject: str) -> dict[str, int]:
+    """Where ``subject``'s id still is: ``table.column`` (rows holding it anywhere in their
+    text) and ``redis:<key>`` (entries naming it), read from the database's own schema and
+    every Redis key, so a table Sluice does not know holds personal data is found too."""
+    found: dict[str, int] = {}
+    with services.db.transaction() as tx:
+        tables = [row["name"] for row in tx.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+            {})]
+        for table in tables:
+            columns = [row["name"] for row in tx.fetchall(f'PRAGMA table_info("{table}")', {})
+                       if (table, row["name"]) not in RECORD_OF_ERASURE]
+            for column in columns:
+                row = tx.fetchone(f'SELECT count(*) AS n FROM "{table}" '
+                                  f'WHERE instr(CAST("{column}" AS text), :s) > 0',
+                                  {"s": subject})
+                if row and row["n"]:
+                    found[f"{table}.{column}"] = int(row["n"])
+    if redis is not None:
+        raw = getattr(redis, "client", redis)  # the server, not the prefixed view
+        for key in raw.scan_iter("*"):
+            kind = raw.type(key)
+            values = (raw.lrange(key, 0, -1) if kind == "list"
+                      else [raw.get(key)] if kind == "string" else [])
+            hits = sum(subject in str(value) for value in [key, *values])
+            if hits:
+                found[f"redis:{key}"] = hits
+    return found
 
 
 class Erasures:
@@ -51,6 +90,8 @@ class Erasures:
         self.requests: dict[str, str] = {}  # request id -> subject
         self.purged: set[str] = set()  # subjects seen purged
         self.cancelled: set[str] = set()  # request ids
+        self.grace_until: dict[str, datetime] = {}  # request id -> its window's end
+        self.redis: Any = None  # the Redis the deployment writes to (the harness's view)
 
     def request(self, call: ErasureCall) -> None:
         from sluice.erasure.requests import ErasureStore
@@ -59,6 +100,9 @@ class Erasures:
             call.subject, requested_by="sim-operator", grace_days=call.grace_days,
             tenant_id=call.tenant_id)
         self.of_call[call] = request.id
+        # the world's own clock: the grace window it asked for (the first request's, when
+        # the API handed back one open already)
+        self.grace_until.setdefault(request.id, call.at + timedelta(days=call.grace_days))
         self.ids[call.subject] = request.id
         self.requests[request.id] = call.subject
         self.log(f"erasure of {call.subject} requested (grace {call.grace_days} d)"
@@ -107,8 +151,6 @@ class Erasures:
 
     def check(self, at: datetime) -> None:
         """Every request as the API shows it: purged ones stay empty, cancelled stay so."""
-        from sluice.erasure.purge import count_subject
-
         for request_id, subject in sorted(self.requests.items()):
             status = self._status(request_id)
             if status == "purged" and request_id in self.cancelled:
@@ -116,9 +158,13 @@ class Erasures:
                                 "then purged")
             if status != "purged":
                 continue
+            grace = self.grace_until.get(request_id)
+            if subject not in self.purged and grace is not None and at < grace:
+                self.judge.fail("not_before_grace", at,
+                                f"erasure of {subject} purged before its grace window "
+                                f"ended ({grace:%Y-%m-%d %H:%M})")
             self.purged.add(subject)
-            left = {name: n for name, n in count_subject(self.services, subject).items()
-                    if n and not name.startswith("redis")}
+            left = leftovers(self.services, self.redis, subject)
             if left:
                 self.judge.fail("nothing_comes_back", at,
                                 f"{subject} was erased (request {request_id}); rows are back: "

@@ -7,6 +7,13 @@ delivery entries the API lists, the jobs' results), never from Sluice's internal
   repeated ``Idempotency-Key``, so for webhooks a new key for the same match counts.
 - ``eventually_once``: a match whose feed and destination were up and whose rule did not
   change for three hours after the story was published has been received by then.
+- ``owed_after_recovery``: a match a fault delayed is owed all the same: it has been
+  received ``LIVENESS_AFTER`` into the first stretch of that length, from its story's
+  publication on, clear of every fault window of its channel's destinations, of the
+  stores' outages (and an hour after each) and of its feed's (and the feed's backoff
+  after each: as long as the window, at most a day), unless it was settled for good
+  (which ``no_attempt_burned`` judges) or rests unknown after a timeout or a crash. No
+  loss is excused by a fault window.
 - ``nothing_comes_back``: after the operator purged a match, or after its entry failed for
   good (a permanent refusal, the attempt limit, expiry), its receiver never gets it again.
 - ``run_within_deadline``: every job run ends within its Lambda timeout (simulated time).
@@ -33,6 +40,8 @@ LIVENESS_AFTER = timedelta(hours=3)
 # A feed that failed is retried on a backoff of up to a day: only a story from a feed that
 # was up that long before is owed within LIVENESS_AFTER.
 FEED_BACKOFF_CAP = timedelta(days=2)
+FEED_BACKOFF_MAX = timedelta(days=1)  # sluice.rss.fetch.Backoff's cap
+STORE_SETTLE = timedelta(hours=1)  # after a store outage, before a match is owed again
 
 
 def unknown_resends() -> int:
@@ -87,8 +96,18 @@ class Judge:
         self.final.pop(match, None)
         self.redrives[match] += 1
 
-    def owed(self, match: Match, at: datetime, published: datetime) -> None:
-        if self.received[match] == 0 and match not in self.final:
+    def owed(self, match: Match, at: datetime, published: datetime,
+             delayed: bool = False, resting: bool = False) -> None:
+        """``delayed``: a fault window delayed the match (``owed_after_recovery``);
+        ``resting``: its entry rests unknown after a timeout or a crash (excused)."""
+        if self.received[match] or match in self.final or resting:
+            return
+        if delayed:
+            self.fail("owed_after_recovery", at,
+                      f"{_name(match)} (published {published:%Y-%m-%d %H:%M}) not received "
+                      f"{LIVENESS_AFTER} into the first such stretch its feed, destinations "
+                      "and stores were up, its rule unchanged")
+        else:
             self.fail("eventually_once", at,
                       f"{_name(match)} (published {published:%Y-%m-%d %H:%M}) not received "
                       "although its feed and destination were up and its rule unchanged")
@@ -111,33 +130,46 @@ class Judge:
                           f"(allowed x{factor:g})")
 
 
-def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, datetime]]:
-    """The matches ``rule`` must deliver (when, what, published): its feed up for two days
-    before, every destination of its channel and the stores up from an hour before to
-    ``LIVENESS_AFTER`` after the story, the rule unchanged meanwhile."""
+def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, datetime, bool]]:
+    """The matches ``rule`` must deliver (when, what, published, delayed by a fault): due
+    ``LIVENESS_AFTER`` into the first stretch of that length from the story on clear of the
+    faults (see ``owed_after_recovery``), while the story is still in its feed and the rule
+    unchanged from 20 minutes before the story until then."""
+    from bench.simulate.billing import owed_at
+
     tenant = next(t for t in world.tenants if t.scope == rule.scope)
     # A destination is held as down by its host (one API host per chat channel; every
     # simulated webhook shares one host): a fault of any destination on the same
-    # channel may delay this one, so only a match clear of all of them is owed.
+    # channel may delay this one, so the match is owed once all of them are clear.
     windows = [w for name, peer in sorted(world.destinations.items())
                if name.startswith(f"{rule.channel}:") for w in peer.windows]
+    stores = [Window(w.start, w.end + STORE_SETTLE, w.kind) for w in world.outages.windows]
     owed = []
     for name in tenant.feeds:
         feed = world.feeds[name]
+        backoff = [Window(w.start, w.end + min(FEED_BACKOFF_MAX, w.end - w.start)
+                          + timedelta(minutes=10), w.kind) for w in feed.windows]
         for story in feed.stories:
-            published, due = story.published, story.published + LIVENESS_AFTER
-            if published < world.start or due > world.end:
+            published = story.published
+            if published < world.start or published + LIVENESS_AFTER > world.end:
                 continue
             keyword = rule.keyword_at(published)
             if keyword is None or keyword not in story.words:
                 continue
-            if not (rule.unchanged(published - timedelta(minutes=20), due)
-                    and _clear(windows, published - timedelta(hours=1), due)
-                    and _clear(feed.windows, published - FEED_BACKOFF_CAP, due)
-                    and _clear(world.outages.windows, published - timedelta(hours=1), due)
-                    and story in feed.visible(published + timedelta(hours=1))):
+            clear = (_clear(windows, published - timedelta(hours=1), published + LIVENESS_AFTER)
+                     and _clear(feed.windows, published - FEED_BACKOFF_CAP,
+                                published + LIVENESS_AFTER)
+                     and _clear(world.outages.windows, published - timedelta(hours=1),
+                                published + LIVENESS_AFTER))
+            due = (published + LIVENESS_AFTER if clear
+                   else owed_at(published, [*windows, *stores, *backoff], world.end,
+                                LIVENESS_AFTER))
+            if due is None or not (rule.unchanged(published - timedelta(minutes=20), due)
+                                   and story in feed.visible(due)
+                                   and story in feed.visible(published + timedelta(hours=1))):
                 continue
-            owed.append((due, (rule.channel, rule.recipient, story.number), published))
+            owed.append((due, (rule.channel, rule.recipient, story.number), published,
+                         not clear))
     return owed
 
 

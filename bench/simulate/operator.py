@@ -35,12 +35,22 @@ def match_of_like(copy: dict[str, Any]) -> str:
     return f"story-{found.group(1) if found else '?'} -> {copy['channel']}:{copy['recipient']}"
 
 
-def observe_failed(services: Any, judge: Judge, now: datetime) -> None:
-    """Entries failed for good are final for ``nothing_comes_back``."""
+def observe_failed(services: Any, judge: Judge, now: datetime,
+                   justified: Callable[[Match], str | None] = lambda match: "") -> None:
+    """Entries failed for good are final for ``nothing_comes_back``; one newly seen failed
+    must have a reason the world knows of (``justified``), else ``no_attempt_burned``."""
     from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
     for entry in DeliveryStore(services.db).list(status=DeliveryStatus.FAILED, limit=500):
-        judge.settled_for_good(match_of(entry), now,
+        match = match_of(entry)
+        if match not in judge.final and judge.received[match] == 0 \
+                and justified(match) is None:
+            judge.fail("no_attempt_burned", now,
+                       f"story-{match[2]} -> {match[0]}:{match[1]} failed for good "
+                       f"({(entry.last_error or 'failed')[:100]}) although its destination "
+                       "never refused it, it was younger than the expiry, and no timeout or "
+                       "crash charged its attempts")
+        judge.settled_for_good(match, now,
                                f"failed for good ({entry.last_error or 'failed'})"[:120])
 
 

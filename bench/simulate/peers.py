@@ -37,6 +37,8 @@ from xml.sax.saxutils import escape
 
 import httpx
 
+from bench.simulate.pacing import Request
+
 FEEDS = "127.0.0.1:7001"
 TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
@@ -137,9 +139,12 @@ class Network:
         self.destinations: dict[str, Peer] = {}  # "telegram:<chat>", "slack:<chan>", "webhook:<n>"
         self.receipts: list[Receipt] = []
         self.on_receipt: Callable[[Receipt], None] = lambda receipt: None
+        # every request to a destination, whatever its answer (pacing.py judges them)
+        self.on_request: Callable[[Request], None] = lambda request: None
         self.requests = 0
         self.refused_hosts: list[str] = []
         self.hook_keys: set[str] = set()
+        self.refusals: set[tuple[str, str, int]] = set()  # matches a destination refused
         self.polar = Peer("polar")
         self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
         self.on_polar: Callable[[str], None] = lambda external_id: None
@@ -227,15 +232,20 @@ class Network:
         peer = self.destinations.get(f"{channel}:{recipient}")
         window = peer.window(self.now()) if peer else Window(self.now(), self.now(), "refuse")
         kind = window.kind if window else "up"
-        if kind == "down":
-            raise httpx.ConnectError("simulated: connection refused", request=request)
-        if kind == "ratelimit" and window is not None:
-            left = (window.end - self.now()).total_seconds()
-            return _rate_limited(channel, request, max(1, min(RETRY_AFTER_MAX_S, math.ceil(left))))
-        if kind == "refuse":
-            return _refused(channel, request)
         match = STORY.search(text)
         story = int(match.group(1)) if match else -1
+        wait_s = None
+        if kind == "ratelimit" and window is not None:
+            left = (window.end - self.now()).total_seconds()
+            wait_s = max(1, min(RETRY_AFTER_MAX_S, math.ceil(left)))
+        self.on_request(Request(self.now(), channel, recipient, story, kind, wait_s))
+        if kind == "down":
+            raise httpx.ConnectError("simulated: connection refused", request=request)
+        if wait_s is not None:
+            return _rate_limited(channel, request, wait_s)
+        if kind == "refuse":
+            self.refusals.add((channel, recipient, story))
+            return _refused(channel, request)
         receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late")
         if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
             if key is not None:

@@ -1,0 +1,135 @@
+"""How Sluice's requests to each destination are spaced, judged from what the simulated
+peers recorded (``Network.requests``), never from Sluice's queue or its rate keys.
+
+- ``rate_kept``: no window of a limit's period holds more requests that reached the peer
+  than the limit plus one (the documented bound of ``sluice.delivery.ratelimit``: sends are
+  spaced at the limit's interval, so only the one on the window's closing edge may be
+  extra). The limits are the providers' documented ones, which are Sluice's defaults:
+  Telegram 30 a second per bot, 1 a second per chat, 20 a minute per group (a negative
+  chat id); Slack 1 a second per channel; a webhook host 10 a second.
+- ``schedule_kept``: a destination that failed (connection refused, 429) is asked again
+  only as the documented schedule allows: within one send, at most
+  ``INPROCESS_ATTEMPTS`` requests, each retry after the in-process policy's delay (300 ms
+  doubling) or the ``Retry-After`` the peer gave; the next send after the n-th failed send
+  in a row no sooner than the queue's step n (5 s, 25 s, 2 min, 10 min, then every 10
+  min), nor before the ``Retry-After`` the peer gave, capped at the schedule's last step.
+  A success resets it. A different match sent in the same instant (a drain working
+  through a backlog to a destination that took an entry earlier in the run) starts a
+  send of its own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from bench.simulate.invariants import Judge
+
+SCHEDULE_S = (5.0, 25.0, 120.0, 600.0)  # docs/delivery.md: the queue's retry schedule
+INPROCESS_ATTEMPTS = 3  # sluice.delivery.retry.RetryPolicy: 3 attempts, 300 ms doubling
+INPROCESS_FIRST_S = 0.3
+INPROCESS_MAX_S = 30.0
+SLACK_S = 0.05  # the simulated clock's own rounding: a wait may end this much early
+FAILED = ("down", "ratelimit")
+
+
+class Request(NamedTuple):
+    at: datetime
+    channel: str
+    recipient: str
+    story: int
+    answer: str  # up | late | down | ratelimit | refuse
+    retry_after_s: float | None  # what a 429 asked for
+
+
+def limits(channel: str, recipient: str) -> list[tuple[str, int, float]]:
+    """(key, limit, period in seconds) of every provider limit a request counts against."""
+    if channel == "telegram":
+        chat = (f"telegram:chat:{recipient}", 20, 60.0) if recipient.startswith("-") \
+            else (f"telegram:chat:{recipient}", 1, 1.0)
+        return [("telegram:bot", 30, 1.0), chat]
+    if channel == "slack":
+        return [(f"slack:channel:{recipient}", 1, 1.0)]
+    return [("webhook:host", 10, 1.0)]  # every simulated hook is on one host
+
+
+def destination(channel: str, recipient: str) -> str:
+    """What fails together: a chat, a channel, the one host every simulated hook is on."""
+    return "webhook:host" if channel == "webhook" else f"{channel}:{recipient}"
+
+
+@dataclass
+class _Failing:
+    sends: int = 0  # failed sends in a row
+    in_send: int = 0  # requests of the current send
+    last_at: datetime | None = None
+    story: int = -1
+    retry_after_s: float | None = None
+
+
+@dataclass
+class Pacing:
+    judge: Judge
+    windows: dict[str, deque[datetime]] = field(default_factory=dict)
+    failing: dict[str, _Failing] = field(default_factory=dict)
+
+    def request(self, request: Request) -> None:
+        if request.answer != "down":  # a refused connection reached no one
+            self._rate(request)
+        self._schedule(request)
+
+    def _rate(self, request: Request) -> None:
+        for key, limit, period in limits(request.channel, request.recipient):
+            seen = self.windows.setdefault(key, deque())
+            seen.append(request.at)
+            while seen and seen[0] <= request.at - timedelta(seconds=period):
+                seen.popleft()
+            if len(seen) > limit + 1:
+                self.judge.fail("rate_kept", request.at,
+                                f"{key}: {len(seen)} requests within {period:g} s (limit "
+                                f"{limit}, story-{request.story})")
+
+    def _schedule(self, request: Request) -> None:
+        key = destination(request.channel, request.recipient)
+        state = self.failing.get(key)
+        if state is not None and state.last_at is not None:
+            gap = (request.at - state.last_at).total_seconds()
+            new_send = self._new_send(state, request, gap)
+            if new_send is None:
+                return
+            if new_send:
+                state.sends += 1
+                state.in_send = 0
+        if request.answer in FAILED:
+            state = self.failing.setdefault(key, _Failing())
+            state.in_send += 1
+            state.last_at = request.at
+            state.story = request.story
+            state.retry_after_s = request.retry_after_s
+        elif request.answer in ("up", "late"):
+            self.failing.pop(key, None)  # it answered: the schedule starts over
+
+    def _new_send(self, state: _Failing, request: Request, gap: float) -> bool | None:
+        """Whether ``request`` (``gap`` seconds after the last failed one) starts a send of
+        its own (False: a retry within the send); None once a violation was recorded."""
+        asked = state.retry_after_s
+        if gap <= SLACK_S and request.story != state.story:
+            return True  # another entry of the same run: a send of its own
+        if state.in_send < INPROCESS_ATTEMPTS:
+            wanted = INPROCESS_FIRST_S * 2 ** (state.in_send - 1)
+            if asked is not None:
+                wanted = max(wanted, asked)
+            if wanted <= INPROCESS_MAX_S and wanted - SLACK_S <= gap <= INPROCESS_MAX_S + 1:
+                return False
+        step = SCHEDULE_S[min(state.sends + 1, len(SCHEDULE_S)) - 1]
+        wanted = max(step, min(asked, SCHEDULE_S[-1])) if asked is not None else step
+        if gap + SLACK_S < wanted:
+            self.judge.fail("schedule_kept", request.at,
+                            f"{destination(request.channel, request.recipient)} asked again "
+                            f"{gap:.1f} s after its failed send {state.sends + 1} in a row "
+                            f"(the schedule waits {wanted:g} s; story-{request.story})")
+            return None
+        return True
