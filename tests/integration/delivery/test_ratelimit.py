@@ -249,3 +249,38 @@ def test_a_429_retried_in_process_holds_its_key_for_every_sender_until_the_retry
         retrying.on_retry(TransientDeliveryError("503", status=503), 1, 0.3)
     clock.sleep(1.0)
     assert other.acquire(entry("telegram", "1002")) == 0.0
+
+
+class RatesDown:
+    """The rates' store unreachable (Redis down), as its client reports it."""
+
+    def take(self, rates: list[Rate], now_us: int) -> int:
+        from sluice.core.errors import TransientStoreError
+
+        raise TransientStoreError("redis: connection refused")
+
+    def slow(self, key: str, until_us: int) -> None:
+        self.take([], 0)
+
+
+def test_the_rates_store_down_before_a_send_costs_no_attempt_and_no_unknown_outcome(
+        svc: Services, providers: Providers) -> None:
+    """Found by the simulator (seed 2, day 15.7): a drain whose limiter's Redis was down
+    left its claimed entry to lapse, so two outages made a message never sent rest
+    ``unknown``. Nothing was sent: the entry goes back with its attempt."""
+    from sluice.core.errors import StoreError
+
+    store = DeliveryStore(svc.db)
+    providers.telegram.chats.add("1001")
+    entry, _ = store.enqueue("telegram", "1001", {"text": "one"})
+    for _ in range(3):
+        with Outbound.open(svc.settings, deadline_s=60) as client, \
+                pytest.raises(StoreError):
+            Deliverer.from_services(svc, client, limiter=Limiter(RatesDown(), svc.settings)
+                                    ).drain(Deadline(60))
+        stored = store.get(entry.id)
+        assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
+        assert stored.unknown_sends == 0 and "rate limits' store" in (stored.last_error or "")
+    assert providers.telegram.messages == []
+    assert drain_once(svc)["recovered"] == 1  # Redis back: sent once
+    assert [m["text"] for m in providers.telegram.messages] == ["one"]
