@@ -5,7 +5,8 @@ First the unmutated tree (the *control*) runs on the same seeds and days: a viol
 there makes every verdict meaningless, so the command stops (exit 2). Then each mutant
 of ``catalog.toml`` is applied to a scratch copy of the tree of its own (``shared/``,
 ``bench/``, ``serverless.yml``; the real checkout is never written) and the simulator runs
-there (``python -m bench simulate``, with the copy's ``shared/`` first on ``PYTHONPATH``),
+there (``python -m bench simulate --limits``: worlds that reach Sluice's limits on
+purpose, ``bench/simulate/limits.py``; the copy's ``shared/`` first on ``PYTHONPATH``),
 one seed after another until one shows a violation. A mutant is
 
 - ``killed``: an invariant failed (its name, the seed and the simulated day are shown);
@@ -39,7 +40,7 @@ from bench.mutate.catalog import ROOT, Mutant, check, load
 # The reduced run: seeds whose worlds reach every event kind the invariants judge (see
 # tests/unit/bench/test_mutate_catalog.py), a few weeks each.
 DEFAULT_SEEDS = (1, 2)
-DEFAULT_DAYS = 20
+DEFAULT_DAYS = 10
 COPIED = ("shared", "bench", "serverless.yml")
 VIOLATION = re.compile(r"^seed (\d+): VIOLATION (\S+) on day ([\d.]+) \([^)]*\): (.*)$",
                        re.MULTILINE)
@@ -133,8 +134,8 @@ def simulate(root: Path, seed: int, days: int, timeout: float | None
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "bench", "simulate", "--quiet", "--seed", str(seed),
-             "--days", str(days)], cwd=root, env=env, capture_output=True, text=True,
+            [sys.executable, "-m", "bench", "simulate", "--quiet", "--limits", "--seed",
+             str(seed), "--days", str(days)], cwd=root, env=env, capture_output=True, text=True,
             timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return "timeout", "", time.perf_counter() - started

@@ -43,6 +43,7 @@ from bench.simulate.firing import (
 )
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation, owed_matches
+from bench.simulate.limits import reach_limits
 from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
 from bench.simulate.outages import FlakyRedis, Outages
 from bench.simulate.pacing import Pacing
@@ -94,11 +95,14 @@ class Outcome:
 
 class Simulation:
     def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
-                 inject: str | None = None, keep_going: bool = False) -> None:
+                 inject: str | None = None, keep_going: bool = False,
+                 limits: bool = False) -> None:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
         self.rng = random.Random(seed)
         self.keep_going = keep_going
         self.world: World = generate(seed, clock.start, days)
+        # the faults and load that reach Sluice's limits, on purpose (limits.py)
+        limit_crashes = reach_limits(self.world, seed) if limits else []
         # The world is drawn first; the same generator then decides operator choices and
         # crashes, so one seed fixes everything.
         self.network = Network(clock.now, clock.sleep)
@@ -116,7 +120,8 @@ class Simulation:
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
-        self.digest = hashlib.sha256(f"{seed}:{days}{passed}".encode())
+        self.digest = hashlib.sha256(
+            f"{seed}:{days}{passed}{':limits' if limits else ''}".encode())
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
         self.firings: dict[str, Firing] = {}
@@ -127,6 +132,7 @@ class Simulation:
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
                                self.out.faults)
         self.crashes.on_crash = self._crashed
+        self.crashes.plan = sorted(self.crashes.plan + limit_crashes)
         self.rogue = Rogue(inject)
         # odd seeds fan the tick out through the push queue (queues.py); even seeds tick
         # inline, as the regression seeds always have

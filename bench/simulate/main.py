@@ -1,5 +1,5 @@
 """``python -m bench simulate [--seed N | --seeds K [--first F]] [--days D] [--jobs J]
-[--inject NAME] [--keep-going] [--quiet]``
+[--inject NAME] [--keep-going] [--limits] [--quiet]``
 
 Runs each seed's simulation (see ``bench/simulate/__init__.py``), prints one row per seed
 and a total, and exits 1 when any invariant was violated. A failing seed prints the
@@ -42,6 +42,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="only the table")
     parser.add_argument("--keep-going", action="store_true",
                         help="count every violation instead of stopping a seed at its first")
+    parser.add_argument("--limits", action="store_true",
+                        help="add the faults and load that reach Sluice's limits on purpose "
+                             "(bench/simulate/limits.py; python -m bench mutate uses it)")
     parser.add_argument("--inject", choices=INJECTIONS,
                         help="switch on a known defect, to see the invariants catch it")
     parser.add_argument("--from-rows", nargs="+", metavar="FILE",
@@ -129,7 +132,7 @@ class _Discard(io.TextIOBase):
 
 
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
-             keep_going: bool = False) -> Any:
+             keep_going: bool = False, limits: bool = False) -> Any:
     from bench.simulate.engine import Simulation
     from sluice.jobs import runs
 
@@ -138,7 +141,8 @@ def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
     with tempfile.TemporaryDirectory(prefix=f"sluice-sim-{seed}-", dir=_scratch()) as directory, \
             contextlib.redirect_stdout(_Discard()), \
             contextlib.redirect_stderr(_Discard()):  # the metrics' EMF lines, the logs
-        return Simulation(seed, days, Path(directory), clock, inject, keep_going).run()
+        return Simulation(seed, days, Path(directory), clock, inject, keep_going,
+                          limits).run()
 
 
 def _fixed_hashes(argv: list[str]) -> None:
@@ -170,21 +174,21 @@ def _worker_setup() -> None:
     _WORKER_CLOCK = _setup()
 
 
-def _worker_run(task: tuple[int, int, str | None, bool]) -> Any:
+def _worker_run(task: tuple[int, int, str | None, bool, bool]) -> Any:
     assert _WORKER_CLOCK is not None
-    seed, days, inject, keep_going = task
-    return run_seed(seed, days, _WORKER_CLOCK, inject, keep_going)
+    seed, days, inject, keep_going, limits = task
+    return run_seed(seed, days, _WORKER_CLOCK, inject, keep_going, limits)
 
 
 def _outcomes(seeds: list[int], args: argparse.Namespace) -> Iterator[Any]:
     """Each seed's outcome, in seed order: in this process, or on ``--jobs`` processes
     (each with its own clock; a seed's history does not depend on where it ran)."""
-    tasks = [(seed, args.days, args.inject, args.keep_going) for seed in seeds]
+    tasks = [(seed, args.days, args.inject, args.keep_going, args.limits) for seed in seeds]
     if args.jobs <= 1:
         clock = _setup()
         try:
             for task in tasks:
-                yield run_seed(task[0], task[1], clock, task[2], task[3])
+                yield run_seed(*task[:2], clock, *task[2:])
         finally:
             clock.uninstall()
         return
@@ -232,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in out.trail:
             print(f"  {line}")
         inject = f" --inject {args.inject}" if args.inject else ""
+        inject += " --limits" if args.limits else ""
         from bench.simulate.deployment import passed_settings
 
         settings = "".join(f"{k}={shlex.quote(v)} " for k, v in passed_settings().items())

@@ -111,3 +111,87 @@ def test_a_table_kept_longer_than_30_days_is_bounded_by_its_retention() -> None:
     assert judge.violations == []
     judge.bounded(T0, {"job_runs": 762}, {"job_runs": 762 * 9 + 1}, kept_days={"job_runs": 90})
     assert [v.invariant for v in judge.violations] == ["bounded_tables"]
+
+
+def _request(seconds: float, answer: str = "up", *, channel: str = "slack",
+             recipient: str = "C1", story: int = 7, retry_after_s: float | None = None
+             ) -> object:
+    from bench.simulate.pacing import Request
+
+    return Request(T0 + timedelta(seconds=seconds), channel, recipient, story, answer,
+                   retry_after_s)
+
+
+def test_a_rate_is_kept_with_one_on_the_windows_edge_and_no_more() -> None:
+    from bench.simulate.pacing import Pacing
+
+    judge = Judge(T0)
+    pacing = Pacing(judge)
+    for moment, story in ((0.0, 1), (0.5, 2)):  # two in a second: the one on the edge
+        pacing.request(_request(moment, story=story))  # type: ignore[arg-type]
+    assert judge.violations == []
+    pacing.request(_request(0.9, story=3))  # type: ignore[arg-type]
+    assert [v.invariant for v in judge.violations] == ["rate_kept"]
+    group = Judge(T0)  # a Telegram group: 20 a minute
+    pacing = Pacing(group)
+    for n in range(21):
+        pacing.request(_request(n * 2.0, channel="telegram", recipient="-100",  # type: ignore[arg-type]
+                                story=n))
+    assert group.violations == []
+    pacing.request(_request(42.0, channel="telegram", recipient="-100", story=99))  # type: ignore[arg-type]
+    assert [v.invariant for v in group.violations] == ["rate_kept"]
+
+
+def test_a_failing_destination_is_asked_again_only_on_the_documented_schedule() -> None:
+    from bench.simulate.pacing import Pacing
+
+    judge = Judge(T0)
+    pacing = Pacing(judge)
+    # one send: three in-process attempts (300 ms doubling), then the queue's 5 s step
+    for moment in (0.0, 0.3, 0.9, 5.9, 6.2, 6.8):
+        pacing.request(_request(moment, "down"))  # type: ignore[arg-type]
+    assert judge.violations == []
+    pacing.request(_request(12.0, "down"))  # type: ignore[arg-type]  # the 25 s step
+    assert [v.invariant for v in judge.violations] == ["schedule_kept"]
+    assert "waits 25 s" in judge.violations[0].detail
+    asked = Judge(T0)  # a 429 that asks for a minute is honoured, whatever the step
+    pacing = Pacing(asked)
+    pacing.request(_request(0.0, "ratelimit", retry_after_s=60))  # type: ignore[arg-type]
+    pacing.request(_request(61.0, "ratelimit", retry_after_s=60))  # type: ignore[arg-type]
+    assert asked.violations == []
+    pacing.request(_request(75.0, "up"))  # type: ignore[arg-type]
+    assert [v.invariant for v in asked.violations] == ["schedule_kept"]
+    reset = Judge(T0)  # an answer starts the schedule over; a backlog's next entry is its own
+    pacing = Pacing(reset)
+    for moment, answer, story in ((0.0, "down", 1), (0.3, "down", 1), (0.9, "down", 1),
+                                  (5.9, "up", 1), (5.9, "down", 2), (5.9, "down", 3)):
+        pacing.request(_request(moment, answer, story=story))  # type: ignore[arg-type]
+    assert reset.violations == []
+
+
+def test_a_match_a_fault_delayed_is_owed_after_the_recovery_unless_it_rests_unknown() -> None:
+    judge = Judge(T0)
+    judge.owed(("slack", "C1", 9), T0 + timedelta(hours=30), T0, delayed=True, resting=True)
+    assert judge.violations == []
+    judge.owed(("slack", "C1", 9), T0 + timedelta(hours=30), T0, delayed=True)
+    assert [v.invariant for v in judge.violations] == ["owed_after_recovery"]
+
+
+def test_a_story_published_during_an_outage_is_owed_after_it_not_excused() -> None:
+    from bench.simulate.invariants import LIVENESS_AFTER, owed_matches
+    from bench.simulate.peers import Window
+
+    world = generate(3, T0, 30)
+    rule = next(r for r in world.rules() if r.channel == "slack" or r.channel == "telegram")
+    owed = {match: (due, delayed) for due, match, _, delayed in owed_matches(world, rule)}
+    assert owed
+    match, (due, delayed) = next((m, d) for m, d in owed.items() if not d[1])
+    story = next(s for f in world.feeds.values() for s in f.stories if s.number == match[2])
+    assert due == story.published + LIVENESS_AFTER
+    # the same world with the destination down for ten hours over the story: owed later
+    down = Window(story.published - timedelta(hours=1), story.published + timedelta(hours=9),
+                  "down")
+    world.destinations[f"{rule.channel}:{rule.recipient}"].windows.append(down)
+    later = {m: (d, late) for d, m, _, late in owed_matches(world, rule)}
+    assert later[match][1] is True
+    assert later[match][0] >= down.end + LIVENESS_AFTER

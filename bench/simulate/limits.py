@@ -1,0 +1,121 @@
+"""Worlds that reach the limits (``--limits``; ``python -m bench mutate`` always uses it).
+
+A seed's drawn world rarely meets Sluice's limits in a few weeks: drains far from their
+budget, no destination down past the expiry, no rate saturated, faults that must coincide
+apart. ``reach_limits`` adds to the world, from ``random.Random("limits-<seed>")`` and
+within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
+
+- every feed fault (malformed, slow, 429, down) on a feed the tenants read;
+- for each destination in turn: a permanent refusal; *down for 26 hours*, past the
+  delivery expiry (a day), so entries expire and the rest go out in one backlog when it
+  is back; *late* (every send times out after it arrived) while a burst of stories
+  matches its rule, so a drain runs into its budget and attempts run out; a *429* window
+  under another burst, so the rates saturate;
+- bursts of ``BURST`` stories within two minutes that every rule of a tenant matches;
+- Polar down, failing (500), late and rate-limiting, each with calls made inside it;
+- a store outage that begins while the late burst is being sent (a message in flight when
+  the store drops) and a Redis outage under the 429 burst, each with a crash point armed
+  inside it;
+- an erasure whose grace window ends within the run, and one cancelled within its window;
+- a rule edit.
+
+Polar refusing an event for good (a 4xx) is not among them: this Polar never refuses one.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+from bench.simulate.peers import FeedStory, Peer, Window
+from bench.simulate.world import FILLER, ErasureCall, RuleVersion, UsageCall, World
+
+SPAN_DAYS = 8
+BURST = 14
+EXPIRY_PAST = timedelta(hours=26)
+
+
+def _at(world: World, day: float) -> datetime:
+    return world.start + timedelta(days=day)
+
+
+def _add(peer: Peer, world: World, start: datetime, hours: float, kind: str,
+         fault: str | None = None) -> Window:
+    window = Window(start, start + timedelta(hours=hours), kind)
+    peer.windows.append(window)
+    peer.windows.sort()
+    if start < world.end:
+        name = fault or kind
+        world.faults[name] = world.faults.get(name, 0) + 1
+    return window
+
+
+def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
+    """Add the limits' faults and load to ``world``; returns the crashes to arm (when,
+    point)."""
+    rng = random.Random(f"limits-{seed}")
+    read = sorted({name for tenant in world.tenants for name in tenant.feeds})
+    feed = world.feeds[read[0]]
+    for day, kind in ((1.2, "malformed"), (2.1, "slow"), (3.3, "ratelimit"), (4.4, "down")):
+        _add(feed, world, _at(world, day + rng.uniform(0, 0.1)), rng.uniform(1, 2), kind)
+    destinations = sorted(world.destinations)
+    plan = [("refuse", 1.5, 2.0), ("down", 2.0, EXPIRY_PAST.total_seconds() / 3600),
+            ("late", 5.0, 3.0), ("ratelimit", 6.5, 2.0)]
+    bursts: list[tuple[datetime, str]] = []
+    for n, (kind, day, hours) in enumerate(plan):
+        name = destinations[n % len(destinations)]
+        start = _at(world, day + rng.uniform(0, 0.05))
+        _add(world.destinations[name], world, start, hours, kind)
+        if kind in ("late", "ratelimit"):
+            bursts.append((start + timedelta(minutes=20), name))
+    numbers = [max((s.number for f in world.feeds.values() for s in f.stories), default=0)]
+    for at, name in bursts:
+        _burst(world, at, name, numbers, rng)
+    late_burst, rate_burst = bursts[0][0], bursts[1][0]
+    store = _add(world.outages, world, late_burst + timedelta(minutes=1, seconds=30), 0.3,
+                 "store_down")
+    redis = _add(world.outages, world, rate_burst + timedelta(seconds=20), 0.3, "redis_down")
+    names = {"down": "polar_down", "error": "polar_error", "late": "polar_late",
+             "ratelimit": "polar_ratelimit"}
+    for day, kind in ((1.1, "down"), (2.6, "error"), (3.6, "late"), (4.6, "ratelimit")):
+        window = _add(world.polar, world, _at(world, day), rng.uniform(0.5, 1.0), kind,
+                      names[kind])
+        for t, tenant in enumerate(world.tenants):
+            world.usage.append(UsageCall(window.start + timedelta(minutes=5 + t),
+                                         f"limits-{kind}-{t}", f"org-{tenant.scope}",
+                                         f"user-{t}-{rng.randint(0, 4)}", rng.randint(10, 5000)))
+    world.usage.sort()
+    tenant = rng.randrange(len(world.tenants))
+    scope = world.tenants[tenant].scope
+    world.erasures.append(ErasureCall(_at(world, 1.0), f"user-{tenant}-0", f"org-{scope}", 1,
+                                      None))
+    world.erasures.append(ErasureCall(_at(world, 1.3), f"user-{tenant}-1", f"org-{scope}", 3,
+                                      _at(world, 2.0)))
+    world.erasures.sort()
+    world.faults["erasure"] = sum(1 for e in world.erasures if e.at < world.end)
+    rule = world.tenants[0].rules[0]
+    edit = _at(world, 3.0 + rng.uniform(0, 0.5))
+    if rule.keyword_at(edit) is not None and not any(v.since > edit for v in rule.versions):
+        rule.versions.append(RuleVersion(edit, rng.choice(("kw00", "kw05", "kw10"))))
+        world.faults["rule_edit"] = world.faults.get("rule_edit", 0) + 1
+    return [(store.start + timedelta(seconds=30), "delivery.after_send"),
+            (redis.start + timedelta(seconds=30), "redrive.after_claim"),
+            (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
+            (_at(world, 2.0) + timedelta(minutes=1), "erasure.after_commit"),
+            (late_burst + timedelta(seconds=40), "consumer.after_handler")]
+
+
+def _burst(world: World, at: datetime, destination: str, numbers: list[int],
+           rng: random.Random) -> None:
+    """``BURST`` stories within two minutes on a feed of the tenant whose rule sends to
+    ``destination``, each matched by every rule of that tenant."""
+    tenant = next((t for t in world.tenants for r in t.rules
+                   if f"{r.channel}:{r.recipient}" == destination), world.tenants[0])
+    keywords = sorted({kw for r in tenant.rules if (kw := r.keyword_at(at)) is not None})
+    feed = world.feeds[tenant.feeds[0]]
+    for n in range(BURST):
+        numbers[0] += 1
+        words = (*keywords, *rng.sample(FILLER, 2))
+        feed.stories.append(FeedStory(numbers[0], at + timedelta(seconds=8 * n), words))
+    feed.stories.sort(key=lambda s: (s.published, s.number))
+    world.faults["burst"] = world.faults.get("burst", 0) + 1
