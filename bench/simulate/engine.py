@@ -115,6 +115,7 @@ class Simulation:
         self.published = {story.number: story.published for feed in self.world.feeds.values()
                           for story in feed.stories}
         self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
+        self.charged_reported: set[Match] = set()
         self.network.polar = self.world.polar
         self.outages = Outages(self.world.outages, clock.now)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
@@ -464,6 +465,7 @@ class Simulation:
         with self.outages.harness():
             if name == "delivery-drain":
                 self._observe_failed()
+                self._check_attempts()
             elif name in ("metering-flush", "ledger-redrive"):
                 self.billing.check_attempts(self.clock.now())
             if name in ("erasure-purge", "ledger-redrive"):
@@ -520,6 +522,26 @@ class Simulation:
 
     def _observe_failed(self) -> None:
         observe_failed(self.services, self.judge, self.clock.now(), self._justified)
+
+    def _check_attempts(self) -> None:
+        """``no_attempt_burned`` for deliveries: no entry (as the API lists it) shows more
+        attempts than its destination saw requests for its match, plus the crashes at a
+        delivery point since its story (an attempt the sender died in, before or after its
+        request). A wait on a down destination or a rate limit gives its attempt back."""
+        from sluice.delivery.store import DeliveryStore
+
+        for entry in DeliveryStore(self.services.db).list(limit=500):
+            match = match_of(entry)
+            published = self.published.get(match[2])
+            crashes = sum(1 for at in self.delivery_crashes
+                          if published is None or at >= published)
+            seen = self.pacing.asked[match]
+            if entry.attempts > seen + crashes and match not in self.charged_reported:
+                self.charged_reported.add(match)
+                self.judge.fail("no_attempt_burned", self.clock.now(),
+                                f"story-{match[2]} -> {match[0]}:{match[1]} shows "
+                                f"{entry.attempts} attempts; its destination saw {seen} "
+                                f"requests for it and {crashes} crashes could have charged it")
 
     def _justified(self, match: Match) -> str | None:
         """Why an entry may have failed for good, from what the world and the peers know

@@ -16,6 +16,8 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
 - a store outage that begins while the late burst is being sent (a message in flight when
   the store drops) and a Redis outage under the 429 burst, each with a crash point armed
   inside it;
+- the sender dying right after a send three times in a row when the late window ends
+  (one entry's lease lapses again and again);
 - an erasure whose grace window ends within the run, and one cancelled within its window;
 - a rule edit.
 
@@ -72,6 +74,8 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     for at, name in bursts:
         _burst(world, at, name, numbers, rng)
     late_burst, rate_burst = bursts[0][0], bursts[1][0]
+    late_end = world.destinations[destinations[2 % len(destinations)]].windows
+    back = next(w.end for w in late_end if w.kind == "late" and w.start <= late_burst)
     store = _add(world.outages, world, late_burst + timedelta(minutes=1, seconds=30), 0.3,
                  "store_down")
     redis = _add(world.outages, world, rate_burst + timedelta(seconds=20), 0.3, "redis_down")
@@ -102,7 +106,10 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
             (_at(world, 2.0) + timedelta(minutes=1), "erasure.after_commit"),
-            (late_burst + timedelta(seconds=40), "consumer.after_handler")]
+            (late_burst + timedelta(seconds=40), "consumer.after_handler"),
+            # the backlog after the late window: the sender dies right after a send three
+            # times in a row, so one entry's lease lapses again and again
+            *((back + timedelta(minutes=1 + 3 * n), "delivery.after_send") for n in range(3))]
 
 
 def _burst(world: World, at: datetime, destination: str, numbers: list[int],

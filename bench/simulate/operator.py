@@ -10,6 +10,7 @@ import random
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.simulate.invariants import Judge, Match
 from bench.simulate.peers import STORY
@@ -19,10 +20,15 @@ PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are
 
 
 def match_of(entry: Any) -> Match:
-    """(channel, recipient, story) of a delivery entry, from its public fields."""
+    """(channel, recipient, story) of a delivery entry, from its public fields, named as the
+    receivers record it (a webhook by its path on the one simulated host, as its rule's
+    recipient is)."""
     text = " ".join(str(p) for p in entry.payload.get("payloads", []))
     found = STORY.search(text)
-    return entry.channel, entry.recipient, int(found.group(1)) if found else -1
+    recipient = entry.recipient
+    if entry.channel == "webhook":
+        recipient = urlsplit(recipient).path.strip("/")
+    return entry.channel, recipient, int(found.group(1)) if found else -1
 
 
 def like(entry: Any) -> dict[str, Any]:
@@ -70,11 +76,11 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
                 rogue.enqueue_copy(services, like(entry))
                 log(f"rogue producer enqueued {match_of_like(like(entry))} again")
             faults["operator_purge"] = faults.get("operator_purge", 0) + 1
-            log(f"operator purged story-{match[2]} -> {match[0]}:{match[1]}")
+            log(f"operator purged story-{match[2]} -> {match[0]}:{entry.recipient}")
         else:
             store.redrive(entry.id)
             judge.redriven(match)
             faults["operator_redrive"] = faults.get("operator_redrive", 0) + 1
-            log(f"operator redrove story-{match[2]} -> {match[0]}:{match[1]}")
+            log(f"operator redrove story-{match[2]} -> {match[0]}:{entry.recipient}")
     if not failed:
         log("operator: nothing failed")

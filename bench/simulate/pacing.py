@@ -20,7 +20,7 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
@@ -74,9 +74,11 @@ class _Failing:
 class Pacing:
     judge: Judge
     windows: dict[str, deque[datetime]] = field(default_factory=dict)
+    asked: Counter[tuple[str, str, int]] = field(default_factory=Counter)  # match -> requests
     failing: dict[str, _Failing] = field(default_factory=dict)
 
     def request(self, request: Request) -> None:
+        self.asked[(request.channel, request.recipient, request.story)] += 1
         if request.answer != "down":  # a refused connection reached no one
             self._rate(request)
         self._schedule(request)

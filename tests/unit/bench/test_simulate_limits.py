@@ -1,0 +1,74 @@
+"""The reduced run's worlds (``python -m bench mutate``'s default seeds and days, with
+``--limits``) hold every event kind the invariants judge, drawn without running Sluice."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from bench.mutate.main import DEFAULT_DAYS, DEFAULT_SEEDS
+from bench.simulate.crashes import Crashes
+from bench.simulate.limits import BURST, EXPIRY_PAST, reach_limits
+from bench.simulate.world import World, generate
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+def _world(seed: int) -> tuple[World, list[tuple[datetime, str]]]:
+    world = generate(seed, T0, DEFAULT_DAYS)
+    return world, reach_limits(world, seed)
+
+
+def _kinds(windows: list, world: World) -> set[str]:  # type: ignore[type-arg]
+    return {w.kind for w in windows if w.start < world.end}
+
+
+def test_the_reduced_runs_seeds_reach_every_event_kind() -> None:
+    feeds: set[str] = set()
+    destinations: set[str] = set()
+    polar: set[str] = set()
+    stores: set[str] = set()
+    crashed: set[str] = set()
+    past_expiry = erasure_due = cancelled = edited = burst = False
+    for seed in DEFAULT_SEEDS:
+        world, extra = _world(seed)
+        for feed in world.feeds.values():
+            feeds |= _kinds(feed.windows, world)
+        for peer in world.destinations.values():
+            destinations |= _kinds(peer.windows, world)
+            past_expiry |= any(w.kind == "down" and w.end - w.start >= EXPIRY_PAST
+                               and w.end < world.end for w in peer.windows)
+        for window in world.polar.windows:
+            if window.start < world.end and any(window.start <= call.at < window.end
+                                                for call in world.usage):
+                polar.add(window.kind)
+        stores |= _kinds(world.outages.windows, world)
+        erasure_due |= any(e.cancel_at is None and e.at + timedelta(days=e.grace_days)
+                           < world.end for e in world.erasures)
+        cancelled |= any(e.cancel_at is not None and e.cancel_at < world.end
+                         for e in world.erasures)
+        edited |= any(v.since < world.end for r in world.rules() for v in r.versions[1:])
+        for feed in world.feeds.values():
+            times = [s.published for s in feed.stories if T0 <= s.published < world.end]
+            burst |= any(times[i + BURST - 1] - times[i] <= timedelta(minutes=2)
+                         for i in range(len(times) - BURST + 1))
+        plan = Crashes(random.Random(seed), world.start, world.end, {}).plan + extra
+        crashed |= {point.split(".")[0] for at, point in plan if at < world.end}
+    assert feeds >= {"down", "slow", "malformed", "ratelimit"}
+    assert destinations >= {"down", "late", "ratelimit", "refuse"}
+    assert polar == {"down", "error", "late", "ratelimit"}
+    assert stores == {"store_down", "redis_down"}
+    assert past_expiry and erasure_due and cancelled and edited and burst
+    assert crashed >= {"delivery", "metering", "redrive", "erasure", "consumer"}
+    assert {seed % 2 for seed in DEFAULT_SEEDS} == {0, 1}  # a pipeline seed and an inline one
+
+
+def test_outages_fall_under_the_bursts_with_a_crash_point_armed_inside() -> None:
+    world, extra = _world(DEFAULT_SEEDS[0])
+    outages = [w for w in world.outages.windows if w.start < world.end]
+    armed = [(at, point) for at, point in extra
+             if any(w.start <= at < w.end for w in outages)]
+    assert {point for _, point in armed} >= {"delivery.after_send", "redrive.after_claim"}
+    stories = [s.published for f in world.feeds.values() for s in f.stories]
+    for window in outages[-2:]:  # the two added: each begins while a burst is under way
+        assert any(window.start - timedelta(minutes=3) <= t <= window.start for t in stories)
