@@ -89,11 +89,11 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
                                          f"limits-{kind}-{t}", f"org-{tenant.scope}",
                                          f"user-{t}-{rng.randint(0, 4)}", rng.randint(10, 5000)))
     world.usage.sort()
-    tenant = rng.randrange(len(world.tenants))
-    scope = world.tenants[tenant].scope
-    world.erasures.append(ErasureCall(_at(world, 1.0), f"user-{tenant}-0", f"org-{scope}", 1,
+    who = rng.randrange(len(world.tenants))
+    scope = world.tenants[who].scope
+    world.erasures.append(ErasureCall(_at(world, 1.0), f"user-{who}-0", f"org-{scope}", 1,
                                       None))
-    world.erasures.append(ErasureCall(_at(world, 1.3), f"user-{tenant}-1", f"org-{scope}", 3,
+    world.erasures.append(ErasureCall(_at(world, 1.3), f"user-{who}-1", f"org-{scope}", 3,
                                       _at(world, 2.0)))
     world.erasures.sort()
     world.faults["erasure"] = sum(1 for e in world.erasures if e.at < world.end)

@@ -22,16 +22,16 @@ def test_every_mutant_finds_its_code_exactly_once_in_product_code() -> None:
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = ""\nreplace = "y"\n'
-     'breaks = "z"\n', "missing or empty ['find']"),
-    ('[[mutant]]\nid = "a"\nfile = "bench/simulate/engine.py"\nfind = "x"\nreplace = "y"\n'
-     'breaks = "z"\n', "is not product code"),
-    ('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = "x"\nreplace = "x"\n'
-     'breaks = "z"\n', "changes nothing"),
-    ('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = "x"\nreplace = "y"\n'
-     'breaks = "z"\nextra = 1\n', "unknown ['extra']"),
-    ('[[mutant]]\nid = "a"\nfile = "shared/sluice/../../bench/x.py"\nfind = "x"\n'
-     'replace = "y"\nbreaks = "z"\n', "is not product code"),
+    (('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = ""\nreplace = "y"\n'
+     'breaks = "z"\n'), "missing or empty ['find']"),
+    (('[[mutant]]\nid = "a"\nfile = "bench/simulate/engine.py"\nfind = "x"\nreplace = "y"\n'
+     'breaks = "z"\n'), "is not product code"),
+    (('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = "x"\nreplace = "x"\n'
+     'breaks = "z"\n'), "changes nothing"),
+    (('[[mutant]]\nid = "a"\nfile = "shared/sluice/x.py"\nfind = "x"\nreplace = "y"\n'
+     'breaks = "z"\nextra = 1\n'), "unknown ['extra']"),
+    (('[[mutant]]\nid = "a"\nfile = "shared/sluice/../../bench/x.py"\nfind = "x"\n'
+     'replace = "y"\nbreaks = "z"\n'), "is not product code"),
 ])
 def test_a_malformed_catalog_entry_is_refused(tmp_path: Path, text: str, error: str) -> None:
     path = tmp_path / "catalog.toml"

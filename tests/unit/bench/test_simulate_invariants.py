@@ -185,7 +185,7 @@ def test_a_story_published_during_an_outage_is_owed_after_it_not_excused() -> No
     rule = next(r for r in world.rules() if r.channel == "slack" or r.channel == "telegram")
     owed = {match: (due, delayed) for due, match, _, delayed in owed_matches(world, rule)}
     assert owed
-    match, (due, delayed) = next((m, d) for m, d in owed.items() if not d[1])
+    match, (due, _delayed) = next((m, d) for m, d in owed.items() if not d[1])
     story = next(s for f in world.feeds.values() for s in f.stories if s.number == match[2])
     assert due == story.published + LIVENESS_AFTER
     # the same world with the destination down for ten hours over the story: owed later
