@@ -37,9 +37,9 @@ from typing import NamedTuple
 
 from bench.mutate.catalog import ROOT, Mutant, check, load
 
-# The reduced run: seeds whose worlds reach every event kind the invariants judge (see
-# tests/unit/bench/test_mutate_catalog.py), a few weeks each.
-DEFAULT_SEEDS = (1, 2)
+# The reduced run: with --limits, seeds whose worlds reach every event kind the invariants
+# judge, every channel among them (tests/unit/bench/test_simulate_limits.py).
+DEFAULT_SEEDS = (1, 4)
 DEFAULT_DAYS = 10
 COPIED = ("shared", "bench", "serverless.yml")
 VIOLATION = re.compile(r"^seed (\d+): VIOLATION (\S+) on day ([\d.]+) \([^)]*\): (.*)$",

@@ -11,8 +11,11 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   is back; *late* (every send times out after it arrived) while a burst of stories
   matches its rule, so a drain runs into its budget and attempts run out; a *429* window
   under another burst, so the rates saturate;
-- bursts of ``BURST`` stories within two minutes that every rule of a tenant matches;
-- Polar down, failing (500), late and rate-limiting, each with calls made inside it;
+- bursts of ``BURST`` stories within two minutes that every rule of a tenant matches; for
+  each channel, one to a destination that is up (every rate met at once, a crash armed
+  right after a claim) and one while it answers late (each send an unknown outcome);
+- Polar down, failing (500), late and rate-limiting, each with calls made inside it, and
+  calls made while the store or Redis is away;
 - a store outage that begins while the late burst is being sent (a message in flight when
   the store drops) and a Redis outage under the 429 burst, each with a crash point armed
   inside it;
@@ -76,7 +79,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     late_burst, rate_burst = bursts[0][0], bursts[1][0]
     late_end = world.destinations[destinations[2 % len(destinations)]].windows
     back = next(w.end for w in late_end if w.kind == "late" and w.start <= late_burst)
-    store = _add(world.outages, world, late_burst + timedelta(minutes=1, seconds=30), 0.3,
+    store = _add(world.outages, world, late_burst + timedelta(minutes=1, seconds=30), 0.5,
                  "store_down")
     redis = _add(world.outages, world, rate_burst + timedelta(seconds=20), 0.3, "redis_down")
     names = {"down": "polar_down", "error": "polar_error", "late": "polar_late",
@@ -88,6 +91,23 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
             world.usage.append(UsageCall(window.start + timedelta(minutes=5 + t),
                                          f"limits-{kind}-{t}", f"org-{tenant.scope}",
                                          f"user-{t}-{rng.randint(0, 4)}", rng.randint(10, 5000)))
+    for window in (store, redis):  # calls made while a store is away (Redis's retry queue)
+        for t, tenant in enumerate(world.tenants):
+            world.usage.append(UsageCall(window.start + timedelta(minutes=2, seconds=t),
+                                         f"limits-{window.kind}-{t}", f"org-{tenant.scope}",
+                                         f"user-{t}-{rng.randint(0, 4)}", rng.randint(10, 5000)))
+    crashes: list[tuple[datetime, str]] = []
+    channels: dict[str, str] = {}
+    for name in destinations:
+        channels.setdefault(name.split(":", 1)[0], name)
+    for n, name in enumerate(channels.values()):
+        # a burst to a destination that is up: every rate is met at once
+        at = _at(world, 7.2 + 0.05 * n)
+        _burst(world, at, name, numbers, rng)
+        crashes.append((at + timedelta(seconds=30), "delivery.after_claim"))
+        # and answering late under another burst: each send an unknown outcome
+        late = _add(world.destinations[name], world, _at(world, 7.6 + 0.1 * n), 1.0, "late")
+        _burst(world, late.start + timedelta(minutes=5), name, numbers, rng)
     world.usage.sort()
     who = rng.randrange(len(world.tenants))
     scope = world.tenants[who].scope
@@ -109,7 +129,8 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
             (late_burst + timedelta(seconds=40), "consumer.after_handler"),
             # the backlog after the late window: the sender dies right after a send three
             # times in a row, so one entry's lease lapses again and again
-            *((back + timedelta(minutes=1 + 3 * n), "delivery.after_send") for n in range(3))]
+            *((back + timedelta(minutes=1 + 3 * n), "delivery.after_send") for n in range(3)),
+            *crashes]
 
 
 def _burst(world: World, at: datetime, destination: str, numbers: list[int],
