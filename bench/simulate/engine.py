@@ -163,6 +163,11 @@ class Simulation:
             windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
         self.erasures.redis = self.redis
+        calls: dict[str, list[UsageCall]] = {}
+        for call in self.world.usage:
+            calls.setdefault(call.user_id, []).append(call)
+        self.erasures.written = lambda subject, at: tuple(
+            c.entry_id for c in calls.get(subject, ()) if c.at <= at)
         if self.pipeline:
             from sluice.queues.handlers import PIPELINE_FLAG
             from sluice.store.flags import FlagStore

@@ -41,11 +41,17 @@ RECORD_OF_ERASURE = frozenset({("data_erasure_requests", "subject_user_id"),
                                ("erasure_tombstones", "subject_user_id")})
 
 
-def leftovers(services: Any, redis: Any, subject: str) -> dict[str, int]:
-    """Where ``subject``'s id still is: ``table.column`` (rows holding it anywhere in their
-    text) and ``redis:<key>`` (entries naming it), read from the database's own schema and
-    every Redis key, so a table Sluice does not know holds personal data is found too."""
+def leftovers(services: Any, redis: Any, subject: str,
+              written: tuple[str, ...] = ()) -> dict[str, int]:
+    """Where ``subject``'s id, or the id of a record the world wrote for them (``written``:
+    their AI calls' entry ids, also as the first part of a ``:``-suffixed id), still is:
+    ``table.column`` (rows holding it) and ``redis:<key>`` (entries naming it), read from
+    the database's own schema and every Redis key, so a table Sluice does not know holds
+    personal data is found too."""
+    import json
+
     found: dict[str, int] = {}
+    ids = json.dumps(sorted(written))
     with services.db.transaction() as tx:
         tables = [row["name"] for row in tx.fetchall(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
@@ -54,9 +60,12 @@ def leftovers(services: Any, redis: Any, subject: str) -> dict[str, int]:
             columns = [row["name"] for row in tx.fetchall(f'PRAGMA table_info("{table}")', {})
                        if (table, row["name"]) not in RECORD_OF_ERASURE]
             for column in columns:
+                text = f'CAST("{column}" AS text)'
                 row = tx.fetchone(f'SELECT count(*) AS n FROM "{table}" '
-                                  f'WHERE instr(CAST("{column}" AS text), :s) > 0',
-                                  {"s": subject})
+                                  f"WHERE instr({text}, :s) > 0 OR substr({text}, 1, "
+                                  f"instr({text} || ':', ':') - 1) IN "
+                                  "(SELECT value FROM json_each(:ids))",
+                                  {"s": subject, "ids": ids})
                 if row and row["n"]:
                     found[f"{table}.{column}"] = int(row["n"])
     if redis is not None:
@@ -92,6 +101,8 @@ class Erasures:
         self.cancelled: set[str] = set()  # request ids
         self.grace_until: dict[str, datetime] = {}  # request id -> its window's end
         self.redis: Any = None  # the Redis the deployment writes to (the harness's view)
+        # the ids of the records the world wrote for a subject by a moment (their calls)
+        self.written: Callable[[str, datetime], tuple[str, ...]] = lambda subject, at: ()
 
     def request(self, call: ErasureCall) -> None:
         from sluice.erasure.requests import ErasureStore
@@ -164,7 +175,7 @@ class Erasures:
                                 f"erasure of {subject} purged before its grace window "
                                 f"ended ({grace:%Y-%m-%d %H:%M})")
             self.purged.add(subject)
-            left = leftovers(self.services, self.redis, subject)
+            left = leftovers(self.services, self.redis, subject, self.written(subject, at))
             if left:
                 self.judge.fail("nothing_comes_back", at,
                                 f"{subject} was erased (request {request_id}); rows are back: "
