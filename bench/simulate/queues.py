@@ -256,7 +256,7 @@ class PushQueue:
                                                                                 self.TOPIC)])
         sqs = Sqs(self.client, prefix)
         services.__dict__["cloudwatch"] = SimCloudWatch(self.client)  # the cards' oldest age
-        runtime._PUBLISHERS[services] = Publisher(services.settings, sqs=sqs)
+        runtime._PUBLISHERS[services] = {False: Publisher(services.settings, sqs=sqs)}
         self.consumer = runtime.consumers_for(services, sqs=sqs, registry=None,
                                               topics=(self.TOPIC,))[self.TOPIC]
         handler = self.consumer.handler
