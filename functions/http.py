@@ -1,14 +1,7 @@
-"""The HTTP function: the FastAPI app behind Mangum (lifespan off)."""
+"""The HTTP function: the packaged handler, ``sluice.lambda_handlers.http``."""
 
 from __future__ import annotations
 
-from functions import cold_start
+from sluice.lambda_handlers.http import app, handler
 
-with cold_start():
-    from mangum import Mangum
-
-    from sluice.core.services import Services
-    from sluice.http.app import create_app
-
-    app = create_app(Services.from_env())
-    handler = Mangum(app, lifespan="off")
+__all__ = ["app", "handler"]

@@ -67,7 +67,7 @@ def _pg_admin() -> psycopg.Connection[Any]:
         return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:  # loud: a missing service fails the run
         raise RuntimeError(f"Postgres is not answering at {PG_ADMIN_URL}: {exc}. "
-                           "Start it (see .ci/run).") from exc
+                           "Start it (tests/run does).") from exc
 
 
 def _pg_url(name: str) -> str:
@@ -131,7 +131,7 @@ def redis_server() -> str:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
         raise RuntimeError(f"Redis is not answering at {REDIS_URL}: {exc}. "
-                           "Start it (see .ci/run).") from exc
+                           "Start it (tests/run does).") from exc
     return REDIS_URL
 
 

@@ -211,10 +211,11 @@ class Simulation:
         heapq.heappush(self.queue, (at, self.sequence, kind, what))
 
     def _plan(self) -> None:
+        from sluice.jobs.registry import JOBS
         from sluice.jobs.schedule import job_schedules, parse
 
         start = self.world.start
-        for job, expressions in sorted(job_schedules().items()):
+        for job, expressions in sorted(job_schedules(JOBS).items()):
             for n, expression in enumerate(expressions):
                 firing = Firing(job, parse(expression), start)
                 self.firings[job if n == 0 else f"{job}#{n}"] = firing

@@ -1,8 +1,11 @@
 // Sluice packaging plugin for osls: one source of dependencies, lean functions, fast packaging.
 //
-// 1. Writes the Lambda requirements file from pyproject.toml's [project].dependencies
-//    (pyproject.toml stays the one place dependencies live), leaving out
-//    `custom.packaging.localOnly` (uvicorn: `sluice dev` only).
+// 1. Writes the Lambda requirements file from the lock (`custom.packaging.lock`:
+//    infra/requirements.lock here, the app's own requirements.lock in an app's deployment),
+//    every distribution pinned as locked, leaving out `custom.packaging.localOnly`
+//    (uvicorn: `sluice dev` only). pyproject.toml stays where dependencies are declared;
+//    the lock is compiled from it (`uv pip compile`, see its header) and a test checks the
+//    two agree (tests/unit/test_lock.py).
 // 2. Runs serverless-python-requirements' install step with `custom.pythonRequirements`
 //    (pip, manylinux wheels for Python 3.12, no Docker), cached by the plugin per
 //    requirements checksum.
@@ -25,11 +28,14 @@ const fs = require('fs');
 const path = require('path');
 const PythonRequirements = require('serverless-python-requirements');
 
-const READ_DEPENDENCIES = [
-  'import sys, tomllib',
-  'deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]',
-  'print("\\n".join(deps))',
-].join('\n');
+// A lock line pins one distribution: `name==version`, perhaps with a marker; comments
+// (uv's `# via` notes) and option lines carry nothing to install.
+const PINNED = /^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)==([^\s;#]+)\s*(;[^#]*)?/;
+
+function lockedRequirements(text) {
+  return text.split('\n').map((line) => line.match(PINNED)).filter(Boolean)
+    .map((m) => `${m[1]}==${m[2]}${m[3] ? ` ${m[3].trim()}` : ''}`);
+}
 
 const norm = (s) => s.toLowerCase().replace(/[-.]+/g, '_');
 
@@ -90,18 +96,16 @@ class SluicePackaging {
 
   writeRequirements() {
     const serviceDir = this.serverless.serviceDir;
-    const out = childProcess.execFileSync(
-      this.config.python || 'python3',
-      ['-c', READ_DEPENDENCIES, path.join(serviceDir, 'pyproject.toml')],
-      { encoding: 'utf8' }
-    );
+    const lock = path.join(serviceDir, this.config.lock || 'requirements.lock');
+    if (!fs.existsSync(lock)) this.fail(`no lock file at ${lock} (custom.packaging.lock)`);
+    const pinned = lockedRequirements(fs.readFileSync(lock, 'utf8'));
+    if (!pinned.length) this.fail(`${lock} pins no distribution`);
     const localOnly = new Set((this.config.localOnly || []).map(distributionName));
-    const keep = out.split('\n').map((l) => l.trim()).filter(Boolean)
-      .filter((req) => !localOnly.has(distributionName(req)));
+    const keep = pinned.filter((req) => !localOnly.has(distributionName(req)));
     const target = path.join(serviceDir, '.serverless', 'sluice-requirements.txt');
     fs.mkdirSync(path.dirname(target), { recursive: true });
     fs.writeFileSync(target, `${keep.join('\n')}\n`);
-    this.log.info(`sluice: ${keep.length} Lambda requirements from pyproject.toml`);
+    this.log.info(`sluice: ${keep.length} Lambda requirements pinned by ${path.basename(lock)}`);
   }
 
   async installDependencies() {

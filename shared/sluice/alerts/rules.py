@@ -27,11 +27,10 @@ from typing import TYPE_CHECKING, Any
 from sluice.core.errors import NotFound, RequestError
 from sluice.core.validate import (
     check_optional_identifier,
-    check_recipient,
     check_scope_id,
     check_text,
 )
-from sluice.delivery.channels import channels, webhook_guard
+from sluice.delivery.channels import channels, check_recipient, webhook_guard
 from sluice.egress import AddressGuard
 from sluice.rss.store import RssStore, Story
 from sluice.store.db import utcnow

@@ -1,4 +1,5 @@
-"""``sluice dev``: the app on 127.0.0.1 and a scheduler firing jobs as serverless.yml says."""
+"""``sluice dev``: the app on 127.0.0.1 and a scheduler firing every job (Sluice's and the
+app's, ``sluice.core.extensions``) on its table entry's schedule."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sluice.core.observe import logger
 from sluice.core.services import Services
-from sluice.jobs.registry import get_job
+from sluice.jobs.registry import JOBS, get_job
 from sluice.jobs.runner import run_job
 from sluice.jobs.schedule import Schedule, job_schedules, parse
 from sluice.store.db import utcnow
@@ -65,6 +66,20 @@ def _redacted(url: str) -> str:
                                                                   ":***@")))
 
 
+def app_summary() -> list[str]:
+    """The app's extensions and what each declares (nothing when there are none)."""
+    from sluice.core.extensions import declared, extensions
+
+    lines = []
+    for extension in extensions():
+        names = {kind: [getattr(item, "name", "?") for _, item in declared(kind, [extension])]
+                 for kind in ("JOBS", "TOPICS", "CHANNELS")}
+        lines.append(f"  app          {extension.source}: jobs {', '.join(names['JOBS']) or '-'}; "
+                     f"topics {', '.join(names['TOPICS']) or '-'}; "
+                     f"channels {', '.join(names['CHANNELS']) or '-'}")
+    return lines
+
+
 def startup_summary(services: Services, base_url: str) -> str:
     """What is configured, and (with a local HS256 secret, never on Lambda) a one-time login link."""
     from sluice.ops.access import ROLES, create_login_nonce, login_links_allowed
@@ -88,6 +103,7 @@ def startup_summary(services: Services, base_url: str) -> str:
         f"  cron secret  {'set' if s.cron_secret else 'not set (every cron request is refused)'}",
         f"  admin auth   {admin}",
         f"  channels     {', '.join(channels) or 'none configured'}",
+        *app_summary(),
     ]
     if login_links_allowed(s):
         nonce = create_login_nonce(s, services.state, sorted(ROLES))
@@ -108,7 +124,7 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
     app = create_app(services, push=True)  # with a push route per topic (sluice.http.push)
     summary = startup_summary(services, f"http://{host}:{port}")
     if scheduler:
-        schedules = {job: [parse(e) for e in exprs] for job, exprs in job_schedules().items()}
+        schedules = {job: [parse(e) for e in exprs] for job, exprs in job_schedules(JOBS).items()}
         worker = Scheduler(services, schedules)
         threading.Thread(target=worker.run, daemon=True, name="scheduler").start()
     print(f"sluice dev: http://{host}:{port}  (database: {services.db.dialect}; "

@@ -30,7 +30,8 @@ from sluice.core.times import iso_z
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
                               "sluice.cli.billing", "sluice.cli.token", "sluice.cli.rss",
-                              "sluice.cli.alerts", "sluice.cli.audit", "sluice.cli.schedule"]
+                              "sluice.cli.alerts", "sluice.cli.audit", "sluice.cli.schedule",
+                              "sluice.cli.deploy"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
 # Commands that may create the SQLite database; every other one refuses a missing file.
@@ -195,7 +196,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from sluice.store.db import utcnow
 
     services = _services(args, migrate_embedded=True)
-    schedules = job_schedules()
+    schedules = job_schedules(JOBS)
     last = RunStore(services.db).last_runs()
     states = statuses(services.db, utcnow())
     rows = []
@@ -203,7 +204,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         run = last.get(job.name)
         rows.append({
             "job": job.name, "route": job.route,
-            "schedule": ", ".join(schedules.get(job.name, [])) or f"{job.schedule} (default)",
+            "schedule": ", ".join(schedules[job.name]),
             "lastRun": iso_z(run["started_at"]) if run else None,
             "lastOutcome": run["outcome"] if run else None,
             **states[job.name],

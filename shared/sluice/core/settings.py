@@ -83,6 +83,8 @@ class Settings(NamedTuple):
                                       strip_slash=True)] = "https://api.polar.sh"
     metering_events_per_request: Annotated[int, Var("SLUICE_METERING_EVENTS_PER_REQUEST",
                                                     "int", 1, 100)] = 1
+    # the app's extension modules (shared/sluice/core/extensions.py), besides its entry points
+    app_modules: Annotated[tuple[str, ...], Var("SLUICE_APP", "list")] = ()
     # push queues
     queue_signing_secrets: Annotated[tuple[str, ...], Var(
         "SLUICE_QUEUE_SIGNING_SECRET", "list", min_length=_MIN, secret=True)] = ()
@@ -277,6 +279,12 @@ def _text(var: Var, raw: str) -> str:
     if var.printable_ascii and not (raw.isascii() and raw.isprintable()):
         raise ConfigurationError(f"{var.name} must be printable ASCII")
     return raw
+
+
+def read_field(field: str, env: Mapping[str, str] | None = None) -> Any:
+    """One field as ``from_env`` reads it (its default when unset), without the others."""
+    value = _read(os.environ if env is None else env, fields()[field])
+    return Settings._field_defaults[field] if value is None else value
 
 
 def _read(env: Mapping[str, str], var: Var) -> Any:

@@ -51,12 +51,12 @@ from sluice.core.errors import RequestError, StoreError
 from sluice.core.observe import Reporter, logger
 from sluice.core.services import Services
 from sluice.core.shutdown import sleep_with_abort
-from sluice.core.validate import check_recipient
 from sluice.delivery.channels import (
     ChannelAdapter,
     Outbound,
     build_adapters,
     channels,
+    check_recipient,
     deduplicating,
 )
 from sluice.delivery.chunks import ChunkLog, SendProgress

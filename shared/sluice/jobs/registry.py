@@ -1,21 +1,25 @@
-"""The job registry: name -> drain, route, default schedule, admin surface.
+"""The job registry: name -> drain, route, schedule, admin surface.
 
-A job is one entry in ``JOBS`` plus its drain; ``python -m infra.generate`` writes
-its function, schedule, role and alarms into serverless.yml and infra/. The drain
-itself is imported only when the job runs, so a scheduled function loads just its
-own drain. ``sluice dev`` fires what serverless.yml says.
+A job is one entry in ``JOBS`` plus its drain: Sluice's own below, an app's declared in
+its extension module (``sluice.core.extensions``). ``sluice generate`` (and, for this
+repository, ``python -m infra.generate``) writes each job's function, schedule, role and
+alarms into the deployment; ``sluice dev`` fires the same schedules from this table. The
+drain itself is imported only when the job runs, so a scheduled function loads just its
+own drain.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
-from sluice.core.errors import UnknownJob
-from sluice.core.surfaces import Surface
+from sluice.core.errors import ConfigurationError, UnknownJob
+from sluice.core.extensions import Table
+from sluice.core.surfaces import SURFACE_ROLES, Surface
 from sluice.store.db import Tx
 
 if TYPE_CHECKING:
@@ -161,9 +165,7 @@ class Job(NamedTuple):
         return total
 
 
-JOBS: dict[str, Job] = {
-    job.name: job
-    for job in (
+SLUICE_JOBS: tuple[Job, ...] = (
         Job(
             name="state-cleanup",
             route="/api/admin/state/cleanup",
@@ -240,8 +242,53 @@ JOBS: dict[str, Job] = {
             publishes=("rss.ingest",),
             params=(),
         ),
-    )
-}
+)
+
+NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+MAX_NAME = 40  # the function's name (service-stage-camelName) stays under Lambda's 64
+
+
+def check_job(item: object, source: str) -> Job:
+    """A declared job, well formed: a name the deployment can use, a route under
+    ``/api/``, a schedule AWS and ``sluice dev`` both read, a known surface, a
+    ``module:function`` target and a budget inside its timeout."""
+    if not isinstance(item, Job):
+        raise ConfigurationError(f"{source}: JOBS holds {item!r}, not a sluice.extend.Job")
+    where = f"{source}: job {item.name!r}"
+    if not (isinstance(item.name, str) and NAME.fullmatch(item.name)
+            and len(item.name) <= MAX_NAME):
+        raise ConfigurationError(f"{where}: a name is lower-case words joined by '-' "
+                                 f"(at most {MAX_NAME} characters)")
+    if not (item.route.startswith("/api/") and re.fullmatch(r"[a-z0-9/_-]+", item.route)):
+        raise ConfigurationError(f"{where}: route must be a path under /api/")
+    if item.surface not in SURFACE_ROLES:
+        raise ConfigurationError(f"{where}: surface must be one of {', '.join(SURFACE_ROLES)}")
+    if not TARGET.fullmatch(item.target):
+        raise ConfigurationError(f"{where}: target must be 'module:function'")
+    if not 0 < item.budget_s < item.timeout_s <= 900:
+        raise ConfigurationError(f"{where}: budget_s must be above 0 and below timeout_s "
+                                 "(at most 900, Lambda's limit)")
+    from sluice.jobs.schedule import parse
+
+    try:
+        parse(item.schedule)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc.message}") from None
+    return item
+
+
+def routes_clash(jobs: Mapping[str, Job]) -> None:
+    """Two jobs on one route would shadow each other's admin POST and cron GET."""
+    seen: dict[str, str] = {}
+    for job in jobs.values():
+        if job.route in seen:
+            raise ConfigurationError(f"jobs {seen[job.route]!r} and {job.name!r} share the "
+                                     f"route {job.route}")
+        seen[job.route] = job.name
+
+
+JOBS: Table[Job] = Table("JOBS", SLUICE_JOBS, lambda job: job.name, check_job, routes_clash)
 
 
 def get_job(name: str) -> Job:

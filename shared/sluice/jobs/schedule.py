@@ -1,20 +1,26 @@
-"""Schedules: AWS ``rate(...)`` and ``cron(...)`` expressions, read from serverless.yml.
+"""Schedules: AWS ``rate(...)`` and ``cron(...)`` expressions, from the job table.
 
-serverless.yml is the one source of truth for when jobs fire; ``sluice dev``
-reads it and fires the same expressions locally.
+Each job's entry in ``JOBS`` is the one source of truth for when it fires: the generated
+serverless.yml carries that expression to EventBridge, and ``sluice dev`` fires the same
+expression locally (no deployment file is read at run time, so the wheel needs none).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from sluice.core.errors import ConfigurationError
 
-SERVERLESS_YML = Path(__file__).resolve().parents[3] / "serverless.yml"
+
+class Scheduled(Protocol):
+    """What a schedule is read from: a job's table entry."""
+
+    @property
+    def schedule(self) -> str: ...
 
 _RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
 _CRON = re.compile(r"^cron\((.+)\)$")
@@ -87,42 +93,7 @@ def parse(expression: str) -> Schedule:
     raise ConfigurationError(f"schedule {expression!r}: expected rate(...) or cron(...)")
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    # serverless.yml uses CloudFormation tags (!Ref, !GetAtt, ...); keep them as plain values.
-    def any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-        if isinstance(node, yaml.ScalarNode):
-            return loader.construct_scalar(node)
-        if isinstance(node, yaml.SequenceNode):
-            return loader.construct_sequence(node)
-        return loader.construct_mapping(node)  # type: ignore[arg-type]
-
-    Loader.add_multi_constructor("!", any_tag)
-    data: dict[str, Any] = yaml.load(path.read_text(), Loader=Loader)  # a SafeLoader subclass
-    return data
-
-
-def job_schedules(path: Path | None = None) -> dict[str, list[str]]:
-    """Job name -> schedule expressions, from the functions that set ``SLUICE_JOB``."""
-    data = _load_yaml(path or SERVERLESS_YML)
-    found: dict[str, list[str]] = {}
-    for name, fn in (data.get("functions") or {}).items():
-        job = ((fn or {}).get("environment") or {}).get("SLUICE_JOB")
-        if not job:
-            continue
-        for event in fn.get("events") or []:
-            schedule = event.get("schedule") if isinstance(event, dict) else None
-            if schedule is None:
-                continue
-            rate = schedule.get("rate") if isinstance(schedule, dict) else schedule
-            if isinstance(schedule, dict) and schedule.get("enabled") is False:
-                continue
-            for expression in rate if isinstance(rate, list) else [rate]:
-                found.setdefault(job, []).append(str(expression))
-        if job not in found:
-            raise ConfigurationError(f"serverless.yml: function {name} runs {job} but has no schedule")
-    return found
+def job_schedules(jobs: Mapping[str, Scheduled]) -> dict[str, list[str]]:
+    """Job name -> schedule expressions, from the job table (``JOBS``: Sluice's and the
+    app's): the generated deployment and ``sluice dev`` both read them from there."""
+    return {name: [job.schedule] for name, job in jobs.items()}

@@ -246,18 +246,16 @@ def job_run(services: Services, name: str, run_id: str) -> dict[str, Any]:
 
 
 def jobs(services: Services, *, now: datetime | None = None) -> dict[str, Any]:
-    """Each job: its schedule (serverless.yml, else the registry's default), next run, last runs."""
+    """Each job: its schedule (from the job table), next run, last runs."""
     from sluice.jobs.schedule import job_schedules, parse
 
     now = now or utcnow()
-    configured = _section(job_schedules)
-    if "error" in configured:
-        configured = {}
+    configured = job_schedules(JOBS)
     store = RunStore(services.db)
     states = statuses(services.db, now)
     rows = []
     for job in JOBS.values():
-        expressions = configured.get(job.name) or [job.schedule]
+        expressions = configured[job.name]
         runs = store.recent(job.name, RECENT_RUNS)
         last = next((r["started_at"] for r in runs if r["trigger"] == "schedule"), None)
         next_runs = sorted(t for e in expressions

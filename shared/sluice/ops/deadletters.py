@@ -29,7 +29,11 @@ from sluice.store.db import utcnow
 if TYPE_CHECKING:
     from sluice.core.services import Services
 
-NAMES: tuple[str, ...] = (*TOPICS, QUARANTINE, LEDGER, DELIVERY)
+
+def names() -> tuple[str, ...]:
+    """Every dead-letter source: each topic's DLQ (the app's too), then Sluice's own."""
+    return (*TOPICS, QUARANTINE, LEDGER, DELIVERY)
+
 MAX_LIST = 500
 MAX_REDRIVE = 100  # per call
 DEFAULT_REDRIVE = 10
@@ -67,7 +71,7 @@ class DeadLetters:
         try:
             return self.sources[name]
         except KeyError:
-            raise NotFound(f"no DLQ named {name!r}; known: {', '.join(NAMES)}") from None
+            raise NotFound(f"no DLQ named {name!r}; known: {', '.join(names())}") from None
 
     def list_letters(self, name: str, limit: int = 50) -> dict[str, Any]:
         source = self.source(name)

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 from sluice.core.errors import RequestError
 from sluice.core.settings import Settings
-from sluice.core.validate import check_depth, check_optional_identifier, check_recipient, refuse
-from sluice.delivery.channels import channels, webhook_guard
+from sluice.core.validate import check_depth, check_optional_identifier, refuse
+from sluice.delivery.channels import channels, check_recipient, webhook_guard
 from sluice.delivery.payload import parse
 from sluice.egress import DestinationRefused
 from sluice.erasure.requests import check_grace_days, check_optional_id, check_subject

@@ -45,7 +45,7 @@ def test_sluice_dev_serves_on_the_embedded_default(tmp_path: Path) -> None:
         proc.terminate()
         output = proc.communicate(timeout=10)[0]
     assert f"sluice dev: http://127.0.0.1:{port}" in output
-    assert "state-cleanup next at" in output, "the scheduler read serverless.yml"
+    assert "state-cleanup next at" in output, "the scheduler fires each job on its table entry's schedule"
     assert "cron secret  set" in output and "admin auth   not configured" in output
     assert "nonce=" not in output, "no login link without a local admin secret"
     assert ROOT.joinpath("serverless.yml").exists()

@@ -49,7 +49,7 @@ NAMELESS = """() => [...document.querySelectorAll('button, a[href]')]
 
 def chromium() -> str:
     path = shutil.which("chromium")
-    assert path, "Debian's chromium is missing: apt-get install -y chromium (.ci/run does)"
+    assert path, "Debian's chromium is missing: apt-get install -y chromium (tests/run does)"
     return path
 
 

@@ -37,7 +37,7 @@ def test_api_docs_render_offline(base_url: str) -> None:
     from playwright.sync_api import Route, sync_playwright
 
     chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: apt-get install -y chromium (.ci/run does)"
+    assert chromium, "Debian's chromium is missing: apt-get install -y chromium (tests/run does)"
     requested: list[str] = []
     refused: list[str] = []
     console: list[str] = []

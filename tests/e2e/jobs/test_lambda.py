@@ -23,7 +23,9 @@ def fresh_import(name: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
     """Import a function module the way a cold start does: environment first, then module scope."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    # functions.X re-exports the packaged sluice.lambda_handlers.X: a cold start runs both
     sys.modules.pop(name, None)
+    sys.modules.pop(name.replace("functions.", "sluice.lambda_handlers.", 1), None)
     return importlib.import_module(name)
 
 

@@ -28,6 +28,7 @@ def consumers_module(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     sys.modules.pop("functions.consumers", None)
+    sys.modules.pop("sluice.lambda_handlers.consumers", None)
     return importlib.import_module("functions.consumers")
 
 

@@ -40,7 +40,7 @@ def test_serverless_yml_has_one_function_per_job_and_topic() -> None:
     functions = _load((ROOT / "serverless.yml").read_text())["functions"]
     expected = {"http"} | {generate.camel(j) for j in JOBS} | {generate.camel(t) for t in TOPICS}
     assert set(functions) == expected
-    assert job_schedules() == {name: [job.schedule] for name, job in JOBS.items()}
+    assert job_schedules(JOBS) == {name: [job.schedule] for name, job in JOBS.items()}
     for name, topic in TOPICS.items():
         function = functions[generate.camel(name)]
         assert function["handler"] == "functions/consumers.handler"
@@ -112,7 +112,7 @@ def test_a_new_topic_and_a_publishing_job_are_one_table_entry_each() -> None:
     consume = iam["NewsDigestConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]
     assert [s["Resource"] for s in consume["Statement"]] == [
         [{"!GetAtt": "NewsDigestQueue.Arn"}], [{"!GetAtt": "NewsDigestDlq.Arn"}]]
-    functions = _load("functions:\n" + generate.functions_block(jobs, topics))["functions"]
+    functions = _load("functions:\n" + generate.functions_block(jobs, topics, "functions/"))["functions"]
     assert functions["newsTick"]["role"] == "NewsTickJobRole"
     assert functions["newsTick"]["environment"] == {"SLUICE_JOB": "news-tick"}
     assert functions["newsDigest"]["events"][0]["sqs"]["batchSize"] == 5

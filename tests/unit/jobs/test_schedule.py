@@ -39,8 +39,8 @@ def test_bad_expressions_are_refused(expression: str) -> None:
         parse(expression)
 
 
-def test_serverless_yml_schedules_every_registered_job_with_its_default() -> None:
-    schedules = job_schedules()
+def test_every_registered_job_is_scheduled_as_its_table_entry_says() -> None:
+    schedules = job_schedules(JOBS)
     assert set(schedules) == set(JOBS)
     for name, job in JOBS.items():
         assert schedules[name] == [job.schedule], name

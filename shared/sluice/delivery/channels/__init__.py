@@ -1,17 +1,24 @@
 """Channel adapters, one module per channel, and the registry that lists them.
 
-A new channel is one module here (an adapter with ``send`` and ``outage_key``, a
+A Sluice channel is one module here (an adapter with ``send`` and ``outage_key``, a
 ``build(settings, outbound, retrier)`` that returns it when its credential is set, and
 ``CHANNEL = Channel(name, recipient, build)``) plus its name in ``CHANNEL_MODULES``.
-Its settings go in the settings table (credentials marked ``secret``).
+Its settings go in the settings table (credentials marked ``secret``). An app's channel
+is a ``Channel`` with its own recipient ``check`` in its extension module's ``CHANNELS``
+(``sluice.core.extensions``); ``channels()`` merges both.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sluice.core.errors import ConfigurationError
+from sluice.core.extensions import Table
+from sluice.core.validate import RECIPIENTS
+from sluice.core.validate import check_recipient as check_own_recipient
 from sluice.delivery.channels.base import Channel, ChannelAdapter, Outbound, refused, webhook_guard
 from sluice.delivery.channels.webhook import IDEMPOTENCY_HEADER
 from sluice.delivery.retry import Retrier
@@ -23,16 +30,47 @@ if TYPE_CHECKING:
 CHANNEL_MODULES = ("webhook", "slack", "telegram", "email")
 
 __all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "Channel", "ChannelAdapter", "Outbound",
-           "build_adapters", "channels", "deduplicating", "refused", "webhook_guard"]
+           "build_adapters", "channels", "check_recipient", "deduplicating", "refused",
+           "webhook_guard"]
+
+NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+MAX_NAME = 32
+
+
+def check_channel(item: object, source: str) -> Channel:
+    """A declared channel, well formed: a name, a callable ``build`` and its own recipient
+    check (nothing is stored for a channel that cannot say what it can address)."""
+    if not isinstance(item, Channel):
+        raise ConfigurationError(f"{source}: CHANNELS holds {item!r}, not a "
+                                 "sluice.extend.Channel")
+    where = f"{source}: channel {item.name!r}"
+    if not (isinstance(item.name, str) and NAME.fullmatch(item.name)
+            and len(item.name) <= MAX_NAME):
+        raise ConfigurationError(f"{where}: a name is lower-case words joined by '-' "
+                                 f"(at most {MAX_NAME} characters)")
+    if not callable(item.build) or not callable(item.check):
+        raise ConfigurationError(f"{where}: build and check must be functions")
+    return item
 
 
 @cache
+def _table() -> Table[Channel]:
+    own = [importlib.import_module(f"{__name__}.{module}").CHANNEL for module in CHANNEL_MODULES]
+    return Table("CHANNELS", own, lambda channel: channel.name, check_channel)
+
+
 def channels() -> dict[str, Channel]:
-    found = {}
-    for module in CHANNEL_MODULES:
-        channel: Channel = importlib.import_module(f"{__name__}.{module}").CHANNEL
-        found[channel.name] = channel
-    return found
+    """Every channel by name: Sluice's, then the app's."""
+    return _table().merged()
+
+
+def check_recipient(channel: str, value: Any, *, field: str) -> str:
+    """What ``channel`` can address: Sluice's checks (``sluice.core.validate``) for its
+    own channels, the channel's own ``check`` for an app's."""
+    app = channels().get(channel)
+    if channel not in RECIPIENTS and app is not None and app.check is not None:
+        return app.check(value, field)
+    return check_own_recipient(channel, value, field=field)
 
 
 def deduplicating() -> frozenset[str]:

@@ -123,15 +123,22 @@ class Outbound(NamedTuple):
         self.close()
 
 
+RecipientCheck = Callable[[Any, str], str]
+
+
 class Channel(NamedTuple):
     """One channel module's registration: its name, what a recipient is, how to build it
-    (None when its credential is not configured), and whether its receivers drop a repeated
-    message by its idempotency key (then an unknown outcome may be resent freely)."""
+    (None when its credential is not configured), whether its receivers drop a repeated
+    message by its idempotency key (then an unknown outcome may be resent freely), and
+    ``check(value, field)``, the recipient check an app's channel brings (Sluice's own are
+    in ``sluice.core.validate.RECIPIENTS``): it returns the recipient as stored or raises
+    ``sluice.RequestError`` naming ``field``."""
 
     name: str
     recipient: str
     build: Callable[[Settings, Outbound, Retrier], ChannelAdapter | None]
     deduplicates: bool = False
+    check: RecipientCheck | None = None
 
 
 def refused(text: str, *, status: int | None = None,

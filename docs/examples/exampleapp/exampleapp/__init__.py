@@ -1,0 +1,1 @@
+"""An example app with its own cron job, push-queue topic and delivery channel."""

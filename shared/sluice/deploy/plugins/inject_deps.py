@@ -1,0 +1,1 @@
+../../../../infra/plugins/inject_deps.py

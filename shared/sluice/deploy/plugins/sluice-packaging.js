@@ -1,0 +1,1 @@
+../../../../infra/plugins/sluice-packaging.js
