@@ -28,19 +28,21 @@ const fs = require('fs');
 const path = require('path');
 const PythonRequirements = require('serverless-python-requirements');
 
-// A lock line pins one distribution: `name==version`, perhaps with a marker; comments
-// (uv's `# via` notes) and option lines carry nothing to install.
-const PINNED = /^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)==([^\s;#]+)\s*(;[^#]*)?/;
+// A lock line pins one distribution: `name==version`, or `name @ url` (a wheel of the app's
+// own, or Sluice's, by its file or URL), perhaps with a marker; comments (uv's `# via`
+// notes) and option lines carry nothing to install.
+const PINNED = /^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*(==\s*[^\s;#]+|@\s*[^\s;#]+)\s*(;[^#]*)?/;
 
 function lockedRequirements(text) {
   return text.split('\n').map((line) => line.match(PINNED)).filter(Boolean)
-    .map((m) => `${m[1]}==${m[2]}${m[3] ? ` ${m[3].trim()}` : ''}`);
+    .map((m) => `${m[1]}${m[2].startsWith('@') ? ` ${m[2]}` : m[2]}` +
+      `${m[3] ? ` ${m[3].trim()}` : ''}`);
 }
 
 const norm = (s) => s.toLowerCase().replace(/[-.]+/g, '_');
 
 function distributionName(requirement) {
-  return norm(requirement.split(/[\s[<>=!~;]/, 1)[0]);
+  return norm(requirement.split(/[\s[<>=!~;@]/, 1)[0]);
 }
 
 function versionOf(python) {

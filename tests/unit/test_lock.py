@@ -60,10 +60,13 @@ def test_the_plugin_reads_the_same_pins() -> None:
               "const text = require('fs').readFileSync(0, 'utf8');"
               "console.log(JSON.stringify(text.split('\\n').map((l) => l.match(PINNED))"
               ".filter(Boolean).map((m) => [m[1], m[2]])));")
-    done = subprocess.run(["node", "-e", script], input=LOCK.read_text(), capture_output=True,
-                          text=True, timeout=60, check=True)
+    # an app's lock names Sluice's wheel by its file: a pin too
+    wheel = "sluice @ file:///build/sluice-0.1.0-py3-none-any.whl\n    # via myapp\n"
+    done = subprocess.run(["node", "-e", script], input=LOCK.read_text() + wheel,
+                          capture_output=True, text=True, timeout=60, check=True)
     read = {canonicalize_name(name): version for name, version in json.loads(done.stdout)}
-    assert read == pins()
+    assert read.pop("sluice") == "@ file:///build/sluice-0.1.0-py3-none-any.whl"
+    assert read == {name: f"=={version}" for name, version in pins().items()}
 
 
 class _Loader(yaml.SafeLoader):

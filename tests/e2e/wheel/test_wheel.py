@@ -7,8 +7,10 @@ there is never run, so nothing of the checkout is importable). The example app
 (docs/examples/exampleapp: its own ``shared`` package, job, topic and channel) is built
 and installed beside it (``pip install --target``, on ``PYTHONPATH``) as a distribution,
 found by its ``sluice.extensions`` entry point; the venv's site-packages stays Sluice's.
-Oracles: what the venv's site-packages holds, what the app's pager stand-in received, and
-the files ``sluice generate`` wrote.
+The app's topic gets one message from ``sluice.publish`` and one signed and POSTed by the
+JavaScript example (docs/examples/app.js) to ``sluice dev``'s push route. Oracles: what the
+venv's site-packages holds, what the app's pager stand-in received, and the files
+``sluice generate`` wrote.
 """
 
 from __future__ import annotations
@@ -151,6 +153,18 @@ def app_site(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "site"
 
 
+def _node(script: str, payload: Any) -> Any:
+    """Run ``script`` with ``app`` = docs/examples/app.js and ``input`` = ``payload``."""
+    program = (f"const app = require({json.dumps(str(ROOT / 'docs' / 'examples' / 'app.js'))});"
+               "const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+               f"(async () => {{ {script} }})().catch(e => {{ console.error(e); "
+               "process.exit(1); }});")
+    done = subprocess.run(["node", "-e", program], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def _serve(venv: Venv, env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen([venv.bin("sluice"), "dev", "--port", str(port)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -182,6 +196,12 @@ def test_an_app_extends_the_installed_wheel(venv: Venv, app_site: Path, pager: P
                    "p = sluice.publish(s, 'exampleapp.signup', "
                    "{'userId': 'u1', 'name': 'Ada', 'pager': 'team-a'}); print(p.outcome)")
         assert _run(venv, ["python", "-c", publish], env, tmp_path).strip() == "done"
+        # and a signed message POSTed by the JavaScript example to sluice dev's push route
+        pushed = _node("const m = app.buildMessage('exampleapp.signup', "
+                       "{userId: 'u2', name: 'Grace', pager: 'team-b'}, input.secret);"
+                       "console.log(JSON.stringify(await app.pushMessage(input.base, m)));",
+                       {"base": base, "secret": SECRET})
+        assert (pushed["status"], pushed["body"]["outcome"]) == (200, "done"), pushed
         # the app's job through its own cron route on the dev server
         bearer = {"authorization": f"Bearer {CRON_SECRET}"}
         digest = httpx.get(f"{base}/api/admin/exampleapp/digest", headers=bearer, timeout=30)
@@ -197,8 +217,9 @@ def test_an_app_extends_the_installed_wheel(venv: Venv, app_site: Path, pager: P
     by_pager = {page["pager"]: page for page in pager.pages}
     assert by_pager["team-a"]["text"] == "Welcome aboard, Ada!"
     assert by_pager["team-a"]["key"] == "signup:u1"
+    assert by_pager["team-b"]["text"] == "Welcome aboard, Grace!"
     assert by_pager["team"]["text"].startswith("digest for ")
-    assert len(pager.pages) == 2
+    assert len(pager.pages) == 3
 
 
 def test_sluice_generate_writes_the_apps_deployment(venv: Venv, app_site: Path,

@@ -143,3 +143,9 @@ def test_a_malformed_channel_is_refused(module: types.ModuleType, channel: Chann
     with pytest.raises(ConfigurationError, match="test_ext") as caught:
         registry._table().using(load(["test_ext"], group=None)).merged()
     assert words in caught.value.message
+
+
+def test_sluices_own_jobs_pass_the_checks_an_apps_do() -> None:
+    from sluice.jobs.registry import SLUICE_JOBS, check_job
+
+    assert [check_job(job, "sluice") for job in SLUICE_JOBS] == list(SLUICE_JOBS)

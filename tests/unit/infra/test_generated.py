@@ -163,3 +163,31 @@ def test_every_job_has_one_missed_run_alarm_on_its_invocations() -> None:
         assert gap + 300 <= period <= gap * 1.5 + 300 and period % 60 == 0, (name, period)
         assert period <= (86_400 if period < 3600 else 604_800), name
         assert alarm["AlarmActions"] == [{"!Ref": "AlarmTopic"}]
+
+
+def test_the_apps_template_keeps_sluices_own_deployment_settings(tmp_path: Any) -> None:
+    """An app's serverless.yml (sluice generate's template) differs from Sluice's own only in
+    what an app changes: its name, its handlers (the wheel's), its packages and its lock."""
+    from sluice.deploy.generate import Deployment, outputs
+
+    own = _load((ROOT / "serverless.yml").read_text())
+    target = Deployment(tmp_path, service="myapp", packages=("myapp", "shared"))
+    app = _load(outputs(target, dict(JOBS.own), dict(TOPICS.own))[tmp_path / "serverless.yml"])
+    assert app["service"] == "myapp"
+    assert app["provider"] == own["provider"] and app["resources"] == own["resources"]
+    assert app["plugins"] == own["plugins"] == ["./infra/plugins/sluice-packaging.js"]
+    own_packaging, app_packaging = own["custom"].pop("packaging"), app["custom"].pop("packaging")
+    assert app["custom"] == own["custom"]
+    assert app_packaging.pop("lock") == "requirements.lock"
+    assert own_packaging.pop("lock") == "infra/requirements.lock"
+    assert own_packaging.pop("sourceRoot") == "shared/"
+    own_packaging["httpOnly"].remove("functions/http.py")
+    assert app_packaging == own_packaging
+    assert app["package"]["patterns"] == [
+        "!**", "myapp/**", "shared/**", "serverless.yml", "!**/__pycache__/**"]
+    assert set(app["functions"]) == set(own["functions"])
+    for name, function in own["functions"].items():
+        mine = app["functions"][name]
+        assert mine.pop("handler") == function.pop("handler").replace(
+            "functions/", "sluice/lambda_handlers/")
+        assert mine == function, name
