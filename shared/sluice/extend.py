@@ -16,9 +16,11 @@ from sluice.core.errors import RequestError
 from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.delivery.channels.base import (
+    NO_PROGRESS,
     Channel,
     ChannelAdapter,
     Outbound,
+    Progress,
     message_of,
     refused,
     transport_error,
@@ -31,6 +33,7 @@ from sluice.queues.consumer import Handler, InboundMessage
 from sluice.queues.topics import Topic
 
 __all__ = [
+    "NO_PROGRESS",
     "Channel",
     "ChannelAdapter",
     "DeliveryEntry",
@@ -41,6 +44,7 @@ __all__ = [
     "Outbound",
     "OutcomeUnknown",
     "Param",
+    "Progress",
     "PermanentDeliveryError",
     "RequestError",
     "Result",

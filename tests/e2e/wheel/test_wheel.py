@@ -158,7 +158,7 @@ def _node(script: str, payload: Any) -> Any:
     program = (f"const app = require({json.dumps(str(ROOT / 'docs' / 'examples' / 'app.js'))});"
                "const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
                f"(async () => {{ {script} }})().catch(e => {{ console.error(e); "
-               "process.exit(1); }});")
+               "process.exit(1); });")
     done = subprocess.run(["node", "-e", program], input=json.dumps(payload),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -215,6 +215,7 @@ def test_an_app_extends_the_installed_wheel(venv: Venv, app_site: Path, pager: P
     assert "[dev] exampleapp-digest next at" in output, output
     assert "jobs exampleapp-digest; topics exampleapp.signup; channels exampleapp-pager" in output
     by_pager = {page["pager"]: page for page in pager.pages}
+    assert {"team-a", "team-b"} <= set(by_pager), drained.text
     assert by_pager["team-a"]["text"] == "Welcome aboard, Ada!"
     assert by_pager["team-a"]["key"] == "signup:u1"
     assert by_pager["team-b"]["text"] == "Welcome aboard, Grace!"

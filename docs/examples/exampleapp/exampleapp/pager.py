@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 
 from sluice.extend import (
+    NO_PROGRESS,
     ChannelAdapter,
     DeliveryEntry,
     Outbound,
+    Progress,
     Retrier,
     Settings,
     TransientDeliveryError,
@@ -32,7 +34,8 @@ class PagerAdapter:
     def outage_key(self, entry: DeliveryEntry) -> str:
         return "exampleapp-pager"  # one service: when it is down, every page waits
 
-    def send(self, entry: DeliveryEntry) -> str:
+    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
+        # one request per entry: nothing to resume, so ``progress`` is not used
         text = "\n".join(message_of(entry).parts)
         return self.retrier.call(lambda: self._post(entry, text), label=f"pager {entry.id}")
 
