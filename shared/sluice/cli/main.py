@@ -23,7 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from sluice.cli.output import Mode, check_database, emit, mode, note, speaking, terminal
+from sluice.cli.output import (
+    Mode,
+    check_database,
+    emit,
+    mode,
+    note,
+    speaking,
+    terminal,
+    terminal_safe,
+)
 from sluice.core.errors import ConfigurationError, RequestError, SluiceError
 from sluice.core.times import iso_z
 
@@ -45,7 +54,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        # before speaking() guards stderr: an argument argparse quotes back is escaped here
+        self.exit(EXIT_USAGE, terminal_safe(f"{self.prog}: error: {message}") + "\n")
 
 
 def exit_code(exc: SluiceError) -> int:

@@ -131,9 +131,16 @@ def speaking(new: Mode) -> Iterator[None]:
     observe.quiet_metrics(new.verbose == 0)
     sys.stdout = Guarded(before[3], as_json=new.json)
     sys.stderr = Guarded(before[4], as_json=False)
+    # The log handler holds the stream it was built with; its lines are JSON (written
+    # with ensure_ascii off), so their unsafe characters become JSON escapes.
+    handler = getattr(observe.logger, "logger_handler", None)
+    logs = handler if isinstance(handler, logging.StreamHandler) else None
+    logged_to = logs.setStream(Guarded(logs.stream, as_json=True)) if logs else None
     try:
         yield
     finally:
+        if logs is not None and logged_to is not None:
+            logs.setStream(logged_to)
         sys.stdout, sys.stderr = before[3], before[4]
         _MODE = before[0]
         observe.logger.setLevel(before[1])

@@ -101,3 +101,22 @@ def test_a_token_sub_with_esc_is_escaped_in_sluice_audit_and_kept_in_its_json(
     assert code == 0 and terminal_controls(out) == []
     [entry] = json.loads(out)["entries"]
     assert entry["actor"] == f"evil\x1b[2J{HOSTILE}", "JSON means the same, escaped as \\u"
+
+
+def test_logs_and_argument_errors_are_escaped_too(
+        walk_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    from sluice.cli.output import Mode, speaking
+    from sluice.core.observe import logger
+
+    written = io.StringIO()  # where the log handler writes (the stderr it was built with)
+    monkeypatch.setattr(logger.logger_handler, "stream", written)
+    with speaking(Mode(verbose=1)):
+        logger.info(f"a peer's text {HOSTILE}", extra={"field": HOSTILE})
+    [line] = written.getvalue().splitlines()
+    assert terminal_controls(line) == [] and json.loads(line)["field"] == HOSTILE, line
+    with pytest.raises(SystemExit) as exited:
+        main(["jobs", f"extra{HOSTILE}"])
+    assert exited.value.code == 64
+    _, err = capfd.readouterr()
+    assert terminal_controls(err) == [] and "unrecognized arguments: extra\\x1b[2J" in err
