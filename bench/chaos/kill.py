@@ -415,8 +415,9 @@ class Delivery:
         for key in self.keys:
             store.enqueue("webhook", recipient or self.hook.url, {"text": key},
                           idempotency_key=key, effect=Effect("alert", "chaos", key))
+        self.chat_keys.insert(0, LONG_CHAT)  # chunked (three messages): delivery.after_chunk
         for key in self.chat_keys:
-            store.enqueue("telegram", "1001", {"text": key}, idempotency_key=key,
+            store.enqueue("telegram", "1001", {"text": _chat_text(key)}, idempotency_key=key,
                           effect=Effect("alert", "chaos", key))
         db.close()
         self.keys.append("chaos:sent-inline")
@@ -462,7 +463,7 @@ class Delivery:
         for key in self.keys + self.chat_keys:
             entry = entries.get(key)
             chat = key in self.chat_keys
-            received = (sum(1 for m in self.chat.messages if m["text"] == key) if chat
+            received = (_chat_received(self.chat.messages, key) if chat
                         else sum(1 for r in self.hook.received if r["key"] == key))
             if key != "chaos:sent-inline" and key not in recorded:
                 counts.lost += 1
@@ -478,17 +479,43 @@ class Delivery:
                     counts.lost += 1
             elif entry.status is not DeliveryStatus.ACKED:
                 counts.stuck += 1
-            elif (chat and received == 0) or (not chat and key not in self.hook.delivered):
+            elif (chat and (received == 0 or not _chat_complete(self.chat.messages, key))) or (
+                    not chat and key not in self.hook.delivered):
                 counts.lost += 1
             counts.duplicated += max(0, received - 1)
             if chat:  # nothing deduplicates a chat: only the in-flight send may repeat, once
                 counts.unexpected += max(0, received - 2)
-        twice = sum(1 for key in self.chat_keys
-                    if sum(1 for m in self.chat.messages if m["text"] == key) > 1)
+        twice = sum(1 for key in self.chat_keys if _chat_received(self.chat.messages, key) > 1)
         if twice > 1:
             counts.unexpected += twice - 1
             counts.notes.append(f"{twice} chat entries sent twice in one run")
         return counts
+
+
+LONG_CHAT = "chaos:chat:long"
+
+
+def _chat_text(key: str) -> str:
+    """A chat entry's text: its key, or for LONG_CHAT about 9,000 characters of numbered
+    lines, which Telegram's 4,096-character limit cuts into three messages."""
+    if key != LONG_CHAT:
+        return key
+    return "\n".join(f"{key} line {n:03d} " + "y" * 48 for n in range(150))
+
+
+def _chat_received(messages: list[dict[str, Any]], key: str) -> int:
+    """How often the entry's first message reached the chat (a chunk sent again shows here
+    only when the first one repeats; the rest are checked by _chat_complete)."""
+    first = _chat_text(key).splitlines()[0]
+    return sum(1 for m in messages if m["text"] == key or (
+        key == LONG_CHAT and m["text"].startswith(first)))
+
+
+def _chat_complete(messages: list[dict[str, Any]], key: str) -> bool:
+    if key != LONG_CHAT:
+        return True
+    lines = {line for m in messages for line in m["text"].splitlines()}
+    return all(line in lines for line in _chat_text(key).splitlines())
 
 
 def _utc_past() -> Any:
