@@ -9,6 +9,7 @@ PyPI through serverless-python-requirements (cached per requirements checksum).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -30,7 +31,9 @@ PROJECT_DIRS = ("functions", "shared", "infra")
 
 
 def ensure_node_modules() -> Path:
-    """``npm ci`` from the lock file when ``node_modules`` lacks osls; loud if npm is absent."""
+    """``npm ci`` from the lock file when ``node_modules`` lacks osls; loud if npm is absent.
+    Both test workers may get here on a fresh checkout: a file lock lets one install while
+    the other waits (two ``npm ci`` at once each delete the other's ``node_modules``)."""
     osls = ROOT / "node_modules" / ".bin" / "osls"
     if osls.exists():
         return osls
@@ -38,8 +41,12 @@ def ensure_node_modules() -> Path:
     if npm is None:
         raise RuntimeError("npm is not installed: the deployment tests need Node.js 20+ and npm "
                            "(apt-get install nodejs npm), then `npm ci` in the checkout")
-    done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, check=False)
+    with (ROOT / ".npm-ci.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if osls.exists():  # the other worker installed it while this one waited
+            return osls
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0 or not osls.exists():
         raise RuntimeError(f"npm ci failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return osls

@@ -384,7 +384,8 @@ class _Run:
                     self.summary["notSentError"] = describe(exc)
                 logger.warning(f"[delivery] {entry.id} not sent: the rate limiter failed "
                                f"({describe(exc)}); back with its attempt, the run stops")
-                return self._apply(entry, DeliveryOutcome.NOT_SENT, f"not sent: {describe(exc)}")
+                return self._apply(entry, DeliveryOutcome.NOT_SENT,
+                                   f"not sent: the rate limits' store failed ({describe(exc)})")
             if wait_s > 0:
                 return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {entry.channel} rate limit",

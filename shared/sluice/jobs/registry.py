@@ -216,7 +216,7 @@ SLUICE_JOBS: tuple[Job, ...] = (
             schedule="rate(1 minute)",
             surface="delivery",
             target="sluice.delivery.drain:run_delivery_drain",
-            failure_keys=("failed", "skippedMaxRetries", "fatal"),
+            failure_keys=("failed", "skippedMaxRetries", "fatal", "notSent"),
             budget_s=45.0,
             timeout_s=60,
         ),

@@ -268,16 +268,18 @@ def test_the_rates_store_down_before_a_send_costs_no_attempt_and_no_unknown_outc
     """Found by the simulator (seed 2, day 15.7): a drain whose limiter's Redis was down
     left its claimed entry to lapse, so two outages made a message never sent rest
     ``unknown``. Nothing was sent: the entry goes back with its attempt."""
-    from sluice.core.errors import StoreError
+    from sluice.jobs.registry import get_job
 
     store = DeliveryStore(svc.db)
     providers.telegram.chats.add("1001")
     entry, _ = store.enqueue("telegram", "1001", {"text": "one"})
     for _ in range(3):
-        with Outbound.open(svc.settings, deadline_s=60) as client, \
-                pytest.raises(StoreError):
-            Deliverer.from_services(svc, client, limiter=Limiter(RatesDown(), svc.settings)
-                                    ).drain(Deadline(60))
+        with Outbound.open(svc.settings, deadline_s=60) as client:
+            result = Deliverer.from_services(
+                svc, client, limiter=Limiter(RatesDown(), svc.settings)).drain(Deadline(60))
+        # the run stops and says so (a failure of the run, which pages), the entry uncharged
+        assert result["notSent"] == 1 and "connection refused" in (result["notSentError"] or "")
+        assert get_job("delivery-drain").failures(result) == 1
         stored = store.get(entry.id)
         assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
         assert stored.unknown_sends == 0 and "rate limits' store" in (stored.last_error or "")
