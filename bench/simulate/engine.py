@@ -42,7 +42,14 @@ from bench.simulate.firing import (
     tick_wake,
 )
 from bench.simulate.inline import inline_pools
-from bench.simulate.invariants import BOUNDED_TABLES, Judge, Match, Violation, owed_matches
+from bench.simulate.invariants import (
+    BOUNDED_TABLES,
+    Judge,
+    Match,
+    Violation,
+    may_rest_unknown,
+    owed_matches,
+)
 from bench.simulate.limits import reach_limits
 from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
 from bench.simulate.outages import FlakyRedis, Outages
@@ -397,7 +404,7 @@ class Simulation:
         elif kind == "owed":
             match, published, delayed = what
             self.judge.owed(match, self.clock.now(), published, delayed,
-                            resting=self._resting(match, published))
+                            resting=self._resting(match))
         elif kind == "rogue":
             self.rogue.enqueue_copy(self.services, what)
             self._log(f"rogue producer enqueued {match_of_like(what)} again")
@@ -438,7 +445,9 @@ class Simulation:
         """A message the store could not settle after its send (it was down) is an unknown
         outcome, like a crash after the send: its documented re-send is allowed."""
         if self.world.outages.behaviour(receipt.at) == "store_down":
-            self.judge.late.add((receipt.channel, receipt.recipient, receipt.story))
+            match = (receipt.channel, receipt.recipient, receipt.story)
+            self.judge.late.add(match)
+            self.judge.unknown_sends[match] += 1
         self.judge.receipt(receipt)
 
     def _job(self, firing: Firing) -> None:
@@ -504,6 +513,7 @@ class Simulation:
         if point == "delivery.after_send" and self.network.receipts:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
+            self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
 
     def _owe(self, rule: SimRule) -> None:
         for due, match, published, delayed in owed_matches(self.world, rule):
@@ -514,17 +524,12 @@ class Simulation:
         attempts: a timeout after the message arrived, or a crash while it was owed."""
         return match in self.judge.late or any(at >= published for at in self.delivery_crashes)
 
-    def _resting(self, match: Match, published: datetime) -> bool:
-        """The match's entry rests ``unknown`` (as the API lists it), as the documented
-        policy leaves an unknown outcome, after a timeout or a crash that made it one."""
-        from sluice.delivery.store import DeliveryStatus, DeliveryStore
-
-        if not self._charged(match, published):
-            return False
-        with self.outages.harness():
-            resting = DeliveryStore(self.services.db).list(status=DeliveryStatus.UNKNOWN,
-                                                           limit=500)
-        return any(match_of(entry) == match for entry in resting)
+    def _resting(self, match: Match) -> bool:
+        """Whether the documented policy may leave the match unsent as an unknown outcome,
+        from what its destination saw (``may_rest_unknown``), not from the entry's status:
+        a defect that leaves an entry resting too early is then a loss."""
+        return may_rest_unknown(match[0], self.judge.unknown_sends[match],
+                                self.pacing.asked[match])
 
     def _observe_failed(self) -> None:
         observe_failed(self.services, self.judge, self.clock.now(), self._justified)

@@ -12,8 +12,9 @@ delivery entries the API lists, the jobs' results), never from Sluice's internal
   publication on, clear of every fault window of its channel's destinations, of the
   stores' outages (and an hour after each) and of its feed's (and the feed's backoff
   after each: as long as the window, at most a day), unless it was settled for good
-  (which ``no_attempt_burned`` judges) or rests unknown after a timeout or a crash. No
-  loss is excused by a fault window.
+  (which ``no_attempt_burned`` judges) or the documented policy lets it rest unknown,
+  judged from what its destination saw (``may_rest_unknown``: never from the entry's own
+  status). No loss is excused by a fault window.
 - ``nothing_comes_back``: after the operator purged a match, or after its entry failed for
   good (a permanent refusal, the attempt limit, expiry), its receiver never gets it again.
 - ``run_within_deadline``: every job run ends within its Lambda timeout (simulated time).
@@ -42,11 +43,28 @@ LIVENESS_AFTER = timedelta(hours=3)
 FEED_BACKOFF_CAP = timedelta(days=2)
 FEED_BACKOFF_MAX = timedelta(days=1)  # sluice.rss.fetch.Backoff's cap
 STORE_SETTLE = timedelta(hours=1)  # after a store outage, before a match is owed again
+MAX_ATTEMPTS = 5  # docs/delivery.md: an entry fails for good after its fifth attempt
+DEDUPLICATING = frozenset({"webhook"})  # receivers that drop a repeated Idempotency-Key
 
 
 def unknown_resends() -> int:
     """The documented re-send of an unknown outcome to a channel that cannot deduplicate."""
     return int(os.environ.get("SLUICE_DELIVERY_UNKNOWN_RESENDS", "1"))
+
+
+def may_rest_unknown(channel: str, unknown_sends: int, requests: int) -> bool:
+    """Whether the documented policy may leave a match unsent for good as an unknown
+    outcome, from what its destination saw: ``unknown_sends`` sends without an answer
+    (timeouts after the request left, crashes right after it) among ``requests`` requests
+    in all. An unknown outcome is resent while the attempt limit allows and, unless the
+    channel deduplicates, ``SLUICE_DELIVERY_UNKNOWN_RESENDS`` times (docs/delivery.md): a
+    chat rests after its second unknown send, a webhook only at its fifth attempt (every
+    attempt is at least one request, so fewer requests than that cannot have used them)."""
+    if unknown_sends < 1:
+        return False
+    if requests >= MAX_ATTEMPTS:
+        return True
+    return channel not in DEDUPLICATING and unknown_sends >= 1 + unknown_resends()
 
 
 class Violation(NamedTuple):
@@ -63,6 +81,9 @@ class Judge:
     received: Counter[Match] = field(default_factory=Counter)
     keys: dict[Match, set[str]] = field(default_factory=lambda: defaultdict(set))
     late: set[Match] = field(default_factory=set)
+    # sends of a match whose outcome the sender could not know (a timeout after the
+    # request left, a crash right after it, a store that failed before it was settled)
+    unknown_sends: Counter[Match] = field(default_factory=Counter)
     redrives: Counter[Match] = field(default_factory=Counter)
     final: dict[Match, tuple[datetime, str]] = field(default_factory=dict)
 

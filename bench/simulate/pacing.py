@@ -7,6 +7,18 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
   extra). The limits are the providers' documented ones, which are Sluice's defaults:
   Telegram 30 a second per bot, 1 a second per chat, 20 a minute per group (a negative
   chat id); Slack 1 a second per channel; a webhook host 10 a second.
+- ``spacing_kept``: two messages to a limit's key that reached the peer are never closer
+  than the limit's own interval (its period over its limit: 3 s for a Telegram group, 1 s
+  for a chat or a Slack channel, 100 ms for the webhook host), as
+  ``sluice.delivery.ratelimit`` documents ("no bursts; no two messages are ever closer
+  than the limit's own interval"). Requests of one message (its in-process retries, its
+  chunks) are not two messages.
+- ``timeout_kept``: every request to a destination is given the whole send timeout
+  (``SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS``, 10 s) to be answered: the drain claims an
+  entry, and a retry waits, only while a whole send still fits before the run's deadline
+  (``sluice.delivery.drain``, ``sluice.delivery.retry``). The peer sees how long the
+  client waits: a request cut to the deadline would turn an answer that was coming into
+  an unknown outcome.
 - ``schedule_kept``: a destination that failed (connection refused, 429) is asked again
   only as the documented schedule allows: within one send, at most
   ``INPROCESS_ATTEMPTS`` requests, each retry after the in-process policy's delay (300 ms
@@ -23,6 +35,7 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
 
 from __future__ import annotations
 
+import os
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +50,12 @@ INPROCESS_FIRST_S = 0.3
 INPROCESS_MAX_S = 30.0
 SLACK_S = 0.05  # the simulated clock's own rounding: a wait may end this much early
 FAILED = ("down", "ratelimit")
+TIMED_OUT = ("late", "hang")  # the request left and no answer came: an unknown outcome
+
+
+def send_timeout_s() -> float:
+    """The documented send timeout the deployment runs with."""
+    return float(os.environ.get("SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS", "10"))
 
 
 class Request(NamedTuple):
@@ -44,8 +63,9 @@ class Request(NamedTuple):
     channel: str
     recipient: str
     story: int
-    answer: str  # up | late | down | ratelimit | refuse
+    answer: str  # up | late | hang | down | ratelimit | refuse
     retry_after_s: float | None  # what a 429 asked for
+    timeout_s: float | None = None  # how long the client waits for the answer
 
 
 def limits(channel: str, recipient: str) -> list[tuple[str, int, float]]:
@@ -79,15 +99,49 @@ class Pacing:
     windows: dict[str, deque[datetime]] = field(default_factory=dict)
     asked: Counter[tuple[str, str, int]] = field(default_factory=Counter)  # match -> requests
     failing: dict[str, _Failing] = field(default_factory=dict)
+    # key -> (when, story) of the last message that reached the peer (spacing_kept)
+    last_message: dict[str, tuple[datetime, int]] = field(default_factory=dict)
+    last_of_match: dict[tuple[str, str, int], datetime] = field(default_factory=dict)
 
     def request(self, request: Request) -> None:
-        self.asked[(request.channel, request.recipient, request.story)] += 1
+        match = (request.channel, request.recipient, request.story)
+        self.asked[match] += 1
+        if request.answer in TIMED_OUT:
+            self.judge.unknown_sends[match] += 1
+        self._timeout(request)
         if request.answer != "down":  # a refused connection reached no one
             self._rate(request)
         self._schedule(request)
+        self.last_of_match[match] = request.at
+
+    def _timeout(self, request: Request) -> None:
+        wanted = send_timeout_s()
+        if request.timeout_s is not None and request.timeout_s + SLACK_S < wanted:
+            self.judge.fail("timeout_kept", request.at,
+                            f"{destination(request.channel, request.recipient)} was asked for "
+                            f"story-{request.story} with {request.timeout_s:.1f} s to answer "
+                            f"(the send timeout is {wanted:g} s: a send started with less "
+                            "than a whole send left before the deadline)")
 
     def _rate(self, request: Request) -> None:
+        match = (request.channel, request.recipient, request.story)
+        previous = self.last_of_match.get(match)
+        # a request of the same message soon after its last (an in-process retry, a
+        # further chunk) is that message's, not another one
+        retry = previous is not None and (request.at - previous).total_seconds() \
+            <= INPROCESS_MAX_S + 1
         for key, limit, period in limits(request.channel, request.recipient):
+            interval = period / limit
+            last = self.last_message.get(key)
+            if last is not None and last[1] != request.story:
+                gap = (request.at - last[0]).total_seconds()
+                if gap + SLACK_S < interval:
+                    self.judge.fail("spacing_kept", request.at,
+                                    f"{key}: story-{request.story} {gap:.2f} s after "
+                                    f"story-{last[1]} (the limit's interval is "
+                                    f"{interval:g} s: {limit} in {period:g} s)")
+            if last is None or last[1] != request.story or not retry:
+                self.last_message[key] = (request.at, request.story)
             seen = self.windows.setdefault(key, deque())
             seen.append(request.at)
             while seen and seen[0] <= request.at - timedelta(seconds=period):

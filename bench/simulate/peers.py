@@ -15,6 +15,10 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
 - ``ratelimit``: 429 with ``Retry-After`` saying when to come back, as Telegram's
   ``retry_after`` and Slack's header do: the time left in the window, at most an hour;
 - ``refuse``: refuses permanently (chat not found, 410 Gone);
+- ``hang`` (destinations, ``--limits`` only): accepts the connection and the request, then
+  never answers: the caller sees a timeout, as after ``late``, but the message was *not*
+  taken (a gateway that stalls before its application): an unknown outcome that did not
+  arrive, which only the documented resends can still deliver;
 - for feeds also ``malformed`` (a body that is not a feed), ``vanished`` (404) and
   ``slow`` (times out, nothing read); Polar also ``error`` (500 for the whole window).
 
@@ -148,6 +152,8 @@ class Network:
         self.polar = Peer("polar")
         self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
         self.on_polar: Callable[[str], None] = lambda external_id: None
+        # every request to Polar, with how it was answered (billing.py's metering_paced)
+        self.on_polar_request: Callable[[str], None] = lambda answer: None
 
     # --- the transport seam -------------------------------------------------------
 
@@ -203,6 +209,7 @@ class Network:
         ``error`` answers 500 for the whole window, ``late`` ingests and answers after the
         client's timeout."""
         kind = self.polar.behaviour(self.now())
+        self.on_polar_request(kind)
         if kind == "down":
             raise httpx.ConnectError("simulated: connection refused", request=request)
         if kind == "ratelimit":
@@ -238,7 +245,10 @@ class Network:
         if kind == "ratelimit" and window is not None:
             left = (window.end - self.now()).total_seconds()
             wait_s = max(1, min(RETRY_AFTER_MAX_S, math.ceil(left)))
-        self.on_request(Request(self.now(), channel, recipient, story, kind, wait_s))
+        # how long the client waits for the answer (the egress layer's timeout, cut to
+        # the run's deadline when less is left)
+        timeout = float((request.extensions.get("timeout") or {}).get("read") or 10.0)
+        self.on_request(Request(self.now(), channel, recipient, story, kind, wait_s, timeout))
         if kind == "down":
             raise httpx.ConnectError("simulated: connection refused", request=request)
         if wait_s is not None:
@@ -246,6 +256,10 @@ class Network:
         if kind == "refuse":
             self.refusals.add((channel, recipient, story))
             return _refused(channel, request)
+        if kind == "hang":
+            self.sleep(timeout)
+            raise httpx.ReadTimeout("simulated: no answer (the message was not taken)",
+                                    request=request)
         receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late")
         if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
             if key is not None:
@@ -253,8 +267,7 @@ class Network:
             self.receipts.append(receipt)
             self.on_receipt(receipt)
         if kind == "late":
-            timeout = (request.extensions.get("timeout") or {}).get("read") or 10.0
-            self.sleep(float(timeout))
+            self.sleep(timeout)
             raise httpx.ReadTimeout("simulated: answered after the timeout", request=request)
         return _accepted(channel, recipient, len(self.receipts), request)
 

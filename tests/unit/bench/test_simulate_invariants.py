@@ -114,12 +114,12 @@ def test_a_table_kept_longer_than_30_days_is_bounded_by_its_retention() -> None:
 
 
 def _request(seconds: float, answer: str = "up", *, channel: str = "slack",
-             recipient: str = "C1", story: int = 7, retry_after_s: float | None = None
-             ) -> object:
+             recipient: str = "C1", story: int = 7, retry_after_s: float | None = None,
+             timeout_s: float | None = None) -> object:
     from bench.simulate.pacing import Request
 
     return Request(T0 + timedelta(seconds=seconds), channel, recipient, story, answer,
-                   retry_after_s)
+                   retry_after_s, timeout_s)
 
 
 def test_a_rate_is_kept_with_one_on_the_windows_edge_and_no_more() -> None:
@@ -127,19 +127,67 @@ def test_a_rate_is_kept_with_one_on_the_windows_edge_and_no_more() -> None:
 
     judge = Judge(T0)
     pacing = Pacing(judge)
-    for moment, story in ((0.0, 1), (0.5, 2)):  # two in a second: the one on the edge
+    # one message's in-process retries are not two messages (no spacing), but a window
+    # of the limit's period holds at most the limit and the one on its edge
+    for moment in (0.0, 0.3):
+        pacing.request(_request(moment))  # type: ignore[arg-type]
+    assert judge.violations == []
+    pacing.request(_request(0.9))  # type: ignore[arg-type]
+    assert [v.invariant for v in judge.violations] == ["rate_kept"]
+
+
+def test_messages_to_a_key_are_never_closer_than_its_interval() -> None:
+    from bench.simulate.pacing import Pacing
+
+    judge = Judge(T0)  # a Slack channel: one a second
+    pacing = Pacing(judge)
+    for moment, story in ((0.0, 1), (1.0, 2), (2.5, 3)):
         pacing.request(_request(moment, story=story))  # type: ignore[arg-type]
     assert judge.violations == []
-    pacing.request(_request(0.9, story=3))  # type: ignore[arg-type]
-    assert [v.invariant for v in judge.violations] == ["rate_kept"]
-    group = Judge(T0)  # a Telegram group: 20 a minute
+    pacing.request(_request(3.2, story=4))  # type: ignore[arg-type]
+    assert [v.invariant for v in judge.violations] == ["spacing_kept"]
+    assert "0.70 s after story-3" in judge.violations[0].detail
+    group = Judge(T0)  # a Telegram group: 20 a minute, so 3 s apart
     pacing = Pacing(group)
     for n in range(21):
-        pacing.request(_request(n * 2.0, channel="telegram", recipient="-100",  # type: ignore[arg-type]
+        pacing.request(_request(n * 3.0, channel="telegram", recipient="-100",  # type: ignore[arg-type]
                                 story=n))
     assert group.violations == []
-    pacing.request(_request(42.0, channel="telegram", recipient="-100", story=99))  # type: ignore[arg-type]
-    assert [v.invariant for v in group.violations] == ["rate_kept"]
+    pacing.request(_request(61.0, channel="telegram", recipient="-100", story=99))  # type: ignore[arg-type]
+    assert [v.invariant for v in group.violations] == ["spacing_kept"]
+    down = Judge(T0)  # a refused connection reached no one: it spaces nothing
+    pacing = Pacing(down)
+    pacing.request(_request(0.0, "down", story=1))  # type: ignore[arg-type]
+    pacing.request(_request(0.0, story=2))  # type: ignore[arg-type]
+    assert down.violations == []
+
+
+def test_every_request_is_given_the_whole_send_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.simulate.pacing import Pacing
+
+    monkeypatch.delenv("SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS", raising=False)
+    judge = Judge(T0)
+    pacing = Pacing(judge)
+    pacing.request(_request(0.0, "late", timeout_s=10.0))  # type: ignore[arg-type]
+    assert judge.violations == [] and judge.unknown_sends[("slack", "C1", 7)] == 1
+    pacing.request(_request(20.0, timeout_s=3.5, story=8))  # type: ignore[arg-type]
+    assert [v.invariant for v in judge.violations] == ["timeout_kept"]
+    assert "3.5 s to answer" in judge.violations[0].detail
+
+
+def test_an_unknown_outcome_may_rest_only_after_the_documented_resends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.simulate.invariants import may_rest_unknown
+
+    monkeypatch.delenv("SLUICE_DELIVERY_UNKNOWN_RESENDS", raising=False)
+    assert not may_rest_unknown("telegram", 0, 9)  # nothing unknown: nothing may rest
+    assert not may_rest_unknown("telegram", 1, 1)  # one resend is still owed
+    assert may_rest_unknown("telegram", 2, 2)
+    assert not may_rest_unknown("webhook", 2, 2)  # a webhook is resent to its fifth attempt
+    assert not may_rest_unknown("webhook", 4, 4)
+    assert may_rest_unknown("webhook", 1, 5)
+    monkeypatch.setenv("SLUICE_DELIVERY_UNKNOWN_RESENDS", "2")
+    assert not may_rest_unknown("slack", 2, 2)
 
 
 def test_a_failing_destination_is_asked_again_only_on_the_documented_schedule() -> None:
