@@ -19,6 +19,11 @@ The invariants, judged from what Polar received and from public state:
 - ``no_attempt_burned``: no outbox row ends with its attempts used up, and no ledger entry
   is dead-lettered. This Polar never refuses an event and no call is malformed, so such a
   row could only have been burned by an outage.
+- ``metering_paced``: within one metering-flush run Polar is asked at most
+  ``TRANSIENT_IN_A_ROW`` times in a row while it answers 5xx, times out or refuses the
+  connection, and never again after a 429 (docs/billing.md: "a 429 or a Retry-After ends
+  the run; three in a row end it"), judged from Polar's own record of the run's requests:
+  a flush that goes on into an outage spends every row's attempts on it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ if TYPE_CHECKING:
 OWED_AFTER = timedelta(hours=1)
 RETRY_AFTER = timedelta(minutes=5)
 OUTBOX_SUFFIX = ":metering"
+TRANSIENT_IN_A_ROW = 3  # docs/billing.md: three transient answers in a row end a run
+TRANSIENT = ("down", "error", "late")  # Polar's answers that are an outage's
 
 
 def owed_at(since: datetime, windows: list[Window], end: datetime,
@@ -65,6 +72,33 @@ class Billing:
         self.erased: Callable[[str], bool] = lambda user: False  # the user was erased
         self.burned = 0
         self.queued = False  # the last call reported went to the Redis retry queue
+        self.answers: list[str] | None = None  # Polar's, to the metering-flush run under way
+
+    def polar_request(self, answer: str) -> None:
+        """Polar was asked (``answer``: its behaviour then, ``up`` when it took the events)."""
+        if self.answers is not None:
+            self.answers.append(answer)
+
+    def flush_started(self) -> None:
+        self.answers = []
+
+    def flush_ended(self, at: datetime) -> None:
+        """``metering_paced`` over the requests the run just made."""
+        answers, self.answers = self.answers or [], None
+        streak = 0
+        for n, answer in enumerate(answers):
+            if answer == "ratelimit" and n + 1 < len(answers):
+                self.judge.fail("metering_paced", at,
+                                f"metering-flush asked Polar {len(answers) - n - 1} more "
+                                "time(s) in the run after a 429")
+                return
+            streak = streak + 1 if answer in TRANSIENT else 0
+            if streak > TRANSIENT_IN_A_ROW:
+                self.judge.fail("metering_paced", at,
+                                f"metering-flush asked Polar {streak} times in a row while "
+                                f"it answered {answer} (a run ends after "
+                                f"{TRANSIENT_IN_A_ROW})")
+                return
 
     def report(self, call: UsageCall) -> bool:
         """The call reported with ``record_usage``; False when it was refused (retry)."""

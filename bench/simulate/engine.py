@@ -185,6 +185,7 @@ class Simulation:
             self.push.arm(lambda point: self.crashes._crash_point(point))
         self.network.on_polar = lambda external_id: self.billing.polar_received(
             external_id, self.clock.now())
+        self.network.on_polar_request = self.billing.polar_request
         self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
         rss = RssStore(self.services.db)
         sources = {name: rss.add_source(f"http://{FEEDS}/{name}.xml", name).id
@@ -466,6 +467,8 @@ class Simulation:
         def remaining_ms() -> int:
             return int(deadline_ms - (self.clock.now() - now).total_seconds() * 1000)
 
+        if name == "metering-flush":
+            self.billing.flush_started()
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
             summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
@@ -473,6 +476,8 @@ class Simulation:
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
             firing.again = True
+        if name == "metering-flush":
+            self.billing.flush_ended(self.clock.now())
         self.out.runs += 1
         took = (self.clock.now() - now).total_seconds()
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)

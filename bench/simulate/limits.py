@@ -15,7 +15,10 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   each channel, one to a destination that is up (every rate met at once, a crash armed
   right after a claim) and one while it answers late (each send an unknown outcome);
 - Polar down, failing (500), late and rate-limiting, each with calls made inside it, and
-  calls made while the store or Redis is away;
+  calls made while the store or Redis is away; a burst of six calls while Polar fails
+  (more rows than a run may try in a row) and a lone call meeting a 45-minute Polar
+  outage (no run reaches three failures in a row: only the run-end refund keeps its
+  attempts);
 - a store outage that begins while the late burst is being sent (a message in flight when
   the store drops) and a Redis outage under the 429 burst, each with a crash point armed
   inside it;
@@ -122,6 +125,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     if rule.keyword_at(edit) is not None and not any(v.since > edit for v in rule.versions):
         rule.versions.append(RuleVersion(edit, rng.choice(("kw00", "kw05", "kw10"))))
         world.faults["rule_edit"] = world.faults.get("rule_edit", 0) + 1
+    _metering_limits(world, rng)
     return [(store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
@@ -147,3 +151,23 @@ def _burst(world: World, at: datetime, destination: str, numbers: list[int],
         feed.stories.append(FeedStory(numbers[0], at + timedelta(seconds=8 * n), words))
     feed.stories.sort(key=lambda s: (s.published, s.number))
     world.faults["burst"] = world.faults.get("burst", 0) + 1
+
+
+def _metering_limits(world: World, rng: random.Random) -> None:
+    """More rows than a run may try in a row meet Polar failing (a burst of calls inside
+    its 500 window), and a lone row meets a long Polar outage (no run of it reaches three
+    transient answers in a row, so only the run-end refund keeps its attempts)."""
+    error = next(w for w in world.polar.windows if w.kind == "error" and w.start >= world.start
+                 and w.start == _at(world, 2.6))
+    tenant = world.tenants[-1]
+    for n in range(6):
+        world.usage.append(UsageCall(error.start + timedelta(minutes=12, seconds=20 * n),
+                                     f"limits-polar-burst-{n}", f"org-{tenant.scope}",
+                                     f"user-{len(world.tenants) - 1}-{rng.randint(0, 4)}",
+                                     rng.randint(10, 5000)))
+    lone = _add(world.polar, world, _at(world, 5.4), 0.75, "error", "polar_error")
+    world.usage.append(UsageCall(lone.start + timedelta(minutes=1), "limits-polar-lone",
+                                 f"org-{tenant.scope}",
+                                 f"user-{len(world.tenants) - 1}-{rng.randint(0, 4)}",
+                                 rng.randint(10, 5000)))
+    world.usage.sort()

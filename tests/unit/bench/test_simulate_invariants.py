@@ -243,3 +243,30 @@ def test_a_story_published_during_an_outage_is_owed_after_it_not_excused() -> No
     later = {m: (d, late) for d, m, _, late in owed_matches(world, rule)}
     assert later[match][1] is True
     assert later[match][0] >= down.end + LIVENESS_AFTER
+
+
+def test_a_flush_stops_after_three_failing_answers_in_a_row_and_at_a_429() -> None:
+    from bench.simulate.billing import Billing
+
+    judge = Judge(T0)
+    billing = Billing(judge, None, None, lambda line: None)
+    billing.polar_request("error")  # no run under way: not judged
+    billing.flush_started()
+    for answer in ("error", "late", "down", "up", "error", "error", "error"):
+        billing.polar_request(answer)
+    billing.flush_ended(T0)
+    assert judge.violations == []
+    billing.flush_started()
+    for answer in ("error", "error", "error", "error"):
+        billing.polar_request(answer)
+    billing.flush_ended(T0)
+    assert [v.invariant for v in judge.violations] == ["metering_paced"]
+    assert "4 times in a row" in judge.violations[0].detail
+    after = Judge(T0)
+    billing = Billing(after, None, None, lambda line: None)
+    billing.flush_started()
+    for answer in ("up", "ratelimit", "up"):
+        billing.polar_request(answer)
+    billing.flush_ended(T0)
+    assert [v.invariant for v in after.violations] == ["metering_paced"]
+    assert "after a 429" in after.violations[0].detail
