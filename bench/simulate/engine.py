@@ -107,6 +107,7 @@ class Simulation:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
         self.rng = random.Random(seed)
         self.keep_going = keep_going
+        self.limits = limits
         self.world: World = generate(seed, clock.start, days)
         # the faults and load that reach Sluice's limits, on purpose (limits.py)
         limit_crashes = reach_limits(self.world, seed) if limits else []
@@ -181,7 +182,8 @@ class Simulation:
 
             FlagStore(self.services.state).set(PIPELINE_FLAG, True)
             self.push = PushQueue(self.services, self.clock.now, self.judge, self._log,
-                                  self.world.outages.windows, self.world.end)
+                                  self.world.outages.windows, self.world.end,
+                                  handler_faults=self.limits)
             self.push.arm(lambda point: self.crashes._crash_point(point))
         self.network.on_polar = lambda external_id: self.billing.polar_received(
             external_id, self.clock.now())
@@ -335,6 +337,8 @@ class Simulation:
             with self.outages.harness():
                 self.push.check(owed_at)
             self.out.faults["queue_batches"] = self.push.batches
+            if self.push.own_failures:
+                self.out.faults["handler_fault"] = sum(self.push.own_failures.values())
         self.out.deliveries = len(self.network.receipts)
         self.out.coalesced = {name: firing.grid_count(self.world.end) - firing.fired
                               for name, firing in sorted(self.firings.items())

@@ -15,19 +15,25 @@ the timeout; a message received ``MAX_RECEIVES`` times moves to ``<topic>-dlq`` 
 redrive policy's backstop).
 
 SQS delivers at least once: now and then (``REDELIVER_EVERY``) a deleted message comes
-once more, as a delete lost on its way would. Invariants (``queue_*``):
+once more, as a delete lost on its way would. With ``handler_faults`` (``--limits``) some
+messages fail for their own sake: the handler's dependency fails on a message's first
+deliveries (``FAULTY``: every ``FAULT_EVERY``-th message first seen fails its first 2 or 4
+deliveries, fewer than the consumer's 5 attempts), raised in the handler's place as an
+error of its own, not a store's. Invariants (``queue_*``):
 
 - ``queue_nothing_lost``: every message sent is, within ``SETTLE_WITHIN`` while the
   store and Redis are up, deleted after the consumer took it, or on a ``-dlq`` with a
-  reason;
+  reason; and its content (its batch id: a copy waiting for the store has the same) has
+  been handled by then, its handler run to its end;
 - ``queue_backoff``: each visibility the consumer sets for a retry is ``min(300, 2^n)``
-  seconds for the n-th receive;
+  seconds for the n-th receive (judged against the documented formula, never the
+  consumer's own);
 - ``queue_once``: a message the consumer completed is not handled again (a redelivery is
   answered as a duplicate), except after a crash before its batch's completions were
   written (the documented replay of an idempotent topic's batch);
 - ``queue_no_attempt_burned``: no attempt is counted against a message for an outage: no
-  invocation fails, no retry is held back, nothing is dead-lettered (this handler fails
-  only when a store is down or the consumer crashed).
+  invocation fails, no retry is held back but after a failure of the message's own,
+  nothing is dead-lettered before its own failures reached the consumer's 5 attempts.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ MAX_RECEIVES = 10  # custom.queues.maxReceiveCount
 CONSUMER_TIMEOUT_S = 60  # custom.queues.consumerTimeout
 REDELIVER_EVERY = 37  # every 37th deleted message comes once more
 SETTLE_WITHIN = timedelta(hours=6)
+MAX_ATTEMPTS = 5  # docs/queues.md: a message is dead-lettered at its fifth failed delivery
+FAULT_EVERY = 9  # with handler faults: the 9th, 18th... content first seen fails at first
+FAULTY = {4: 2, 8: 4}  # (ordinal % FAULT_EVERY) -> its deliveries that fail (fewer than 5)
+
+
+class HandlerFault(Exception):
+    """A handler's own failure (its dependency failed), not a store's outage."""
 ACCOUNT = "123456789012"
 REGION = "eu-north-1"
 
@@ -119,7 +132,7 @@ class SimSqsClient:
         self.ids = ids
         self.queues = {name: Queue(name) for name in names}
         self.by_receipt: dict[str, Message] = {}
-        self.visibility_set: list[tuple[int, int]] = []  # (receive count, seconds)
+        self.visibility_set: list[tuple[Message, int, int]] = []  # (message, receives, seconds)
         self.unavailable = False  # the service refuses calls (an outage of ours)
 
     @staticmethod
@@ -151,7 +164,7 @@ class SimSqsClient:
     def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str,
                                   VisibilityTimeout: int) -> None:
         message = self.by_receipt[ReceiptHandle]
-        self.visibility_set.append((message.receives, VisibilityTimeout))
+        self.visibility_set.append((message, message.receives, VisibilityTimeout))
         message.visible_at = self.now() + timedelta(seconds=VisibilityTimeout)
 
     def delete_message(self, QueueUrl: str, ReceiptHandle: str) -> None:
@@ -242,7 +255,8 @@ class PushQueue:
     TOPIC = "rss.ingest"
 
     def __init__(self, services: Any, now: Callable[[], datetime], judge: Any,
-                 log: Callable[[str], None], windows: Any, end: datetime) -> None:
+                 log: Callable[[str], None], windows: Any, end: datetime, *,
+                 handler_faults: bool = False) -> None:
         from sluice.queues import runtime
         from sluice.queues.publish import Publisher
         from sluice.queues.sqs import Sqs
@@ -264,6 +278,14 @@ class PushQueue:
         self.deleted = 0
         self.checked_visibility = 0
         self.batches = 0
+        self.handler_faults = handler_faults
+        self.seen: dict[str, int] = {}  # batch id -> its ordinal, first seen
+        self.sent_at: dict[str, datetime] = {}  # batch id -> when its content was first sent
+        self.handled: set[str] = set()  # batch ids whose handler ran to its end
+        self.faults_left: dict[str, int] = {}  # batch id -> its deliveries still to fail
+        self.own_failures: dict[str, int] = {}  # batch id -> deliveries failed for its sake
+        self.failed_at: set[tuple[str, int]] = set()  # (message id, receive) it failed on
+        self.settled: set[str] = set()  # batch ids reported or dead-lettered
 
         def counted(message: dict[str, Any], inbound: Any) -> None:
             batch_id = str(message.get("batchId"))
@@ -271,11 +293,27 @@ class PushQueue:
                 self.judge.fail("queue_once", self.now(),
                                 f"{self.TOPIC} message {inbound.message_id} (batch {batch_id}) "
                                 "was completed and acknowledged, and is handled again")
+            if self.faults_left.get(batch_id):
+                self.faults_left[batch_id] -= 1
+                self.own_failures[batch_id] = self.own_failures.get(batch_id, 0) + 1
+                self.failed_at.add((inbound.message_id, inbound.delivery_count))
+                raise HandlerFault(f"simulated: the handler's dependency failed for batch "
+                                   f"{batch_id}")
             handler(message, inbound)
             self.just_handled.add(batch_id)
+            self.handled.add(batch_id)
 
         self.consumer.handler = counted
         self.just_handled: set[str] = set()  # batch ids whose handler returned, this batch
+
+    def _first_seen(self, message: Message) -> None:
+        batch_id = batch_id_of(message.body)
+        if batch_id in self.seen:
+            return
+        self.seen[batch_id] = ordinal = len(self.seen) + 1
+        self.sent_at[batch_id] = message.sent_at
+        if self.handler_faults:
+            self.faults_left[batch_id] = FAULTY.get(ordinal % FAULT_EVERY, 0)
 
     def _message_id(self) -> str:
         import uuid
@@ -295,6 +333,8 @@ class PushQueue:
         if not batch:
             return ""
         self.batches += 1
+        for message in batch:
+            self._first_seen(message)
         event = self.client.event(self.name, batch)
         context = LambdaContext(self.now, CONSUMER_TIMEOUT_S)
         self.just_handled = set()
@@ -303,6 +343,11 @@ class PushQueue:
         except crash as stopped:
             return f"rss.ingest consumer: crashed at {stopped} with {len(batch)} message(s)"
         except Exception as exc:  # noqa: BLE001 - the invocation failed: the batch comes back
+            if all((m.id, m.receives) in self.failed_at for m in batch):
+                # every record failed for its own sake: the batch processor then fails the
+                # invocation (as documented), and each message returns after its backoff
+                self._check_visibility()
+                return f"rss.ingest consumer: all {len(batch)} failed, to retry"
             self.judge.fail("queue_no_attempt_burned", self.now(),
                             f"the consumer's invocation failed ({type(exc).__name__}: "
                             f"{str(exc)[:200]}): SQS counts a receive against each of its "
@@ -325,15 +370,16 @@ class PushQueue:
                 "retry")
 
     def _check_visibility(self) -> None:
-        from sluice.queues.consumer import backoff_s
-
-        for receives, seconds in self.client.visibility_set[self.checked_visibility:]:
-            # this handler fails only when a store is down (a crash changes no visibility):
-            # a retry held back is an attempt counted for an outage
-            self.judge.fail("queue_no_attempt_burned", self.now(),
-                            f"a retry was counted against an rss.ingest message (receive "
-                            f"{receives}, held {seconds} s): only an outage fails this handler")
-            if seconds != backoff_s(receives) or seconds != min(300, 2 ** receives):
+        for message, receives, seconds in self.client.visibility_set[self.checked_visibility:]:
+            if (message.id, receives) not in self.failed_at:
+                # the handler failed here only as a store's outage or a crash would make it
+                # (a crash changes no visibility): a retry held back is an attempt counted
+                # for an outage
+                self.judge.fail("queue_no_attempt_burned", self.now(),
+                                f"a retry was counted against an rss.ingest message (receive "
+                                f"{receives}, held {seconds} s) that failed for no fault of "
+                                "its own")
+            if seconds != min(300, 2 ** receives):
                 self.judge.fail("queue_backoff", self.now(),
                                 f"a retry after receive {receives} held for {seconds} s, not "
                                 f"min(300, 2^{receives})")
@@ -352,15 +398,39 @@ class PushQueue:
                                 f"{message.sent_at:%Y-%m-%d %H:%M} is still on the queue "
                                 f"after {message.receives} receive(s)")
                 message.deleted = True  # reported once
+        for batch_id, sent_at in self.sent_at.items():
+            if batch_id in self.handled or batch_id in self.settled:
+                continue
+            due = owed_at(sent_at, self.windows, self.end, SETTLE_WITHIN)
+            if due is not None and due <= now:
+                self.judge.fail("queue_nothing_lost", now,
+                                f"{self.TOPIC} content of batch {batch_id} (sent "
+                                f"{sent_at:%Y-%m-%d %H:%M}) was never handled")
+                self.settled.add(batch_id)  # reported once
         dlq = self.client.queues[f"{self.name}-dlq"]
         for message in dlq.messages:
             if not message.deleted:
-                self.judge.fail("queue_no_attempt_burned", now,
-                                f"{self.TOPIC} message {message.id} was dead-lettered "
-                                f"({', '.join(message.reasons) or _reason(message.body)}): "
-                                "this handler fails only when a store is down or the "
-                                "consumer crashed, which are not the message's fault")
+                batch_id = _original_batch(message.body)
+                self.settled.add(batch_id)
+                own = self.own_failures.get(batch_id, 0)
+                if own < MAX_ATTEMPTS:
+                    self.judge.fail("queue_no_attempt_burned", now,
+                                    f"{self.TOPIC} message {message.id} was dead-lettered "
+                                    f"({', '.join(message.reasons) or _reason(message.body)})"
+                                    f" after {own} failure(s) of its own: only a fifth "
+                                    "failure of the message's own dead-letters it")
                 message.deleted = True
+
+
+def _original_batch(body: str) -> str:
+    """The batch id of a dead letter: its summary's ``originalMessage``, or the message
+    itself (moved by the redrive policy)."""
+    try:
+        summary = json.loads(body)
+    except ValueError:
+        return body[:64]
+    original = summary.get("originalMessage") if isinstance(summary, dict) else None
+    return str((original if isinstance(original, dict) else summary).get("batchId"))
 
 
 def _reason(body: str) -> str:
