@@ -6,6 +6,11 @@ simulation runs: an armed point raises ``SimCrash``, which no ``except Exception
 Sluice catches, so the run stops there with its claims, leases and rows as they were,
 like a killed Lambda. (Unlike a kill, ``finally`` blocks still run: the job's lease is
 released rather than left to lapse.)
+
+A crash may be *targeted* (``point@channel:recipient``): armed, it waits, for at most
+``TARGET_FOR``, for the point to be reached right after a request to that destination (as
+the peers recorded it: ``target_ok``), so that crashes armed one after another fall on
+the same entry (its lease lapsing again and again after its message left).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from bench.chaos.points import discover
+
+TARGET_FOR = timedelta(hours=2)
 
 
 class SimCrash(BaseException):
@@ -37,17 +44,36 @@ class Crashes:
         self.faults = faults
         self.hit: list[str] = []
         self.on_crash: Callable[[str], None] = lambda point: None
+        self.on_point: Callable[[str], None] = lambda point: None  # every point reached
+        self.targeted: list[tuple[str, str, datetime]] = []  # (point, destination, until)
+        self.target_ok: Callable[[str], bool] = lambda destination: False
+        self.now: Callable[[], datetime] = lambda: start
 
     def arm(self, point: str) -> None:
+        if "@" in point:
+            name, destination = point.split("@", 1)
+            self.targeted.append((name, destination, self.now() + TARGET_FOR))
+            return
         self.armed = point
 
     def _crash_point(self, name: str) -> None:
+        self.on_point(name)
         if name == self.armed:
             self.armed = None
-            self.hit.append(name)
-            self.faults["crash"] = self.faults.get("crash", 0) + 1
-            self.on_crash(name)
-            raise SimCrash(name)
+            self._crash(name)
+        if self.targeted:
+            now = self.now()
+            self.targeted = [t for t in self.targeted if t[2] > now]
+            if self.targeted and self.targeted[0][0] == name \
+                    and self.target_ok(self.targeted[0][1]):
+                self.targeted.pop(0)
+                self._crash(name)
+
+    def _crash(self, name: str) -> None:
+        self.hit.append(name)
+        self.faults["crash"] = self.faults.get("crash", 0) + 1
+        self.on_crash(name)
+        raise SimCrash(name)
 
     @contextmanager
     def installed(self) -> Iterator[None]:

@@ -119,13 +119,13 @@ class Simulation:
         self.judge = Judge(clock.start)
         self.network.on_receipt = self._receipt
         self.pacing = Pacing(self.judge)
-        self.network.on_request = self.pacing.request
+        self.network.on_request = self._request
         self.published = {story.number: story.published for feed in self.world.feeds.values()
                           for story in feed.stories}
         self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
         self.charged_reported: set[Match] = set()
         self.network.polar = self.world.polar
-        self.outages = Outages(self.world.outages, clock.now)
+        self.outages = Outages(self.world.outages, clock.now, self.world.armed)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
@@ -141,6 +141,10 @@ class Simulation:
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
                                self.out.faults)
         self.crashes.on_crash = self._crashed
+        self.crashes.on_point = self.outages.reached
+        self.crashes.now = clock.now
+        self.crashes.target_ok = self._last_request_to
+        self.last_request: Any = None
         self.crashes.plan = sorted(self.crashes.plan + limit_crashes)
         self.rogue = Rogue(inject)
         # odd seeds fan the tick out through the push queue (queues.py); even seeds tick
@@ -523,6 +527,14 @@ class Simulation:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
             self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
+
+    def _request(self, request: Any) -> None:
+        self.last_request = request
+        self.pacing.request(request)
+
+    def _last_request_to(self, destination: str) -> bool:
+        last = self.last_request
+        return last is not None and f"{last.channel}:{last.recipient}" == destination
 
     def _owe(self, rule: SimRule) -> None:
         for due, match, published, delayed in owed_matches(self.world, rule):

@@ -24,6 +24,13 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   inside it;
 - the sender dying right after a send three times in a row when the late window ends
   (one entry's lease lapses again and again);
+- faults that coincide on one entry or one step on purpose: the store flapping twelve
+  times, each drop armed at ``redrive.after_claim`` (it goes away right after
+  ledger-redrive claimed the entries that waited in Redis through the store outage); a
+  lone story to a webhook whose host *hangs* (the request taken, never answered, the
+  message not delivered) through its first four sends; a lone story to a chat whose
+  sender dies right after each send, the crashes targeted at that destination so they
+  fall on the one entry;
 - an erasure whose grace window ends within the run, and one cancelled within its window;
 - a rule edit.
 
@@ -35,10 +42,14 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from bench.simulate.peers import FeedStory, Peer, Window
+from bench.simulate.peers import Feed, FeedStory, Peer, Window
 from bench.simulate.world import FILLER, ErasureCall, RuleVersion, UsageCall, World
 
-SPAN_DAYS = 8
+REDRIVE_EVERY = timedelta(minutes=5)  # ledger-redrive's rate
+
+SPAN_DAYS = 9
+TEN_MINUTES = timedelta(minutes=10)  # the rss tick's rate: a lone story is fetched on it
+FLAPS = 12  # more store drops under one ledger-redrive entry than its ten attempts
 BURST = 14
 EXPIRY_PAST = timedelta(hours=26)
 
@@ -126,7 +137,9 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
         rule.versions.append(RuleVersion(edit, rng.choice(("kw00", "kw05", "kw10"))))
         world.faults["rule_edit"] = world.faults.get("rule_edit", 0) + 1
     _metering_limits(world, rng)
-    return [(store.start + timedelta(seconds=30), "delivery.after_send"),
+    _store_flaps(world, store.end)
+    lonely = _lone_stories(world, rng)
+    return [*lonely, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
             (_at(world, 2.0) + timedelta(minutes=1), "erasure.after_commit"),
@@ -171,3 +184,90 @@ def _metering_limits(world: World, rng: random.Random) -> None:
                                  f"user-{len(world.tenants) - 1}-{rng.randint(0, 4)}",
                                  rng.randint(10, 5000)))
     world.usage.sort()
+
+
+def _store_flaps(world: World, after: datetime) -> None:
+    """The store drops ``FLAPS`` times, each right after ledger-redrive claimed (an outage
+    window armed at ``redrive.after_claim`` around each of its firings), from the first
+    firing after ``after`` (when the entries that waited in Redis go in)."""
+    grid = world.start + REDRIVE_EVERY * -(-(after + timedelta(minutes=1) - world.start)
+                                            // REDRIVE_EVERY)
+    for n in range(FLAPS):
+        firing = grid + n * REDRIVE_EVERY
+        window = _add(world.outages, world, firing - timedelta(seconds=30), 2 / 60,
+                      "store_down", "store_flap")
+        world.armed[window] = "redrive.after_claim"
+
+
+def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]]:
+    """A lone story to a webhook whose host hangs through its first four sends, and one to
+    a chat whose sender dies right after each send (the crashes targeted at it); returns
+    those crashes."""
+    crashes: list[tuple[datetime, str]] = []
+    hooks = sorted(name for name in world.destinations if name.startswith("webhook:"))
+    if hooks:
+        at = _quiet(world, hooks[0], 8.2)
+        if at is not None and _lone(world, hooks[0], at, rng):
+            # the tick fetches it at the next ten minutes; its sends then come at about 0,
+            # 1, 2, 4 and 14 minutes (the schedule's 5 s, 25 s, 2 min, 10 min, on the
+            # drain's minute): the host hangs through the first four
+            tick = at + TEN_MINUTES - timedelta(seconds=30)
+            _add(world.destinations[hooks[0]], world, tick - timedelta(minutes=1),
+                 10 / 60, "hang")
+    chats = sorted(name for name in world.destinations if not name.startswith("webhook:"))
+    if chats:
+        at = _quiet(world, chats[0], 8.6)
+        if at is not None and _lone(world, chats[0], at, rng):
+            crashes += [(at, f"delivery.after_send@{chats[0]}")] * 3
+    return crashes
+
+
+def _quiet(world: World, destination: str, day: float) -> datetime | None:
+    """The first moment from ``day`` on, 30 s after a tick, at which ``destination``'s
+    channel, its tenant's feed and the stores have no fault for hours (None: none before
+    the span ends)."""
+    channel = destination.split(":", 1)[0]
+    rule = next((r for r in world.rules() if f"{r.channel}:{r.recipient}" == destination),
+                None)
+    if rule is None:
+        return None
+    tenant = next(t for t in world.tenants if t.scope == rule.scope)
+    feed = world.feeds[tenant.feeds[0]]
+    peers = [peer for name, peer in world.destinations.items()
+             if name.startswith(f"{channel}:")]
+    at = world.start + TEN_MINUTES * -(-timedelta(days=day) // TEN_MINUTES) \
+        + timedelta(seconds=30)
+    while at < _at(world, SPAN_DAYS):
+        if (all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
+                for peer in peers)
+                and _clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
+                and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
+                and rule.keyword_at(at) is not None
+                and rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
+                and not _matches_near(world, rule.keyword_at(at), at)):
+            return at
+        at += TEN_MINUTES
+    return None
+
+
+def _clear(peer: Peer, start: datetime, end: datetime) -> bool:
+    return not any(w.start < end and start < w.end for w in peer.windows)
+
+
+def _matches_near(world: World, keyword: str | None, at: datetime) -> bool:
+    return any(keyword in story.words and abs(story.published - at) < timedelta(hours=1)
+               for feed in world.feeds.values() for story in feed.stories)
+
+
+def _lone(world: World, destination: str, at: datetime, rng: random.Random) -> bool:
+    rule = next(r for r in world.rules() if f"{r.channel}:{r.recipient}" == destination)
+    tenant = next(t for t in world.tenants if t.scope == rule.scope)
+    keyword = rule.keyword_at(at)
+    if keyword is None:
+        return False
+    feed: Feed = world.feeds[tenant.feeds[0]]
+    number = max((s.number for f in world.feeds.values() for s in f.stories), default=0) + 1
+    feed.stories.append(FeedStory(number, at, (keyword, *rng.sample(FILLER, 2))))
+    feed.stories.sort(key=lambda s: (s.published, s.number))
+    world.faults["lone_story"] = world.faults.get("lone_story", 0) + 1
+    return True

@@ -6,6 +6,12 @@
 - ``redis_down``: every command on Sluice's Redis client fails the same way (a refused
   connection, as ``sluice.store.redis_clients`` translates it).
 
+A window may be *armed at a point* (``arm``): it is in the world from the start (every
+bound the invariants compute counts it as an outage), but the store only goes away once
+the code reaches that named point inside it (``reached``, called from every crash point),
+then stays away until the window ends: a fault that coincides with a step on purpose (the
+store dropping right after ledger-redrive claimed its entries from Redis).
+
 The simulation's own reads (its scheduler's checks, the invariants' reads, the
 operator's view) go through ``harness()``, which sees the stores as they are.
 """
@@ -17,21 +23,35 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from bench.simulate.peers import Peer
+from bench.simulate.peers import Peer, Window
 
 
 class Outages:
-    def __init__(self, windows: Peer, now: Callable[[], datetime]) -> None:
+    def __init__(self, windows: Peer, now: Callable[[], datetime],
+                 armed: dict[Window, str] | None = None) -> None:
         self.windows = windows
         self.now = now
         self.bypass = 0
         self.refused = {"store_down": 0, "redis_down": 0}
+        self.armed = dict(armed or {})  # window -> the point that begins it
+        self.triggered: set[Window] = set()
 
     def down(self, kind: str) -> bool:
-        if self.bypass or self.windows.behaviour(self.now()) != kind:
+        if self.bypass:
+            return False
+        window = self.windows.window(self.now())
+        if window is None or window.kind != kind:
+            return False
+        if window in self.armed and window not in self.triggered:
             return False
         self.refused[kind] += 1
         return True
+
+    def reached(self, point: str) -> None:
+        """The code reached ``point``: an outage armed at it, in its window, begins."""
+        window = self.windows.window(self.now())
+        if window is not None and self.armed.get(window) == point:
+            self.triggered.add(window)
 
     @contextmanager
     def harness(self) -> Iterator[None]:

@@ -86,6 +86,8 @@ class World:
     outages: Peer = field(default_factory=lambda: Peer("stores"))  # store_down, redis_down
     usage: list[UsageCall] = field(default_factory=list)
     erasures: list[ErasureCall] = field(default_factory=list)
+    # outage windows that begin only when the code reaches a named point in them
+    armed: dict[Window, str] = field(default_factory=dict)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from bench.mutate.main import DEFAULT_DAYS, DEFAULT_SEEDS
 from bench.simulate.crashes import Crashes
-from bench.simulate.limits import BURST, EXPIRY_PAST, reach_limits
+from bench.simulate.limits import BURST, EXPIRY_PAST, FLAPS, REDRIVE_EVERY, reach_limits
 from bench.simulate.world import World, generate
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -65,10 +65,46 @@ def test_the_reduced_runs_seeds_reach_every_event_kind() -> None:
 
 def test_outages_fall_under_the_bursts_with_a_crash_point_armed_inside() -> None:
     world, extra = _world(DEFAULT_SEEDS[0])
-    outages = [w for w in world.outages.windows if w.start < world.end]
+    outages = [w for w in world.outages.windows if w.start < world.end and w not in world.armed]
     armed = [(at, point) for at, point in extra
              if any(w.start <= at < w.end for w in outages)]
     assert {point for _, point in armed} >= {"delivery.after_send", "redrive.after_claim"}
     stories = [s.published for f in world.feeds.values() for s in f.stories]
     for window in outages[-2:]:  # the two added: each begins while a burst is under way
         assert any(window.start - timedelta(minutes=3) <= t <= window.start for t in stories)
+
+
+def test_faults_coincide_on_one_step_or_one_entry_in_the_reduced_run() -> None:
+    hung = targeted = False
+    for seed in DEFAULT_SEEDS:
+        world, extra = _world(seed)
+        # the store drops right after ledger-redrive claims, more often than its attempts,
+        # while entries that waited in Redis through a store outage are there to claim
+        flaps = sorted(w for w, point in world.armed.items() if point == "redrive.after_claim")
+        assert len(flaps) == FLAPS > 10 and flaps[-1].end < world.end
+        for window in flaps:
+            grid = (window.start - world.start) // REDRIVE_EVERY + 1
+            assert window.start < world.start + grid * REDRIVE_EVERY < window.end
+        plain = [w for w in world.outages.windows if w not in world.armed
+                 and w.kind == "store_down" and w.end <= flaps[0].start]
+        assert any(w.start <= call.at < w.end for w in plain for call in world.usage)
+        for name, peer in world.destinations.items():
+            for window in peer.windows:
+                if window.kind != "hang":
+                    continue
+                assert name.startswith("webhook:")  # only a deduplicating channel resends
+                lone = [s for f in world.feeds.values() for s in f.stories
+                        if window.start - timedelta(minutes=10) <= s.published < window.start]
+                hung |= bool(lone)
+        chats = [point.split("@", 1)[1] for _, point in extra if "@" in point]
+        targeted |= len(chats) >= 2 and len(set(chats)) == 1
+    assert hung and targeted
+
+
+def test_polar_fails_under_more_rows_than_a_run_tries_and_under_a_lone_row() -> None:
+    inside: list[int] = []
+    for seed in DEFAULT_SEEDS:
+        world, _ = _world(seed)
+        inside += [sum(1 for call in world.usage if w.start <= call.at < w.end)
+                   for w in world.polar.windows if w.kind == "error" and w.start < world.end]
+    assert max(inside) > 3 and 1 in inside
