@@ -26,7 +26,8 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   (one entry's lease lapses again and again);
 - faults that coincide on one entry or one step on purpose: the store flapping twelve
   times, each drop armed at ``redrive.after_claim`` (it goes away right after
-  ledger-redrive claimed the entries that waited in Redis through the store outage); a
+  ledger-redrive claimed the entries that waited in Redis through the store outage), and
+  in the middle of them the run dying at that point too, its claim left in processing; a
   lone story to a webhook whose host *hangs* (the request taken, never answered, the
   message not delivered) through its first four sends; a lone story to a chat whose
   sender dies right after each send, the crashes targeted at that destination so they
@@ -137,9 +138,9 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
         rule.versions.append(RuleVersion(edit, rng.choice(("kw00", "kw05", "kw10"))))
         world.faults["rule_edit"] = world.faults.get("rule_edit", 0) + 1
     _metering_limits(world, rng)
-    _store_flaps(world, store.end)
+    flap_crash = _store_flaps(world, store.end)
     lonely = _lone_stories(world, rng)
-    return [*lonely, (store.start + timedelta(seconds=30), "delivery.after_send"),
+    return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
             (_at(world, 2.0) + timedelta(minutes=1), "erasure.after_commit"),
@@ -186,17 +187,21 @@ def _metering_limits(world: World, rng: random.Random) -> None:
     world.usage.sort()
 
 
-def _store_flaps(world: World, after: datetime) -> None:
+def _store_flaps(world: World, after: datetime) -> tuple[datetime, str]:
     """The store drops ``FLAPS`` times, each right after ledger-redrive claimed (an outage
     window armed at ``redrive.after_claim`` around each of its firings), from the first
-    firing after ``after`` (when the entries that waited in Redis go in)."""
-    grid = world.start + REDRIVE_EVERY * -(-(after + timedelta(minutes=1) - world.start)
+    firing after ``after`` (when the entries that waited in Redis go in). Returns a crash
+    at that same point in the middle of them: the run dies with its claim in processing,
+    the store gone."""
+    grid = world.start + REDRIVE_EVERY * -(-(after + timedelta(seconds=1) - world.start)
                                             // REDRIVE_EVERY)
     for n in range(FLAPS):
         firing = grid + n * REDRIVE_EVERY
-        window = _add(world.outages, world, firing - timedelta(seconds=30), 2 / 60,
-                      "store_down", "store_flap")
+        begins = max(firing - timedelta(seconds=30), after)
+        window = _add(world.outages, world, begins, (firing + timedelta(seconds=90) - begins)
+                      / timedelta(hours=1), "store_down", "store_flap")
         world.armed[window] = "redrive.after_claim"
+    return grid + FLAPS // 2 * REDRIVE_EVERY - timedelta(seconds=30), "redrive.after_claim"
 
 
 def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]]:
