@@ -14,6 +14,11 @@ The invariants, judged from what Polar received and from public state:
   ``OWED_AFTER`` into the first stretch of that length, from its acceptance on, with Polar,
   the store and Redis up;
 - ``ledger_once``: by the same time the call is in the ledger, exactly once;
+- ``metered_right``: each event Polar receives describes its call as the world made it
+  (docs/billing.md): the name ``ai_usage``, the tenant as the customer, the call's
+  tokens in its metadata (input, output, total), and the moment the call happened as its
+  timestamp (not when it was written or sent: a call that waited in Redis through a
+  store outage is still billed for when it was made);
 - (a call of a user erased meanwhile is owed to neither: the purge deletes its rows, and
   ``record_usage`` and ``ledger-redrive`` drop it; see ``erasure.py``)
 - ``no_attempt_burned``: no outbox row ends with its attempts used up, and no ledger entry
@@ -68,6 +73,7 @@ class Billing:
         self.redis = redis  # the client without the injected outages (the harness's reads)
         self.log = log
         self.accepted: dict[str, datetime] = {}  # outbox id -> when its call was accepted
+        self.calls: dict[str, UsageCall] = {}  # outbox id -> the call
         self.user_of: dict[str, str] = {}  # outbox id -> the call's user
         self.erased: Callable[[str], bool] = lambda user: False  # the user was erased
         self.burned = 0
@@ -120,13 +126,37 @@ class Billing:
         self.queued = recorded == "queued"  # on the Redis retry queue: ledger-redrive's work
         if recorded != "erased":  # an erased user's call is dropped: nothing is owed
             self.accepted[call.entry_id + OUTBOX_SUFFIX] = utcnow()
+            self.calls[call.entry_id + OUTBOX_SUFFIX] = call
             self.user_of[call.entry_id + OUTBOX_SUFFIX] = call.user_id
         return True
 
-    def polar_received(self, external_id: str, at: datetime) -> None:
+    def polar_received(self, event: dict[str, Any], at: datetime) -> None:
+        external_id = str(event.get("external_id"))
         if external_id not in self.accepted:
             self.judge.fail("metered_once", at,
                             f"Polar received {external_id}, the row of no accepted call")
+            return
+        call = self.calls[external_id]
+        output = call.tokens // 3
+        metadata = event.get("metadata") or {}
+        wanted = {"name": ("ai_usage", event.get("name")),
+                  "external_customer_id": (call.tenant_id, event.get("external_customer_id")),
+                  "input_tokens": (call.tokens, metadata.get("input_tokens")),
+                  "output_tokens": (output, metadata.get("output_tokens")),
+                  "total_tokens": (call.tokens + output, metadata.get("total_tokens"))}
+        wrong = [f"{name} {got!r} (the call's: {want!r})"
+                 for name, (want, got) in wanted.items() if got != want]
+        try:
+            moment = datetime.fromisoformat(str(event.get("timestamp")))
+            late = abs((moment - call.at).total_seconds()) >= 0.001
+        except (ValueError, TypeError):  # not a time, or one without its zone
+            late = True
+        if late:
+            wrong.append(f"timestamp {event.get('timestamp')!r} (the call's: "
+                         f"{call.at.isoformat()})")
+        if wrong:
+            self.judge.fail("metered_right", at, f"Polar's event {external_id}: "
+                            + "; ".join(wrong))
 
     def owed(self, external_id: str, polar_ids: Any, at: datetime) -> None:
         ledger_id = external_id.removesuffix(OUTBOX_SUFFIX)

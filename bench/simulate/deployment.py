@@ -15,6 +15,9 @@ from typing import Any
 
 from bench.simulate.peers import POLAR, SLACK, TELEGRAM
 
+# The secret the deployment signs webhooks with, and the simulated receivers verify with.
+WEBHOOK_SECRET = "sim-webhook-signing-secret"
+
 
 def passed_settings() -> dict[str, str]:
     """The ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*`` settings taken from the environment
@@ -38,7 +41,7 @@ def settings_env(directory: Path, redis_prefix: str, *,
         "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
         "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",
         "SLUICE_SLACK_API_URL": f"http://{SLACK}",
-        "SLUICE_WEBHOOK_SIGNING_SECRET": "sim-webhook-signing-secret",
+        "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
         "SLUICE_FEED_ALLOW_HOSTS": "127.0.0.1",
         "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "POLAR_ACCESS_TOKEN": "polar-sim-token",

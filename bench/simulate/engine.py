@@ -25,6 +25,7 @@ from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.deployment import (
+    WEBHOOK_SECRET,
     brief,
     passed_settings,
     seeded_ids,
@@ -122,6 +123,9 @@ class Simulation:
         self.network.on_request = self._request
         self.published = {story.number: story.published for feed in self.world.feeds.values()
                           for story in feed.stories}
+        self.story_of = {story.number: (feed.name, story) for feed in self.world.feeds.values()
+                         for story in feed.stories}
+        self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
         self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
         self.charged_reported: set[Match] = set()
         self.network.polar = self.world.polar
@@ -189,8 +193,8 @@ class Simulation:
                                   self.world.outages.windows, self.world.end,
                                   handler_faults=self.limits)
             self.push.arm(lambda point: self.crashes._crash_point(point))
-        self.network.on_polar = lambda external_id: self.billing.polar_received(
-            external_id, self.clock.now())
+        self.network.on_polar = lambda event: self.billing.polar_received(
+            event, self.clock.now())
         self.network.on_polar_request = self.billing.polar_request
         self.expire = timedelta(seconds=self.services.settings.delivery_expire_s)
         rss = RssStore(self.services.db)
@@ -369,6 +373,7 @@ class Simulation:
 
     def _step(self, kind: str, what: Any) -> None:
         before, dialled = len(self.network.receipts), len(self.network.refused_hosts)
+        unsigned = len(self.network.unsigned)
         if kind == "consume":
             if self.push is None or what != self.push_at:
                 return  # planned again since
@@ -388,6 +393,10 @@ class Simulation:
         else:
             with self.outages.harness():
                 self._event(kind, what)
+        for hook in self.network.unsigned[unsigned:]:
+            self.judge.fail("webhook_signed", self.clock.now(),
+                            f"a webhook to {hook} fails the receiver's Standard Webhooks check "
+                            "(signature, timestamp, or an id other than its idempotency key)")
         for host in self.network.refused_hosts[dialled:]:
             self.judge.fail("sealed", self.clock.now(),
                             f"the deployment tried to reach {host}, which is no stand-in: a "
@@ -453,11 +462,28 @@ class Simulation:
     def _receipt(self, receipt: Receipt) -> None:
         """A message the store could not settle after its send (it was down) is an unknown
         outcome, like a crash after the send: its documented re-send is allowed."""
+        self._content(receipt)
         if self.world.outages.behaviour(receipt.at) == "store_down":
             match = (receipt.channel, receipt.recipient, receipt.story)
             self.judge.late.add(match)
             self.judge.unknown_sends[match] += 1
         self.judge.receipt(receipt)
+
+    def _content(self, receipt: Receipt) -> None:
+        """``content_intact``: the receiver got the story its feed published: its number,
+        its link and every word of it (each channel formats them its own way)."""
+        found = self.story_of.get(receipt.story)
+        if found is None:
+            return
+        feed, story = found
+        wanted = [f"story-{story.number}", f"http://{FEEDS}/{feed}/story-{story.number}",
+                  *story.words]
+        missing = [part for part in wanted if part not in receipt.text]
+        if missing:
+            self.judge.fail("content_intact", receipt.at,
+                            f"story-{story.number} reached {receipt.channel}:"
+                            f"{receipt.recipient} without {', '.join(missing)}: "
+                            f"{receipt.text[:120]!r}")
 
     def _job(self, firing: Firing) -> None:
         from sluice.jobs.registry import get_job

@@ -27,7 +27,10 @@ What the receivers got is the evidence the invariants judge (``Receipt``).
 
 from __future__ import annotations
 
+import base64
 import bisect
+import hashlib
+import hmac
 import json
 import math
 import re
@@ -131,6 +134,7 @@ class Receipt(NamedTuple):
     story: int
     key: str | None  # the webhook's Idempotency-Key
     late: bool  # the sender saw a timeout for this one
+    text: str = ""  # what the receiver got (a webhook: its payloads, as JSON)
 
 
 class Network:
@@ -148,10 +152,13 @@ class Network:
         self.requests = 0
         self.refused_hosts: list[str] = []
         self.hook_keys: set[str] = set()
+        # what a receiver verifying Standard Webhooks refused (its own check, not Sluice's)
+        self.hook_secret = b""
+        self.unsigned: list[str] = []
         self.refusals: set[tuple[str, str, int]] = set()  # matches a destination refused
         self.polar = Peer("polar")
         self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
-        self.on_polar: Callable[[str], None] = lambda external_id: None
+        self.on_polar: Callable[[dict[str, Any]], None] = lambda event: None
         # every request to Polar, with how it was answered (billing.py's metering_paced)
         self.on_polar_request: Callable[[str], None] = lambda answer: None
 
@@ -171,6 +178,9 @@ class Network:
         if host == POLAR:
             return self._polar(request)
         if host == HOOKS:
+            if not self._signed(request):
+                self.unsigned.append(f"{request.url.path} ({request.headers.get('webhook-id')})")
+                return httpx.Response(401, text="bad signature", request=request)
             body = json.loads(request.content)
             text = json.dumps(body.get("payloads"))
             return self._chat(request, "webhook", request.url.path.strip("/"), text,
@@ -178,6 +188,22 @@ class Network:
         # Never dialled: the simulation has no network.
         self.refused_hosts.append(host)
         raise httpx.ConnectError(f"simulated network: no route to {host}", request=request)
+
+    def _signed(self, request: httpx.Request) -> bool:
+        """The Standard Webhooks check a receiver makes (standardwebhooks.com): a ``v1``
+        base64 HMAC-SHA256 of ``<id>.<timestamp>.<body>`` under the shared secret, the
+        timestamp within five minutes of now, and the id the idempotency key sent."""
+        msg_id = request.headers.get("webhook-id", "")
+        stamp = request.headers.get("webhook-timestamp", "")
+        if not msg_id or not stamp.isdigit() or msg_id != request.headers.get("idempotency-key"):
+            return False
+        if abs(self.now().timestamp() - int(stamp)) > 300:
+            return False
+        mac = hmac.new(self.hook_secret, f"{msg_id}.{stamp}.".encode() + request.content,
+                       hashlib.sha256)
+        expected = "v1," + base64.b64encode(mac.digest()).decode()
+        return any(hmac.compare_digest(expected, offered)
+                   for offered in request.headers.get("webhook-signature", "").split())
 
     # --- feeds --------------------------------------------------------------------
 
@@ -223,7 +249,7 @@ class Network:
             external_id = str(event["external_id"])
             inserted += external_id not in self.polar_ids
             self.polar_ids[external_id] += 1
-            self.on_polar(external_id)
+            self.on_polar(event)
         if kind == "late":
             timeout = (request.extensions.get("timeout") or {}).get("read") or 10.0
             self.sleep(float(timeout))
@@ -260,7 +286,7 @@ class Network:
             self.sleep(timeout)
             raise httpx.ReadTimeout("simulated: no answer (the message was not taken)",
                                     request=request)
-        receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late")
+        receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late", text)
         if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
             if key is not None:
                 self.hook_keys.add(key)

@@ -270,3 +270,57 @@ def test_a_flush_stops_after_three_failing_answers_in_a_row_and_at_a_429() -> No
     billing.flush_ended(T0)
     assert [v.invariant for v in after.violations] == ["metering_paced"]
     assert "after a 429" in after.violations[0].detail
+
+
+def test_a_webhook_receiver_refuses_what_fails_its_standard_webhooks_check() -> None:
+    import json
+
+    import httpx
+
+    from bench.simulate.peers import Peer
+    from sluice.core.webhooks import sign  # the sender's side: the receiver's check agrees
+
+    network = Network(lambda: T0, lambda s: None)
+    network.hook_secret = b"a-shared-secret-of-24-chars!"
+    network.destinations["webhook:hook-1"] = Peer("webhook:hook-1")
+    body = json.dumps({"payloads": ["story-3"]}).encode()
+    now = int(T0.timestamp())
+
+    def post(stamp: int, key: str = "k1", secret: str = "a-shared-secret-of-24-chars!"
+             ) -> int:
+        headers = {"content-type": "application/json", "idempotency-key": "k1",
+                   **sign([secret], key, stamp, body)}
+        with httpx.Client(transport=httpx.MockTransport(network.handle)) as client:
+            return client.post("http://127.0.0.1:7004/hook-1", content=body,
+                               headers=headers).status_code
+
+    assert post(now) == 200 and network.unsigned == []
+    assert post(now * 1000) == 401  # a timestamp in milliseconds
+    assert post(now, secret="another-secret-of-24-chars!!") == 401
+    assert post(now, key="k2") == 401  # signed under an id other than its idempotency key
+    assert len(network.unsigned) == 3 and len(network.receipts) == 1
+
+
+def test_polar_events_must_describe_their_call_as_the_world_made_it() -> None:
+    from bench.simulate.billing import Billing
+    from bench.simulate.world import UsageCall
+
+    judge = Judge(T0)
+    billing = Billing(judge, None, None, lambda line: None)
+    call = UsageCall(T0 + timedelta(milliseconds=1500), "c1", "org-a", "user-0-1", 300)
+    billing.accepted["c1:metering"] = T0
+    billing.calls["c1:metering"] = call
+    event = {"name": "ai_usage", "external_customer_id": "org-a", "external_id": "c1:metering",
+             "metadata": {"input_tokens": 300, "output_tokens": 100, "total_tokens": 400},
+             "timestamp": "2026-01-05T00:00:01.500Z"}
+    billing.polar_received(event, T0)
+    assert judge.violations == []
+    billing.polar_received({**event, "timestamp": "2026-01-05T00:07:00.000Z"}, T0)
+    billing.polar_received({**event, "external_customer_id": "user-0-1"}, T0)
+    billing.polar_received({**event, "metadata": {**event["metadata"], "output_tokens": 300}},
+                           T0)
+    assert [v.invariant for v in judge.violations] == ["metered_right"] * 3
+    assert "timestamp" in judge.violations[0].detail
+    assert "external_customer_id 'user-0-1'" in judge.violations[1].detail
+    billing.polar_received({**event, "external_id": "nobody"}, T0)
+    assert judge.violations[-1].invariant == "metered_once"
