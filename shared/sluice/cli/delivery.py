@@ -1,8 +1,10 @@
-"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries, and
-settle the ones resting ``unknown`` (``mark-delivered``, ``send-again``).
+"""``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries, settle
+the ones resting ``unknown`` (``mark-delivered``, ``send-again``) and replay a
+destination's window (``replay``).
 
-Redrive, purge, mark-delivered and send-again are written to ``admin_audit`` as the
-operator (``--by``, else ``cli:$USER``), like the API's admin actions.
+Redrive, purge, mark-delivered, send-again and replay (not its dry run) are written to
+``admin_audit`` as the operator (``--by``, else ``cli:$USER``), like the API's admin
+actions.
 """
 
 from __future__ import annotations
@@ -117,6 +119,51 @@ def cmd_settle_unknown(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from sluice.delivery.channels import Outbound, channels
+    from sluice.delivery.replay import Replay, parse_filter
+
+    flt = parse_filter({"destination": args.destination, "channel": args.channel,
+                        "since": args.since, "until": args.until, "status": args.status},
+                       channels=list(channels()))
+    if args.dry_run and args.by:
+        raise RequestError("--by names the operator in the audit row, and a dry run writes "
+                           "none: leave one of them out", field="--by")
+    services = _services()
+    with Outbound.open(services.settings) as client:
+        replay = Replay.from_services(services, client)
+        if args.dry_run:
+            report = replay.run(flt, dry_run=True)
+        else:
+            with audited(services, _operator(args), "delivery:replay", flt.destination,
+                         {"filter": flt.to_json()}) as record:
+                report = replay.run(flt, dry_run=False, progress=lambda done: record.update(
+                    detail=done.to_json()))
+                record["outcome"] = f"replayed={report.count}"
+    emit(report.to_json(), _replay_lines)
+    return EXIT_OK
+
+
+def _replay_lines(body: Any) -> Iterator[str]:
+    flt, window = body["filter"], body["window"]
+    verb = "would replay" if body["dryRun"] else "replayed"
+    yield (f"{verb} {body['count']} {flt['status']} entries of {flt['destination']} "
+           f"enqueued from {flt['since']} until {flt['until']}")
+    yield (f"  in the window: {window['failed']} failed ({window['expired']} expired), "
+           f"{window['acked']} acked, {window['unknown']} unknown")
+    yield (f"  already acknowledged by the receiver: {body['alreadyAcknowledged']} "
+           f"({body['skippedAcknowledged']} of them left out: replay acked ones with "
+           f"--status acked)" if body["skippedAcknowledged"] else
+           f"  already acknowledged by the receiver: {body['alreadyAcknowledged']}")
+    if body["noAdapter"]:
+        yield (f"  {body['noAdapter']} entries of channels without an adapter: their "
+               "destinations are not known")
+    if body["changedMeanwhile"]:
+        yield f"  {body['changedMeanwhile']} changed meanwhile (not replayed)"
+    if not body["dryRun"]:
+        yield "  the drain sends them (sluice run delivery-drain to send now)"
+
+
 def _one_id(args: argparse.Namespace) -> str:
     if not args.id:
         raise RequestError("give an entry ID, or --all-failed")
@@ -179,6 +226,20 @@ def register(sub: Any) -> None:
         p = add(name, cmd_settle_unknown, f"an entry resting unknown: {what}")
         p.add_argument("id")
         p.set_defaults(command_name=name)
+    from sluice.delivery.replay import STATUSES
+
+    p = add("replay", cmd_replay, "a destination's window sent again: its entries of one "
+            "status made due for the drain, afresh (audited)")
+    p.add_argument("--destination", required=True,
+                   help="the destination's key: webhook:HOST:PORT, telegram:CHAT, "
+                        "slack:CHANNEL, email:SMTPHOST:PORT")
+    p.add_argument("--channel", help="only this channel's entries")
+    p.add_argument("--since", required=True, help="ISO 8601 with offset (2026-12-01T10:00Z)")
+    p.add_argument("--until", help="ISO 8601 with offset (default now; at most 31 days)")
+    p.add_argument("--status", choices=STATUSES,
+                   help="what to replay (default failed; acked ones only when asked)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="count what would go and what the receiver already has")
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
             by=False)
     from sluice.delivery.channels import channels

@@ -3,7 +3,8 @@
 Every value Sluice accepts from the API, the console or the command line passes
 one of these before it is stored or acted on: a URL (http/https, in the one
 canonical form the egress layer dials), a recipient per channel, an identifier,
-a locale, a text field, and the nesting depth of a JSON document. Each check is
+a locale, a text field, an instant (ISO 8601 with its offset), and the nesting depth
+of a JSON document. Each check is
 a pure function returning the value to store, so a refusal is a ``400`` (exit
 64 on the command line) that names the field, and never a ``5xx`` from a
 driver, a store index or a recursion limit further in.
@@ -15,6 +16,7 @@ import ipaddress
 import json
 import re
 import unicodedata
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -198,6 +200,26 @@ def check_text(value: Any, *, field: str, limit: int = MAX_LINE,
 
 def check_optional_text(value: Any, *, field: str, limit: int = MAX_LINE) -> str | None:
     return None if value is None else check_text(value, field=field, limit=limit)
+
+
+# --- instants -------------------------------------------------------------------------
+
+# ISO 8601, extended format, with its offset: 2026-12-01T10:00Z, 2026-12-01T10:00:00.5+02:00
+_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})")
+
+
+def check_instant(value: Any, *, field: str) -> datetime:
+    """A moment as ISO 8601 with its offset (``2026-12-01T10:00:00Z``), in UTC. A time
+    without an offset names no instant (whose clock?) and is refused, as is a date alone."""
+    text = _string(value, field, 40)
+    if not _INSTANT.fullmatch(text):
+        raise refuse(field, "must be an ISO 8601 time with its offset, such as "
+                            "2026-12-01T10:00:00Z or 2026-12-01T11:00:00+01:00")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise refuse(field, f"is not a real time: {text!r}") from None
+    return moment.astimezone(UTC)
 
 
 # --- recipients ----------------------------------------------------------------------

@@ -71,6 +71,7 @@ class DeliveryOutcome(StrEnum):
     EXPIRED = "expired"
     REDRIVE = "redrive"
     SEND_AGAIN = "send again"
+    REPLAY_ACKED = "replay acked"
     MARK_DELIVERED = "mark delivered"
     PURGE = "purge"
 
@@ -144,6 +145,7 @@ TABLE: dict[DeliveryOutcome, DeliveryDecision] = {row.outcome: row for row in (
              FailureReason.EXPIRED),
     DeliveryDecision(DeliveryOutcome.REDRIVE, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.SEND_AGAIN, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.REPLAY_ACKED, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.MARK_DELIVERED, A, Attempt.KEPT, Due.NEVER, Sender.NOBODY),
     DeliveryDecision(DeliveryOutcome.PURGE, "deleted", Attempt.KEPT, Due.NEVER, Sender.NOBODY),
 )}
@@ -152,8 +154,8 @@ UNKNOWN_OUTCOMES = frozenset({DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_R
                               DeliveryOutcome.LAPSED_SENT_RESTS})
 # The status an operator action starts from (a 409 otherwise).
 OPERATOR_FROM: dict[DeliveryOutcome, tuple[str, ...]] = {
-    DeliveryOutcome.REDRIVE: (F,), DeliveryOutcome.SEND_AGAIN: (U,), DeliveryOutcome.MARK_DELIVERED: (U,),
-    DeliveryOutcome.PURGE: (F, U)}
+    DeliveryOutcome.REDRIVE: (F,), DeliveryOutcome.SEND_AGAIN: (U,), DeliveryOutcome.REPLAY_ACKED: (A,),
+    DeliveryOutcome.MARK_DELIVERED: (U,), DeliveryOutcome.PURGE: (F, U)}
 
 
 class RetrySchedule(NamedTuple):

@@ -12,7 +12,8 @@ sender whose lease lapsed cannot overwrite the next one's work. ``recover`` sett
 lapsed leases (an unknown outcome when the request had left, else the attempt given
 back); ``expire`` fails pending entries past the expiry (reason ``expired``, counted per
 destination that held them); ``prune`` deletes old settled entries. Operators redrive,
-send again (one ``restart`` statement), mark delivered and purge.
+send again and replay a destination's window (one ``restart`` statement; the replay is
+``sluice.delivery.replay``), mark delivered and purge.
 """
 
 from __future__ import annotations
@@ -215,6 +216,25 @@ class DeliveryStore:
         """The effect records among ``keys``: when each was last seen (``updated_at``)."""
         return {row["idempotency_key"]: row["updated_at"]
                 for row in self._among(Q.effect_keys_among, keys)}
+
+    def acked_effects(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` have an effect record whose entry was last seen ``acked`` (an
+        entry under that key was delivered, and pruned since)."""
+        return {row["idempotency_key"] for row in self._among(Q.effect_keys_among, keys)
+                if row["outcome"] == DeliveryStatus.ACKED}
+
+    def window(self, since: datetime, until: datetime, *, channel: str | None = None,
+               after: tuple[datetime, str] | None = None,
+               limit: int = KEYS_PER_READ) -> list[DeliveryEntry]:
+        """One page of the settled entries (``acked``, ``failed``, ``unknown``) enqueued in
+        ``[since, until)``, oldest first, after ``after`` (the last page's enqueue time and
+        id): a window is read a bounded page at a time, however large."""
+        at, after_id = after or (since, "")
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.replay_window, {"since": since, "until": until,
+                                                 "channel": channel, "after_at": at,
+                                                 "after_id": after_id, "limit": limit})
+        return [DeliveryEntry.from_row(row) for row in rows]
 
     def _among(self, query: Query, keys: list[str]) -> list[Row]:
         """The rows ``query`` finds for ``keys``: one statement per ``KEYS_PER_READ``."""
@@ -454,16 +474,29 @@ class DeliveryStore:
     def redrive_all(self, *, channel: str | None = None, now: datetime | None = None) -> int:
         return self._restart(DeliveryOutcome.REDRIVE, None, channel, now or utcnow())
 
+    def restart(self, outcome: DeliveryOutcome, ids: Sequence[str], *,
+                now: datetime | None = None) -> int:
+        """The entries ``ids`` restarted as the operator's ``outcome`` (redrive, send again,
+        replay acked) in one statement: how many were still in the status it starts from.
+        An acked entry replayed is sent whole again (its chunk log is forgotten)."""
+        if not ids:
+            return 0
+        return self._restart(outcome, None, None, now or utcnow(), ids=ids)
+
     def _restart(self, outcome: DeliveryOutcome, entry_id: str | None, channel: str | None,
-                 now: datetime) -> int:
+                 now: datetime, *, ids: Sequence[str] | None = None) -> int:
         """The one statement every operator restart goes through: due now, attempts and
         unknown sends reset, and the expiry read from now."""
         decision = self.policy.decide(outcome)
         assert decision.attempt is Attempt.RESET and decision.status == DeliveryStatus.PENDING
         [from_status] = OPERATOR_FROM[outcome]
         with self.db.transaction() as tx:
+            listed = None if ids is None else tx.json(list(ids))
+            if listed is not None and from_status == DeliveryStatus.ACKED:
+                tx.execute(Q.forget_chunks, {"ids": listed})
             return tx.execute(Q.restart, {"id": entry_id, "channel": channel, "now": now,
-                                          "from_status": from_status}, final=True)
+                                          "from_status": from_status, "ids": listed},
+                              final=True)
 
     def purge(self, entry_id: str) -> None:
         """Delete one ``failed`` or ``unknown`` entry: never send it (its effect record, if

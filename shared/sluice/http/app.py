@@ -10,7 +10,7 @@ import importlib
 import ipaddress
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -131,7 +131,14 @@ def audit_detail(request: Request) -> dict[str, Any]:
     forwarded = request.headers.get("x-forwarded-for")
     if forwarded:
         detail["forwardedFor"] = forwarded
+    detail.update(getattr(request.state, "audit_note", None) or {})
     return detail
+
+
+def note_audit(request: Request, note: Mapping[str, Any]) -> None:
+    """What the action's own audit row adds to the request's detail (what it acted on, how
+    many): kept as the action goes, so a failure part way records how far it got."""
+    request.state.audit_note = dict(note)
 
 
 def admin_token(request: Request) -> str | None:

@@ -2,7 +2,8 @@
 
 Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
 reset) and purge them ("never send this": failed or unknown entries); for an entry
-resting ``unknown`` (sent, no answer), mark it delivered or send it again. Every POST
+resting ``unknown`` (sent, no answer), mark it delivered or send it again; replay a
+destination's window (``sluice.delivery.replay``). Every POST
 is audited by the app's middleware. The drain's
 own route, ``/api/admin/delivery/drain``, comes from the job registry.
 ``GET /api/queue/status`` (the cron bearer, or an admin on ``delivery``) is the
@@ -22,17 +23,21 @@ from starlette.concurrency import run_in_threadpool
 from sluice.core.auth import Identity, is_authorized_cron
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
+from sluice.delivery.channels import Outbound, channels
 from sluice.delivery.destinations import Destinations
+from sluice.delivery.replay import Replay, ReplayReport, parse_filter
 from sluice.delivery.store import DeliveryStore, check_status
 from sluice.http.app import (
     ADMIN_JWT,
     CRON_BEARER,
     admin_token,
     json_object,
+    note_audit,
+    preview,
     require,
     services_of,
 )
-from sluice.http.models import DeliveryEntryBody, DeliveryRequest, request_body
+from sluice.http.models import DeliveryEntryBody, DeliveryReplay, DeliveryRequest, request_body
 from sluice.jobs.runs import RunStore
 from sluice.ops.door import admit
 
@@ -126,6 +131,30 @@ def purge_all(request: Request, channel: str | None = None,
               identity: Identity = require("delivery")) -> dict[str, Any]:
     """Delete every failed entry (of ``channel``, if given)."""
     return {"purged": _store(request).purge_all(channel=channel or None)}
+
+
+@router.post("/replay", name="delivery:replay", openapi_extra=request_body(DeliveryReplay))
+async def replay(request: Request, identity: Identity = require("delivery")) -> dict[str, Any]:
+    """A destination's window sent again: its entries of one status, enqueued from ``since``
+    until ``until``, made due for the drain, afresh (no cap). ``dryRun`` counts what would
+    go and what the receiver already acknowledged, and changes nothing. The audit row holds
+    the filter and the count."""
+    services = services_of(request)
+    body = await json_object(request)
+    dry_run = body.pop("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise RequestError("dryRun must be true or false", field="dryRun")
+    flt = parse_filter(body, channels=list(channels()))
+    if dry_run:
+        preview(request)
+
+    def run() -> ReplayReport:
+        with Outbound.open(services.settings) as client:
+            return Replay.from_services(services, client).run(
+                flt, dry_run=dry_run, progress=lambda report: note_audit(request,
+                                                                         report.to_json()))
+
+    return (await run_in_threadpool(run)).to_json()
 
 
 @status_router.get("/api/queue/status", name="delivery:queue_status")

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sluice.delivery.replay import STATUSES
 from sluice.delivery.store import DeliveryStatus
 from sluice.erasure.requests import ErasureStatus
 
@@ -44,6 +45,24 @@ class DeliveryRequest(BaseModel):
     idempotencyKey: str | None = Field(None, description="a repeat with this key stores "
                                                          "nothing and answers the first entry")
     subjectUserId: str | None = Field(None, description="the app user it is for (erasure)")
+
+
+class DeliveryReplay(BaseModel):
+    """``POST /api/admin/delivery/replay``: a destination's window sent again (docs/delivery.md,
+    Replay by destination and window)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    destination: str = Field(description="the destination's key: webhook:<host>:<port>, "
+                                         "telegram:<chat>, slack:<channel>, "
+                                         "email:<SMTP host>:<port>")
+    channel: str | None = Field(None, description="only this channel's entries")
+    since: str = Field(description="ISO 8601 with offset: entries enqueued from then")
+    until: str | None = Field(None, description="ISO 8601 with offset, before then "
+                                                "(default now; at most 31 days after since)")
+    status: str | None = Field(None, description=f"what to replay: {', '.join(STATUSES)} "
+                                                 "(default failed; acked ones only when asked)")
+    dryRun: bool | None = Field(None, description="count, change nothing (not audited)")
 
 
 class DeliveryEntryBody(BaseModel):

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
+from sluice.core.validate import check_instant
 from sluice.store.db import Database, load_queries
 
 Q = load_queries("runs")
@@ -35,17 +36,11 @@ class AuditFilter(NamedTuple):
 
 
 def parse_time(name: str, raw: str | None) -> datetime | None:
-    """An ISO 8601 instant with its offset (``2026-12-01T10:00:00Z``)."""
+    """An ISO 8601 instant with its offset (``2026-12-01T10:00:00Z``; ``check_instant``)."""
     if raw is None or raw == "":
         return None
-    try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
-    except ValueError:
-        raise RequestError(f"{name} must be an ISO 8601 time such as 2026-12-01T10:00:00Z",
-                           field=name) from None
-    if moment.tzinfo is None:
-        raise RequestError(f"{name} must carry its offset (Z or +hh:mm)", field=name)
-    return moment
+    # a query string's unencoded "+" of an offset arrives as a space
+    return check_instant(raw.replace(" ", "+"), field=name)
 
 
 def parse_filter(values: dict[str, str]) -> AuditFilter:

@@ -29,13 +29,13 @@ VALUES (:key, :producer, :scope_id, :subject, :entry_id, 'enqueued', :now, :now)
 ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: effect_keys_among @sqlite
--- Which of :keys (a JSON array) have an effect record, and when each was last seen: one
--- statement for a sweep's matches.
-SELECT idempotency_key, updated_at FROM delivery_effects
+-- Which of :keys (a JSON array) have an effect record, when each was last seen and the
+-- last state its entry was seen in: one statement for a sweep's matches.
+SELECT idempotency_key, updated_at, outcome FROM delivery_effects
 WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
 
 -- name: effect_keys_among @postgres
-SELECT idempotency_key, updated_at FROM delivery_effects
+SELECT idempotency_key, updated_at, outcome FROM delivery_effects
 WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys))
 
 -- name: entry_keys_among @sqlite
@@ -285,9 +285,10 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
 ORDER BY enqueued_at DESC, id
 LIMIT :limit
 
--- name: restart
--- Every operator restart (redrive, send again): one statement resets what the schedule
--- and the expiry read, so an entry restarted after weeks is sent, on a new count.
+-- name: restart @sqlite
+-- Every operator restart (redrive, send again, a replay): one statement resets what the
+-- schedule and the expiry read, so an entry restarted after weeks is sent, on a new count.
+-- :ids (a JSON array, a replay's batch), :id and :channel narrow it when given.
 UPDATE delivery_queue
 SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
     started_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
@@ -296,6 +297,43 @@ SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
 WHERE status = :from_status
   AND (CAST(:id AS text) IS NULL OR id = :id)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+
+-- name: restart @postgres
+UPDATE delivery_queue
+SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
+    started_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
+    unsent_lapses = 0,
+    last_error = NULL, failed_at = NULL, failure_reason = NULL, updated_at = :now
+WHERE status = :from_status
+  AND (CAST(:id AS text) IS NULL OR id = :id)
+  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+  AND (CAST(:ids AS jsonb) IS NULL
+       OR id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+
+-- name: forget_chunks @sqlite
+-- An acked entry replayed is sent whole again: the chunks its last send got through are
+-- forgotten with the restart (a failed entry redriven keeps them, and resumes after them).
+DELETE FROM delivery_chunks
+WHERE entry_id IN (SELECT id FROM delivery_queue
+                   WHERE status = 'acked' AND id IN (SELECT value FROM json_each(:ids)))
+
+-- name: forget_chunks @postgres
+DELETE FROM delivery_chunks
+WHERE entry_id IN (SELECT id FROM delivery_queue
+                   WHERE status = 'acked'
+                     AND id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+
+-- name: replay_window
+-- One page of a replay's window (delivery_queue_window_idx): the settled entries enqueued
+-- in [:since, :until) (of :channel when given), after the last page's (enqueued_at, id).
+SELECT * FROM delivery_queue
+WHERE status IN ('acked', 'failed', 'unknown')
+  AND enqueued_at >= :since AND enqueued_at < :until
+  AND (enqueued_at > :after_at OR (enqueued_at = :after_at AND id > :after_id))
+  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+ORDER BY enqueued_at, id
+LIMIT :limit
 
 -- name: purge
 DELETE FROM delivery_queue WHERE id = :id AND status IN ('failed', 'unknown')
