@@ -205,7 +205,8 @@ def check_optional_text(value: Any, *, field: str, limit: int = MAX_LINE) -> str
 # --- instants -------------------------------------------------------------------------
 
 # ISO 8601, extended format, with its offset: 2026-12-01T10:00Z, 2026-12-01T10:00:00.5+02:00
-_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})")
+_INSTANT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?"
+                      r"(?:Z|[+-][0-9]{2}:[0-9]{2})")
 
 
 def check_instant(value: Any, *, field: str) -> datetime:

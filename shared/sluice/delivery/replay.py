@@ -82,12 +82,12 @@ def parse_filter(values: Mapping[str, Any], *, channels: Collection[str],
     destination = check_identifier(values.get("destination"), field="destination",
                                    limit=MAX_LINE)
     channel = values.get("channel")
-    if channel is not None and channel not in channels:
+    if channel is not None and (not isinstance(channel, str) or channel not in channels):
         raise refuse("channel", f"must be one of {', '.join(channels)}, got {channel!r}")
     status = values.get("status")
     if status is None:
         status = DEFAULT_STATUS
-    if status not in REPLAYS:
+    if not isinstance(status, str) or status not in REPLAYS:
         raise refuse("status", f"must be one of {', '.join(STATUSES)}, got {status!r}")
     since = check_instant(values.get("since"), field="since")
     raw_until = values.get("until")
@@ -100,7 +100,7 @@ def parse_filter(values: Mapping[str, Any], *, channels: Collection[str],
     if until - since > MAX_WINDOW:
         raise refuse("since", f"opens a window of {until - since}; a replay spans at most "
                               f"{MAX_WINDOW.days} days (replay a longer one in parts)")
-    return ReplayFilter(destination, since, until, str(status), channel)
+    return ReplayFilter(destination, since, until, status, channel)
 
 
 @dataclass

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from sluice.core.services import Services
+from sluice.delivery.channels import Outbound
 from sluice.delivery.drain import Deliverer
 from sluice.delivery.policy import TABLE, Attempt, DeliveryDecision, DeliveryOutcome, Due, Sender
+from sluice.delivery.replay import Replay, ReplayFilter
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
 from sluice.jobs.registry import Deadline
 from sluice.store.db import utcnow
@@ -282,6 +284,19 @@ def _send_again(w: World) -> Walked:
     return _operator(w, _resting(w, failed=False), w.store.send_again)
 
 
+@scenario(DeliveryOutcome.REPLAY_ACKED)
+def _replay_acked(w: World) -> Walked:
+    entry = hook(w)
+    drain_once(w.svc)
+    flt = ReplayFilter(w.hook_key, utcnow() - timedelta(hours=1), utcnow(), "acked")
+
+    def replay(entry_id: str) -> None:
+        with Outbound.open(w.svc.settings) as client:
+            assert Replay.from_services(w.svc, client).run(flt, dry_run=False).count == 1
+
+    return _operator(w, w.store.get(entry.id), replay)
+
+
 @scenario(DeliveryOutcome.MARK_DELIVERED)
 def _mark_delivered(w: World) -> Walked:
     return _operator(w, _resting(w, failed=False), w.store.mark_delivered)
@@ -352,6 +367,7 @@ def test_every_row_of_the_policy_holds_against_the_code(
         assert entry.status.value in ("failed", "unknown")
     else:
         assert entry.status.value == "acked"
-    if row.outcome in (DeliveryOutcome.REDRIVE, DeliveryOutcome.SEND_AGAIN):
+    if row.outcome in (DeliveryOutcome.REDRIVE, DeliveryOutcome.SEND_AGAIN,
+                       DeliveryOutcome.REPLAY_ACKED):
         assert entry.started_at is not None and entry.started_at >= walked.started, \
             "the expiry reads the restart"

@@ -19,6 +19,7 @@ from sluice.delivery.chunks import ChunkLog
 from sluice.delivery.replay import Replay, ReplayFilter, ReplayReport, parse_filter
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, Effect
 from sluice.store.db import utcnow
+from tests.integration.delivery.conftest import WIDE_RATES
 from tests.integration.delivery.helpers import Providers, drain_once
 
 HOUR = timedelta(hours=1)
@@ -116,7 +117,11 @@ def test_a_dry_run_counts_then_the_real_run_sends_each_failed_entry_once(
 
 
 def test_a_thousand_failed_entries_replay_in_full_a_batch_a_statement(
-        svc: Services, providers: Providers) -> None:
+        providers: Providers, make_services: Callable[..., Services], db_url: str) -> None:
+    # four senders at once (the drain's own concern, test_drain_concurrency.py), here only
+    # so that 1,000 sends take seconds rather than a minute
+    svc = make_services(db_url, **providers.env(), **WIDE_RATES,
+                        SLUICE_DELIVERY_DRAIN_CONCURRENCY="4")
     # GIVEN 1,000 failed entries of one destination (failed for good: settled in one write)
     entries = hooks(svc, providers, 1000, "bulk")
     with svc.db.transaction() as tx:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,6 +15,7 @@ from sluice.core.validate import (
     RECIPIENTS,
     check_depth,
     check_identifier,
+    check_instant,
     check_locale,
     check_recipient,
     check_scope_id,
@@ -193,3 +195,23 @@ def test_a_deeply_nested_queue_message_is_malformed_not_a_crash() -> None:
 
     reason = parse('{"a":' * 2000 + "1" + "}" * 2000, "rss.ingest")
     assert isinstance(reason, str) and reason.startswith("malformed message: message is nested")
+
+
+@pytest.mark.parametrize("value", [
+    "2026-12-01", "2026-12-01T10:00", "2026-12-01T10:00:00", "2026-12-01 10:00:00Z",
+    "20261201T100000Z", "2026-W48-2T10:00Z", "2026-12-01T10:00:00z", "2026-12-01T10:00:00+0200",
+    "2026-12-01T10:00:00.1234567Z", "2026-02-30T10:00Z", "2026-12-01T24:00Z",
+    "2026-12-01T10:00:00+25:00", "now", "", " 2026-12-01T10:00Z", "2026-12-01T10:00Z\n",
+    "٢٠٢٦-12-01T10:00Z", 1796303338, None, ["2026-12-01T10:00Z"]])
+def test_an_instant_without_its_offset_or_not_iso_8601_is_refused(value: object) -> None:
+    with pytest.raises(RequestError) as info:
+        check_instant(value, field="since")
+    assert info.value.context == {"field": "since"}
+
+
+def test_an_instant_with_its_offset_is_read_in_utc() -> None:
+    utc = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert check_instant("2026-12-01T10:00Z", field="since") == utc
+    assert check_instant("2026-12-01T11:00:00+01:00", field="since") == utc
+    assert check_instant("2026-12-01T05:30:00.000-04:30", field="since") == utc
+    assert check_instant("2026-12-01T10:00:00.5Z", field="since").microsecond == 500_000
