@@ -29,9 +29,10 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   ledger-redrive claimed the entries that waited in Redis through the store outage), and
   in the middle of them the run dying at that point too, its claim left in processing; a
   lone story to a webhook whose host *hangs* (the request taken, never answered, the
-  message not delivered) through its first four sends; a lone story to a chat whose
-  sender dies right after each send, the crashes targeted at that destination so they
-  fall on the one entry;
+  message not delivered) through its first four sends, and one to a chat that hangs
+  through its first send only (its one documented resend delivers it); a lone story to
+  a chat whose sender dies right after each send, the crashes targeted at that
+  destination so they fall on the one entry;
 - an erasure whose grace window ends within the run, and one cancelled within its window;
 - a rule edit.
 
@@ -205,9 +206,9 @@ def _store_flaps(world: World, after: datetime) -> tuple[datetime, str]:
 
 
 def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]]:
-    """A lone story to a webhook whose host hangs through its first four sends, and one to
-    a chat whose sender dies right after each send (the crashes targeted at it); returns
-    those crashes."""
+    """A lone story to a webhook whose host hangs through its first four sends, one to a
+    chat whose sender dies right after each send (the crashes targeted at it), and one to
+    a chat that hangs through its first send; returns those crashes."""
     crashes: list[tuple[datetime, str]] = []
     hooks = sorted(name for name in world.destinations if name.startswith("webhook:"))
     if hooks:
@@ -224,6 +225,12 @@ def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]
         at = _quiet(world, chats[0], 8.6)
         if at is not None and _lone(world, chats[0], at, rng):
             crashes += [(at, f"delivery.after_send@{chats[0]}")] * 3
+        # a chat that hangs through the first send only: its one documented resend goes
+        at = _quiet(world, chats[-1], 8.35)
+        if at is not None and _lone(world, chats[-1], at, rng):
+            tick = at + TEN_MINUTES - timedelta(seconds=30)
+            _add(world.destinations[chats[-1]], world, tick - timedelta(minutes=1),
+                 1.75 / 60, "hang")
     return crashes
 
 

@@ -42,3 +42,28 @@ def test_an_unknown_mutant_is_refused_before_anything_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "bench", "mutate", "--only", "no-such"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 64 and "unknown mutant(s) no-such" in done.stderr
+
+
+# About 15 s: the control and six defects, each caught within the first simulated day.
+@pytest.mark.timeout(300)
+def test_the_oracles_of_issue_36_kill_their_defects_within_a_day() -> None:
+    """A receiver's own signature check, the story's text, the consumer's backoff and
+    attempts, Polar's deduplication: each defect is killed by the invariant meant for it."""
+    wanted = {"webhook-timestamp-in-ms": "webhook_signed",
+              "alert-payload-without-link": "content_intact",
+              "consumer-backoff-flat": "queue_backoff",
+              "consumer-dead-letters-at-three": "queue_no_attempt_burned",
+              "metering-external-id-per-send": "metered_once",
+              "webhook-new-key-per-send": "webhook_signed"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    only = [arg for mutant in wanted for arg in ("--only", mutant)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "mutate", "--seed", "1", "--days", "1", "--jobs", "2",
+         *only], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False)
+    out = done.stdout
+    assert "control: seed 1 x 1 days: clean" in done.stderr, done.stderr[-3000:]
+    for mutant, invariant in wanted.items():
+        assert re.search(rf"^{mutant}\s+\S+\s+killed\s+{invariant}\s+1\s+0\.\d+\s", out,
+                         re.MULTILINE), out
+    assert "6 of 6 mutants detected (100 %; 6 by an invariant), seeds 1 x 1 days" in out
+    assert done.returncode == 0
