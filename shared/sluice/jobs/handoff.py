@@ -1,8 +1,9 @@
 """Hand an admin run to the job's own function, so it gets the job's whole time.
 
-The console runs behind API Gateway, which cuts a request at 30 s; a job's budget is
-minutes. So "run now" does not run the job in the request: it hands the run to the job's
-function, as the admin ``POST`` on the job's Function URL (``sluice.jobs.cron_url``), with
+The console and the HTTP API run behind API Gateway, which cuts a request at 30 s; a job's
+budget is minutes. So "run now", and the API's admin ``POST`` of a job whenever the HTTP
+function has less time left than the job's own timeout (``hands_off``), do not run the
+job in the request: they hand the run to the job's function, as the admin ``POST`` on the job's Function URL (``sluice.jobs.cron_url``), with
 the admin's own token (the job function checks identity and roles and audits the run, as
 for any caller of that URL) and an ``X-Request-Id`` that names the run. The console then
 shows the run by that id (``job_runs.request_id``) until it ends.
@@ -28,7 +29,7 @@ from sluice.jobs.cron_url import serve
 from sluice.jobs.registry import Job
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from sluice.core.services import Services
 
@@ -43,6 +44,16 @@ class Handoff(NamedTuple):
 
 def function_name(job: Job, prefix: str) -> str:
     return prefix + job.function_key
+
+
+def hands_off(job: Job, services: Services, remaining_ms: Callable[[], int] | None) -> bool:
+    """Whether an admin run asked of a function with ``remaining_ms`` left goes to the
+    job's own function: when its job functions are deployed (``SLUICE_JOB_FUNCTION_PREFIX``)
+    and a Lambda context says less is left here than the job's timeout (the HTTP function:
+    30 s). Without a context (``sluice dev``, a test) the job has its whole budget where it
+    is, and without job functions there is nowhere else for it to go."""
+    return (bool(services.settings.job_function_prefix) and remaining_ms is not None
+            and remaining_ms() < job.timeout_s * 1000)
 
 
 def admin_event(job: Job, token: str, run_id: str,

@@ -105,3 +105,48 @@ def test_lambda_unreachable_is_a_typed_outage_and_nothing_runs(
     with pytest.raises(RequestError):
         hand_off(JOBS["state-cleanup"], services, token=None)
     assert RunStore(services.db).recent("state-cleanup") == []
+
+
+def test_the_apis_admin_post_hands_off_when_the_http_function_has_less_time(
+        prefix: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On AWS the HTTP function has 30 s and state-cleanup's own function 60 s: the API's
+    admin POST answers 202 with the run's id and where to follow it, the job's function
+    runs it (audited there as the run; here as the hand-off), and the run is found by
+    that id. Given the job's whole time, the same POST runs the job in the request."""
+    from tests.conftest import load_event
+
+    http = fresh_import("functions.http", monkeypatch, {
+        **BASE_ENV, "SLUICE_DATABASE_URL": db_url, "SLUICE_JOB_FUNCTION_PREFIX": prefix})
+    services = http.app.state.services
+    sent: list[bytes] = []
+    services.lambda_client.meta.events.register(
+        "before-send.lambda.Invoke", lambda request, **kw: sent.append(request.body))
+    post = load_event("http_post_admin")
+    post["headers"]["authorization"] = f"Bearer {admin_token(['ops'], subject='gus')}"
+
+    answer = http.handler(post, LambdaContext(timeout_ms=30_000))
+
+    assert answer["statusCode"] == 202, answer
+    body = json.loads(answer["body"])
+    run_id = body["runId"]
+    assert body["function"] == f"{prefix}stateCleanup"
+    assert answer["headers"]["location"] == body["status"] == \
+        f"/api/admin/console/jobs/state-cleanup/runs/{run_id}"
+    assert RunStore(services.db).recent("state-cleanup") == []  # nothing ran in the request
+    [event] = [json.loads(raw) for raw in sent]
+    assert event["headers"]["x-request-id"] == run_id
+    cron = fresh_import("functions.cron", monkeypatch, {
+        **BASE_ENV, "SLUICE_DATABASE_URL": db_url, "SLUICE_JOB": "state-cleanup"})
+    assert cron.handler(event, LambdaContext(timeout_ms=60_000))["statusCode"] == 200
+    cron.SERVICES.close()
+    shown = job_run(services, "state-cleanup", run_id)
+    assert shown["state"] == "ended" and "deleted" in shown["run"]["result"]
+    actions = [(a["actor"], a["action"], a["outcome"])
+               for a in RunStore(services.db).recent_audit()]
+    assert ("gus", "state-cleanup:handoff", "202") in actions
+    assert ("gus", "state-cleanup:admin", "200") in actions
+
+    whole = http.handler(post, LambdaContext(timeout_ms=90_000))  # the job's time is here
+    assert whole["statusCode"] == 200 and "deleted" in json.loads(whole["body"])
+    assert len(sent) == 1
+    services.close()
