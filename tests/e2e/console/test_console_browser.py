@@ -11,6 +11,7 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -55,9 +56,15 @@ def chromium() -> str:
 
 @pytest.fixture
 def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Services]]:
-    """The app under uvicorn on 127.0.0.1, on a socket bound before the server thread starts."""
     services: Services = make_services(sqlite_url,
                                        SLUICE_QUEUE_SIGNING_SECRET=SIGNING)
+    with serving(services) as base:
+        yield base, services
+
+
+@contextmanager
+def serving(services: Services) -> Iterator[str]:
+    """The app under uvicorn on 127.0.0.1, on a socket bound before the server thread starts."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # connections queue here until the server accepts them
@@ -65,7 +72,7 @@ def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Services]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", services
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -682,9 +682,11 @@ def _delivery_params(request: Request) -> tuple[str | None, str | None, int]:
 @_guarded("delivery")
 async def deliveries_page(request: Request, identity: Identity) -> Response:
     status, channel, limit = _delivery_params(request)
+    from sluice.delivery.replay import STATUSES
+
     data = await run_in_threadpool(deliveries_model, _services(request), status, channel, limit)
     return _page(request, "deliveries.html", identity=identity, title="Deliveries", data=data,
-                 refresh=True)
+                 replay_statuses=STATUSES, refresh=True)
 
 
 @router.get("/api/admin/console/deliveries", name="console:deliveries.json")
@@ -692,6 +694,39 @@ async def deliveries_page(request: Request, identity: Identity) -> Response:
 async def deliveries_json(request: Request, identity: Identity) -> dict[str, Any]:
     status, channel, limit = _delivery_params(request)
     return await run_in_threadpool(deliveries_model, _services(request), status, channel, limit)
+
+
+# A replay from the console is the API's replay (one audit row with the filter and count).
+ACTION_OF["console:deliveries.replay"] = lambda request: "delivery:replay"
+
+
+@router.post("/admin/deliveries/replay", name="console:deliveries.replay",
+             include_in_schema=False)
+@_guarded("delivery")
+async def deliveries_replay(request: Request, identity: Identity) -> Response:
+    """Replay a destination's window: the form's filter first shows the dry run (how many
+    would go, how many the receiver already acknowledged); ``confirm`` replays it."""
+    from sluice.delivery.channels import Outbound, channels
+    from sluice.delivery.replay import FIELDS, Replay, ReplayReport, parse_filter
+    from sluice.http.app import note_audit
+
+    form = await _form(request, (*FIELDS, "confirm"))
+    values = {name: form.get(name) for name in FIELDS if form.get(name)}
+    flt = parse_filter(values, channels=list(channels()))
+    confirmed = form.flag("confirm")
+    if not confirmed:
+        await run_in_threadpool(preview, request)
+    services = _services(request)
+
+    def run() -> ReplayReport:
+        with Outbound.open(services.settings) as client:
+            return Replay.from_services(services, client).run(
+                flt, dry_run=not confirmed,
+                progress=lambda report: note_audit(request, report.to_json()))
+
+    report = (await run_in_threadpool(run)).to_json()
+    return _page(request, "delivery_replay.html", identity=identity, report=report,
+                 values=values, title="Replay deliveries" if confirmed else "Replay deliveries?")
 
 
 @router.post("/admin/deliveries/{action}", name="console:deliveries.action",
