@@ -229,11 +229,11 @@ class DeliveryStore:
         """One page of the settled entries (``acked``, ``failed``, ``unknown``) enqueued in
         ``[since, until)``, oldest first, after ``after`` (the last page's enqueue time and
         id): a window is read a bounded page at a time, however large."""
-        at, after_id = after or (since, "")
+        at, after_id = after if after is not None and after[0] >= since else (since, "")
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.replay_window, {"since": since, "until": until,
-                                                 "channel": channel, "after_at": at,
-                                                 "after_id": after_id, "limit": limit})
+            rows = tx.fetchall(Q.replay_window, {"until": until, "channel": channel,
+                                                 "after_at": at, "after_id": after_id,
+                                                 "limit": limit})
         return [DeliveryEntry.from_row(row) for row in rows]
 
     def _among(self, query: Query, keys: list[str]) -> list[Row]:

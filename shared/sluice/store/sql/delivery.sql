@@ -308,8 +308,8 @@ SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
 WHERE status = :from_status
   AND (CAST(:id AS text) IS NULL OR id = :id)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
-  AND (CAST(:ids AS jsonb) IS NULL
-       OR id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+  AND (CAST(:ids AS jsonb) IS NULL  -- = ANY (ARRAY(...)): the primary key finds a batch
+       OR id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))))
 
 -- name: forget_chunks @sqlite
 -- An acked entry replayed is sent whole again: the chunks its last send got through are
@@ -322,15 +322,17 @@ WHERE entry_id IN (SELECT id FROM delivery_queue
 DELETE FROM delivery_chunks
 WHERE entry_id IN (SELECT id FROM delivery_queue
                    WHERE status = 'acked'
-                     AND id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+                     AND id = ANY (ARRAY(SELECT jsonb_array_elements_text(
+                                                CAST(:ids AS jsonb)))))
 
 -- name: replay_window
 -- One page of a replay's window (delivery_queue_window_idx): the settled entries enqueued
--- in [:since, :until) (of :channel when given), after the last page's (enqueued_at, id).
+-- before :until (of :channel when given) after the last page's (enqueued_at, id), the
+-- first page's being (:since, ''): a row comparison, so each page is a range of the
+-- index, never a rescan from the window's start.
 SELECT * FROM delivery_queue
 WHERE status IN ('acked', 'failed', 'unknown')
-  AND enqueued_at >= :since AND enqueued_at < :until
-  AND (enqueued_at > :after_at OR (enqueued_at = :after_at AND id > :after_id))
+  AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 ORDER BY enqueued_at, id
 LIMIT :limit
