@@ -1,7 +1,7 @@
 """A webhook receiver built on the ``standardwebhooks`` library (PyPI): it verifies each
 request's Standard Webhooks signature and deduplicates on ``webhook-id``.
 
-``received`` keeps every request; ``delivered`` keeps one payload per key (what a
+``received`` keeps every request (with the time it came, ``at``); ``delivered`` keeps one payload per key (what a
 receiver that dedupes acts on). A bad or stale signature is ``401``. Tests script
 statuses in ``answers`` (e.g. a 503 then a 200; a ``(status, headers)`` pair adds headers,
 such as ``Retry-After``), and ``slow`` answers: the request is
@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -56,7 +57,8 @@ class WebhookReceiver(StandIn):
             return json_response(401, {"error": "bad signature"})
         key = {k.lower(): v for k, v in headers.items()}.get("webhook-id", "")
         with self._lock:
-            self.received.append({"key": key, "headers": headers, "body": json.loads(body)})
+            self.received.append({"key": key, "headers": headers, "body": json.loads(body),
+                                  "at": time.time()})
             slow = self.slow > 0
             self.slow -= 1 if slow else 0
             if self.answers and not slow:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Annotated, Any, Literal, NamedTuple, get_type_hints
@@ -25,8 +26,11 @@ MIN_CRON_SECRET_LENGTH = 16
 
 QueueMode = Literal["local", "sqs"]
 SmtpSecurity = Literal["starttls", "ssl", "none"]
-# text: stripped, empty is unset; raw: as given; list: comma-separated text
-Parse = Literal["text", "raw", "int", "float", "url", "choice", "list", "bool"]
+# text: stripped, empty is unset; raw: as given; list: comma-separated text; duration: a
+# whole number and a unit (s, m, h, d), read as seconds
+Parse = Literal["text", "raw", "int", "float", "url", "choice", "list", "bool", "duration"]
+_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Var(NamedTuple):
@@ -111,6 +115,9 @@ class Settings(NamedTuple):
                                           60, 30 * 86400)] = 86400
     delivery_outage_threshold: Annotated[int, Var("SLUICE_DELIVERY_OUTAGE_THRESHOLD", "int",
                                                   1, 100)] = 3
+    # a destination failing this long without a single success is disabled (and pages)
+    destination_disable_after_s: Annotated[int, Var("SLUICE_DESTINATION_DISABLE_AFTER",
+                                                    "duration", 3600, 365 * 86400)] = 5 * 86400
     # sends allowed after an unknown outcome on a channel that cannot deduplicate
     delivery_unknown_resends: Annotated[int, Var("SLUICE_DELIVERY_UNKNOWN_RESENDS", "int",
                                                  0, 10)] = 1
@@ -264,6 +271,23 @@ def _number(var: Var, raw: str) -> int | float:
     return value
 
 
+def _duration(var: Var, raw: str) -> int:
+    """``5d``, ``36h``, ``90m``, ``3600s``: ASCII digits and one unit, nothing else."""
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise ConfigurationError(f"{var.name} must be a whole number and a unit (s, m, h or d), "
+                                 f"such as 5d or 36h; got {raw!r}")
+    value = int(match[1]) * _UNIT_S[match[2]]
+    if var.lo is not None and var.hi is not None and not var.lo <= value <= var.hi:
+        raise ConfigurationError(f"{var.name} must be between {int(var.lo)} s and {int(var.hi)} s"
+                                 f" ({_days(var.lo)} to {_days(var.hi)}), got {raw}")
+    return value
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g} d" if seconds >= 86400 else f"{seconds / 3600:g} h"
+
+
 def _url(var: Var, raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in var.schemes:
@@ -303,6 +327,8 @@ def _read(env: Mapping[str, str], var: Var) -> Any:
         return None
     if var.parse in ("int", "float"):
         return _number(var, raw)
+    if var.parse == "duration":
+        return _duration(var, raw)
     if var.parse == "url":
         return _url(var, raw)
     if var.parse == "bool":

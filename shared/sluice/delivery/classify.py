@@ -77,6 +77,13 @@ class CredentialsRefused(TransientDeliveryError):
     code = "delivery_credentials_refused"
 
 
+class DestinationDisabled(DeliveryError):
+    """A delivery destination was disabled (it answered that it is gone, or failed too long
+    without a success): its entries fail ``destination_disabled`` until it is enabled."""
+
+    code = "delivery_destination_disabled"
+
+
 class MissingAdapter(DeliveryError):
     """No adapter is configured for this entry's channel (configuration, not the entry's fault)."""
 
@@ -116,6 +123,20 @@ PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNOREC
     r"\bno_text\b",
     r"recipient address rejected",
 ))
+
+
+# Permanent refusals that say the destination itself is gone, not the message: every entry
+# for it would be refused the same way, so the destination is disabled (its entries fail
+# ``destination_disabled`` without a request, until an operator enables it). A webhook's
+# ``410 Gone`` says it by status.
+GONE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"bot was blocked",
+    r"bot was kicked",
+    r"chat not found",
+    r"\bchannel_not_found\b",
+    r"\bis_archived\b",
+))
+GONE_STATUS = 410
 
 
 # Errors that say the entry itself is malformed (a recipient URL that does not parse, a
@@ -209,6 +230,18 @@ def retry_after_s(error: BaseException) -> float | None:
         if isinstance(node, TransientDeliveryError) and node.retry_after_s is not None:
             return node.retry_after_s
     return None
+
+
+def is_gone(error: BaseException) -> bool:
+    """A permanent refusal that says the destination is gone (``410 Gone``, a chat that blocked
+    or removed the bot, or does not exist): the destination is disabled, not only the entry
+    failed. Only a permanent verdict is read so (a ``410`` behind a transient error is not)."""
+    if classify(error) != "permanent":
+        return False
+    return any(
+        (isinstance(node, PermanentDeliveryError) and node.context.get("status") == GONE_STATUS)
+        or any(pattern.search(str(node)) for pattern in GONE_PATTERNS)
+        for node in _walk(error))
 
 
 def over_cap(error: BaseException) -> bool:

@@ -32,8 +32,13 @@ destination this run; ``down``: each destination reported down, with why;
 ``destinations``: every failing destination with its entries waiting), ``rateLimited``
 (entries set aside, their attempt given back, for a rate slot or a provider's pacing),
 ``notSent`` (entries put back with their attempt because the limiter failed before the
-request left; the run then stops, with ``notSentError``) and ``fatal`` (1 when the run
-stopped out of memory, with ``fatalError``).
+request left; the run then stops, with ``notSentError``), ``fatal`` (1 when the run
+stopped out of memory, with ``fatalError``), ``disabled`` (each destination this run
+disabled, with why: a ``410 Gone``, a chat gone, or failing past
+``SLUICE_DESTINATION_DISABLE_AFTER``; each is also reported to the error tracker),
+``failedDisabled`` (entries failed ``destination_disabled`` by this run, apart from
+``failed``: the destination is what failed, and its disable pages once) and ``paused``
+(entries that waited on a paused destination this run).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from sluice.core.errors import RequestError, StoreError
 from sluice.core.observe import Reporter, logger
 from sluice.core.services import Services
 from sluice.core.shutdown import sleep_with_abort
+from sluice.core.times import iso_z, iso_z_or_none
 from sluice.delivery.channels import (
     ChannelAdapter,
     Outbound,
@@ -60,8 +66,8 @@ from sluice.delivery.channels import (
     deduplicating,
 )
 from sluice.delivery.chunks import ChunkLog, SendProgress
-from sluice.delivery.classify import classify, describe, retry_after_s
-from sluice.delivery.destinations import Destinations, FailingDestination
+from sluice.delivery.classify import DestinationDisabled, classify, describe, retry_after_s
+from sluice.delivery.destinations import Control, Destinations, FailingDestination
 from sluice.delivery.payload import parse
 from sluice.delivery.policy import DeliveryOutcome, Policy, pacing_s
 from sluice.delivery.ratelimit import Limiter
@@ -87,6 +93,8 @@ class SendOutcome(StrEnum):
     RATE_LIMITED = "rate_limited"  # no slot, or a provider's pacing: attempt given back
     WAITING = "waiting"  # its destination is failing: held, attempt given back
     NOT_SENT = "not_sent"  # the limiter failed before the request left: attempt given back
+    DISABLED = "disabled"  # its destination is disabled: failed, nothing sent
+    PAUSED = "paused"  # its destination is paused: held until the pause ends, attempt given back
 
 
 # What the drain reports for each row of the policy.
@@ -98,11 +106,19 @@ _SEND_OUTCOMES = {
     DeliveryOutcome.PACING_PAST_CAP: SendOutcome.WAITING, DeliveryOutcome.NO_SLOT: SendOutcome.RATE_LIMITED,
     DeliveryOutcome.PACING: SendOutcome.RATE_LIMITED, DeliveryOutcome.UNKNOWN: SendOutcome.UNKNOWN,
     DeliveryOutcome.UNKNOWN_RESTS: SendOutcome.UNKNOWN, DeliveryOutcome.NOT_SENT: SendOutcome.NOT_SENT,
-    DeliveryOutcome.NO_ADAPTER: SendOutcome.UNCONFIGURED, DeliveryOutcome.FATAL: SendOutcome.FATAL}
+    DeliveryOutcome.NO_ADAPTER: SendOutcome.UNCONFIGURED, DeliveryOutcome.FATAL: SendOutcome.FATAL,
+    DeliveryOutcome.DESTINATION_GONE: SendOutcome.DISABLED,
+    DeliveryOutcome.DESTINATION_STALE: SendOutcome.DISABLED,
+    DeliveryOutcome.DESTINATION_DISABLED: SendOutcome.DISABLED,
+    DeliveryOutcome.DESTINATION_PAUSED: SendOutcome.PAUSED}
 # The summary key each outcome of a send adds one to.
 _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
             SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown",
-            SendOutcome.RATE_LIMITED: "rateLimited"}
+            SendOutcome.RATE_LIMITED: "rateLimited", SendOutcome.DISABLED: "failedDisabled",
+            SendOutcome.PAUSED: "paused"}
+# How long a drain run trusts what it read of the destinations' pauses and disables: an
+# operator's change reaches a run in progress within this (the entries it holds at once).
+CONTROLS_TTL_S = 5.0
 
 
 class Sent(NamedTuple):
@@ -130,6 +146,9 @@ class DrainSummary(TypedDict):
     notSentError: str | None
     fatal: int
     fatalError: str | None
+    disabled: dict[str, str]
+    failedDisabled: int
+    paused: int
 
 
 def check_enqueue(channel: str, payload: Any) -> None:
@@ -176,7 +195,8 @@ class Deliverer:
                           on_retry=limiter.on_retry)
         store = DeliveryStore(services.db, policy=Policy(
             unknown_resends=settings.delivery_unknown_resends,
-            pacing_cap_s=float(settings.delivery_pacing_cap_s)))
+            pacing_cap_s=float(settings.delivery_pacing_cap_s),
+            disable_after=timedelta(seconds=settings.destination_disable_after_s)))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
@@ -252,8 +272,11 @@ class _Run:
                                     unconfigured={"count": 0, "channels": {}},
                                     outages={"count": 0, "down": {}, "destinations": []},
                                     rateLimited=0, notSent=0, notSentError=None, fatal=0,
-                                    fatalError=None)
+                                    fatalError=None, disabled={}, failedDisabled=0, paused=0)
         self.failing: dict[str, FailingDestination] = {}
+        # disabled or paused destinations, as read at ``controls_read`` (None: not yet)
+        self.controls: dict[str, Control] = {}
+        self.controls_read: float | None = None
         self.up: set[str] = set()  # destinations that took an entry during this run
         self.probing: set[str] = set()  # failing destinations a worker is probing now
         self.stopped = threading.Event()
@@ -263,6 +286,11 @@ class _Run:
     def run(self) -> DrainSummary:
         started: datetime = utcnow()
         summary = self.summary
+        # pauses past their time end first: their entries are due, their expiry from now
+        pauses, released = self.d.destinations.lapse(now=started)
+        if pauses:
+            logger.info(f"[delivery] {pauses} destination pauses ended; {released} entries "
+                        "are due again")
         expired = self.store.expire(self.d.expire, now=started)
         summary["expired"] = sum(expired.values())
         summary["failed"] += summary["expired"]
@@ -359,6 +387,10 @@ class _Run:
             key = adapter.outage_key(entry)
         except Exception as exc:  # noqa: BLE001 - a recipient that does not parse is this entry's
             return self._conclude(entry, None, Sent("permanent", 0, error=exc))
+        entry = entry._replace(destination=key)  # the limiter reads its rate override by it
+        stopped = self._stopped(entry, key)
+        if stopped is not None:
+            return stopped
         with self.lock:
             known = self.failing.get(key)
             if known is not None and key not in self.up and self.deadline is not None:
@@ -370,6 +402,61 @@ class _Run:
         finally:
             with self.lock:
                 self.probing.discard(key)
+
+    def _control(self, key: str) -> Control | None:
+        """Whether an operator (or the policy) stopped sends to ``key``: the run's copy of the
+        destinations' controls, read again once older than ``CONTROLS_TTL_S``; an inline send
+        reads its own destination's."""
+        if self.deadline is None:
+            return self.d.destinations.control(key)
+        now = time.monotonic()
+        with self.lock:
+            if self.controls_read is None or now - self.controls_read > CONTROLS_TTL_S:
+                self.controls = self.d.destinations.controls()
+                self.controls_read = now
+            return self.controls.get(key)
+
+    def _stopped(self, entry: DeliveryEntry, key: str) -> SendOutcome | None:
+        """The entry's destination is disabled or paused: settled so, nothing sent (an entry
+        the drain had not seen before the change: the change itself settled the others)."""
+        control = self._control(key)
+        if control is None:
+            return None
+        now = utcnow()
+        outcome = self.policy.before_send(disabled=control.disabled_at is not None,
+                                          paused=control.paused(now))
+        if outcome is DeliveryOutcome.DESTINATION_DISABLED:
+            return self._apply(entry, outcome, f"not sent: destination {key} is disabled "
+                                               f"since {iso_z_or_none(control.disabled_at)}: "
+                                               f"{control.disabled_reason}", destination=key)
+        if outcome is DeliveryOutcome.DESTINATION_PAUSED:
+            assert control.paused_until is not None
+            return self._apply(entry, outcome, f"waiting: destination {key} is paused until "
+                                               f"{iso_z(control.paused_until)}",
+                               wait=control.paused_until - now, held_by=key, destination=key)
+        return None
+
+    def _disable(self, entry: DeliveryEntry, key: str, outcome: DeliveryOutcome,
+                 error: str | None, since: datetime | None) -> None:
+        """The policy disables ``key`` (it is gone, or failed past the limit): its pending
+        entries fail at once, later ones when claimed, and the disable pages."""
+        if outcome is DeliveryOutcome.DESTINATION_GONE:
+            reason = f"gone: {error}"
+        else:
+            reason = (f"failing without a success since {iso_z(since) if since else '?'} "
+                      f"(SLUICE_DESTINATION_DISABLE_AFTER); last: {error}")
+        failed = self.d.destinations.disable(key, reason)
+        with self.lock:
+            self.summary["disabled"][key] = reason
+            self.summary["failedDisabled"] += failed
+            self.failing.pop(key, None)
+            self.controls[key] = Control(key, None, utcnow(), reason)
+        logger.error(f"[delivery] destination {key} disabled: {reason}; {failed} waiting "
+                     "entries failed destination_disabled (enable it, then redrive them)")
+        if self.d.reporter is not None:
+            self.d.reporter.error("delivery-drain", DestinationDisabled(
+                f"delivery destination {key} disabled: {reason}", destination=key),
+                destination=key, entry=entry.id)
 
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, key: str) -> SendOutcome:
         limiter = self.d.limiter
@@ -390,7 +477,7 @@ class _Run:
                 return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {entry.channel} rate limit",
                                    wait=timedelta(seconds=wait_s))
-        if not self.store.request_left(entry):
+        if not self.store.request_left(entry, destination=key):
             return SendOutcome.STALE
         deadline = self.deadline
         return self._conclude(entry, key, self.d._send(
@@ -400,11 +487,19 @@ class _Run:
     def _conclude(self, entry: DeliveryEntry, key: str | None, sent: Sent) -> SendOutcome:
         """Settle what a send came to, as the policy decides."""
         healthy = self.deadline is None or key is None or key in self.up
+        with self.lock:
+            known = self.failing.get(key) if key is not None else None
         outcome = self.policy.after_send(sent.verdict, sent.error, channel=entry.channel,
                                          attempts=entry.attempts,
                                          unknown_sends=entry.unknown_sends,
-                                         destination_healthy=healthy)
+                                         destination_healthy=healthy,
+                                         failing_since=known.down_since if known else None,
+                                         now=utcnow())
         error = describe(sent.error) if sent.error is not None else None
+        if outcome in (DeliveryOutcome.DESTINATION_GONE, DeliveryOutcome.DESTINATION_STALE) and key:
+            self._disable(entry, key, outcome, error, known.down_since if known else None)
+            return self._apply(entry, outcome, f"destination disabled: {error}",
+                               duration_ms=sent.duration_ms, destination=key)
         if outcome is DeliveryOutcome.FATAL:
             with self.lock:
                 self.summary["fatal"] = 1
@@ -448,7 +543,7 @@ class _Run:
             logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                            f"failed: {error}", extra={"outcome": outcome.value})
         settled = self._apply(entry, outcome, error, duration_ms=sent.duration_ms,
-                              message_id=sent.message_id)
+                              message_id=sent.message_id, destination=key)
         if settled is SendOutcome.STALE and outcome is DeliveryOutcome.ACKED:
             logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
                            "another attempt may send it again")
@@ -463,14 +558,16 @@ class _Run:
                             f"{destination.down_since.isoformat()} ({destination.failures} "
                             f"in a row; last: {destination.last_error})",
             wait=max(destination.next_probe_at - utcnow(), timedelta(0)),
-            held_by=destination.key)
+            held_by=destination.key, destination=destination.key)
 
     def _apply(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
                wait: timedelta | None = None, held_by: str | None = None,
-               duration_ms: int | None = None, message_id: str | None = None) -> SendOutcome:
+               duration_ms: int | None = None, message_id: str | None = None,
+               destination: str | None = None) -> SendOutcome:
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
         if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
-                                message_id=message_id, held_by=held_by):
+                                message_id=message_id, held_by=held_by,
+                                destination=destination or entry.destination):
             return SendOutcome.STALE
         return _SEND_OUTCOMES[outcome]
 
@@ -489,6 +586,7 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
         "QueueDrained.unconfigured": float(summary["unconfigured"]["count"]),
         "QueueDrained.outages": float(summary["outages"]["count"]),
         "QueueDrained.destinationsDown": float(len(summary["outages"]["down"])),
+        "QueueDrained.destinationsDisabled": float(len(summary["disabled"])),
         "QueueDrained.expiredWaiting": float(sum(summary["expiredWaiting"].values()))},
         event="queue_drained")
 

@@ -16,7 +16,7 @@ and is resent only as its channel allows (the unknown rule, ``may_resend``).
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ from sluice.delivery.classify import (
     Verdict,
     _walk,
     classify,
+    is_gone,
     is_unknown,
     over_cap,
 )
@@ -45,6 +46,7 @@ class FailureReason(StrEnum):
     MAX_ATTEMPTS = "max_attempts"
     LEASE_LOST = "lease_lost"
     EXPIRED = "expired"
+    DESTINATION_DISABLED = "destination_disabled"
 
 
 class DeliveryOutcome(StrEnum):
@@ -56,6 +58,10 @@ class DeliveryOutcome(StrEnum):
     LAST_ATTEMPT = "transient, last attempt"
     DESTINATION_FAILING = "destination failing"
     DESTINATION_HELD = "destination held"
+    DESTINATION_GONE = "destination gone"
+    DESTINATION_STALE = "destination failing past the limit"
+    DESTINATION_DISABLED = "destination disabled"
+    DESTINATION_PAUSED = "destination paused"
     NO_SLOT = "no rate slot"
     PACING = "pacing answer"
     PACING_PAST_CAP = "pacing answer past the cap"
@@ -74,6 +80,9 @@ class DeliveryOutcome(StrEnum):
     REPLAY_ACKED = "replay acked"
     MARK_DELIVERED = "mark delivered"
     PURGE = "purge"
+    PAUSE = "pause"
+    RESUME = "resume, or the pause's end"
+    DISABLE = "disable"
 
 
 class Attempt(StrEnum):
@@ -91,6 +100,7 @@ class Due(StrEnum):
     PROVIDER = "the provider's wait"
     PROBE = "its destination's next probe"
     CONFIGURED = "once its channel is configured"
+    PAUSE_END = "its destination's pause ends"
 
 
 class Sender(StrEnum):
@@ -117,6 +127,7 @@ class DeliveryDecision(NamedTuple):
 
 P, F, U, A = (DeliveryStatus.PENDING.value, DeliveryStatus.FAILED.value,
               DeliveryStatus.UNKNOWN.value, DeliveryStatus.ACKED.value)
+_OFF = FailureReason.DESTINATION_DISABLED
 
 # The policy, one row an outcome: (status, attempt, next due, sent again by, failure reason).
 TABLE: dict[DeliveryOutcome, DeliveryDecision] = {row.outcome: row for row in (
@@ -128,6 +139,14 @@ TABLE: dict[DeliveryOutcome, DeliveryDecision] = {row.outcome: row for row in (
              FailureReason.MAX_ATTEMPTS),
     DeliveryDecision(DeliveryOutcome.DESTINATION_FAILING, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
     DeliveryDecision(DeliveryOutcome.DESTINATION_HELD, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
+    DeliveryDecision(DeliveryOutcome.DESTINATION_GONE, F, Attempt.COUNTS, Due.NEVER, Sender.OPERATOR,
+             _OFF),
+    DeliveryDecision(DeliveryOutcome.DESTINATION_STALE, F, Attempt.GIVEN_BACK, Due.NEVER,
+             Sender.OPERATOR, _OFF),
+    DeliveryDecision(DeliveryOutcome.DESTINATION_DISABLED, F, Attempt.GIVEN_BACK, Due.NEVER,
+             Sender.OPERATOR, _OFF),
+    DeliveryDecision(DeliveryOutcome.DESTINATION_PAUSED, P, Attempt.GIVEN_BACK, Due.PAUSE_END,
+             Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.NO_SLOT, P, Attempt.GIVEN_BACK, Due.SLOT, Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.PACING, P, Attempt.GIVEN_BACK, Due.PROVIDER, Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.PACING_PAST_CAP, P, Attempt.GIVEN_BACK, Due.PROBE, Sender.PROBE),
@@ -148,6 +167,9 @@ TABLE: dict[DeliveryOutcome, DeliveryDecision] = {row.outcome: row for row in (
     DeliveryDecision(DeliveryOutcome.REPLAY_ACKED, P, Attempt.RESET, Due.NOW, Sender.DRAIN),
     DeliveryDecision(DeliveryOutcome.MARK_DELIVERED, A, Attempt.KEPT, Due.NEVER, Sender.NOBODY),
     DeliveryDecision(DeliveryOutcome.PURGE, "deleted", Attempt.KEPT, Due.NEVER, Sender.NOBODY),
+    DeliveryDecision(DeliveryOutcome.PAUSE, P, Attempt.KEPT, Due.PAUSE_END, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.RESUME, P, Attempt.KEPT, Due.NOW, Sender.DRAIN),
+    DeliveryDecision(DeliveryOutcome.DISABLE, F, Attempt.KEPT, Due.NEVER, Sender.OPERATOR, _OFF),
 )}
 
 UNKNOWN_OUTCOMES = frozenset({DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_RESTS, DeliveryOutcome.LAPSED_SENT,
@@ -177,6 +199,7 @@ class RetrySchedule(NamedTuple):
 
 DEFAULT_SCHEDULE = RetrySchedule()
 PACING_CAP_S = 3600.0  # the longest wait a provider's pacing answer is honoured for
+DISABLE_AFTER = timedelta(days=5)  # failing this long without a success: disabled
 
 
 def pacing_s(error: BaseException) -> float | None:
@@ -209,16 +232,19 @@ def _credentials(error: BaseException) -> bool:
 class Policy:
     def __init__(self, schedule: RetrySchedule = DEFAULT_SCHEDULE, *, unknown_resends: int = 1,
                  deduplicating: frozenset[str] = frozenset(),
-                 pacing_cap_s: float = PACING_CAP_S) -> None:
+                 pacing_cap_s: float = PACING_CAP_S,
+                 disable_after: timedelta = DISABLE_AFTER) -> None:
         self.schedule = schedule
         self.unknown_resends = unknown_resends  # for channels that cannot deduplicate
         self.deduplicating = deduplicating
         self.pacing_cap_s = pacing_cap_s
+        self.disable_after = disable_after
 
     def knowing(self, deduplicating: frozenset[str]) -> Policy:
         """This policy, told which channels' receivers drop a repeat by its key."""
         return Policy(self.schedule, unknown_resends=self.unknown_resends,
-                      deduplicating=deduplicating, pacing_cap_s=self.pacing_cap_s)
+                      deduplicating=deduplicating, pacing_cap_s=self.pacing_cap_s,
+                      disable_after=self.disable_after)
 
     # --- which row ---------------------------------------------------------------------
 
@@ -233,17 +259,47 @@ class Policy:
         """A pacing answer the policy waits for: a finite wait within the cap."""
         return wait_s is not None and math.isfinite(wait_s) and 0 < wait_s <= self.pacing_cap_s
 
+    def before_send(self, *, disabled: bool, paused: bool) -> DeliveryOutcome | None:
+        """The row for an entry claimed while its destination is disabled or paused (an
+        entry the drain had not seen before the change: the others were settled by it); None
+        when it may be sent."""
+        if disabled:
+            return DeliveryOutcome.DESTINATION_DISABLED
+        if paused:
+            return DeliveryOutcome.DESTINATION_PAUSED
+        return None
+
+    def stale(self, failing_since: datetime | None, now: datetime) -> bool:
+        """A destination failing since ``failing_since`` without a single success has failed
+        for too long: it is disabled."""
+        return failing_since is not None and now - failing_since >= self.disable_after
+
     def after_send(self, verdict: Verdict | str, error: BaseException | None, *, channel: str,
-                   attempts: int, unknown_sends: int, destination_healthy: bool) -> DeliveryOutcome:
+                   attempts: int, unknown_sends: int, destination_healthy: bool,
+                   failing_since: datetime | None = None,
+                   now: datetime | None = None) -> DeliveryOutcome:
         """The row for what one send came to. ``destination_healthy``: the destination took
-        another entry in this run, so a transient failure is this entry's own."""
+        another entry in this run, so a transient failure is this entry's own;
+        ``failing_since``: when its destination started failing, if it is (a further
+        failure past ``disable_after`` from then disables it)."""
         if verdict == "fatal":
             return DeliveryOutcome.FATAL
         if verdict == "acked":
             return DeliveryOutcome.ACKED
         if verdict == "permanent":
-            return DeliveryOutcome.PERMANENT
+            assert error is not None
+            return DeliveryOutcome.DESTINATION_GONE if is_gone(error) else DeliveryOutcome.PERMANENT
         assert error is not None
+        outcome = self._transient(error, channel=channel, attempts=attempts,
+                                  unknown_sends=unknown_sends,
+                                  destination_healthy=destination_healthy)
+        if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP) and (
+                now is not None and self.stale(failing_since, now)):
+            return DeliveryOutcome.DESTINATION_STALE
+        return outcome
+
+    def _transient(self, error: BaseException, *, channel: str, attempts: int,
+                   unknown_sends: int, destination_healthy: bool) -> DeliveryOutcome:
         if is_unknown(error):
             return (DeliveryOutcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
                     else DeliveryOutcome.UNKNOWN_RESTS)
@@ -280,7 +336,7 @@ class Policy:
         row = TABLE[outcome]
         if row.due is Due.SCHEDULE:
             return row._replace(delay=self.schedule.step(attempts))
-        if row.due in (Due.SLOT, Due.PROVIDER, Due.PROBE):
+        if row.due in (Due.SLOT, Due.PROVIDER, Due.PROBE, Due.PAUSE_END):
             return row._replace(delay=max(wait or timedelta(0), timedelta(0)))
         return row
 
@@ -299,6 +355,7 @@ DELIVERY_POLICY = Policy()
 __all__ = [
     "DEFAULT_SCHEDULE",
     "DELIVERY_POLICY",
+    "DISABLE_AFTER",
     "OPERATOR_FROM",
     "PACING_CAP_S",
     "TABLE",

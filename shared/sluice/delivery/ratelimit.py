@@ -21,6 +21,14 @@ for every sender until the retry, whose slot it keeps; one that outlasts the in-
 retries moves that key to at least then (``slow_down``). What becomes of the entry (a
 slot missing, a pacing answer, one past the cap) is the policy's
 (``sluice.delivery.policy``); this module only holds the rates.
+
+An operator may override a destination's own rate (its narrowest: the chat, the channel,
+the host; for a destination without one, such as the SMTP server, a rate of its own) per
+second or per minute until a time (``sluice delivery destination rate``). Every sender
+reads the overrides in force from ``delivery_destinations`` (again after
+``OVERRIDES_TTL_S``), spaces that key at the override's interval, and never past its end:
+a slot taken under an override is never held beyond the override's time (then the
+setting's rate applies again), so an override lapses at its time without an operator.
 """
 
 from __future__ import annotations
@@ -30,9 +38,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from sluice.core.times import iso_z_or_none
 from sluice.delivery.policy import pacing_s
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries
@@ -43,6 +53,9 @@ if TYPE_CHECKING:
 
 Q = load_queries("ratelimit")
 US = 1_000_000
+OVERRIDES_TTL_S = 5.0  # how long a sender trusts what it read of the operators' overrides
+PERIODS_S: dict[str, int] = {"second": 1, "minute": 60}
+Per = Literal["second", "minute"]
 
 
 class Rate(NamedTuple):
@@ -52,40 +65,132 @@ class Rate(NamedTuple):
     # over the limit's own interval): a sender a little late does not push every later
     # message back, and no two messages are ever closer than the limit's interval.
     slack_us: int = 0
+    # An override's end (epoch microseconds; 0: none): no slot taken under it is held past
+    # then, nor closer than ``floor_us`` (the setting's own interval) to the one taken now.
+    cap_us: int = 0
+    floor_us: int = 0
 
     @classmethod
     def per(cls, key: str, limit: float, period_s: float) -> Rate:
         return cls(key, math.ceil(period_s * US / limit))
 
+    def next_at(self, at_us: int, now_us: int) -> int:
+        """When the next slot on this key frees, once one is taken now (``at_us``: when
+        this one was free)."""
+        nxt = max(at_us, now_us - self.slack_us) + self.interval_us
+        if self.cap_us:
+            nxt = min(nxt, max(self.cap_us, now_us + self.floor_us))
+        return nxt
 
-def rates_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
+
+class Override(NamedTuple):
+    """An operator's rate for one destination, until a time."""
+
+    key: str  # the destination's key
+    limit: float
+    per: Per
+    until: datetime
+
+
+class Limit(NamedTuple):
+    """One rate an entry's send respects, as configured: ``limit`` a ``per``, from
+    ``source`` (the setting's variable, or ``override``, then until ``until``)."""
+
+    key: str  # the rate's own key (its state, shared by every sender)
+    limit: float
+    per: Per
+    source: str
+    until: datetime | None = None
+
+    @property
+    def period_s(self) -> int:
+        return PERIODS_S[self.per]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "limit": self.limit, "per": self.per, "source": self.source,
+                "until": iso_z_or_none(self.until)}
+
+
+def rates_for(entry: DeliveryEntry, settings: Settings,
+              override: Override | None = None) -> list[Rate]:
     """The rates an entry's send must respect, widest first (the last is the narrowest),
-    each ``delivery_rate_headroom`` below its limit."""
+    each ``delivery_rate_headroom`` below its limit; with ``override``, its destination's
+    own rate is the operator's until the override's end."""
     slower = 1.0 - settings.delivery_rate_headroom
-    spaced = [(rate.key, rate.interval_us, math.ceil(rate.interval_us / slower))
-              for rate in _limits_for(entry, settings)]
-    return [Rate(key, interval, interval - exact) for key, exact, interval in spaced]
+    plain = {limit.key: limit for limit in limits_for(entry.channel, entry.recipient, settings)}
+    rates = []
+    for limit in limits_for(entry.channel, entry.recipient, settings, override):
+        interval, slack = _spacing(limit, slower)
+        rate = Rate(limit.key, interval, slack)
+        if limit.until is not None:
+            under = plain.get(limit.key)
+            rate = rate._replace(cap_us=int(limit.until.timestamp() * US),
+                                 floor_us=_spacing(under, slower)[0] if under else 0)
+        rates.append(rate)
+    return rates
 
 
-def _limits_for(entry: DeliveryEntry, settings: Settings) -> list[Rate]:
-    if entry.channel == "telegram":
-        chat = entry.recipient
-        per_chat = (Rate.per(f"telegram:chat:{chat}", settings.telegram_group_rate_per_min, 60)
+def _spacing(limit: Limit, slower: float) -> tuple[int, int]:
+    """(interval, slack): the limit's interval widened by the headroom, and by how much."""
+    exact = math.ceil(limit.period_s * US / limit.limit)
+    interval = math.ceil(exact / slower)
+    return interval, interval - exact
+
+
+def limits_for(channel: str, recipient: str, settings: Settings,
+               override: Override | None = None) -> list[Limit]:
+    """The limits of the rates a send to ``recipient`` on ``channel`` respects, as
+    configured (widest first), with ``override`` in place of its destination's own (the
+    last), or added when it has none."""
+    found = _limits_for(channel, recipient, settings)
+    if override is None:
+        return found
+    own = bool(found) and channel in OWN_RATE
+    mine = Limit(found[-1].key if own else f"destination:{override.key}", override.limit,
+                 override.per, "override", override.until)
+    return [*found[:-1], mine] if own else [*found, mine]
+
+
+# The channels whose narrowest rate is their destination's own (a chat, a channel, a host).
+OWN_RATE = frozenset({"telegram", "slack", "webhook"})
+
+
+def _limits_for(channel: str, recipient: str, settings: Settings) -> list[Limit]:
+    if channel == "telegram":
+        chat = recipient
+        per_chat = (Limit(f"telegram:chat:{chat}", settings.telegram_group_rate_per_min,
+                          "minute", "SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE")
                     if chat.startswith("-")
-                    else Rate.per(f"telegram:chat:{chat}", settings.telegram_chat_rate_per_s, 1))
-        return [Rate.per("telegram:bot", settings.telegram_rate_per_s, 1), per_chat]
-    if entry.channel == "slack":
-        return [Rate.per(f"slack:channel:{entry.recipient}", settings.slack_channel_rate_per_s,
-                         1)]
-    if entry.channel == "webhook":
+                    else Limit(f"telegram:chat:{chat}", settings.telegram_chat_rate_per_s,
+                               "second", "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND"))
+        return [Limit("telegram:bot", settings.telegram_rate_per_s, "second",
+                      "SLUICE_TELEGRAM_RATE_PER_SECOND"), per_chat]
+    if channel == "slack":
+        return [Limit(f"slack:channel:{recipient}", settings.slack_channel_rate_per_s,
+                      "second", "SLUICE_SLACK_CHANNEL_RATE_PER_SECOND")]
+    if channel == "webhook":
         try:
-            parts = urlsplit(entry.recipient)
+            parts = urlsplit(recipient)
             host, port = parts.hostname, parts.port
         except ValueError:  # unparseable: its send refuses it for good, and no host is reached
             return []
-        return [Rate.per(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
-                         1)]
+        return [Limit(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
+                      "second", "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND")]
     return []
+
+
+def read_overrides(db: Database, now: datetime) -> dict[str, Override]:
+    """The operators' rate overrides in force at ``now``, per destination."""
+    with db.transaction() as tx:
+        rows = tx.fetchall(Q.rate_overrides, {"now": now})
+    found = {}
+    for row in rows:
+        until = row["rate_until"]
+        if isinstance(until, str):  # SQLite
+            until = datetime.fromisoformat(until).astimezone(UTC)
+        per: Per = "minute" if int(row["rate_period_s"]) == 60 else "second"
+        found[row["key"]] = Override(row["key"], float(row["rate_limit"]), per, until)
+    return found
 
 
 class RateStore(Protocol):
@@ -99,8 +204,10 @@ class RateStore(Protocol):
 
 
 class RedisRates:
+    # ARGV: now, then per key its interval, slack, cap and floor (Rate.next_at)
     TAKE = """
 local now = tonumber(ARGV[1])
+local n = #KEYS
 local wait = 0
 for i, key in ipairs(KEYS) do
   local at = tonumber(redis.call('GET', key) or '0')
@@ -109,7 +216,9 @@ end
 if wait > 0 then return wait end
 for i, key in ipairs(KEYS) do
   local at = tonumber(redis.call('GET', key) or '0')
-  local nxt = math.max(at, now - tonumber(ARGV[#KEYS + i + 1])) + tonumber(ARGV[i + 1])
+  local nxt = math.max(at, now - tonumber(ARGV[n + i + 1])) + tonumber(ARGV[i + 1])
+  local cap = tonumber(ARGV[2 * n + i + 1])
+  if cap > 0 then nxt = math.min(nxt, math.max(cap, now + tonumber(ARGV[3 * n + i + 1]))) end
   redis.call('SET', key, string.format('%.0f', nxt), 'PX',
              math.ceil((nxt - now) / 1000) + 60000)
 end
@@ -131,8 +240,9 @@ return 0
 
     def take(self, rates: list[Rate], now_us: int) -> int:
         keys = [f"delivery:rate:{r.key}" for r in rates]
-        return int(self.redis.eval(self.TAKE, keys, [now_us, *(r.interval_us for r in rates),
-                                                     *(r.slack_us for r in rates)]))
+        return int(self.redis.eval(self.TAKE, keys, [
+            now_us, *(r.interval_us for r in rates), *(r.slack_us for r in rates),
+            *(r.cap_us for r in rates), *(r.floor_us for r in rates)]))
 
     def slow(self, key: str, until_us: int) -> None:
         now = self.now_us() if self.now_us else int(time.time() * US)
@@ -154,8 +264,8 @@ class DbRates:
             if wait > 0:
                 return wait
             for rate in ordered:
-                tx.execute(Q.rate_set, {"key": rate.key, "next_at_us": max(
-                    found.get(rate.key, 0), now_us - rate.slack_us) + rate.interval_us})
+                tx.execute(Q.rate_set, {"key": rate.key,
+                                        "next_at_us": rate.next_at(found.get(rate.key, 0), now_us)})
         return 0
 
     def slow(self, key: str, until_us: int) -> None:
@@ -168,7 +278,8 @@ class Limiter:
 
     def __init__(self, store: RateStore, settings: Settings, *,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 overrides: Callable[[datetime], dict[str, Override]] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
@@ -177,6 +288,10 @@ class Limiter:
         self.waited_s = 0.0
         self.slowed = 0
         self._local = threading.local()
+        self.overrides = overrides  # the operators' rate overrides in force at a time
+        self._overrides: dict[str, Override] = {}
+        self._overrides_read: float | None = None
+        self._overrides_lock = threading.Lock()
 
     @classmethod
     def from_services(cls, services: Services, **kwargs: Any) -> Limiter:
@@ -184,10 +299,27 @@ class Limiter:
         clock: Callable[[], float] = kwargs.get("clock", time.time)
         store: RateStore = (RedisRates(services.redis, now_us=lambda: int(clock() * US))
                             if settings.redis_configured else DbRates(services.db))
+        db = services.db
+        kwargs.setdefault("overrides", lambda now: read_overrides(db, now))
         return cls(store, settings, **kwargs)
 
     def _now_us(self) -> int:
         return int(self.clock() * US)
+
+    def override(self, entry: DeliveryEntry) -> Override | None:
+        """The operator's rate for ``entry``'s destination in force now, if any."""
+        if self.overrides is None or entry.destination is None:
+            return None
+        now = self.clock()
+        with self._overrides_lock:
+            if self._overrides_read is None or now - self._overrides_read > OVERRIDES_TTL_S:
+                self._overrides = self.overrides(datetime.fromtimestamp(now, UTC))
+                self._overrides_read = now
+            found = self._overrides.get(entry.destination)
+        return found if found is not None and found.until.timestamp() > now else None
+
+    def rates(self, entry: DeliveryEntry) -> list[Rate]:
+        return rates_for(entry, self.settings, self.override(entry))
 
     def acquire(self, entry: DeliveryEntry, *, time_left_s: float | None = None,
                 chunk: bool = False) -> float:
@@ -197,7 +329,7 @@ class Limiter:
 
         A ``chunk`` after the first of one send waits one interval of the entry's narrowest
         rate longer: the chunk before it has just taken that key's slot."""
-        rates = rates_for(entry, self.settings)
+        rates = self.rates(entry)
         if not rates:
             return 0.0
         wait_for = self.max_wait_s + (rates[-1].interval_us / US if chunk else 0.0)
@@ -217,7 +349,7 @@ class Limiter:
         """A provider refused for its rate: no slot for the entry's narrowest key for
         ``wait_s`` (at least one interval of that key); ``keep_first`` holds one interval
         more, the first slot after the wait kept for the send that retries then."""
-        rates = rates_for(entry, self.settings)
+        rates = self.rates(entry)
         if not rates:
             return
         narrowest = rates[-1]
@@ -246,4 +378,5 @@ class Limiter:
             self.slow_down(entry, wait_s, keep_first=True)
 
 
-__all__ = ["DbRates", "Limiter", "Rate", "RateStore", "RedisRates", "rates_for"]
+__all__ = ["DbRates", "Limit", "Limiter", "Override", "Rate", "RateStore", "RedisRates",
+           "limits_for", "rates_for", "read_overrides"]

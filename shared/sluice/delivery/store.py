@@ -90,6 +90,7 @@ class DeliveryEntry(NamedTuple):
     request_left_at: datetime | None = None
     started_at: datetime | None = None
     unsent_lapses: int = 0
+    destination: str | None = None  # its adapter's key, once a drain has taken it
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -112,7 +113,7 @@ class DeliveryEntry(NamedTuple):
             "ackedAt": iso(self.acked_at), "failedAt": iso(self.failed_at),
             "failureReason": self.failure_reason, "unknownSends": self.unknown_sends,
             "heldBy": self.held_by, "requestLeftAt": iso(self.request_left_at),
-            "startedAt": iso(self.started_at),
+            "startedAt": iso(self.started_at), "destination": self.destination,
         }
 
 
@@ -270,10 +271,12 @@ class DeliveryStore:
         entries = [DeliveryEntry.from_row(_typed(row)) for row in claimed]
         return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
 
-    def request_left(self, entry: DeliveryEntry, *, now: datetime | None = None) -> bool:
+    def request_left(self, entry: DeliveryEntry, *, now: datetime | None = None,
+                     destination: str | None = None) -> bool:
         """The claimed attempt's request is leaving (a lapsed lease from here on is an
-        unknown outcome); False when the entry is no longer this attempt's: do not send."""
-        return self._settle(Q.request_left, entry, now)
+        unknown outcome); False when the entry is no longer this attempt's: do not send.
+        ``destination``: the entry's key, written on it (as by every settle given one)."""
+        return self._settle(Q.request_left, entry, now, destination=destination)
 
     def hold_unconfigured(self, configured: Sequence[str], *,
                           now: datetime | None = None) -> Counter[str]:
@@ -288,28 +291,31 @@ class DeliveryStore:
 
     def apply(self, entry: DeliveryEntry, decision: DeliveryDecision, error: str | None = None, *,
               duration_ms: int | None = None, message_id: str | None = None,
-              held_by: str | None = None, now: datetime | None = None) -> bool:
-        """Settle a claimed entry as the policy decided; False when it was not ours."""
+              held_by: str | None = None, now: datetime | None = None,
+              destination: str | None = None) -> bool:
+        """Settle a claimed entry as the policy decided; False when it was not ours.
+        ``destination``: the entry's key, written on it."""
         now = now or utcnow()
         if decision.status == DeliveryStatus.ACKED:
             return self._settle(Q.ack, entry, now, platform_message_id=message_id,
-                                duration_ms=duration_ms or 0)
+                                duration_ms=duration_ms or 0, destination=destination)
         if decision.status == DeliveryStatus.FAILED:
             reason = decision.reason or FailureReason.PERMANENT
             if reason is FailureReason.MAX_ATTEMPTS:
                 error = f"gave up after {entry.attempts} attempts; last error: {error}"
-            return self._settle(Q.fail, entry, now, error=error, duration_ms=duration_ms,
-                                reason=reason.value)
+            query = Q.fail_given_back if decision.attempt is Attempt.GIVEN_BACK else Q.fail
+            return self._settle(query, entry, now, error=error, duration_ms=duration_ms,
+                                reason=reason.value, destination=destination)
         due = now + decision.delay
         if decision.attempt is Attempt.GIVEN_BACK:
             return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
-                                held_by=held_by)
+                                held_by=held_by, destination=destination)
         if decision.unknown:
             return self._settle(Q.nack_unknown, entry, now, error=error,
                                 duration_ms=duration_ms, status=decision.status,
-                                next_attempt_at=due)
+                                next_attempt_at=due, destination=destination)
         return self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
-                            next_attempt_at=due)
+                            next_attempt_at=due, destination=destination)
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
             *, now: datetime | None = None) -> bool:
@@ -351,7 +357,8 @@ class DeliveryStore:
                 **params: Any) -> bool:
         with self.db.transaction() as tx:
             changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
-                                         "now": now or utcnow(), **params}, final=True)
+                                         "now": now or utcnow(), "destination": None,
+                                         **params}, final=True)
         return changed == 1
 
     # --- housekeeping --------------------------------------------------------------
@@ -460,19 +467,23 @@ class DeliveryStore:
         return DeliveryEntry.from_row(row)
 
     def list(self, *, status: DeliveryStatus | None = None, channel: str | None = None,
-             limit: int = 100) -> list[DeliveryEntry]:
+             destination: str | None = None, limit: int = 100) -> list[DeliveryEntry]:
+        """Newest first; ``destination``: the entries a drain has taken for that key."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.list_entries, {
                 "status": status.value if status else None, "channel": channel,
-                "limit": check_limit(limit)})
+                "destination": destination, "limit": check_limit(limit)})
         return [DeliveryEntry.from_row(row) for row in rows]
 
     def redrive(self, entry_id: str, *, now: datetime | None = None) -> DeliveryEntry:
         """A ``failed`` entry back to ``pending``, due now, on a new count (``restart``)."""
         return self._operator(DeliveryOutcome.REDRIVE, entry_id, now, "redriven")
 
-    def redrive_all(self, *, channel: str | None = None, now: datetime | None = None) -> int:
-        return self._restart(DeliveryOutcome.REDRIVE, None, channel, now or utcnow())
+    def redrive_all(self, *, channel: str | None = None, destination: str | None = None,
+                    now: datetime | None = None) -> int:
+        """Every failed entry (of ``channel``, of ``destination``, when given) redriven."""
+        return self._restart(DeliveryOutcome.REDRIVE, None, channel, now or utcnow(),
+                             destination=destination)
 
     def restart(self, outcome: DeliveryOutcome, ids: Sequence[str], *,
                 now: datetime | None = None) -> int:
@@ -484,7 +495,8 @@ class DeliveryStore:
         return self._restart(outcome, None, None, now or utcnow(), ids=ids)
 
     def _restart(self, outcome: DeliveryOutcome, entry_id: str | None, channel: str | None,
-                 now: datetime, *, ids: Sequence[str] | None = None) -> int:
+                 now: datetime, *, ids: Sequence[str] | None = None,
+                 destination: str | None = None) -> int:
         """The one statement every operator restart goes through: due now, attempts and
         unknown sends reset, and the expiry read from now."""
         decision = self.policy.decide(outcome)
@@ -495,6 +507,7 @@ class DeliveryStore:
             if listed is not None and from_status == DeliveryStatus.ACKED:
                 tx.execute(Q.forget_chunks, {"ids": listed})
             return tx.execute(Q.restart, {"id": entry_id, "channel": channel, "now": now,
+                                          "destination": destination,
                                           "from_status": from_status, "ids": listed},
                               final=True)
 
@@ -510,10 +523,10 @@ class DeliveryStore:
                            "or unknown entry can be purged", id=entry_id,
                            status=entry.status.value)
 
-    def count_failed(self, *, channel: str | None = None) -> int:
+    def count_failed(self, *, channel: str | None = None, destination: str | None = None) -> int:
         """How many entries ``redrive_all`` / ``purge_all`` would change now."""
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.count_failed, {"channel": channel})
+            row = tx.fetchone(Q.count_failed, {"channel": channel, "destination": destination})
         return int(row["n"]) if row else 0
 
     def purge_all(self, *, channel: str | None = None) -> int:

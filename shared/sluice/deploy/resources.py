@@ -179,13 +179,21 @@ def _missed_run_alarm(job: Job) -> str:
 
 def _delivery_alarms() -> str:
     """The delivery queue's own: a destination reported down (its entries wait, no run
-    fails, so DrainFailures stays quiet) and sends whose outcome is unknown."""
+    fails, so DrainFailures stays quiet), one disabled (its entries fail apart from
+    ``failed``, so DrainFailures stays quiet again) and sends whose outcome is unknown."""
     dimensions = [("event", "queue_drained"), ("service", SERVICE)]
     return _alarm(
         "DeliveryDestinationsDownAlarm", "delivery-destinations-down",
         "A delivery destination (webhook host, chat API, SMTP server) is down and its entries "
         "wait; see GET /api/queue/status (destinations) or the console's Deliveries page.",
         NAMESPACE, "QueueDrained.destinationsDown", dimensions, "Maximum", "0",
+    ) + _alarm(
+        "DeliveryDestinationsDisabledAlarm", "delivery-destinations-disabled",
+        "A delivery destination was disabled (it answered 410 Gone, a chat blocked or removed "
+        "the bot, or it failed SLUICE_DESTINATION_DISABLE_AFTER without a success); its "
+        "entries fail destination_disabled until it is enabled (sluice delivery destinations, "
+        "then sluice delivery destination enable, and a redrive).",
+        NAMESPACE, "QueueDrained.destinationsDisabled", dimensions, "Maximum", "0",
     ) + _alarm(
         "DeliveryUnknownOutcomesAlarm", "delivery-unknown-outcomes",
         "Deliveries were sent without an answer (outcome unknown); entries resting unknown "
@@ -203,8 +211,8 @@ def alarms_yml(jobs: Iterable[Job], topics: Iterable[Topic]) -> str:
         "# Errors, the DrainFailures metric the runner emits when a run reports failed items,",
         "# and a missed run: no Invocations for the schedule's period plus a grace (missing",
         "# data breaching; sluice.jobs.overdue.alarm_window). Namespace and dimensions",
-        "# as shared/sluice/core/observe.py writes them). For the delivery queue: a destination down",
-        "# and unknown outcomes (QueueDrained.*). All notify the SNS topic below; subscribe",
+        "# as shared/sluice/core/observe.py writes them). For the delivery queue: a destination down,",
+        "# one disabled and unknown outcomes (QueueDrained.*). All notify the SNS topic below; subscribe",
         "# the on-call address to it (see docs/deployment.md).",
         "Resources:",
         "  AlarmTopic:",

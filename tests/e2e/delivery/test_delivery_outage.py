@@ -7,7 +7,7 @@ timestamps back, never by sleeping."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -45,8 +45,13 @@ def minute_passes(svc: Services) -> None:
         for row in tx.fetchall("SELECT key, next_probe_at, down_since "
                                "FROM delivery_destinations"):
             tx.execute("UPDATE delivery_destinations SET next_probe_at = :n, down_since = :s "
-                       "WHERE key = :key", {"key": row["key"], "n": row["next_probe_at"] - d,
-                                            "s": row["down_since"] - d})
+                       "WHERE key = :key", {"key": row["key"], "n": _earlier(row["next_probe_at"], d),
+                                            "s": _earlier(row["down_since"], d)})
+
+
+def _earlier(moment: datetime | None, by: timedelta) -> datetime | None:
+    """A destination that is up keeps its row, without a probe or a failure time."""
+    return None if moment is None else moment - by
 
 
 def test_a_webhook_down_for_30_minutes_fails_nothing_and_is_shown_down(

@@ -66,12 +66,17 @@ def test_permanent_errors_fail_at_once_with_their_reason_without_retrying(
 
     result = drain_once(svc)
 
-    assert seed(result) == {"recovered": 0, "failed": 6, "skippedMaxRetries": 0,
+    # a refusal that says the chat or channel itself is gone disables that destination too
+    gone = {("telegram", "999"), ("telegram", "1002"), ("slack", "C0NOPE"), ("slack", "C0OLD")}
+    assert seed(result) == {"recovered": 0, "failed": 2, "skippedMaxRetries": 0,
                             "deferredBackoff": 0}
+    assert result["failedDisabled"] == 4
+    assert sorted(result["disabled"]) == sorted(f"{c}:{r}" for c, r in gone)
     failed = {(e.channel, e.recipient): e for e in store.list(status=DeliveryStatus.FAILED)}
     for key, reason in cases.items():
         assert reason in (failed[key].last_error or ""), failed[key].last_error
-        assert failed[key].attempts == 1 and failed[key].failure_reason == "permanent"
+        assert failed[key].attempts == 1 and failed[key].failure_reason == (
+            "destination_disabled" if key in gone else "permanent")
     assert sleeps == [], "a permanent refusal is never retried in-process"
     assert drain_once(svc)["failed"] == 0, "a failed entry is never tried again"
 
@@ -191,10 +196,20 @@ def test_a_destination_failing_every_attempt_holds_its_entry_until_it_expires(
     assert store.get(entry.id).failure_reason == "expired"
 
 
-def test_a_run_with_failures_is_reported_as_failures(svc: Services) -> None:
-    DeliveryStore(svc.db).enqueue("telegram", "999", {"text": "x"})
+def test_a_run_with_failures_is_reported_as_failures(svc: Services,
+                                                    providers: Providers) -> None:
+    providers.webhook.answers.append(422)  # the message refused for good, not the host
+    DeliveryStore(svc.db).enqueue("webhook", providers.webhook.url, {"text": "x"})
     outcome = run_job(get_job("delivery-drain"), svc, "cli")
     assert outcome.outcome == "failures" and outcome.body["failed"] == 1
+
+
+def test_a_run_that_disables_a_destination_pages_once_not_as_failures(svc: Services) -> None:
+    DeliveryStore(svc.db).enqueue("telegram", "999", {"text": "x"})  # chat not found
+    outcome = run_job(get_job("delivery-drain"), svc, "cli")
+    assert outcome.outcome == "ok" and outcome.body["failed"] == 0
+    assert list(outcome.body["disabled"]) == ["telegram:999"]
+    assert "chat not found" in outcome.body["disabled"]["telegram:999"]
 
 
 def test_the_drain_stops_before_its_deadline_and_counts_what_it_left(

@@ -15,15 +15,25 @@ from pathlib import Path
 import pytest
 
 from sluice.core.services import Services
+from sluice.core.times import iso_z
 from sluice.delivery.channels import Outbound
 from sluice.delivery.drain import Deliverer
-from sluice.delivery.policy import TABLE, Attempt, DeliveryDecision, DeliveryOutcome, Due, Sender
+from sluice.delivery.policy import (
+    TABLE,
+    Attempt,
+    DeliveryDecision,
+    DeliveryOutcome,
+    Due,
+    FailureReason,
+    Sender,
+)
 from sluice.delivery.replay import Replay, ReplayFilter
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
 from sluice.jobs.registry import Deadline
+from sluice.ops.destinations import apply, parse_change
 from sluice.store.db import utcnow
 from tests.conftest import free_port
-from tests.integration.delivery.helpers import Providers, drain_once
+from tests.integration.delivery.helpers import Providers, drain_once, due_now
 from tests.integration.delivery.test_delivery_outages import OutOfMemory
 
 DOC = Path(__file__).parents[3] / "docs" / "delivery.md"
@@ -75,6 +85,16 @@ class World:
             tx.execute(f"UPDATE delivery_queue SET {assignments} WHERE id = :id",
                        {**columns, "id": entry.id})
 
+    def set_destination(self, key: str, **columns: object) -> None:
+        assignments = ", ".join(f"{name} = :{name}" for name in columns)
+        with self.svc.db.transaction() as tx:
+            tx.execute(f"UPDATE delivery_destinations SET {assignments} WHERE key = :key",
+                       {**columns, "key": key})
+
+    def operator(self, action: str, key: str, **body: object) -> None:
+        """An operator's change of a destination, as the API and the command line make it."""
+        apply(self.svc, parse_change(action, key, dict(body)))
+
     @property
     def hook_key(self) -> str:
         return f"webhook:127.0.0.1:{self.providers.webhook.url.split(':')[2].split('/')[0]}"
@@ -123,7 +143,8 @@ def _acked(w: World) -> Walked:
 
 @scenario(DeliveryOutcome.PERMANENT)
 def _permanent(w: World) -> Walked:
-    return drained(w, chat(w, "1002"))  # the bot was blocked there
+    w.providers.webhook.answers.append(422)  # refused for good: the message, not the host
+    return drained(w, hook(w))
 
 
 @scenario(DeliveryOutcome.TRANSIENT)
@@ -155,6 +176,70 @@ def _destination_held(w: World) -> Walked:
     # another path on the same host: not held with the probe's recipient, claimed after it
     other = w.store.enqueue("webhook", w.providers.webhook.url + "/other", {"text": "held"})[0]
     return drained(w, other, key=w.hook_key)
+
+
+@scenario(DeliveryOutcome.DESTINATION_GONE)
+def _destination_gone(w: World) -> Walked:
+    w.providers.webhook.answers.append(410)
+    return drained(w, hook(w))
+
+
+@scenario(DeliveryOutcome.DESTINATION_STALE)
+def _destination_stale(w: World) -> Walked:
+    w.providers.webhook.answers.extend([503] * 6)
+    entry = hook(w)
+    drain_once(w.svc)  # failing from now...
+    w.set_destination(w.hook_key, down_since=utcnow() - timedelta(days=5, minutes=1))
+    due_now(w.svc)  # ... and five days on, its probe fails again
+    return drained(w, entry)
+
+
+@scenario(DeliveryOutcome.DESTINATION_DISABLED)
+def _destination_disabled(w: World) -> Walked:
+    w.operator("disable", w.hook_key, reason="the receiver is being replaced")
+    return drained(w, hook(w))  # enqueued since: the drain takes it once, and fails it
+
+
+@scenario(DeliveryOutcome.DESTINATION_PAUSED)
+def _destination_paused(w: World) -> Walked:
+    w.operator("pause", w.hook_key, until=iso_z(utcnow() + timedelta(hours=1)))
+    return drained(w, hook(w), key=w.hook_key)
+
+
+def _seen_pending(w: World) -> DeliveryEntry:
+    """A pending entry the drain has taken (its destination written on it): the host took
+    the first entry, then failed this one transiently (attempt 1 counted)."""
+    w.providers.webhook.answers.extend([200, 503, 503, 503])
+    hook(w, "a")
+    entry = hook(w, "b")
+    drain_once(w.svc)
+    seen = w.store.get(entry.id)
+    assert (seen.status.value, seen.destination) == ("pending", w.hook_key)
+    return seen
+
+
+def _changed(w: World, entry: DeliveryEntry, action: str, **body: object) -> Walked:
+    started = utcnow()
+    w.operator(action, w.hook_key, **body)
+    return Walked(entry.attempts, w.store.get(entry.id), started, utcnow(), key=w.hook_key)
+
+
+@scenario(DeliveryOutcome.PAUSE)
+def _pause(w: World) -> Walked:
+    return _changed(w, _seen_pending(w), "pause",
+                    until=iso_z(utcnow() + timedelta(hours=2)))
+
+
+@scenario(DeliveryOutcome.RESUME)
+def _resume(w: World) -> Walked:
+    entry = _seen_pending(w)
+    w.operator("pause", w.hook_key, until=iso_z(utcnow() + timedelta(hours=2)))
+    return _changed(w, w.store.get(entry.id), "resume")
+
+
+@scenario(DeliveryOutcome.DISABLE)
+def _disable(w: World) -> Walked:
+    return _changed(w, _seen_pending(w), "disable")
 
 
 @scenario(DeliveryOutcome.NO_SLOT)
@@ -258,7 +343,9 @@ def _expired(w: World) -> Walked:
 
 def _resting(w: World, *, failed: bool) -> DeliveryEntry:
     """An entry an operator may act on: failed for good, or resting unknown."""
-    entry = chat(w, "1002") if failed else chat(w)
+    if failed:
+        w.providers.webhook.answers.append(422)
+    entry = hook(w) if failed else chat(w)
     if not failed:
         w.set(entry, status="unknown", attempts=2, unknown_sends=2,
               enqueued_at=utcnow() - timedelta(days=20))
@@ -311,14 +398,18 @@ def test_every_row_has_a_scenario() -> None:
     assert set(SCENARIOS) == set(DeliveryOutcome)
 
 
-def _probe_at(w: World, key: str) -> datetime | None:
+def _destination_at(w: World, key: str, column: str) -> datetime | None:
     with w.svc.db.transaction() as tx:
-        row = tx.fetchone("SELECT next_probe_at FROM delivery_destinations WHERE key = :key",
+        row = tx.fetchone(f"SELECT {column} AS at FROM delivery_destinations WHERE key = :key",
                           {"key": key})
-    if row is None:
+    if row is None or row["at"] is None:
         return None
-    value = row["next_probe_at"]
+    value = row["at"]
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _probe_at(w: World, key: str) -> datetime | None:
+    return _destination_at(w, key, "next_probe_at")
 
 
 @pytest.mark.parametrize("outcome", list(DeliveryOutcome), ids=lambda o: re.sub(r"\W+", "-", o.value))
@@ -355,11 +446,17 @@ def test_every_row_of_the_policy_holds_against_the_code(
         assert probe is not None and probe > walked.ended, "held until its destination's probe"
     elif row.due is Due.CONFIGURED:
         assert entry.held_by == f"unconfigured:{entry.channel}"
+    elif row.due is Due.PAUSE_END:
+        assert walked.key is not None and entry.held_by == walked.key
+        pause_end = _destination_at(world, walked.key, "paused_until")
+        assert pause_end is not None and pause_end > walked.ended, "held until the pause ends"
+        assert walked.started + (pause_end - walked.ended) - second <= due <= pause_end + second
     if row.status != "pending":
         assert row.due is Due.NEVER
 
     if row.sender is Sender.DRAIN:
-        assert entry.held_by in (None, f"unconfigured:{entry.channel}")
+        assert entry.held_by in (None, f"unconfigured:{entry.channel}") or (
+            row.due is Due.PAUSE_END and entry.held_by == walked.key)
         assert entry.status.value == "pending"
     elif row.sender is Sender.PROBE:
         assert entry.held_by is not None and _probe_at(world, entry.held_by) is not None
@@ -368,6 +465,10 @@ def test_every_row_of_the_policy_holds_against_the_code(
     else:
         assert entry.status.value == "acked"
     if row.outcome in (DeliveryOutcome.REDRIVE, DeliveryOutcome.SEND_AGAIN,
-                       DeliveryOutcome.REPLAY_ACKED):
+                       DeliveryOutcome.REPLAY_ACKED, DeliveryOutcome.RESUME):
         assert entry.started_at is not None and entry.started_at >= walked.started, \
             "the expiry reads the restart"
+    if row.reason is FailureReason.DESTINATION_DISABLED:
+        assert walked.key is None or entry.destination == walked.key
+        assert _destination_at(world, entry.destination or "", "disabled_at") is not None, \
+            "its destination is disabled"

@@ -16,6 +16,7 @@ from sluice.delivery.classify import (
     TransientDeliveryError,
     classify,
     describe,
+    is_gone,
     is_unknown,
     retry_after_s,
 )
@@ -183,3 +184,28 @@ def test_a_permanent_text_fails_at_once_whatever_the_status(status: int | None,
 def test_a_refused_credential_stays_an_outage(status: int) -> None:
     error = refused(f"telegram {status}: Unauthorized", status=status)
     assert isinstance(error, CredentialsRefused) and classify(error) == "transient"
+
+
+def _caused(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(("error", "gone"), [
+    (refused("webhook answered 410: gone", status=410), True),
+    (refused("telegram 403: Forbidden: bot was blocked by the user", status=403), True),
+    (refused("telegram 403: Forbidden: bot was kicked from the group chat", status=403), True),
+    (refused("telegram 400: Bad Request: chat not found", status=400), True),
+    (PermanentDeliveryError("slack: channel_not_found"), True),
+    (PermanentDeliveryError("slack: is_archived"), True),
+    (refused("webhook answered 404: no such path", status=404), False),
+    (refused("telegram 400: Bad Request: message is too long", status=400), False),
+    (refused("webhook answered 503: later", status=503), False),
+    # a transient error anywhere wins: never disabled on a maybe
+    (_caused(TransientDeliveryError("timeout"), PermanentDeliveryError("gone", status=410)),
+     False),
+    (ValueError("Invalid URL"), False),
+])
+def test_a_destination_is_gone_only_by_a_permanent_refusal_that_says_so(
+        error: BaseException, gone: bool) -> None:
+    assert is_gone(error) is gone

@@ -53,3 +53,20 @@ def test_the_registry_lists_one_module_per_channel() -> None:
     assert list(channels()) == list(CHANNEL_MODULES) == ["webhook", "slack", "telegram",
                                                          "email"]
     assert all(channel.recipient for channel in channels().values())
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [
+    (None, 5 * 86400), ("5d", 5 * 86400), ("36h", 36 * 3600), ("90m", 5400),
+    ("3600s", 3600), ("365d", 365 * 86400), (" 2d ", 2 * 86400)])
+def test_the_disable_after_duration_reads_a_number_and_a_unit(raw: str | None,
+                                                                seconds: int) -> None:
+    env = {} if raw is None else {"SLUICE_DESTINATION_DISABLE_AFTER": raw}
+    assert Settings.from_env(env).destination_disable_after_s == seconds
+
+
+@pytest.mark.parametrize("raw", [
+    "5", "5 d", "5days", "5D", "d", "1.5d", "-1d", "+1d", "1e3s", "٥d", "0x10s",
+    "59m", "366d", "9999999999d", "nan", "inf"])
+def test_the_disable_after_duration_is_parsed_strictly_and_bounded(raw: str) -> None:
+    with pytest.raises(ConfigurationError, match="SLUICE_DESTINATION_DISABLE_AFTER"):
+        Settings.from_env({"SLUICE_DESTINATION_DISABLE_AFTER": raw})

@@ -85,7 +85,11 @@ WHERE idempotency_key IN (
 -- admin redrive, pass each other without waiting.
 WITH probe AS (
     UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
-    WHERE key IN (SELECT key FROM delivery_destinations WHERE next_probe_at <= :now
+    WHERE key IN (SELECT key FROM delivery_destinations d
+                  WHERE next_probe_at <= :now AND down_since IS NOT NULL
+                    AND disabled_at IS NULL AND (paused_until IS NULL OR paused_until <= :now)
+                    AND EXISTS (SELECT 1 FROM delivery_queue h
+                                WHERE h.status = 'pending' AND h.held_by = d.key)
                   ORDER BY next_probe_at, key LIMIT :limit FOR UPDATE SKIP LOCKED)
     RETURNING key
 ), picked AS (
@@ -112,8 +116,12 @@ RETURNING *
 
 -- name: due_probes
 -- SQLite's claim, in statements (it serialises writers, BEGIN IMMEDIATE, so they cannot
--- race; Postgres does it all in claim): the failing destinations whose probe is due...
-SELECT key FROM delivery_destinations WHERE next_probe_at <= :now
+-- race; Postgres does it all in claim): the failing destinations whose probe is due and that
+-- hold an entry to probe with (never a paused or disabled one)...
+SELECT key FROM delivery_destinations d
+WHERE next_probe_at <= :now AND down_since IS NOT NULL
+  AND disabled_at IS NULL AND (paused_until IS NULL OR paused_until <= :now)
+  AND EXISTS (SELECT 1 FROM delivery_queue h WHERE h.status = 'pending' AND h.held_by = d.key)
 ORDER BY next_probe_at, key
 LIMIT :limit
 
@@ -152,7 +160,9 @@ RETURNING *
 
 -- name: request_left
 -- The claimed attempt's request is about to leave: from here a lapsed lease is unknown.
-UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
+-- :destination (the adapter's key) is written on every settle below too, when given.
+UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0,
+    destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: hold_unconfigured @postgres
@@ -183,20 +193,25 @@ WHERE status = 'pending'
   AND held_by IN (SELECT 'unconfigured:' || value FROM json_each(:channels))
 
 -- name: unhold
--- The destination took an entry: what it held is due at once.
+-- The destination took an entry: what it held is due at once (unless an operator paused it
+-- meanwhile: then its entries wait for the pause's end).
 UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now
 WHERE status = 'pending' AND held_by = :key
+  AND NOT EXISTS (SELECT 1 FROM delivery_destinations d
+                  WHERE d.key = :key AND d.paused_until > :now)
 
 -- name: ack
 UPDATE delivery_queue
 SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
-    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
+    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now,
+    destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: nack
 UPDATE delivery_queue
 SET status = 'pending', next_attempt_at = :next_attempt_at, lease_until = NULL,
-    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now
+    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now,
+    destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: nack_unknown
@@ -205,13 +220,23 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 UPDATE delivery_queue
 SET status = :status, unknown_sends = unknown_sends + 1, next_attempt_at = :next_attempt_at,
     lease_until = NULL, last_error = :error, duration_ms = :duration_ms, held_by = NULL,
-    updated_at = :now
+    updated_at = :now, destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: fail
 UPDATE delivery_queue
 SET status = 'failed', last_error = :error, failure_reason = :reason, held_by = NULL,
-    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now
+    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now,
+    destination = COALESCE(:destination, destination)
+WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+
+-- name: fail_given_back
+-- Failed for good without counting the attempt it claimed: nothing judged the entry itself
+-- (its destination is disabled, or failed for too long).
+UPDATE delivery_queue
+SET status = 'failed', attempts = attempts - 1, last_error = :error, failure_reason = :reason,
+    held_by = NULL, duration_ms = :duration_ms, lease_until = NULL, request_left_at = NULL,
+    failed_at = :now, updated_at = :now, destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: release
@@ -220,17 +245,20 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 UPDATE delivery_queue
 SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
     lease_until = NULL, last_error = :error, held_by = :held_by, request_left_at = NULL,
-    updated_at = :now
+    updated_at = :now, destination = COALESCE(:destination, destination)
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: expire
 -- Pending entries not delivered within the expiry: failed, reason expired, never deleted
--- here (pruning takes settled entries past the retention, like any failed entry).
+-- here (pruning takes settled entries past the retention, like any failed entry). Nothing
+-- held by a paused destination expires (the pause's end restarts their expiry).
 UPDATE delivery_queue
 SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at = :now,
     last_error = 'expired: not delivered within ' || :expire_s || ' s'
         || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
 WHERE status = 'pending' AND COALESCE(started_at, enqueued_at) < :before
+  AND (held_by IS NULL OR held_by NOT IN (SELECT key FROM delivery_destinations
+                                          WHERE paused_until > :now))
 RETURNING held_by
 
 -- name: expired_leases
@@ -282,6 +310,7 @@ WHERE id IN (
 SELECT * FROM delivery_queue
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
 ORDER BY enqueued_at DESC, id
 LIMIT :limit
 
@@ -298,6 +327,7 @@ WHERE status = :from_status
   AND (CAST(:id AS text) IS NULL OR id = :id)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
 
 -- name: restart @postgres
 UPDATE delivery_queue
@@ -310,6 +340,7 @@ WHERE status = :from_status
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
   AND (CAST(:ids AS jsonb) IS NULL  -- = ANY (ARRAY(...)): the primary key finds a batch
        OR id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))))
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
 
 -- name: forget_chunks @sqlite
 -- An acked entry replayed is sent whole again: the chunks its last send got through are
@@ -351,17 +382,48 @@ SELECT held_by, count(*) AS n FROM delivery_queue
 WHERE status = 'pending' AND held_by IS NOT NULL
 GROUP BY held_by
 
+-- name: destinations_failing
+SELECT * FROM delivery_destinations
+WHERE down_since IS NOT NULL AND disabled_at IS NULL
+ORDER BY down_since, key
+
 -- name: destinations_all
-SELECT * FROM delivery_destinations ORDER BY down_since, key
+SELECT * FROM delivery_destinations ORDER BY key
+
+-- name: destination_get
+SELECT * FROM delivery_destinations WHERE key = :key
+
+-- name: destination_summary
+-- The destinations view: per destination (the entries a drain has taken) and status, how
+-- many, one channel and recipient that go there (its rates), and its last delivery.
+SELECT destination AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE destination IS NOT NULL AND (CAST(:key AS text) IS NULL OR destination = :key)
+GROUP BY destination, status
+
+-- name: destination_failed_disabled
+SELECT count(*) AS n FROM delivery_queue
+WHERE destination = :key AND status = 'failed' AND failure_reason = 'destination_disabled'
+
+-- name: destination_controls
+-- What an operator (or a gone destination) set that stops sends: disabled, or paused now.
+SELECT key, paused_until, disabled_at, disabled_reason FROM delivery_destinations
+WHERE disabled_at IS NOT NULL OR paused_until > :now
 
 -- name: destination_failed
+-- The first failure since its last success starts the clock (down_since); the next ones
+-- count on it.
 INSERT INTO delivery_destinations (key, down_since, failures, last_error, next_probe_at,
                                    updated_at)
 VALUES (:key, :now, 1, :error, :next_probe_at, :now)
 ON CONFLICT (key) DO UPDATE
-SET failures = delivery_destinations.failures + 1, last_error = excluded.last_error,
+SET failures = CASE WHEN delivery_destinations.down_since IS NULL THEN 1
+                    ELSE delivery_destinations.failures + 1 END,
+    down_since = COALESCE(delivery_destinations.down_since, excluded.down_since),
+    last_error = excluded.last_error,
     next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at
-RETURNING *
+RETURNING key, down_since, failures, last_error, next_probe_at
 
 -- name: hold_alike
 -- The destination failed: the entries waiting for the same recipient wait on it too,
@@ -371,8 +433,120 @@ WHERE status = 'pending' AND held_by IS NULL AND channel = :channel
   AND recipient = :recipient
 
 -- name: destination_up
--- With unhold, in one transaction: a destination that is up holds nothing.
-DELETE FROM delivery_destinations WHERE key = :key
+-- With unhold, in one transaction: a destination that is up holds nothing; its row keeps
+-- what an operator set and when it last took an entry.
+UPDATE delivery_destinations
+SET down_since = NULL, failures = 0, next_probe_at = NULL, last_success_at = :now,
+    updated_at = :now
+WHERE key = :key
+
+-- The entries of one destination, for an operator's change or a disable: those the drain
+-- has seen (destination, or held_by naming it) and those not yet seen for a recipient it
+-- has (same channel and recipient as one of its entries).
+
+-- name: destination_entries
+SELECT status, count(*) AS n FROM delivery_queue q
+WHERE status IN ('pending', 'in_flight')
+  AND (destination = :key OR held_by = :key
+       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
+           SELECT 1 FROM delivery_queue o
+           WHERE o.destination = :key AND o.channel = q.channel
+             AND o.recipient = q.recipient)))
+GROUP BY status
+
+-- name: fail_destination
+-- Its pending entries fail at once, attempts untouched, nothing sent: redriven (or sent
+-- again) once it is enabled. Their effect records stay as they are.
+UPDATE delivery_queue
+SET status = 'failed', failure_reason = 'destination_disabled', failed_at = :now,
+    updated_at = :now, held_by = NULL, destination = :key, lease_until = NULL,
+    last_error = 'not sent: destination ' || :key || ' is disabled: ' || :reason
+        || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
+WHERE status = 'pending'
+  AND (destination = :key OR held_by = :key
+       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
+           SELECT 1 FROM delivery_queue o
+           WHERE o.destination = :key AND o.channel = delivery_queue.channel
+             AND o.recipient = delivery_queue.recipient)))
+
+-- name: hold_destination
+-- Paused: its pending entries wait out of the claim's index (nothing counted) until the
+-- pause ends.
+UPDATE delivery_queue
+SET held_by = :key, destination = :key, updated_at = :now, next_attempt_at = :until_at,
+    last_error = 'waiting: destination ' || :key || ' is paused until ' || :until
+WHERE status = 'pending'
+  AND (destination = :key OR held_by = :key
+       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
+           SELECT 1 FROM delivery_queue o
+           WHERE o.destination = :key AND o.channel = delivery_queue.channel
+             AND o.recipient = delivery_queue.recipient)))
+
+-- name: release_destination
+-- The pause ended (resumed, or its time came): its entries are due at once, their expiry
+-- read from now; a destination still failing keeps them held for its probe.
+UPDATE delivery_queue
+SET held_by = CASE WHEN :failing = 1 THEN held_by ELSE NULL END,
+    next_attempt_at = :now, started_at = :now, updated_at = :now,
+    last_error = CASE WHEN :failing = 1 THEN last_error ELSE NULL END
+WHERE status = 'pending' AND held_by = :key
+
+-- name: destination_pause
+INSERT INTO delivery_destinations (key, failures, paused_until, paused_at, updated_at)
+VALUES (:key, 0, :until, :now, :now)
+ON CONFLICT (key) DO UPDATE
+SET paused_until = excluded.paused_until, paused_at = excluded.paused_at,
+    updated_at = excluded.updated_at
+
+-- name: destination_resume
+UPDATE delivery_destinations SET paused_until = NULL, paused_at = NULL, updated_at = :now
+WHERE key = :key AND paused_until IS NOT NULL
+RETURNING down_since
+
+-- name: destination_disable
+-- Disabled: never probed, never sent to, until enabled. A destination disabled already
+-- keeps its first time and reason.
+INSERT INTO delivery_destinations (key, failures, disabled_at, disabled_reason, updated_at)
+VALUES (:key, 0, :now, :reason, :now)
+ON CONFLICT (key) DO UPDATE
+SET disabled_at = COALESCE(delivery_destinations.disabled_at, excluded.disabled_at),
+    disabled_reason = COALESCE(delivery_destinations.disabled_reason, excluded.disabled_reason),
+    updated_at = excluded.updated_at
+
+-- name: destination_enable
+-- Enabled: it starts afresh (no failures counted, no probe waiting); what was failed
+-- destination_disabled stays failed until an operator redrives it.
+UPDATE delivery_destinations
+SET disabled_at = NULL, disabled_reason = NULL, down_since = NULL, failures = 0,
+    next_probe_at = NULL, updated_at = :now
+WHERE key = :key AND disabled_at IS NOT NULL
+
+-- name: destination_rate
+INSERT INTO delivery_destinations (key, failures, rate_limit, rate_period_s, rate_until,
+                                   updated_at)
+VALUES (:key, 0, :rate_limit, :rate_period_s, :until, :now)
+ON CONFLICT (key) DO UPDATE
+SET rate_limit = excluded.rate_limit, rate_period_s = excluded.rate_period_s,
+    rate_until = excluded.rate_until, updated_at = excluded.updated_at
+
+-- name: destination_rate_clear
+UPDATE delivery_destinations
+SET rate_limit = NULL, rate_period_s = NULL, rate_until = NULL, updated_at = :now
+WHERE key = :key AND rate_until IS NOT NULL
+
+-- name: rate_overrides
+-- The operators' rate overrides in force (the limiter reads them, every sender alike).
+SELECT key, rate_limit, rate_period_s, rate_until FROM delivery_destinations
+WHERE rate_until > :now
+
+-- name: pauses_lapsed
+SELECT key, down_since FROM delivery_destinations
+WHERE paused_until IS NOT NULL AND paused_until <= :now
+
+-- name: rates_lapsed
+UPDATE delivery_destinations
+SET rate_limit = NULL, rate_period_s = NULL, rate_until = NULL, updated_at = :now
+WHERE rate_until IS NOT NULL AND rate_until <= :now
 
 -- name: purge_all
 DELETE FROM delivery_queue
@@ -385,3 +559,4 @@ SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GRO
 -- Exactly the rows redrive_all / purge_all would change, for their confirmation.
 SELECT count(*) AS n FROM delivery_queue
 WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination)

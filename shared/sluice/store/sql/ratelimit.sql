@@ -29,3 +29,9 @@ INSERT INTO delivery_rate_limits (key, next_at_us) VALUES (:key, :until_us)
 ON CONFLICT (key) DO UPDATE
 SET next_at_us = CASE WHEN delivery_rate_limits.next_at_us < excluded.next_at_us
                       THEN excluded.next_at_us ELSE delivery_rate_limits.next_at_us END
+
+-- name: rate_overrides
+-- The operators' rate overrides in force (shared/sluice/delivery/destinations.py sets them):
+-- every sender reads the same ones.
+SELECT key, rate_limit, rate_period_s, rate_until FROM delivery_destinations
+WHERE rate_until > :now

@@ -1,0 +1,355 @@
+"""Delivery destinations for the operator: the view, and flow control previewed then applied.
+
+``view`` is every destination Sluice knows (those its entries go to, and those it holds a
+state for) with its state (``ok``, ``failing`` since when, ``paused`` until when,
+``disabled`` since when and why), its entries waiting, in flight, failed and unknown, its
+last error and last success, and the rates in force (the settings', or an operator's
+override until its time). ``GET /api/admin/delivery/destinations`` and ``sluice delivery
+destinations`` answer it.
+
+A change (``ACTIONS``: pause until a time, resume, disable, enable, override the rate per
+second or per minute until a time, or clear that override) is parsed strictly from the
+same body the API takes and the command line builds (``parse_change``: a field an action
+does not take is a 400, times carry their offset and are bounded), ``preview`` answers
+what it would do (the destination now, its entries that it moves) and ``apply`` does it.
+What each change means for an entry is a row of the delivery policy; the transports write
+one audit row a change, whose ``detail`` is ``Change.to_json()`` (who is the row's actor).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sluice.core.errors import Conflict, RequestError
+from sluice.core.times import iso_z, iso_z_or_none
+from sluice.core.validate import check_text
+from sluice.delivery.channels import channels
+from sluice.delivery.destinations import Destinations, check_key
+from sluice.delivery.ratelimit import PERIODS_S, Override, Per, limits_for, read_overrides
+from sluice.ops.audit import parse_time
+from sluice.store.db import Row, load_queries, utcnow
+
+if TYPE_CHECKING:
+    from sluice.core.services import Services
+
+Q = load_queries("delivery")
+MAX_AHEAD = timedelta(days=30)  # the furthest a pause or an override may reach
+MAX_REASON = 200
+# The bounds of an override, per period (the settings' own bounds, per second and minute).
+RATE_BOUNDS: dict[str, tuple[float, float]] = {"second": (0.01, 10_000.0),
+                                               "minute": (0.1, 600_000.0)}
+STATES = ("ok", "failing", "paused", "disabled")
+
+
+class Action(NamedTuple):
+    name: str
+    help: str
+    fields: tuple[str, ...]  # what its body may hold
+    required: tuple[str, ...] = ()
+
+
+ACTIONS: dict[str, Action] = {a.name: a for a in (
+    Action("pause", "its entries wait until a time: nothing sent, no attempt counted, "
+                    "nothing expires", ("until", "reason"), ("until",)),
+    Action("resume", "end its pause now: its entries are due at once", ()),
+    Action("disable", "its pending entries fail destination_disabled, nothing sent, until "
+                      "it is enabled", ("reason",)),
+    Action("enable", "it starts afresh; redrive what its disable failed", ()),
+    Action("rate", "override its rate until a time (limit per second or per minute), or "
+                   "clear the override", ("limit", "per", "until", "clear")),
+)}
+
+
+class Change(NamedTuple):
+    action: str
+    destination: str
+    until: datetime | None = None
+    reason: str | None = None
+    limit: float | None = None
+    per: Per | None = None
+    clear: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """What the audit row's ``detail`` holds: what changes, and until when."""
+        return {"action": self.action, "destination": self.destination,
+                "until": iso_z_or_none(self.until), "reason": self.reason,
+                "rate": None if self.limit is None else {"limit": self.limit, "per": self.per},
+                "clear": self.clear}
+
+
+def parse_change(action: str, destination: str, body: dict[str, Any], *,
+                 now: datetime | None = None) -> Change:
+    """``body`` (the API's JSON object; the command line builds the same) as a change of
+    ``destination``: every field checked and bounded, a field the action does not take, or
+    one it needs missing, a 400 naming it."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        raise RequestError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}",
+                           field="action")
+    key = check_key(destination)
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object", field="body")
+    unknown = sorted(set(body) - set(spec.fields))
+    if unknown:
+        takes = ", ".join(spec.fields) or "nothing"
+        raise RequestError(f"{action} takes {takes}; not {unknown[0]!r}", field=unknown[0])
+    for name in spec.required:
+        if body.get(name) is None:
+            raise RequestError(f"{action} needs {name}", field=name)
+    now = now or utcnow()
+    reason = body.get("reason")
+    if reason is not None:
+        reason = check_text(reason, field="reason", limit=MAX_REASON)
+    if action == "rate":
+        return _rate(key, body, now)
+    until = _until(body.get("until"), now) if "until" in spec.fields else None
+    return Change(action, key, until=until, reason=reason)
+
+
+def _until(raw: Any, now: datetime) -> datetime:
+    if not isinstance(raw, str):
+        raise RequestError("until must be an ISO 8601 time such as 2026-12-01T10:00:00Z",
+                           field="until")
+    until = parse_time("until", raw)
+    assert until is not None
+    if until <= now:
+        raise RequestError(f"until must be later than now ({iso_z(now)})", field="until")
+    if until - now > MAX_AHEAD:
+        raise RequestError(f"until must be within {MAX_AHEAD.days} days", field="until")
+    return until.astimezone(UTC)
+
+
+def _rate(key: str, body: dict[str, Any], now: datetime) -> Change:
+    if body.get("clear") is not None:
+        if body["clear"] is not True or set(body) != {"clear"}:
+            raise RequestError("clear is true, alone (it ends the override now)", field="clear")
+        return Change("rate", key, clear=True)
+    for name in ("limit", "per", "until"):
+        if body.get(name) is None:
+            raise RequestError(f"rate needs limit, per and until (or clear: true); {name} "
+                               "is missing", field=name)
+    per = body["per"]
+    if per not in RATE_BOUNDS:
+        raise RequestError(f"per must be second or minute, got {per!r}", field="per")
+    limit = body["limit"]
+    lo, hi = RATE_BOUNDS[per]
+    if (isinstance(limit, bool) or not isinstance(limit, int | float)
+            or not math.isfinite(limit) or not lo <= limit <= hi):
+        raise RequestError(f"limit must be a number from {lo:g} to {hi:g} (per {per})",
+                           field="limit")
+    return Change("rate", key, until=_until(body["until"], now), limit=float(limit), per=per)
+
+
+# --- the view -------------------------------------------------------------------------
+
+
+class _Seen(NamedTuple):
+    """What the queue holds for one destination."""
+
+    channel: str | None
+    recipient: str | None
+    counts: dict[str, int]
+    last_acked: datetime | None
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, str):  # SQLite does not type aggregates
+        return datetime.fromisoformat(value).astimezone(UTC)
+    return value if isinstance(value, datetime) else None
+
+
+def _seen(services: Services, key: str | None = None) -> dict[str, _Seen]:
+    with services.db.transaction() as tx:
+        rows = tx.fetchall(Q.destination_summary, {"key": key})
+    found: dict[str, _Seen] = {}
+    for row in rows:
+        seen = found.get(row["key"])
+        counts = dict(seen.counts) if seen else {}
+        counts[row["status"]] = int(row["n"])
+        acked = _time(row["last_acked"])
+        last = max((t for t in (seen.last_acked if seen else None, acked) if t), default=None)
+        found[row["key"]] = _Seen(row["channel"], row["recipient"], counts, last)
+    return found
+
+
+def _sample(key: str, seen: _Seen | None) -> tuple[str | None, str | None]:
+    """A channel and recipient that go to ``key``: one of its entries', else read from
+    the key of a channel that keys by recipient."""
+    if seen is not None and seen.channel is not None:
+        return seen.channel, seen.recipient
+    channel, _, rest = key.partition(":")
+    if channel in ("telegram", "slack"):
+        return channel, rest
+    if channel == "webhook":
+        host, _, port = rest.rpartition(":")
+        host = f"[{host}]" if ":" in host else host
+        return channel, f"https://{host}{':' + port if port else ''}/"
+    return (channel if channel in channels() else None), None
+
+
+def _row_json(key: str, row: Row | None, seen: _Seen | None, services: Services,
+              overrides: dict[str, Override], now: datetime, threshold: int) -> dict[str, Any]:
+    counts = seen.counts if seen else {}
+    down_since = _time(row["down_since"]) if row else None
+    paused_until = _time(row["paused_until"]) if row else None
+    disabled_at = _time(row["disabled_at"]) if row else None
+    paused = paused_until is not None and paused_until > now
+    failures = int(row["failures"]) if row else 0
+    state = ("disabled" if disabled_at else "paused" if paused
+             else "failing" if down_since else "ok")
+    channel, recipient = _sample(key, seen)
+    override = overrides.get(key)
+    rates = ([] if channel is None or recipient is None else
+             [limit.to_json() for limit in limits_for(channel, recipient, services.settings,
+                                                      override)])
+    if not rates and override is not None:  # an app channel's destination: its own rate
+        rates = [{"key": f"destination:{key}", "limit": override.limit, "per": override.per,
+                  "source": "override", "until": iso_z(override.until)}]
+    successes = [t for t in ((_time(row["last_success_at"]) if row else None),
+                             seen.last_acked if seen else None) if t]
+    return {
+        "key": key, "channel": channel, "state": state,
+        "since": iso_z_or_none(disabled_at if state == "disabled" else
+                               _time(row["paused_at"]) if state == "paused" and row else
+                               down_since if state == "failing" else None),
+        "until": iso_z_or_none(paused_until) if paused else None,
+        "failing": None if down_since is None else {
+            "since": iso_z(down_since), "failures": failures, "down": failures >= threshold,
+            "nextProbeAt": iso_z_or_none(_time(row["next_probe_at"]) if row else None)},
+        "paused": None if not paused else {
+            "since": iso_z_or_none(_time(row["paused_at"]) if row else None),
+            "until": iso_z_or_none(paused_until)},
+        "disabled": None if disabled_at is None else {
+            "since": iso_z(disabled_at), "reason": row["disabled_reason"] if row else None},
+        "waiting": counts.get("pending", 0), "inFlight": counts.get("in_flight", 0),
+        "failed": counts.get("failed", 0), "unknown": counts.get("unknown", 0),
+        "lastError": row["last_error"] if row else None,
+        "lastSuccess": iso_z_or_none(max(successes, default=None)),
+        "rates": rates,
+        "rateOverride": None if override is None else {
+            "limit": override.limit, "per": override.per, "until": iso_z(override.until)},
+    }
+
+
+def view(services: Services, *, now: datetime | None = None,
+         state: str | None = None) -> list[dict[str, Any]]:
+    """Every destination, by key (``state``: only those in it)."""
+    if state is not None and state not in STATES:
+        raise RequestError(f"state must be one of {', '.join(STATES)}, got {state!r}",
+                           field="state")
+    now = now or utcnow()
+    with services.db.transaction() as tx:
+        rows = {row["key"]: row for row in tx.fetchall(Q.destinations_all)}
+    seen = _seen(services)
+    overrides = read_overrides(services.db, now)
+    threshold = services.settings.delivery_outage_threshold
+    out = [_row_json(key, rows.get(key), seen.get(key), services, overrides, now, threshold)
+           for key in sorted(set(rows) | set(seen))]
+    return [d for d in out if state is None or d["state"] == state]
+
+
+def describe(services: Services, key: str, *, now: datetime | None = None) -> dict[str, Any]:
+    """One destination as ``view`` shows it (``ok`` and empty when Sluice knows nothing
+    of it yet)."""
+    now = now or utcnow()
+    with services.db.transaction() as tx:
+        row = tx.fetchone(Q.destination_get, {"key": key})
+    return _row_json(key, row, _seen(services, key).get(key), services,
+                     read_overrides(services.db, now), now,
+                     services.settings.delivery_outage_threshold)
+
+
+# --- a change: preview, apply ---------------------------------------------------------
+
+
+def _destinations(services: Services) -> Destinations:
+    return Destinations(services.db, services.settings.delivery_outage_threshold)
+
+
+def _effect(change: Change, current: dict[str, Any], entries: dict[str, int]) -> str:
+    """What ``change`` does, in words (the console shows it before the confirm)."""
+    key, pending, flying = change.destination, entries["pending"], entries["inFlight"]
+    later = f"; {flying} in flight settle as their sends end" if flying else ""
+    if change.action == "pause":
+        return (f"{pending} pending entries for {key} wait until {iso_z_or_none(change.until)}:"
+                f" nothing sent, no attempt counted, none expires{later}; then they are due "
+                "at once")
+    if change.action == "resume":
+        return f"{pending} pending entries for {key} are due at once{later}"
+    if change.action == "disable":
+        return (f"{pending} pending entries for {key} fail destination_disabled now, nothing "
+                f"sent, and so does every later one until it is enabled{later}")
+    if change.action == "enable":
+        return (f"{key} starts afresh; its {entries['failedDisabled']} entries failed "
+                "destination_disabled stay failed until redriven (sluice delivery redrive "
+                f"--all-failed --destination {key})")
+    if change.clear:
+        return f"the rate override of {key} ends now; the settings' rates apply"
+    before = "; ".join(f"{r['limit']:g}/{r['per']} ({r['source']})" for r in current["rates"])
+    return (f"{key} is sent to at most {change.limit:g} a {change.per} until "
+            f"{iso_z_or_none(change.until)}, then at its settings' rate again (now: "
+            f"{before or 'none'})")
+
+
+def _check(change: Change, current: dict[str, Any]) -> None:
+    """A change that would do nothing is refused (409), not silently accepted."""
+    key, state = change.destination, current["state"]
+    if change.action == "resume" and current["paused"] is None:
+        raise Conflict(f"{key} is not paused", destination=key, state=state)
+    if change.action == "enable" and current["disabled"] is None:
+        raise Conflict(f"{key} is not disabled", destination=key, state=state)
+    if change.action == "disable" and current["disabled"] is not None:
+        raise Conflict(f"{key} is disabled already (since {current['disabled']['since']}: "
+                       f"{current['disabled']['reason']})", destination=key, state=state)
+    if change.action == "pause" and current["disabled"] is not None:
+        raise Conflict(f"{key} is disabled: enable it before pausing it", destination=key,
+                       state=state)
+    if change.action == "rate" and change.clear and current["rateOverride"] is None:
+        raise Conflict(f"{key} has no rate override", destination=key, state=state)
+
+
+def preview(services: Services, change: Change, *, now: datetime | None = None
+            ) -> dict[str, Any]:
+    """What ``change`` would do, changing nothing: the destination now, the entries it
+    moves, and the effect in words (409 if it would do nothing)."""
+    now = now or utcnow()
+    current = describe(services, change.destination, now=now)
+    _check(change, current)
+    entries = _destinations(services).entries(change.destination)
+    return {"destination": change.destination, "change": change.to_json(), "dryRun": True,
+            "current": current, "entries": entries,
+            "effect": _effect(change, current, entries)}
+
+
+def apply(services: Services, change: Change, *, now: datetime | None = None
+          ) -> dict[str, Any]:
+    """Do ``change``: the preview's answer, with ``moved`` (the entries it moved) and the
+    destination after it as ``current``."""
+    now = now or utcnow()
+    answer = preview(services, change, now=now)
+    destinations, key = _destinations(services), change.destination
+    moved = 0
+    if change.action == "pause":
+        assert change.until is not None
+        moved = destinations.pause(key, change.until, now=now)
+    elif change.action == "resume":
+        moved = destinations.resume(key, now=now)
+    elif change.action == "disable":
+        moved = destinations.disable(key, f"by an operator: {change.reason or 'no reason given'}",
+                                     now=now)
+    elif change.action == "enable":
+        destinations.enable(key, now=now)
+    elif change.clear:
+        destinations.clear_rate(key, now=now)
+    else:
+        assert change.limit is not None and change.per is not None and change.until is not None
+        destinations.override_rate(key, change.limit, PERIODS_S[change.per], change.until,
+                                   now=now)
+    return {**answer, "dryRun": False, "moved": moved,
+            "current": describe(services, key, now=now)}
+
+
+__all__ = ["ACTIONS", "STATES", "Action", "Change", "apply", "describe", "parse_change",
+           "preview", "view"]
