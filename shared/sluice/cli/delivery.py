@@ -1,10 +1,13 @@
 """``sluice delivery …``: read, redrive, purge and enqueue delivery queue entries, settle
-the ones resting ``unknown`` (``mark-delivered``, ``send-again``) and replay a
-destination's window (``replay``).
+the ones resting ``unknown`` (``mark-delivered``, ``send-again``), replay a destination's
+window (``replay``), and show the destinations (``destinations``) and their flow control
+(``destination pause|resume|disable|enable|rate DEST``, ``--dry-run`` for the preview).
 
-Redrive, purge, mark-delivered, send-again and replay (not its dry run) are written to
-``admin_audit`` as the operator (``--by``, else ``cli:$USER``), like the API's admin
-actions.
+Redrive, purge, mark-delivered, send-again, replay and every destination change (not their
+dry runs) are written to ``admin_audit`` as the operator (``--by``, else ``cli:$USER``),
+like the API's admin actions: a destination change under the API's action name and target
+(``delivery:destination_pause``, ``/api/admin/delivery/destinations/<key>``), with what it
+changed and until when in ``detail``.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from sluice.delivery.store import check_status
 
     rows = _store(_services()).list(status=check_status(args.status), channel=args.channel,
-                                    limit=args.limit)
+                                    destination=args.destination, limit=args.limit)
     _print(args, [row.to_json() for row in rows])
     return EXIT_OK
 
@@ -81,8 +84,10 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     services = _services()
     if args.all_failed:
         with audited(services, _operator(args), "delivery:redrive_all",
-                     args.channel or "*") as record:
-            count = _store(services).redrive_all(channel=args.channel)
+                     args.channel or "*",
+                     {"destination": args.destination} if args.destination else None) as record:
+            count = _store(services).redrive_all(channel=args.channel,
+                                                 destination=args.destination)
             record["outcome"] = f"redriven={count}"
         _print(args, {"redriven": count})
     else:
@@ -164,6 +169,54 @@ def _replay_lines(body: Any) -> Iterator[str]:
         yield "  the drain sends them (sluice run delivery-drain to send now)"
 
 
+def cmd_destinations(args: argparse.Namespace) -> int:
+    from sluice.ops.destinations import view
+
+    emit(view(_services(), state=args.state), _destination_lines)
+    return EXIT_OK
+
+
+def _destination_lines(body: Any) -> Iterator[str]:
+    rows = body if isinstance(body, list) else [body]
+    if not rows:
+        yield "(no destinations known yet)"
+    for row in rows:
+        state = row["state"] + (f" since {row['since']}" if row["since"] else "") + (
+            f" until {row['until']}" if row["until"] else "")
+        rates = ", ".join(f"{r['limit']:g}/{r['per']}" + (" override" if r["until"] else "")
+                          for r in row["rates"]) or "none"
+        yield (f"{row['key']}  {state}  waiting={row['waiting']}  in_flight={row['inFlight']}"
+               f"  failed={row['failed']}  last_success={row['lastSuccess'] or '-'}"
+               f"  rates={rates}")
+        if row["disabled"]:
+            yield f"  disabled: {row['disabled']['reason']}"
+        if row["lastError"]:
+            yield f"  last error: {row['lastError']}"
+
+
+def cmd_destination(args: argparse.Namespace) -> int:
+    from sluice.ops.destinations import apply, parse_change, preview
+
+    body: dict[str, Any] = {name: value for name, value in (
+        ("until", args.until), ("reason", args.reason), ("limit", args.limit),
+        ("per", args.per), ("clear", True if args.clear else None)) if value is not None}
+    change = parse_change(args.action, args.destination, body)
+    services = _services()
+    if args.dry_run:
+        if args.by:
+            raise RequestError("--by names who made a change; a --dry-run makes none",
+                               field="--by")
+        emit(preview(services, change), human_lines)
+        return EXIT_OK
+    with audited(services, _operator(args), f"delivery:destination_{args.action}",
+                 f"/api/admin/delivery/destinations/{change.destination}",
+                 {"change": change.to_json()}) as record:
+        answer = apply(services, change)
+        record["outcome"] = f"{args.action}: moved={answer['moved']}"
+    emit(answer, human_lines)
+    return EXIT_OK
+
+
 def _one_id(args: argparse.Namespace) -> str:
     if not args.id:
         raise RequestError("give an entry ID, or --all-failed")
@@ -202,7 +255,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                                            idempotency_key=args.key, subject_user_id=args.user)
     _print(args, entry.to_json())
     waiting = (None, SendOutcome.ACKED, SendOutcome.RETRY, SendOutcome.UNKNOWN,
-               SendOutcome.UNCONFIGURED)
+               SendOutcome.UNCONFIGURED, SendOutcome.PAUSED, SendOutcome.WAITING,
+               SendOutcome.RATE_LIMITED)
     return EXIT_OK if outcome in waiting else EXIT_FAILED
 
 
@@ -212,15 +266,19 @@ def register(sub: Any) -> None:
     p = add("list", cmd_list, "list entries, newest first", by=False)
     p.add_argument("--status", choices=["pending", "in_flight", "acked", "failed", "unknown"])
     p.add_argument("--channel")
+    p.add_argument("--destination", help="a destination's key (sluice delivery destinations)")
     p.add_argument("--limit", type=int, default=100)
     add("show", cmd_show, "show one entry", by=False).add_argument("id")
     add("stats", cmd_stats, "count and oldest entry per status", by=False)
     for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
                              ("purge", cmd_purge, "delete failed entries")):
-        p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]")
+        p = add(name, func, f"{what}: one ID, or --all-failed [--channel C]"
+                + (" [--destination D]" if name == "redrive" else ""))
         p.add_argument("id", nargs="?")
         p.add_argument("--all-failed", action="store_true")
         p.add_argument("--channel")
+        if name == "redrive":
+            p.add_argument("--destination", help="only the failed entries of this destination")
     for name, what in (("mark-delivered", "the receiver has it: acked"),
                        ("send-again", "the receiver does not have it: pending, attempts reset")):
         p = add(name, cmd_settle_unknown, f"an entry resting unknown: {what}")
@@ -240,6 +298,7 @@ def register(sub: Any) -> None:
                    help="what to replay (default failed; acked ones only when asked)")
     p.add_argument("--dry-run", action="store_true",
                    help="count what would go and what the receiver already has")
+    _register_destinations(add)
     p = add("enqueue", cmd_enqueue, "store a delivery (and with --send, send it now)",
             by=False)
     from sluice.delivery.channels import channels
@@ -252,3 +311,25 @@ def register(sub: Any) -> None:
     p.add_argument("--key", help="idempotency key (a second enqueue returns the first)")
     p.add_argument("--user", help="the app user the message is for (for erasure)")
     p.add_argument("--send", action="store_true", help="send now (inline path), then settle")
+
+
+def _register_destinations(add: Any) -> None:
+    from sluice.ops.destinations import ACTIONS, STATES
+
+    p = add("destinations", cmd_destinations,
+            "every destination: its state, entries waiting, last error and success, rates",
+            by=False)
+    p.add_argument("--state", choices=STATES)
+    p = add("destination", cmd_destination,
+            "change one destination: " + "; ".join(f"{a.name}: {a.help}"
+                                                   for a in ACTIONS.values()))
+    p.add_argument("action", choices=list(ACTIONS))
+    p.add_argument("destination", help="its key, as `sluice delivery destinations` shows it")
+    p.add_argument("--until", help="pause, rate: an ISO 8601 time with its offset "
+                                   "(2026-12-01T10:00:00Z), at most 30 days ahead")
+    p.add_argument("--reason", help="pause, disable: why (kept with it)")
+    p.add_argument("--limit", type=float, help="rate: messages per --per")
+    p.add_argument("--per", choices=["second", "minute"], help="rate: the period of --limit")
+    p.add_argument("--clear", action="store_true", help="rate: end the override now")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only show what it would do (nothing changed, nothing audited)")

@@ -3,8 +3,12 @@
 Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
 reset) and purge them ("never send this": failed or unknown entries); for an entry
 resting ``unknown`` (sent, no answer), mark it delivered or send it again; replay a
-destination's window (``sluice.delivery.replay``). Every POST
-is audited by the app's middleware. The drain's
+destination's window (``sluice.delivery.replay``). The destinations:
+``GET /api/admin/delivery/destinations`` (each with its state, entries waiting, last error
+and success, the rates in force), one of them, and a change of one
+(``POST …/destinations/{key}/pause|resume|disable|enable|rate``, ``"dryRun": true`` for the
+preview, which writes no audit row). Every POST is audited by the app's middleware (a
+destination change with what it changed, and until when, in ``detail.change``). The drain's
 own route, ``/api/admin/delivery/drain``, comes from the job registry.
 ``GET /api/queue/status`` (the cron bearer, or an admin on ``delivery``) is the
 queue's health: depth per status (``unknown`` included), entries in backoff, the
@@ -24,7 +28,7 @@ from sluice.core.auth import Identity, is_authorized_cron
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
 from sluice.delivery.channels import Outbound, channels
-from sluice.delivery.destinations import Destinations
+from sluice.delivery.destinations import Destinations, check_key
 from sluice.delivery.replay import Replay, ReplayReport, parse_filter
 from sluice.delivery.store import DeliveryStore, check_status
 from sluice.http.app import (
@@ -39,6 +43,7 @@ from sluice.http.app import (
 )
 from sluice.http.models import DeliveryEntryBody, DeliveryReplay, DeliveryRequest, request_body
 from sluice.jobs.runs import RunStore
+from sluice.ops import destinations as control
 from sluice.ops.door import admit
 
 router = APIRouter(prefix="/api/admin/delivery", tags=["delivery"])
@@ -58,8 +63,12 @@ def stats(request: Request, identity: Identity = require("delivery")) -> dict[st
 
 @router.get("/entries", name="delivery:list")
 def list_entries(request: Request, status: str | None = None, channel: str | None = None,
-                 limit: int = 100, identity: Identity = require("delivery")) -> dict[str, Any]:
+                 destination: str | None = None, limit: int = 100,
+                 identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Newest first; ``destination``: the entries a drain has taken for that key (each
+    entry's ``destination``)."""
     rows = _store(request).list(status=check_status(status), channel=channel or None,
+                                destination=check_key(destination) if destination else None,
                                 limit=limit)
     return {"entries": [row.to_json() for row in rows]}
 
@@ -120,10 +129,53 @@ def send_again(request: Request, entry_id: str,
 
 
 @router.post("/redrive", name="delivery:redrive_all")
-def redrive_all(request: Request, channel: str | None = None,
+def redrive_all(request: Request, channel: str | None = None, destination: str | None = None,
                 identity: Identity = require("delivery")) -> dict[str, Any]:
-    """Every failed entry (of ``channel``, if given) back to pending."""
-    return {"redriven": _store(request).redrive_all(channel=channel or None)}
+    """Every failed entry (of ``channel``, of ``destination``, if given) back to pending."""
+    return {"redriven": _store(request).redrive_all(
+        channel=channel or None, destination=check_key(destination) if destination else None)}
+
+
+@router.get("/destinations", name="delivery:destinations")
+def destinations(request: Request, state: str | None = None,
+                 identity: Identity = require("delivery")) -> dict[str, Any]:
+    """Every destination (``state``: only ``ok``, ``failing``, ``paused`` or ``disabled``
+    ones), by key: see docs/delivery.md, "The destinations view", for each field."""
+    found = control.view(services_of(request), state=state or None)
+    return {"destinations": found, "count": len(found)}
+
+
+@router.get("/destinations/{key}", name="delivery:destination")
+def destination(request: Request, key: str,
+                identity: Identity = require("delivery")) -> dict[str, Any]:
+    return control.describe(services_of(request), check_key(key))
+
+
+def _change_route(action: str) -> Any:
+    async def change(request: Request, key: str,
+                     identity: Identity = require("delivery")) -> dict[str, Any]:
+        raw = await request.body()
+        body = await json_object(request) if raw.strip() else {}
+        dry_run = body.pop("dryRun", False)
+        if not isinstance(dry_run, bool):
+            raise RequestError("dryRun must be true or false", field="dryRun")
+        parsed = control.parse_change(action, key, body)
+        services = services_of(request)
+        if dry_run:
+            preview(request)
+            return await run_in_threadpool(control.preview, services, parsed)
+        note_audit(request, {"change": parsed.to_json()})
+        return await run_in_threadpool(control.apply, services, parsed)
+
+    change.__doc__ = (f"{control.ACTIONS[action].help.capitalize()}. Body: "
+                      f"{', '.join(control.ACTIONS[action].fields) or 'none'}, and "
+                      "dryRun (the preview: what it would do, nothing changed, no audit row).")
+    return change
+
+
+for _action in control.ACTIONS:
+    router.add_api_route(f"/destinations/{{key}}/{_action}", _change_route(_action),
+                         methods=["POST"], name=f"delivery:destination_{_action}")
 
 
 @router.post("/purge", name="delivery:purge_all")

@@ -58,6 +58,8 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("delivery", "purge"), ["--all-failed"], "", {0}),
     (("delivery", "mark-delivered"), ["{sent}"], "", {0}),
     (("delivery", "send-again"), ["{lost}"], "", {0}),
+    (("delivery", "destinations"), [], "", {0}),
+    (("delivery", "destination"), ["disable", "slack:C0WALK", "--reason", "walked"], "", {0}),
     (("billing", "reset-attempts"), ["--dry-run"], "", {0}),
     (("erasure", "request"), ["walk-3", "--grace-days", "5"], "", {0}),
     (("erasure", "list"), [], "", {0}),

@@ -62,8 +62,11 @@ def test_failed_entries_over_http_list_show_redrive_purge(
     cron = client.get(f"{BASE}/drain", headers={"authorization": f"Bearer {CRON_SECRET}"})
     assert cron.status_code == 200
     counts = {k: cron.json()[k] for k in ("recovered", "failed", "skippedMaxRetries",
-                                          "deferredBackoff")}
-    assert counts == {"recovered": 1, "failed": 2, "skippedMaxRetries": 0, "deferredBackoff": 0}
+                                          "deferredBackoff", "failedDisabled")}
+    # a chat that blocked the bot, and one not found: each refusal disables its chat
+    assert counts == {"recovered": 1, "failed": 0, "skippedMaxRetries": 0, "deferredBackoff": 0,
+                      "failedDisabled": 2}
+    assert sorted(cron.json()["disabled"]) == ["telegram:1002", "telegram:404"]
 
     listed = client.get(f"{BASE}/entries", params={"status": "failed"}, headers=ops())
     assert listed.status_code == 200
@@ -73,9 +76,11 @@ def test_failed_entries_over_http_list_show_redrive_purge(
     stats = client.get(f"{BASE}/stats", headers=ops()).json()["statuses"]
     assert (stats["failed"]["count"], stats["acked"]["count"]) == (2, 1)
 
-    # The user unblocked the bot: redrive, and the next drain delivers.
+    # The user unblocked the bot: enable the chat, redrive, and the next drain delivers.
     telegram.blocked.clear()
     telegram.chats.add("1002")
+    enabled = client.post(f"{BASE}/destinations/telegram:1002/enable", headers=ops())
+    assert enabled.status_code == 200, enabled.text
     redriven = client.post(f"{BASE}/entries/{blocked.id}/redrive", headers=ops())
     assert redriven.status_code == 200
     assert (redriven.json()["status"], redriven.json()["attempts"]) == ("pending", 0)
@@ -129,14 +134,17 @@ def test_the_command_line(env: dict[str, str], svc: Services,
 
     redriven = run_cli(["delivery", "redrive", entry["id"], "--by", "oncall", "--json"], env)
     assert json.loads(redriven.stdout)["status"] == "pending"
+    assert entry["destination"] == "telegram:1002"
     conflict = run_cli(["delivery", "purge", entry["id"]], env)
     assert conflict.returncode == 64 and "only a failed or unknown entry can be purged" in conflict.stderr
     assert run_cli(["delivery", "redrive"], env).returncode == 64
     assert run_cli(["delivery", "enqueue", "telegram", "1", "--payload", "[1]"],
                    env).returncode == 64
 
+    # the chat is disabled (it blocked the bot): the redriven entry fails at once, unsent,
+    # apart from the run's failures (the disable paged when it happened)
     drained = run_cli(["run", "delivery-drain", "--json"], env)
-    assert drained.returncode == 2 and json.loads(drained.stdout)["failed"] == 1
+    assert drained.returncode == 0 and json.loads(drained.stdout)["failedDisabled"] == 1
     purged = run_cli(["delivery", "purge", "--all-failed", "--by", "oncall", "--json"], env)
     assert json.loads(purged.stdout) == {"purged": 1}
     stats = json.loads(run_cli(["delivery", "stats", "--json"], env).stdout)["statuses"]
