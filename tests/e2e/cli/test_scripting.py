@@ -60,6 +60,8 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("delivery", "send-again"), ["{lost}"], "", {0}),
     (("delivery", "destinations"), [], "", {0}),
     (("delivery", "destination"), ["disable", "slack:C0WALK", "--reason", "walked"], "", {0}),
+    (("delivery", "replay"), ["--destination", "webhook:hooks.example:", "--since",
+                              "{since}", "--dry-run"], "", {0}),
     (("billing", "reset-attempts"), ["--dry-run"], "", {0}),
     (("erasure", "request"), ["walk-3", "--grace-days", "5"], "", {0}),
     (("erasure", "list"), [], "", {0}),
@@ -123,7 +125,8 @@ def _seed(make_services: Any, url: str) -> dict[str, str]:
             tx.execute("UPDATE delivery_queue SET status = 'unknown', unknown_sends = 1 "
                        "WHERE id = :id", {"id": entry.id})
         unknown[name] = entry.id
-    return {"later": later.id, "due": due.id, "dead": dead, **unknown}
+    since = (utcnow() - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    return {"later": later.id, "due": due.id, "dead": dead, "since": since, **unknown}
 
 
 def _run(argv: list[str], stdin: str, monkeypatch: pytest.MonkeyPatch,
