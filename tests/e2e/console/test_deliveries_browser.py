@@ -1,6 +1,8 @@
 """The deliveries page's destination actions in a real browser (Playwright driving Debian's
-Chromium): replay a destination's window, the dry run's preview first, then the confirmed
-run and its one audit row. The oracle is the store's rows and the audit trail."""
+Chromium): replay a destination's window (the dry run's preview first, then the confirmed
+run and its one audit row), and steer a destination (pause, resume, disable, enable, each
+previewed then confirmed and audited) while real drains send to a local webhook receiver.
+The oracles are what the receiver got, the store's rows and the audit trail."""
 
 from __future__ import annotations
 
@@ -18,7 +20,14 @@ from sluice.core.times import iso_z
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.jobs.runs import RunStore
 from sluice.store.db import utcnow
-from tests.e2e.console.test_console_browser import SHOTS, chromium, serving
+from tests.e2e.console.test_console_browser import (
+    SHOTS,
+    _check_accessibility,
+    chromium,
+    serving,
+)
+from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once
+from tests.providers.webhook import WebhookReceiver
 
 DESTINATION = "webhook:hooks.example:8443"
 
@@ -68,7 +77,7 @@ def test_replay_a_destinations_window_after_its_dry_run(served: tuple[str, Servi
             page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
             page.goto(link.group(1))
             page.goto(f"{base}/admin/deliveries")
-            page.get_by_label("Destination").fill(DESTINATION)
+            page.get_by_label("Destination to replay").fill(DESTINATION)
             page.get_by_label("Since").fill(since)
             page.get_by_label("Status to replay").select_option("failed")
             page.get_by_role("button", name="Preview replay…").click()
@@ -100,3 +109,111 @@ def test_replay_a_destinations_window_after_its_dry_run(served: tuple[str, Servi
              if r["action"] == "delivery:replay"]
     assert row["actor"] == "local-dev", row
     assert (row["detail"]["count"], row["detail"]["filter"]["destination"]) == (10, DESTINATION)
+
+
+@pytest.fixture
+def hooked(sqlite_url: str, make_services: Any
+           ) -> Iterator[tuple[str, Services, WebhookReceiver]]:
+    """The console, and drains that send to a local webhook receiver."""
+    with WebhookReceiver(WEBHOOK_SECRET) as receiver:
+        services: Services = make_services(
+            sqlite_url, SLUICE_WEBHOOK_SIGNING_SECRET=WEBHOOK_SECRET,
+            SLUICE_WEBHOOK_ALLOW_HOSTS="127.0.0.1", SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS="5")
+        with serving(services) as base:
+            yield base, services, receiver
+
+
+def _change(page: Any, key: str, action: str, **fields: str) -> str:
+    """From the destinations table: the action's inputs, its preview, then the confirm;
+    the preview's effect in words."""
+    page.goto(page.url.split("/admin/")[0] + "/admin/deliveries")
+    page.get_by_label(f"{action.capitalize()} {key}").click()
+    for label, value in fields.items():
+        page.get_by_label(label.capitalize()).fill(value)
+    if fields:
+        page.get_by_role("button", name=f"Preview {action}…").click()
+    effect = page.locator("#change-effect").inner_text()
+    page.get_by_role("button", name=f"Confirm {action}").click()
+    page.wait_for_selector("#change-done")
+    return effect
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_pause_resume_disable_and_enable_a_destination_from_the_console(
+        hooked: tuple[str, Services, WebhookReceiver]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base, services, receiver = hooked
+    store = DeliveryStore(services.db)
+    store.enqueue("webhook", f"{receiver.url}/first", {"text": "first"})
+    assert drain_once(services)["recovered"] == 1
+    key = store.list(limit=1)[0].destination
+    assert key is not None and key.startswith("webhook:127.0.0.1:")
+    audit = lambda action: [r for r in RunStore(services.db).recent_audit()
+                            if r["action"] == f"delivery:destination_{action}"]
+    link = re.search(r"(http://\S+/admin/login\?nonce=\S+)", startup_summary(services, base))
+    assert link
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(),
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+            page.goto(link.group(1))
+            page.goto(f"{base}/admin/deliveries")
+            row = page.locator(f"#destinations tr[data-destination='{key}']")
+            assert row.locator("[data-state]").inner_text() == "ok"
+            _check_accessibility(page, "/admin/deliveries")
+            page.get_by_label(f"Pause {key}").click()
+            _check_accessibility(page, "/admin/deliveries/destinations/pause")
+
+            # Pause for an hour: the preview says what waits; nothing goes out meanwhile
+            until = iso_z(utcnow() + timedelta(hours=1))
+            waiting = [store.enqueue("webhook", f"{receiver.url}/w{n}", {"text": f"w{n}"})[0]
+                       for n in range(2)]
+            effect = _change(page, key, "pause", until=until, reason="receiver maintenance")
+            assert "wait until" in effect and "no attempt counted" in effect, effect
+            [paused] = audit("pause")
+            assert paused["actor"] == "local-dev" and paused["detail"]["change"]["until"] == until
+            assert paused["detail"]["change"]["reason"] == "receiver maintenance"
+            sent = len(receiver.received)
+            drain_once(services)
+            assert len(receiver.received) == sent, "nothing is sent while paused"
+            assert {(store.get(e.id).status, store.get(e.id).attempts) for e in waiting} == {
+                (DeliveryStatus.PENDING, 0)}
+            page.goto(f"{base}/admin/deliveries")
+            assert row.locator("[data-state]").inner_text() == "paused"
+            page.screenshot(path=str(SHOTS / "deliveries_destinations.png"), full_page=True)
+
+            # Resume: the two go out, once each
+            effect = _change(page, key, "resume")
+            assert "due at once" in effect, effect
+            assert drain_once(services)["recovered"] == 2
+            assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == ["w0", "w1"]
+
+            # Disable: a later entry fails destination_disabled without a request
+            _change(page, key, "disable", reason="customer offboarded")
+            later, _ = store.enqueue("webhook", f"{receiver.url}/later", {"text": "later"})
+            sent = len(receiver.received)
+            drain_once(services)
+            assert len(receiver.received) == sent
+            failed = store.get(later.id)
+            assert (failed.status, failed.failure_reason, failed.attempts) == (
+                DeliveryStatus.FAILED, "destination_disabled", 0)
+            page.goto(f"{base}/admin/deliveries")
+            assert row.locator("[data-state]").inner_text() == "disabled"
+            assert "customer offboarded" in row.inner_text()
+
+            # Enable, then redrive what the disable failed (the destination filter's
+            # redrive-all): delivered once
+            _change(page, key, "enable")
+            page.goto(f"{base}/admin/deliveries?destination={key}&status=failed")
+            page.get_by_role("button", name=re.compile("Redrive every failed entry to")).click()
+            page.get_by_role("button", name="Confirm redrive").click()
+            page.wait_for_selector("text=Redrive: 1 entry.")
+            assert drain_once(services)["recovered"] == 1
+            assert [r["body"]["text"] for r in receiver.received[sent:]] == ["later"]
+        finally:
+            browser.close()
+    assert [len(audit(a)) for a in ("pause", "resume", "disable", "enable")] == [1, 1, 1, 1]

@@ -659,32 +659,43 @@ async def audit_page(request: Request, identity: Identity) -> Response:
 # --- deliveries ----------------------------------------------------------------------------
 
 
+SHOWN_OK_DESTINATIONS = 50  # every destination not ok is shown; the busiest ok ones up to this
+
+
 def deliveries_model(services: Services, status: str | None, channel: str | None,
-                     limit: int) -> dict[str, Any]:
-    from sluice.delivery.destinations import Destinations
+                     limit: int, destination: str | None = None) -> dict[str, Any]:
+    from sluice.delivery.destinations import check_key
     from sluice.delivery.store import DeliveryStore, check_status
+    from sluice.ops import destinations as control
 
     store = DeliveryStore(services.db)
-    rows = store.list(status=check_status(status), channel=channel, limit=limit)
-    destinations = Destinations(services.db, services.settings.delivery_outage_threshold).status()
+    rows = store.list(status=check_status(status), channel=channel, limit=limit,
+                      destination=check_key(destination) if destination else None)
+    every = control.view(services)
+    held = [d for d in every if d["state"] != "ok"]
+    ok = sorted((d for d in every if d["state"] == "ok"),
+                key=lambda d: (-d["waiting"] - d["failed"], d["key"]))
     return {"generatedAt": iso_z(utcnow()), "stats": store.stats(), "status": status,
-            "channel": channel, "entries": [r.to_json() for r in rows],
-            "destinations": destinations}
+            "channel": channel, "destination": destination,
+            "entries": [r.to_json() for r in rows],
+            "destinations": held + ok[:SHOWN_OK_DESTINATIONS],
+            "destinationsNotShown": max(0, len(ok) - SHOWN_OK_DESTINATIONS)}
 
 
-def _delivery_params(request: Request) -> tuple[str | None, str | None, int]:
-    params = _params(request, ("status", "channel", "limit"))
+def _delivery_params(request: Request) -> tuple[str | None, str | None, int, str | None]:
+    params = _params(request, ("status", "channel", "limit", "destination"))
     return (params.get("status") or None, params.get("channel") or None,
-            _int(params, "limit", 100, 1, 500))
+            _int(params, "limit", 100, 1, 500), params.get("destination") or None)
 
 
 @router.get("/admin/deliveries", name="console:deliveries", include_in_schema=False)
 @_guarded("delivery")
 async def deliveries_page(request: Request, identity: Identity) -> Response:
-    status, channel, limit = _delivery_params(request)
     from sluice.delivery.replay import STATUSES
 
-    data = await run_in_threadpool(deliveries_model, _services(request), status, channel, limit)
+    status, channel, limit, destination = _delivery_params(request)
+    data = await run_in_threadpool(deliveries_model, _services(request), status, channel, limit,
+                                   destination)
     return _page(request, "deliveries.html", identity=identity, title="Deliveries", data=data,
                  replay_statuses=STATUSES, refresh=True)
 
@@ -692,8 +703,76 @@ async def deliveries_page(request: Request, identity: Identity) -> Response:
 @router.get("/api/admin/console/deliveries", name="console:deliveries.json")
 @_twin("delivery")
 async def deliveries_json(request: Request, identity: Identity) -> dict[str, Any]:
-    status, channel, limit = _delivery_params(request)
-    return await run_in_threadpool(deliveries_model, _services(request), status, channel, limit)
+    status, channel, limit, destination = _delivery_params(request)
+    return await run_in_threadpool(deliveries_model, _services(request), status, channel, limit,
+                                   destination)
+
+
+# A destination's change from the console is the API's change of the same action.
+ACTION_OF["console:destinations.change"] = \
+    lambda request: f"delivery:destination_{request.path_params.get('action')}"
+# What the console's form sends for each field of a change, as the API's JSON has it.
+_FORM_VALUES: dict[str, Callable[[str], Any]] = {
+    "limit": lambda raw: _number(raw), "clear": lambda raw: raw in ("1", "true", "on")}
+
+
+def _number(raw: str) -> Any:
+    try:
+        return float(raw)
+    except ValueError:
+        return raw  # refused by the change's own check, naming the field
+
+
+def _change_action(action: str) -> Any:
+    from sluice.ops import destinations as control
+
+    spec = control.ACTIONS.get(action)
+    if spec is None:
+        raise NotFound(f"no destination action {action!r}; known: {', '.join(control.ACTIONS)}")
+    return spec
+
+
+@router.get("/admin/deliveries/destinations/{action}", name="console:destinations.form",
+            include_in_schema=False)
+@_guarded("delivery")
+async def destination_form(request: Request, identity: Identity, action: str) -> Response:
+    """The inputs of a change (until, reason, rate) for one destination, then its preview."""
+    from sluice.delivery.destinations import check_key
+    from sluice.ops import destinations as control
+
+    spec = _change_action(action)
+    key = check_key(_params(request, ("key",)).get("key") or "")
+    current = await run_in_threadpool(control.describe, _services(request), key)
+    return _page(request, "destination_action.html", identity=identity, action=action,
+                 spec=spec, key=key, current=current, answer=None, values={},
+                 title=f"{action.capitalize()} {key}")
+
+
+@router.post("/admin/deliveries/destinations/{action}", name="console:destinations.change",
+             include_in_schema=False)
+@_guarded("delivery")
+async def destination_change(request: Request, identity: Identity, action: str) -> Response:
+    """Preview a destination's change (what it would do, nothing changed, no audit row);
+    with ``confirm``, do it: one audit row with the change and until when."""
+    from sluice.http.app import note_audit
+    from sluice.ops import destinations as control
+
+    spec = _change_action(action)
+    form = await _form(request, ("key", "confirm", *spec.fields))
+    values = {name: form.get(name) for name in spec.fields if form.get(name)}
+    body = {name: _FORM_VALUES.get(name, str)(value) for name, value in values.items()}
+    change = control.parse_change(action, form.get("key") or "", body)
+    services = _services(request)
+    if not form.flag("confirm"):
+        await run_in_threadpool(preview, request)
+        answer = await run_in_threadpool(control.preview, services, change)
+    else:
+        note_audit(request, {"change": change.to_json()})
+        answer = await run_in_threadpool(control.apply, services, change)
+    return _page(request, "destination_action.html", identity=identity, action=action,
+                 spec=spec, key=change.destination, current=answer["current"], answer=answer,
+                 values=values, title=f"{action.capitalize()} {change.destination}"
+                 + ("?" if answer["dryRun"] else ""))
 
 
 # A replay from the console is the API's replay (one audit row with the filter and count).
@@ -739,18 +818,24 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
 
     if action not in ("redrive", "purge", *UNKNOWN_ACTIONS):
         raise NotFound(f"no delivery action {action!r}")
-    form = await _form(request, ("id", "channel", "confirm"))
+    from sluice.delivery.destinations import check_key
+
+    form = await _form(request, ("id", "channel", "destination", "confirm"))
     entry_id, channel = form.get("id") or None, form.get("channel") or None
+    destination = check_key(form.get("destination")) if form.get("destination") else None
     if action in UNKNOWN_ACTIONS and not entry_id:
         raise RequestError(f"{action} needs an entry id", field="id")
+    if destination is not None and (action != "redrive" or entry_id):
+        raise RequestError("only a redrive of every failed entry takes a destination",
+                           field="destination")
     store = DeliveryStore(_services(request).db)
     if not form.flag("confirm"):
         await run_in_threadpool(preview, request)
         count = 1 if entry_id else await run_in_threadpool(
-            lambda: store.count_failed(channel=channel))
+            lambda: store.count_failed(channel=channel, destination=destination))
         return _page(request, "delivery_action.html", identity=identity, action=action,
-                     entry_id=entry_id, channel=channel, count=count, done=None,
-                     title=f"{action.capitalize()} deliveries?")
+                     entry_id=entry_id, channel=channel, destination=destination, count=count,
+                     done=None, title=f"{action.capitalize()} deliveries?")
 
     def act() -> int:
         if action in UNKNOWN_ACTIONS and entry_id:
@@ -759,12 +844,14 @@ async def deliveries_action(request: Request, identity: Identity, action: str) -
         if entry_id:
             (store.redrive if action == "redrive" else store.purge)(entry_id)
             return 1
-        return (store.redrive_all if action == "redrive" else store.purge_all)(channel=channel)
+        if action == "redrive":
+            return store.redrive_all(channel=channel, destination=destination)
+        return store.purge_all(channel=channel)
 
     done = await run_in_threadpool(act)
     return _page(request, "delivery_action.html", identity=identity, action=action,
-                 entry_id=entry_id, channel=channel, count=done, done=done,
-                 title=f"Deliveries {action}")
+                 entry_id=entry_id, channel=channel, destination=destination, count=done,
+                 done=done, title=f"Deliveries {action}")
 
 
 UNKNOWN_ACTIONS = {"mark-delivered": "mark_delivered", "send-again": "send_again"}
