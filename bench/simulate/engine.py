@@ -45,6 +45,8 @@ from bench.simulate.firing import (
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import (
     BOUNDED_TABLES,
+    LIVENESS_AFTER,
+    STORE_SETTLE,
     Judge,
     Match,
     Violation,
@@ -52,7 +54,15 @@ from bench.simulate.invariants import (
     owed_matches,
 )
 from bench.simulate.limits import reach_limits
-from bench.simulate.operator import like, match_of, match_of_like, observe_failed, visit
+from bench.simulate.operator import (
+    destination_of,
+    honoured,
+    like,
+    match_of,
+    match_of_like,
+    observe_failed,
+    visit,
+)
 from bench.simulate.outages import FlakyRedis, Outages
 from bench.simulate.pacing import Pacing
 from bench.simulate.peers import (
@@ -61,6 +71,7 @@ from bench.simulate.peers import (
     Installed,
     Network,
     Receipt,
+    Window,
 )
 from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
@@ -127,6 +138,8 @@ class Simulation:
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
         self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
+        # the operator's pauses of a destination (its key), each (start, end)
+        self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
         self.network.polar = self.world.polar
         self.outages = Outages(self.world.outages, clock.now, self.world.armed)
@@ -245,6 +258,10 @@ class Simulation:
                 self._owe(rule)
         for moment in self.world.operator_at:
             self._schedule(moment, "operator", None)
+        for name, peer in sorted(self.world.destinations.items()):
+            for window in peer.windows:
+                if window.kind == "paused" and window.start < self.world.end:
+                    self._schedule(window.start, "pause", (name, window))
         for window in self.world.outages.windows:
             if window.start < self.world.end:
                 self._schedule(window.start, "outage", window)
@@ -414,6 +431,8 @@ class Simulation:
             self._log(f"rules of {what} changed")
         elif kind == "operator":
             self._operator()
+        elif kind == "pause":
+            self._pause(*what)
         elif kind == "outage":
             self._log(f"{what.kind} until {what.end:%Y-%m-%d %H:%M:%S}")
         elif kind == "crash":
@@ -557,6 +576,30 @@ class Simulation:
     def _request(self, request: Any) -> None:
         self.last_request = request
         self.pacing.request(request)
+        key = destination_of(request.channel, request.recipient)
+        if any(w.start <= request.at < w.end for w in self.pauses.get(key, ())):
+            self.judge.fail("pause_kept", request.at,
+                            f"story-{request.story} -> {request.channel}:{request.recipient} "
+                            f"sent while the operator paused {key}")
+
+    def _pause(self, name: str, window: Window) -> None:
+        """The operator pauses the destination until the window's end (``pause_kept``)."""
+        from sluice.core.times import iso_z
+        from sluice.ops.destinations import apply, describe, parse_change
+
+        channel, recipient = name.split(":", 1)
+        key = destination_of(channel, recipient)
+        now = self.clock.now()
+        if describe(self.services, key)["disabled"] is not None:  # a pause needs it enabled
+            enabled = apply(self.services, parse_change("enable", key, {}))
+            self._log(f"operator enabled {key} to pause it")
+            honoured(self.judge, now, "enable", key, enabled["current"]["state"] != "disabled")
+            if enabled["current"]["state"] == "disabled":
+                return
+        paused = apply(self.services, parse_change("pause", key, {"until": iso_z(window.end)}))
+        honoured(self.judge, now, "pause", key, paused["current"]["state"] == "paused")
+        self.pauses.setdefault(key, []).append(window)
+        self._log(f"operator paused {key} until {window.end:%Y-%m-%d %H:%M}")
 
     def _last_request_to(self, destination: str) -> bool:
         last = self.last_request
@@ -601,23 +644,67 @@ class Simulation:
                                 f"{entry.attempts} attempts; its destination saw {seen} "
                                 f"requests for it and {crashes} crashes could have charged it")
 
-    def _justified(self, match: Match) -> str | None:
+    def _justified(self, match: Match, entry: Any = None) -> str | None:
         """Why an entry may have failed for good, from what the world and the peers know
         (None: nothing did, so an outage or a defect burned it: ``no_attempt_burned``).
-        A destination refused it; it outlived the expiry (a day) from its story's
-        publication; a timeout or a crash charged its attempts."""
+        A destination refused it; its destination was disabled for a cause the world
+        gave (a refusal to it: the operator enables it and redrives, and the match is owed
+        again); it outlived the expiry (a day) from its story's publication, not counting
+        a pause (the pause's end restarts it); a timeout or a crash charged its attempts."""
         published = self.published.get(match[2])
         if match in self.network.refusals:
             return "refused"
-        if published is None or self.clock.now() - published >= self.expire:
+        key = destination_of(match[0], match[1])
+        if entry is not None and entry.failure_reason == "destination_disabled":
+            return "disabled" if self._disabled_for_cause(key) else None
+        if published is None or self.clock.now() >= self._expires(key, published):
             return "expired"
         if self._charged(match, published):
             return "charged"
         return None
 
+    def _expires(self, key: str, published: datetime) -> datetime:
+        """When a match published then may expire at the earliest: the expiry from its
+        publication, or from the end of each pause of its destination it waited through."""
+        at = published + self.expire
+        for window in sorted(self.pauses.get(key, ())):
+            if at > window.start:
+                at = max(at, window.end + self.expire)
+        return at
+
+    def _disabled_for_cause(self, key: str) -> bool:
+        """Sluice shows ``key`` disabled, and the world gave it a cause: a refusal to it
+        (``gone:``). The simulated operator never disables, and no destination here fails
+        for ``SLUICE_DESTINATION_DISABLE_AFTER``: any other disable is a defect."""
+        from sluice.ops.destinations import describe
+
+        found = describe(self.services, key)["disabled"]
+        return (found is not None and found["reason"].startswith("gone:")
+                and any(destination_of(channel, recipient) == key
+                        for channel, recipient, _ in self.network.refusals))
+
+    def _answers(self, key: str) -> bool:
+        """Every peer behind ``key`` answers now (a webhook key is the one shared host)."""
+        now = self.clock.now()
+        peers = [peer for name, peer in self.world.destinations.items()
+                 if destination_of(*name.split(":", 1)) == key]
+        return bool(peers) and all(peer.behaviour(now) in ("up", "paused") for peer in peers)
+
     def _operator(self) -> None:
-        visit(self.services, self.rng, self.judge, self.rogue, self.clock.now(), self._log,
-              self.out.faults)
+        owed = visit(self.services, self.rng, self.judge, self.rogue, self.clock.now(),
+                     self._log, self.out.faults, self._answers,
+                     lambda match: match in self.network.refusals)
+        for match in owed:  # redriven once its destination was enabled: owed again
+            channel = match[0]
+            windows = [w for name, peer in sorted(self.world.destinations.items())
+                       if name.startswith(f"{channel}:") for w in peer.windows]
+            stores = [Window(w.start, w.end + STORE_SETTLE, w.kind)
+                      for w in self.world.outages.windows]
+            due = owed_at(self.clock.now(), [*windows, *stores], self.world.end,
+                          LIVENESS_AFTER)
+            published = self.published.get(match[2])
+            if due is not None and published is not None:
+                self._schedule(due, "owed", (match, published, True))
 
     def _sizes(self) -> dict[str, int]:
         """Each bounded table's rows; ``job_runs`` without the runs started during a store or

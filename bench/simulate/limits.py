@@ -10,7 +10,9 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   delivery expiry (a day), so entries expire and the rest go out in one backlog when it
   is back; *late* (every send times out after it arrived) while a burst of stories
   matches its rule, so a drain runs into its budget and attempts run out; a *429* window
-  under another burst, so the rates saturate;
+  under another burst, so the rates saturate; a *pause* by the operator as long as the
+  down window (past the expiry) under a third burst, the peer up meanwhile: nothing may
+  reach it while paused and nothing may expire for it;
 - bursts of ``BURST`` stories within two minutes that every rule of a tenant matches; for
   each channel, one to a destination that is up (every rate met at once, a crash armed
   right after a claim) and one while it answers late (each send an unknown outcome);
@@ -69,6 +71,17 @@ def _add(peer: Peer, world: World, start: datetime, hours: float, kind: str,
         name = fault or kind
         world.faults[name] = world.faults.get(name, 0) + 1
     return window
+
+
+def _pause(world: World, seed: int, name: str) -> None:
+    """The operator pauses ``name`` as long as the down window (past the expiry) under a
+    burst: nothing may reach it meanwhile, nothing may expire for it. Drawn from its own
+    generator, after everything else, so the rest of the world is as it was."""
+    rng = random.Random(f"limits-pause-{seed}")
+    start = _at(world, 3.2 + rng.uniform(0, 0.05))
+    _add(world.destinations[name], world, start, EXPIRY_PAST.total_seconds() / 3600, "paused")
+    numbers = [max((s.number for f in world.feeds.values() for s in f.stories), default=0)]
+    _burst(world, start + timedelta(minutes=20), name, numbers, rng)
 
 
 def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
@@ -141,6 +154,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     _metering_limits(world, rng)
     flap_crash = _store_flaps(world, store.end)
     lonely = _lone_stories(world, rng)
+    _pause(world, seed, destinations[len(plan) % len(destinations)])
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),

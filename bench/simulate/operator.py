@@ -1,7 +1,10 @@
 """The operator, and what they see: failed delivery entries, read as
 ``GET /api/delivery/entries?status=failed`` lists them, purged or redriven as the console's
-buttons do (the routes call these same store methods). A match is named by its entry's
-public fields: (channel, recipient, story number in the payload).
+buttons do (the routes call these same store methods), and the destinations, as
+``GET /api/admin/delivery/destinations`` shows them: one Sluice disabled is enabled once its
+peer answers again, and what its disable failed is redriven (the runbook's steps), never
+purged. A match is named by its entry's public fields: (channel, recipient, story number in
+the payload).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.simulate.invariants import Judge, Match
-from bench.simulate.peers import STORY
+from bench.simulate.peers import HOOKS, STORY
 from bench.simulate.rogue import Rogue
 
 PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are redriven
@@ -31,6 +34,18 @@ def match_of(entry: Any) -> Match:
     return entry.channel, recipient, int(found.group(1)) if found else -1
 
 
+def destination_of(channel: str, recipient: str) -> str:
+    """The destination's key as Sluice names it (every simulated webhook is one host)."""
+    return f"webhook:{HOOKS}" if channel == "webhook" else f"{channel}:{recipient}"
+
+
+def honoured(judge: Judge, now: datetime, action: str, key: str, took: bool) -> None:
+    """``operator_honoured``: an operator's change of a destination took effect."""
+    if not took:
+        judge.fail("operator_honoured", now, f"the operator's {action} of {key} did not "
+                                             "take effect")
+
+
 def like(entry: Any) -> dict[str, Any]:
     """What a producer would enqueue again for this entry."""
     return {"channel": entry.channel, "recipient": entry.recipient, "payload": entry.payload}
@@ -42,15 +57,17 @@ def match_of_like(copy: dict[str, Any]) -> str:
 
 
 def observe_failed(services: Any, judge: Judge, now: datetime,
-                   justified: Callable[[Match], str | None] = lambda match: "") -> None:
+                   justified: Callable[[Match, Any], str | None] = lambda match, entry: ""
+                   ) -> None:
     """Entries failed for good are final for ``nothing_comes_back``; one newly seen failed
-    must have a reason the world knows of (``justified``), else ``no_attempt_burned``."""
+    must have a reason the world knows of (``justified``, given the match and its entry),
+    else ``no_attempt_burned``."""
     from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
     for entry in DeliveryStore(services.db).list(status=DeliveryStatus.FAILED, limit=500):
         match = match_of(entry)
         if match not in judge.final and judge.received[match] == 0 \
-                and justified(match) is None:
+                and justified(match, entry) is None:
             judge.fail("no_attempt_burned", now,
                        f"story-{match[2]} -> {match[0]}:{match[1]} failed for good "
                        f"({(entry.last_error or 'failed')[:100]}) although its destination "
@@ -61,14 +78,42 @@ def observe_failed(services: Any, judge: Judge, now: datetime,
 
 
 def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: datetime,
-          log: Callable[[str], None], faults: dict[str, int]) -> None:
-    """The operator reads the failed entries and purges or redrives each."""
+          log: Callable[[str], None], faults: dict[str, int],
+          answers: Callable[[str], bool] = lambda key: True,
+          refused: Callable[[Match], bool] = lambda match: True) -> list[Match]:
+    """The operator enables each disabled destination that ``answers`` again, then reads the
+    failed entries: what a disable failed without its destination refusing it
+    (``refused``: the message the destination refused is judged like any failed one) is
+    redriven once its destination is enabled (left while it is not); each other one purged
+    or redriven. The matches redriven while their destination is enabled after a disable
+    (owed again: no loss is excused by a disable)."""
     from sluice.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.ops.destinations import apply, parse_change, view
 
+    disabled = set()
+    for destination in view(services, state="disabled"):
+        key = destination["key"]
+        if answers(key):
+            enabled = apply(services, parse_change("enable", key, {}))
+            faults["operator_enable"] = faults.get("operator_enable", 0) + 1
+            log(f"operator enabled {key} ({destination['disabled']['reason'][:60]})")
+            honoured(judge, now, "enable", key, enabled["current"]["state"] != "disabled")
+        else:
+            disabled.add(key)
     store = DeliveryStore(services.db)
     failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
+    owed: list[Match] = []
     for entry in failed:
         match = match_of(entry)
+        if entry.failure_reason == "destination_disabled" and not refused(match):
+            if entry.destination not in disabled:
+                store.redrive(entry.id)
+                judge.redriven(match)
+                owed.append(match)
+                faults["operator_redrive"] = faults.get("operator_redrive", 0) + 1
+                log(f"operator redrove story-{match[2]} -> {match[0]}:{entry.recipient} "
+                    "(its destination enabled)")
+            continue
         if rng.random() < PURGE_SHARE:
             store.purge(entry.id)
             judge.final[match] = (now, "purged by the operator")
@@ -80,7 +125,10 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
         else:
             store.redrive(entry.id)
             judge.redriven(match)
+            if entry.failure_reason == "destination_disabled" and entry.destination not in disabled:
+                owed.append(match)
             faults["operator_redrive"] = faults.get("operator_redrive", 0) + 1
             log(f"operator redrove story-{match[2]} -> {match[0]}:{entry.recipient}")
     if not failed:
         log("operator: nothing failed")
+    return owed

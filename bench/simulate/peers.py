@@ -14,7 +14,10 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
   simulated time;
 - ``ratelimit``: 429 with ``Retry-After`` saying when to come back, as Telegram's
   ``retry_after`` and Slack's header do: the time left in the window, at most an hour;
-- ``refuse``: refuses permanently (chat not found, 410 Gone);
+- ``refuse``: refuses permanently (chat not found, 410 Gone): Sluice disables the
+  destination, and the simulated operator enables it once it answers again;
+- ``paused`` (``--limits`` only): the peer is up, and the simulated operator pauses the
+  destination in Sluice for the window: nothing may reach it meanwhile (``pause_kept``);
 - ``hang`` (destinations, ``--limits`` only): accepts the connection and the request, then
   never answers: the caller sees a timeout, as after ``late``, but the message was *not*
   taken (a gateway that stalls before its application): an unknown outcome that did not
@@ -265,6 +268,8 @@ class Network:
         peer = self.destinations.get(f"{channel}:{recipient}")
         window = peer.window(self.now()) if peer else Window(self.now(), self.now(), "refuse")
         kind = window.kind if window else "up"
+        if kind == "paused":  # held by Sluice, not by the peer: the peer answers as up
+            kind = "up"
         match = STORY.search(text)
         story = int(match.group(1)) if match else -1
         wait_s = None

@@ -55,7 +55,7 @@ def test_the_reduced_runs_seeds_reach_every_event_kind() -> None:
         plan = Crashes(random.Random(seed), world.start, world.end, {}).plan + extra
         crashed |= {point.split(".")[0] for at, point in plan if at < world.end}
     assert feeds >= {"down", "slow", "malformed", "ratelimit"}
-    assert destinations >= {"down", "late", "ratelimit", "refuse"}
+    assert destinations >= {"down", "late", "ratelimit", "refuse", "paused"}
     assert polar == {"down", "error", "late", "ratelimit"}
     assert stores == {"store_down", "redis_down"}
     assert past_expiry and erasure_due and cancelled and edited and burst
