@@ -106,6 +106,25 @@ def _seed(services: Services) -> list[str]:
     return ids
 
 
+@contextmanager
+def logged_in(base: str, services: Services) -> Iterator[Any]:
+    """A Chromium page logged in to the console through ``sluice dev``'s login link."""
+    from playwright.sync_api import sync_playwright
+
+    link = re.search(r"(http://\S+/admin/login\?nonce=\S+)", startup_summary(services, base))
+    assert link, "sluice dev prints a login link"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(),
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+            page.goto(link.group(1))
+            yield page
+        finally:
+            browser.close()
+
+
 def _check_accessibility(page: Any, path: str) -> None:
     levels = page.evaluate(HEADINGS)
     assert levels[0] == 1 and levels.count(1) == 1, f"{path}: one h1, first"

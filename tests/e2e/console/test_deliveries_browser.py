@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from sluice.cli.dev import startup_summary
 from sluice.core.services import Services
 from sluice.core.times import iso_z
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
@@ -23,7 +22,7 @@ from sluice.store.db import utcnow
 from tests.e2e.console.test_console_browser import (
     SHOTS,
     _check_accessibility,
-    chromium,
+    logged_in,
     serving,
 )
 from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once
@@ -61,41 +60,29 @@ def served(sqlite_url: str, make_services: Any) -> Iterator[tuple[str, Services]
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_replay_a_destinations_window_after_its_dry_run(served: tuple[str, Services]) -> None:
-    from playwright.sync_api import sync_playwright
-
     base, services = served
     since = iso_z(utcnow() - timedelta(hours=1))
     failed, acked = _seed(services)
     store = DeliveryStore(services.db)
-    link = re.search(r"(http://\S+/admin/login\?nonce=\S+)", startup_summary(services, base))
-    assert link
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(),
-                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.goto(link.group(1))
-            page.goto(f"{base}/admin/deliveries")
-            page.get_by_label("Destination to replay").fill(DESTINATION)
-            page.get_by_label("Since").fill(since)
-            page.get_by_label("Status to replay").select_option("failed")
-            page.get_by_role("button", name="Preview replay…").click()
+    with logged_in(base, services) as page:
+        page.goto(f"{base}/admin/deliveries")
+        page.get_by_label("Destination to replay").fill(DESTINATION)
+        page.get_by_label("Since").fill(since)
+        page.get_by_label("Status to replay").select_option("failed")
+        page.get_by_role("button", name="Preview replay…").click()
 
-            # THEN the dry run: 10 would go, 5 of the destination's entries acknowledged
-            preview = page.locator("#replay-preview").inner_text()
-            assert preview.startswith("10 entries would go out again"), preview
-            assert page.locator("#already-acknowledged").inner_text() == "5"
-            assert {store.get(i).status for i in failed} == {DeliveryStatus.FAILED}, \
-                "the preview changed nothing"
-            assert not [r for r in RunStore(services.db).recent_audit()
-                        if r["action"] == "delivery:replay"], "a preview leaves no audit row"
-            page.screenshot(path=str(SHOTS / "deliveries_replay_preview.png"), full_page=True)
+        # THEN the dry run: 10 would go, 5 of the destination's entries acknowledged
+        preview = page.locator("#replay-preview").inner_text()
+        assert preview.startswith("10 entries would go out again"), preview
+        assert page.locator("#already-acknowledged").inner_text() == "5"
+        assert {store.get(i).status for i in failed} == {DeliveryStatus.FAILED}, \
+            "the preview changed nothing"
+        assert not [r for r in RunStore(services.db).recent_audit()
+                    if r["action"] == "delivery:replay"], "a preview leaves no audit row"
+        page.screenshot(path=str(SHOTS / "deliveries_replay_preview.png"), full_page=True)
 
-            page.get_by_role("button", name="Confirm replay of 10").click()
-            assert page.locator("#replay-done").inner_text() == "Replayed: 10 entries."
-        finally:
-            browser.close()
+        page.get_by_role("button", name="Confirm replay of 10").click()
+        assert page.locator("#replay-done").inner_text() == "Replayed: 10 entries."
 
     # AND the ten of that host are due afresh, the acked and the other host's untouched
     mine = [store.get(i) for i in failed if store.get(i).recipient.startswith(
@@ -142,8 +129,6 @@ def _change(page: Any, key: str, action: str, **fields: str) -> str:
 @pytest.mark.timeout(300)
 def test_pause_resume_disable_and_enable_a_destination_from_the_console(
         hooked: tuple[str, Services, WebhookReceiver]) -> None:
-    from playwright.sync_api import sync_playwright
-
     base, services, receiver = hooked
     store = DeliveryStore(services.db)
     store.enqueue("webhook", f"{receiver.url}/first", {"text": "first"})
@@ -152,68 +137,58 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
     assert key is not None and key.startswith("webhook:127.0.0.1:")
     audit = lambda action: [r for r in RunStore(services.db).recent_audit()
                             if r["action"] == f"delivery:destination_{action}"]
-    link = re.search(r"(http://\S+/admin/login\?nonce=\S+)", startup_summary(services, base))
-    assert link
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(),
-                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.goto(link.group(1))
-            page.goto(f"{base}/admin/deliveries")
-            row = page.locator(f"#destinations tr[data-destination='{key}']")
-            assert row.locator("[data-state]").inner_text() == "ok"
-            _check_accessibility(page, "/admin/deliveries")
-            page.get_by_label(f"Pause {key}").click()
-            _check_accessibility(page, "/admin/deliveries/destinations/pause")
+    with logged_in(base, services) as page:
+        page.goto(f"{base}/admin/deliveries")
+        row = page.locator(f"#destinations tr[data-destination='{key}']")
+        assert row.locator("[data-state]").inner_text() == "ok"
+        _check_accessibility(page, "/admin/deliveries")
+        page.get_by_label(f"Pause {key}").click()
+        _check_accessibility(page, "/admin/deliveries/destinations/pause")
 
-            # Pause for an hour: the preview says what waits; nothing goes out meanwhile
-            until = iso_z(utcnow() + timedelta(hours=1))
-            waiting = [store.enqueue("webhook", f"{receiver.url}/w{n}", {"text": f"w{n}"})[0]
-                       for n in range(2)]
-            effect = _change(page, key, "pause", until=until, reason="receiver maintenance")
-            assert "wait until" in effect and "no attempt counted" in effect, effect
-            [paused] = audit("pause")
-            assert paused["actor"] == "local-dev" and paused["detail"]["change"]["until"] == until
-            assert paused["detail"]["change"]["reason"] == "receiver maintenance"
-            sent = len(receiver.received)
-            drain_once(services)
-            assert len(receiver.received) == sent, "nothing is sent while paused"
-            assert {(store.get(e.id).status, store.get(e.id).attempts) for e in waiting} == {
-                (DeliveryStatus.PENDING, 0)}
-            page.goto(f"{base}/admin/deliveries")
-            assert row.locator("[data-state]").inner_text() == "paused"
-            page.screenshot(path=str(SHOTS / "deliveries_destinations.png"), full_page=True)
+        # Pause for an hour: the preview says what waits; nothing goes out meanwhile
+        until = iso_z(utcnow() + timedelta(hours=1))
+        waiting = [store.enqueue("webhook", f"{receiver.url}/w{n}", {"text": f"w{n}"})[0]
+                   for n in range(2)]
+        effect = _change(page, key, "pause", until=until, reason="receiver maintenance")
+        assert "wait until" in effect and "no attempt counted" in effect, effect
+        [paused] = audit("pause")
+        assert paused["actor"] == "local-dev" and paused["detail"]["change"]["until"] == until
+        assert paused["detail"]["change"]["reason"] == "receiver maintenance"
+        sent = len(receiver.received)
+        drain_once(services)
+        assert len(receiver.received) == sent, "nothing is sent while paused"
+        assert {(store.get(e.id).status, store.get(e.id).attempts) for e in waiting} == {
+            (DeliveryStatus.PENDING, 0)}
+        page.goto(f"{base}/admin/deliveries")
+        assert row.locator("[data-state]").inner_text() == "paused"
+        page.screenshot(path=str(SHOTS / "deliveries_destinations.png"), full_page=True)
 
-            # Resume: the two go out, once each
-            effect = _change(page, key, "resume")
-            assert "due at once" in effect, effect
-            assert drain_once(services)["recovered"] == 2
-            assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == ["w0", "w1"]
+        # Resume: the two go out, once each
+        effect = _change(page, key, "resume")
+        assert "due at once" in effect, effect
+        assert drain_once(services)["recovered"] == 2
+        assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == ["w0", "w1"]
 
-            # Disable: a later entry fails destination_disabled without a request
-            _change(page, key, "disable", reason="customer offboarded")
-            later, _ = store.enqueue("webhook", f"{receiver.url}/later", {"text": "later"})
-            sent = len(receiver.received)
-            drain_once(services)
-            assert len(receiver.received) == sent
-            failed = store.get(later.id)
-            assert (failed.status, failed.failure_reason, failed.attempts) == (
-                DeliveryStatus.FAILED, "destination_disabled", 0)
-            page.goto(f"{base}/admin/deliveries")
-            assert row.locator("[data-state]").inner_text() == "disabled"
-            assert "customer offboarded" in row.inner_text()
+        # Disable: a later entry fails destination_disabled without a request
+        _change(page, key, "disable", reason="customer offboarded")
+        later, _ = store.enqueue("webhook", f"{receiver.url}/later", {"text": "later"})
+        sent = len(receiver.received)
+        drain_once(services)
+        assert len(receiver.received) == sent
+        failed = store.get(later.id)
+        assert (failed.status, failed.failure_reason, failed.attempts) == (
+            DeliveryStatus.FAILED, "destination_disabled", 0)
+        page.goto(f"{base}/admin/deliveries")
+        assert row.locator("[data-state]").inner_text() == "disabled"
+        assert "customer offboarded" in row.inner_text()
 
-            # Enable, then redrive what the disable failed (the destination filter's
-            # redrive-all): delivered once
-            _change(page, key, "enable")
-            page.goto(f"{base}/admin/deliveries?destination={key}&status=failed")
-            page.get_by_role("button", name=re.compile("Redrive every failed entry to")).click()
-            page.get_by_role("button", name="Confirm redrive").click()
-            page.wait_for_selector("text=Redrive: 1 entry.")
-            assert drain_once(services)["recovered"] == 1
-            assert [r["body"]["text"] for r in receiver.received[sent:]] == ["later"]
-        finally:
-            browser.close()
+        # Enable, then redrive what the disable failed (the destination filter's
+        # redrive-all): delivered once
+        _change(page, key, "enable")
+        page.goto(f"{base}/admin/deliveries?destination={key}&status=failed")
+        page.get_by_role("button", name=re.compile("Redrive every failed entry to")).click()
+        page.get_by_role("button", name="Confirm redrive").click()
+        page.wait_for_selector("text=Redrive: 1 entry.")
+        assert drain_once(services)["recovered"] == 1
+        assert [r["body"]["text"] for r in receiver.received[sent:]] == ["later"]
     assert [len(audit(a)) for a in ("pause", "resume", "disable", "enable")] == [1, 1, 1, 1]
