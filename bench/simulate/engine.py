@@ -482,11 +482,27 @@ class Simulation:
         """A message the store could not settle after its send (it was down) is an unknown
         outcome, like a crash after the send: its documented re-send is allowed."""
         self._content(receipt)
+        self._expiry(receipt)
         if self.world.outages.behaviour(receipt.at) == "store_down":
             match = (receipt.channel, receipt.recipient, receipt.story)
             self.judge.late.add(match)
             self.judge.unknown_sends[match] += 1
         self.judge.receipt(receipt)
+
+    def _expiry(self, receipt: Receipt) -> None:
+        """``expiry_kept``: an entry not delivered within the expiry (a day, from when it was
+        enqueued) fails for good; a story whose enqueue the world can bound (a lone story
+        of ``--limits``) is never received later than that, unless an operator redrove it."""
+        match = (receipt.channel, receipt.recipient, receipt.story)
+        enqueued_by = self.world.enqueued_by.get(receipt.story)
+        if enqueued_by is None or self.judge.redrives[match]:
+            return
+        if receipt.at > enqueued_by + self.expire:
+            self.judge.fail("expiry_kept", receipt.at,
+                            f"story-{receipt.story} reached {receipt.channel}:"
+                            f"{receipt.recipient} {receipt.at - enqueued_by} after it was "
+                            f"enqueued (by {enqueued_by:%Y-%m-%d %H:%M}); entries expire "
+                            f"after {self.expire}")
 
     def _content(self, receipt: Receipt) -> None:
         """``content_intact``: the receiver got the story its feed published: its number,

@@ -31,7 +31,8 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   ledger-redrive claimed the entries that waited in Redis through the store outage), and
   in the middle of them the run dying at that point too, its claim left in processing; a
   lone story to a webhook whose host *hangs* (the request taken, never answered, the
-  message not delivered) through its first four sends, and one to a chat that hangs
+  message not delivered) through its first four sends, one to a chat that goes down right
+  after it for 28 hours (its entry expires a day after it was enqueued), one to a chat that hangs
   through its first send only (its one documented resend delivers it); a lone story to
   a chat whose sender dies right after each send, the crashes targeted at that
   destination so they fall on the one entry;
@@ -236,6 +237,15 @@ def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]
                  10 / 60, "hang")
     chats = sorted(name for name in world.destinations if not name.startswith("webhook:"))
     if chats:
+        # a lone story to a chat that goes down right after it, for 28 hours: its entry
+        # must expire a day after it was enqueued, never be sent when the chat is back
+        at = _quiet(world, chats[0], 0.25)
+        if at is not None and _lone(world, chats[0], at, rng):
+            tick = at + TEN_MINUTES - timedelta(seconds=30)
+            _add(world.destinations[chats[0]], world, at + timedelta(minutes=1),
+                 EXPIRY_PAST.total_seconds() / 3600 + 2, "down")
+            number = max(s.number for f in world.feeds.values() for s in f.stories)
+            world.enqueued_by[number] = tick + timedelta(minutes=5)
         at = _quiet(world, chats[0], 8.6)
         if at is not None and _lone(world, chats[0], at, rng):
             crashes += [(at, f"delivery.after_send@{chats[0]}")] * 3

@@ -88,6 +88,9 @@ class World:
     erasures: list[ErasureCall] = field(default_factory=list)
     # outage windows that begin only when the code reaches a named point in them
     armed: dict[Window, str] = field(default_factory=dict)
+    # story number -> the latest moment its entries can have been enqueued (a lone story
+    # of --limits, its feed and the stores clear: the tick after it, with a margin)
+    enqueued_by: dict[int, datetime] = field(default_factory=dict)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

@@ -75,7 +75,7 @@ def test_outages_fall_under_the_bursts_with_a_crash_point_armed_inside() -> None
 
 
 def test_faults_coincide_on_one_step_or_one_entry_in_the_reduced_run() -> None:
-    hung = chat_hung = targeted = False
+    hung = chat_hung = targeted = expiring = False
     for seed in DEFAULT_SEEDS:
         world, extra = _world(seed)
         # the store drops right after ledger-redrive claims, more often than its attempts,
@@ -98,9 +98,15 @@ def test_faults_coincide_on_one_step_or_one_entry_in_the_reduced_run() -> None:
                     hung |= bool(lone) and window.end - window.start >= timedelta(minutes=5)
                 else:  # a chat: through its first send only, its one resend clear of it
                     chat_hung |= bool(lone) and window.end - window.start < timedelta(minutes=2)
+        for number, by in world.enqueued_by.items():  # a lone story, then down past expiry
+            story = next(s for f in world.feeds.values() for s in f.stories if s.number == number)
+            expiring |= story.published < by < world.end and any(
+                w.kind == "down" and timedelta(0) < w.start - story.published < timedelta(minutes=5)
+                and w.end - w.start > EXPIRY_PAST and w.end < world.end
+                for peer in world.destinations.values() for w in peer.windows)
         chats = [point.split("@", 1)[1] for _, point in extra if "@" in point]
         targeted |= len(chats) >= 2 and len(set(chats)) == 1
-    assert hung and chat_hung and targeted
+    assert hung and chat_hung and targeted and expiring
 
 
 def test_polar_fails_under_more_rows_than_a_run_tries_and_under_a_lone_row() -> None:
