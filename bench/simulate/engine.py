@@ -358,6 +358,8 @@ class Simulation:
                     self._replan_queue()
                 if self.judge.violations and not self.out.trail:
                     self.out.trail = list(self.trail)  # the steps up to the first one
+        with self.outages.harness():
+            self.erasures.check(self.world.end, final=True)
         if self.push is not None:
             with self.outages.harness():
                 self.push.check(owed_at)
@@ -538,13 +540,18 @@ class Simulation:
 
         if name == "metering-flush":
             self.billing.flush_started()
+        worked = True  # the run may have written something
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
             summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
             firing.again = outcome.outcome not in ("ok", "skipped")
+            worked = any(outcome.body.get(key, 1 if outcome.outcome != "ok" else 0)
+                         for key in ("drained", "due", "purged", "failed", "resumed"))
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
             firing.again = True
+        if name in ("erasure-purge", "ledger-redrive") and worked:
+            self.erasures.touch()
         if name == "metering-flush":
             self.billing.flush_ended(self.clock.now())
         self.out.runs += 1

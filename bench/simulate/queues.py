@@ -280,8 +280,7 @@ class PushQueue:
         self.batches = 0
         self.handler_faults = handler_faults
         self.seen: dict[str, int] = {}  # batch id -> its ordinal, first seen
-        self.sent_at: dict[str, datetime] = {}  # batch id -> when its content was first sent
-        self.handled: set[str] = set()  # batch ids whose handler ran to its end
+        self.unhandled: dict[str, datetime] = {}  # batch id -> first sent, until handled
         self.faults_left: dict[str, int] = {}  # batch id -> its deliveries still to fail
         self.own_failures: dict[str, int] = {}  # batch id -> deliveries failed for its sake
         self.failed_at: set[tuple[str, int]] = set()  # (message id, receive) it failed on
@@ -301,7 +300,7 @@ class PushQueue:
                                    f"{batch_id}")
             handler(message, inbound)
             self.just_handled.add(batch_id)
-            self.handled.add(batch_id)
+            self.unhandled.pop(batch_id, None)
 
         self.consumer.handler = counted
         self.just_handled: set[str] = set()  # batch ids whose handler returned, this batch
@@ -311,7 +310,7 @@ class PushQueue:
         if batch_id in self.seen:
             return
         self.seen[batch_id] = ordinal = len(self.seen) + 1
-        self.sent_at[batch_id] = message.sent_at
+        self.unhandled[batch_id] = message.sent_at
         if self.handler_faults:
             self.faults_left[batch_id] = FAULTY.get(ordinal % FAULT_EVERY, 0)
 
@@ -398,15 +397,16 @@ class PushQueue:
                                 f"{message.sent_at:%Y-%m-%d %H:%M} is still on the queue "
                                 f"after {message.receives} receive(s)")
                 message.deleted = True  # reported once
-        for batch_id, sent_at in self.sent_at.items():
-            if batch_id in self.handled or batch_id in self.settled:
+        for batch_id, sent_at in list(self.unhandled.items()):
+            if batch_id in self.settled:
+                del self.unhandled[batch_id]
                 continue
             due = owed_at(sent_at, self.windows, self.end, SETTLE_WITHIN)
             if due is not None and due <= now:
                 self.judge.fail("queue_nothing_lost", now,
                                 f"{self.TOPIC} content of batch {batch_id} (sent "
                                 f"{sent_at:%Y-%m-%d %H:%M}) was never handled")
-                self.settled.add(batch_id)  # reported once
+                del self.unhandled[batch_id]  # reported once
         dlq = self.client.queues[f"{self.name}-dlq"]
         for message in dlq.messages:
             if not message.deleted:
