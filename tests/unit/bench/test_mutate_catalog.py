@@ -14,7 +14,7 @@ from bench.mutate.main import copy_tree, scratch_tree
 
 def test_every_mutant_finds_its_code_exactly_once_in_product_code() -> None:
     mutants = load()
-    assert len(mutants) >= 20
+    assert len(mutants) >= 30  # issue 36: at least thirty
     assert check(mutants) == []
     assert all(m.file.startswith("shared/sluice/") for m in mutants)
     areas = {m.file.split("/")[2] for m in mutants}
