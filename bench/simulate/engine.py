@@ -197,6 +197,8 @@ class Simulation:
             calls.setdefault(call.user_id, []).append(call)
         self.erasures.written = lambda subject, at: tuple(
             c.entry_id for c in calls.get(subject, ()) if c.at <= at)
+        self.erasures.called_at = lambda subject, at: [
+            c.at for c in calls.get(subject, ()) if c.at <= at]
         if self.pipeline:
             from sluice.queues.handlers import PIPELINE_FLAG
             from sluice.store.flags import FlagStore
@@ -552,6 +554,8 @@ class Simulation:
             firing.again = True
         if name in ("erasure-purge", "ledger-redrive") and worked:
             self.erasures.touch()
+        if name == "ledger-redrive" and summary.startswith(f"{name}: ok"):
+            self.erasures.redrive_ok = self.clock.now()
         if name == "metering-flush":
             self.billing.flush_ended(self.clock.now())
         self.out.runs += 1

@@ -15,7 +15,11 @@ world wrote (the subject's id, found wherever it is, not where Sluice's registry
   the subject's id (``leftovers``: every table the schema has, found by reading
   ``sqlite_master``, not the erasure registry), and no Redis key or value does, after
   every later call of theirs and every erasure-purge and ledger-redrive run. Only the
-  erasure's own record of the request may name them (``RECORD_OF_ERASURE``);
+  erasure's own record of the request may name them (``RECORD_OF_ERASURE``). A call of
+  theirs made while the store was down waits in Redis's retry queue
+  (``ai:ledger:retry:*``, docs/billing.md) for the store, where no tombstone can be read:
+  it may name them there until the first ledger-redrive run that ends ``ok`` after that
+  outage, which must drop it;
 - ``not_before_grace``: no request is purged before its grace window ends;
 - ``cancel_holds``: a cancelled request is never purged.
 """
@@ -113,6 +117,8 @@ class Erasures:
         # work (``touch``); a year's tables are large, and a scan of them all costs.
         self.epoch = 0
         self.scanned: dict[str, tuple[int, int]] = {}  # subject -> (epoch, calls) when clean
+        self.called_at: Callable[[str, datetime], list[datetime]] = lambda subject, at: []
+        self.redrive_ok: datetime | None = None  # the last ledger-redrive run ended ok
         self.last_scan: dict[str, datetime] = {}
         # the ids of the records the world wrote for a subject by a moment (their calls)
         self.written: Callable[[str, datetime], tuple[str, ...]] = lambda subject, at: ()
@@ -198,12 +204,24 @@ class Erasures:
                 continue  # read within the hour: a later check reads again
             self.last_scan[subject] = at
             left = leftovers(self.services, self.redis, subject, written)
+            if self._waiting(subject, at):
+                left = {where: n for where, n in left.items() if ":ai:ledger:retry:" not in where}
             if not left:
                 self.scanned[subject] = (self.epoch, len(written))
             if left:
                 self.judge.fail("nothing_comes_back", at,
                                 f"{subject} was erased (request {request_id}); rows are back: "
                                 f"{left}")
+
+    def _waiting(self, subject: str, at: datetime) -> bool:
+        """A call of ``subject`` made while the store was down may still wait in Redis: no
+        ledger-redrive run ended ok since that outage ended."""
+        for moment in self.called_at(subject, at):
+            for window in self.windows:
+                if (window.kind == "store_down" and window.start <= moment < window.end
+                        and (self.redrive_ok is None or self.redrive_ok < window.end)):
+                    return True
+        return False
 
     def touch(self) -> None:
         """A run that may have written anything (a redrive that drained, a purge) ended."""

@@ -22,10 +22,14 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
 - ``schedule_kept``: a destination that failed (connection refused, 429) is asked again
   only as the documented schedule allows: within one send, at most
   ``INPROCESS_ATTEMPTS`` requests, each retry after the in-process policy's delay (300 ms
-  doubling) or the ``Retry-After`` the peer gave; the next send after the n-th failed send
-  in a row no sooner than the queue's step n (5 s, 25 s, 2 min, 10 min, then every 10
-  min), nor before the ``Retry-After`` the peer gave, capped at the schedule's last step.
-  A success resets it. A different match sent in the same instant (a drain working
+  doubling) or the ``Retry-After`` the peer gave; the next send after the destination's
+  n-th failed send in a row no sooner than the queue's step n (5 s, 25 s, 2 min, 10 min,
+  then every 10 min), nor before the ``Retry-After`` the peer gave, capped at the
+  schedule's last step. A 429 whose ``Retry-After`` is honoured (up to the pacing cap,
+  an hour) is the provider's pacing, not the destination failing (the policy's "pacing
+  answer" row): it holds the next send for its wait and counts no failure (seeds 8 and 10
+  x 365 showed it: a chat paced for hours, then refusing, was probed a minute later, as
+  documented). An answer starts it over. A different match sent in the same instant (a drain working
   through a backlog to a destination that took an entry earlier in the run) starts a
   send of its own. Not judged for webhooks: every simulated hook is on one host, which
   Sluice holds as one destination, while each hook fails on its own windows, so no one
@@ -50,6 +54,7 @@ INPROCESS_FIRST_S = 0.3
 INPROCESS_MAX_S = 30.0
 SLACK_S = 0.05  # the simulated clock's own rounding: a wait may end this much early
 FAILED = ("down", "ratelimit")
+PACING_CAP_S = 3600.0  # docs/delivery.md: the longest provider wait honoured
 TIMED_OUT = ("late", "hang")  # the request left and no answer came: an unknown outcome
 
 
@@ -86,11 +91,12 @@ def destination(channel: str, recipient: str) -> str:
 
 @dataclass
 class _Failing:
-    sends: int = 0  # failed sends in a row
+    sends: int = 0  # the destination's failed sends in a row (not those a 429 paced)
     in_send: int = 0  # requests of the current send
     last_at: datetime | None = None
     story: int = -1
     retry_after_s: float | None = None
+    failing: bool = False  # the current send failed as the destination's (not paced)
 
 
 @dataclass
@@ -162,14 +168,17 @@ class Pacing:
             if new_send is None:
                 return
             if new_send:
-                state.sends += 1
+                state.sends += state.failing
                 state.in_send = 0
+                state.failing = False
         if request.answer in FAILED:
             state = self.failing.setdefault(key, _Failing())
             state.in_send += 1
             state.last_at = request.at
             state.story = request.story
             state.retry_after_s = request.retry_after_s
+            paced = request.retry_after_s is not None and request.retry_after_s <= PACING_CAP_S
+            state.failing = state.failing or not paced
         elif request.answer in ("up", "late"):
             self.failing.pop(key, None)  # it answered: the schedule starts over
 
@@ -185,12 +194,13 @@ class Pacing:
                 wanted = max(wanted, asked)
             if wanted <= INPROCESS_MAX_S and wanted - SLACK_S <= gap <= INPROCESS_MAX_S + 1:
                 return False
-        step = SCHEDULE_S[min(state.sends + 1, len(SCHEDULE_S)) - 1]
+        failed = state.sends + state.failing  # the destination's failed sends in a row
+        step = SCHEDULE_S[min(failed, len(SCHEDULE_S)) - 1] if failed else 0.0
         wanted = max(step, min(asked, SCHEDULE_S[-1])) if asked is not None else step
         if gap + SLACK_S < wanted:
             self.judge.fail("schedule_kept", request.at,
                             f"{destination(request.channel, request.recipient)} asked again "
-                            f"{gap:.1f} s after its failed send {state.sends + 1} in a row "
+                            f"{gap:.1f} s after its failed send {failed} in a row "
                             f"(the schedule waits {wanted:g} s; story-{request.story})")
             return None
         return True

@@ -209,6 +209,18 @@ def test_a_failing_destination_is_asked_again_only_on_the_documented_schedule() 
     assert asked.violations == []
     pacing.request(_request(75.0, "up"))  # type: ignore[arg-type]
     assert [v.invariant for v in asked.violations] == ["schedule_kept"]
+    paced = Judge(T0)  # hours of honoured 429s are pacing: the first refusal is failure 1
+    pacing = Pacing(paced)
+    for moment, answer, wait in ((0.0, "ratelimit", 3600), (3600.0, "ratelimit", 676),
+                                 (4276.0, "down", None), (4276.3, "down", None),
+                                 (4276.9, "down", None), (4336.0, "down", None),
+                                 (4336.3, "down", None), (4336.9, "down", None),
+                                 (4370.0, "down", None)):  # failures 1, 2 and 3: 5 s, 25 s
+        pacing.request(_request(moment, answer, retry_after_s=wait))  # type: ignore[arg-type]
+    assert paced.violations == []
+    pacing.request(_request(4420.0, "down"))  # type: ignore[arg-type]  # after 3: 2 min
+    assert [v.invariant for v in paced.violations] == ["schedule_kept"]
+    assert "failed send 3 in a row (the schedule waits 120 s" in paced.violations[0].detail
     reset = Judge(T0)  # an answer starts the schedule over; a backlog's next entry is its own
     pacing = Pacing(reset)
     for moment, answer, story in ((0.0, "down", 1), (0.3, "down", 1), (0.9, "down", 1),
