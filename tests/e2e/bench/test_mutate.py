@@ -24,7 +24,7 @@ def test_a_reduced_mutation_run_kills_its_defects_and_reports_the_survivor() -> 
     done = subprocess.run(
         [sys.executable, "-m", "bench", "mutate", "--seed", "2", "--days", "2",
          "--only", "release-keeps-attempt", "--only", "expire-everything-pending",
-         "--only", "schedule-without-backoff"],
+         "--only", "lapsed-lease-resent-always"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=380, check=False)
     out = done.stdout
     assert "control: seed 2 x 2 days: clean" in done.stderr, done.stderr[-3000:]
@@ -32,9 +32,9 @@ def test_a_reduced_mutation_run_kills_its_defects_and_reports_the_survivor() -> 
         row = re.search(rf"^{mutant}\s+\S+\s+killed\s+no_attempt_burned\s+2\s+(\d+\.\d+)\s",
                         out, re.MULTILINE)
         assert row and float(row.group(1)) < 2, out
-    assert re.search(r"^schedule-without-backoff\s+\S+\s+survived", out, re.MULTILINE), out
+    assert re.search(r"^lapsed-lease-resent-always\s+\S+\s+survived", out, re.MULTILINE), out
     assert "2 of 3 mutants detected (67 %; 2 by an invariant), seeds 2 x 2 days" in out
-    assert "survived: schedule-without-backoff" in out
+    assert "survived: lapsed-lease-resent-always" in out
     assert done.returncode == 1  # 67 % is below the default --min-kill of 90
 
 
