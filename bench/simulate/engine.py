@@ -141,6 +141,7 @@ class Simulation:
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
+        self.entries_seen: tuple[Any, ...] | None = None  # _entries_changed's last reading
         self.network.polar = self.world.polar
         self.outages = Outages(self.world.outages, clock.now, self.world.armed)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
@@ -563,7 +564,7 @@ class Simulation:
         self.judge.run_ended(name, self.clock.now(), took, job.timeout_s)
         self._log(summary)
         with self.outages.harness():
-            if name == "delivery-drain":
+            if name == "delivery-drain" and self._entries_changed():
                 self._observe_failed()
                 self._check_attempts()
             elif name in ("metering-flush", "ledger-redrive"):
@@ -647,6 +648,24 @@ class Simulation:
         a defect that leaves an entry resting too early is then a loss."""
         return may_rest_unknown(match[0], self.judge.unknown_sends[match],
                                 self.pacing.asked[match])
+
+    def _entries_changed(self) -> bool:
+        """Whether the delivery entries may list differently since the checks last read
+        them. Both checks only judge what the listing shows against the world's records,
+        which only grow (a request seen, a crash, a refusal, the clock), so an unchanged
+        listing cannot fail anew: reading it after every drain cost a seed an eighth of
+        its time. The reading is a cache key, never a verdict, and covers what the checks
+        read (how many entries, their attempts, their statuses, the last write)."""
+        with self.services.db.transaction() as tx:
+            row = tx.fetchone(
+                "SELECT count(*) AS n, total(attempts) AS a, total(attempts * attempts) AS a2,"
+                " total(status = 'failed') AS f, max(updated_at) AS u, max(rowid) AS r"
+                " FROM delivery_queue", {})
+        seen = tuple(row.values()) if row else None
+        if seen == self.entries_seen:
+            return False
+        self.entries_seen = seen
+        return True
 
     def _observe_failed(self) -> None:
         observe_failed(self.services, self.judge, self.clock.now(), self._justified)
