@@ -21,9 +21,19 @@ The invariants, judged from what Polar received and from public state:
   store outage is still billed for when it was made);
 - (a call of a user erased meanwhile is owed to neither: the purge deletes its rows, and
   ``record_usage`` and ``ledger-redrive`` drop it; see ``erasure.py``)
-- ``no_attempt_burned``: no outbox row ends with its attempts used up, and no ledger entry
-  is dead-lettered. This Polar never refuses an event and no call is malformed, so such a
-  row could only have been burned by an outage.
+- ``no_attempt_burned``: no outbox row ends with its attempts used up but those Polar
+  refused (its own record of the 422s it gave), and no ledger entry is dead-lettered (no
+  call is malformed): any other such row was burned by an outage. The rows used up are
+  read as the operator reads them (``sluice billing reset-attempts --dry-run``): the
+  attempts are Sluice's, and what this judges is what the operator is shown;
+- ``refused_for_good``: an event Polar refused for good (a 422 naming it: the world's
+  ``polar_refuses``) is not sent again, but after a crash in a metering-flush run left its
+  outcome unknown (the run that sent it died before it was marked), judged from Polar's
+  record of the requests carrying it; and within ``OWED_AFTER`` of the refusal (Polar and
+  the stores up) it shows where docs/billing.md's runbook says an operator finds it: among
+  the rows ``sluice billing reset-attempts --dry-run`` keeps, Polar's refusals, not the
+  outage's. The calls behind it are metered all the same (``metered_once``: a refusal that
+  held the rows behind it would leave them unsent);
 - ``metering_paced``: within one metering-flush run Polar is asked at most
   ``TRANSIENT_IN_A_ROW`` times in a row while it answers 5xx, times out or refuses the
   connection, and never again after a 429 (docs/billing.md: "a 429 or a Retry-After ends
@@ -79,11 +89,45 @@ class Billing:
         self.burned = 0
         self.queued = False  # the last call reported went to the Redis retry queue
         self.answers: list[str] | None = None  # Polar's, to the metering-flush run under way
+        self.refuses: set[str] = set()  # the outbox ids of the events Polar refuses for good
+        self.refused: dict[str, int] = {}  # outbox id -> crashes seen at its first refusal
+        self.refusals: dict[str, int] = {}  # outbox id -> requests Polar refused it in
+        self.crashes = 0  # crashes at a metering point
 
     def polar_request(self, answer: str) -> None:
         """Polar was asked (``answer``: its behaviour then, ``up`` when it took the events)."""
         if self.answers is not None:
             self.answers.append(answer)
+
+    def polar_refused(self, external_id: str, at: datetime) -> bool:
+        """Polar refused a request for ``external_id`` (its own record); True the first time.
+        ``refused_for_good``: sent again only after a crash left the outcome unknown."""
+        self.refusals[external_id] = self.refusals.get(external_id, 0) + 1
+        first = external_id not in self.refused
+        crashes_before = self.refused.setdefault(external_id, self.crashes)
+        allowed = 1 + self.crashes - crashes_before
+        if self.refusals[external_id] > allowed:
+            self.judge.fail("refused_for_good", at,
+                            f"Polar was sent {external_id} {self.refusals[external_id]} times, "
+                            f"although it refused it for good (a 422) the first time; "
+                            f"{allowed - 1} crash(es) of metering-flush since could have "
+                            "left its outcome unknown")
+        return first
+
+    def refusal_shown(self, external_id: str, at: datetime) -> None:
+        """``refused_for_good``: the row Polar refused shows among those the operator's
+        ``reset-attempts --dry-run`` keeps (Polar's refusals), as the runbook says."""
+        from sluice.billing.reset import reset_attempts
+
+        if self.erased(self.user_of.get(external_id, "")):
+            return  # purged with its user
+        listed = reset_attempts(self.services.db, actor="sim-operator", dry_run=True)
+        if external_id not in listed.kept:
+            where = "among the outage's (reset by default)" if external_id in listed.reset \
+                else "nowhere: not failed for good"
+            self.judge.fail("refused_for_good", at,
+                            f"{external_id}, refused by Polar for good, shows {where} in "
+                            "`sluice billing reset-attempts --dry-run` an hour on")
 
     def flush_started(self) -> None:
         self.answers = []
@@ -163,7 +207,7 @@ class Billing:
         if self.erased(self.user_of[external_id]):
             return  # purged with its user (or dropped at redrive): erasure's invariants judge
         since = f"accepted {self.accepted[external_id]:%Y-%m-%d %H:%M}"
-        if not polar_ids.get(external_id):
+        if not polar_ids.get(external_id) and external_id not in self.refuses:
             self.judge.fail("metered_once", at, f"{external_id} ({since}) has not reached "
                             "Polar although Polar and the stores were up")
         with self.services.db.transaction() as tx:
@@ -175,15 +219,17 @@ class Billing:
                             f"{count} times")
 
     def check_attempts(self, at: datetime) -> None:
-        """After a metering-flush or ledger-redrive run: nothing burned."""
-        from sluice.billing.usage import usage_figures
+        """After a metering-flush or ledger-redrive run: nothing burned but what Polar
+        refused (its own record)."""
+        from sluice.billing.reset import reset_attempts
         from sluice.store.redis_clients import LEDGER_RETRY_DLQ
 
-        figures = usage_figures(self.services.db, self.redis)
-        burned = figures["meteringOutbox"]["exhausted"] + (self.redis.llen(LEDGER_RETRY_DLQ)
-                                                           if self.redis else 0)
+        listed = reset_attempts(self.services.db, actor="sim-operator", dry_run=True)
+        used_up = [row for row in [*listed.reset, *listed.kept] if row not in self.refused]
+        burned = len(used_up) + (self.redis.llen(LEDGER_RETRY_DLQ) if self.redis else 0)
         if burned > self.burned:
             self.judge.fail("no_attempt_burned", at,
                             f"{burned} outbox rows used up or ledger entries dead-lettered "
-                            "(this Polar refuses no event: an outage burned them)")
+                            f"(Polar refused none of them: an outage burned them; "
+                            f"{', '.join(sorted(used_up)[:3])})")
         self.burned = burned

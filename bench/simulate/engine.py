@@ -42,6 +42,7 @@ from bench.simulate.firing import (
     retry_waiting,
     tick_wake,
 )
+from bench.simulate.hosts import hook_host
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import (
     BOUNDED_TABLES,
@@ -67,7 +68,6 @@ from bench.simulate.outages import FlakyRedis, Outages
 from bench.simulate.pacing import Pacing
 from bench.simulate.peers import (
     FEEDS,
-    HOOKS,
     Installed,
     Network,
     Receipt,
@@ -84,6 +84,7 @@ TOUCHES = {
     "rules": ("rss-refresh",),
     "erase": ("erasure-purge",),
     "cancel": ("erasure-purge",),
+    "confirm": ("erasure-purge",),
     "operator": ("delivery-drain",),
     "rogue": ("delivery-drain",),
     "ledger-redrive": ("metering-flush",),
@@ -192,6 +193,9 @@ class Simulation:
             reschedule=lambda at, call: self._schedule(at, "erased-due", call),
             windows=self.world.outages.windows, end=self.world.end)
         self.billing.erased = self.erasures.erased
+        self.billing.refuses = {call + OUTBOX_SUFFIX for call in self.world.polar_refuses}
+        self.network.polar_refuses = self.billing.refuses
+        self.network.on_polar_refused = self._polar_refused
         self.erasures.redis = self.redis
         calls: dict[str, list[UsageCall]] = {}
         for call in self.world.usage:
@@ -234,7 +238,8 @@ class Simulation:
             keyword = rule.keyword_at(now)
             if keyword is None:
                 continue
-            recipient = (f"http://{HOOKS}/{rule.recipient}" if rule.channel == "webhook"
+            recipient = (f"http://{hook_host(rule.recipient)}/{rule.recipient}"
+                         if rule.channel == "webhook"
                          else rule.recipient)
             body.append({"id": rule.rule_id, "match": {"keywords": [keyword]},
                          "destination": {"channel": rule.channel, "recipient": recipient}})
@@ -277,6 +282,8 @@ class Simulation:
             self._schedule(erasure.at, "erase", erasure)
             if erasure.cancel_at is not None and erasure.cancel_at < self.world.end:
                 self._schedule(erasure.cancel_at, "cancel", erasure)
+            if erasure.confirm_at is not None and erasure.confirm_at < self.world.end:
+                self._schedule(erasure.confirm_at, "confirm", erasure)
             due = self.erasures.due(erasure, self.world.outages.windows, self.world.end)
             if due is not None:
                 self._schedule(due, "erased-due", erasure)
@@ -462,6 +469,10 @@ class Simulation:
             self.erasures.request(what)
         elif kind == "cancel":
             self.erasures.cancel(what)
+        elif kind == "confirm":
+            self.erasures.confirm(what, self.clock.now())
+        elif kind == "refused":
+            self.billing.refusal_shown(what, self.clock.now())
         elif kind == "erased-due":
             self.erasures.check_purged(what, self.clock.now())
 
@@ -482,6 +493,16 @@ class Simulation:
                                          *self.world.outages.windows], self.world.end)
         if due is not None:
             self._schedule(due, "metered", call.entry_id + OUTBOX_SUFFIX)
+
+    def _polar_refused(self, external_id: str) -> None:
+        """Polar refused ``external_id`` for good: where it shows is judged an hour on, with
+        Polar and the stores up (``refused_for_good``)."""
+        now = self.clock.now()
+        if self.billing.polar_refused(external_id, now):
+            due = owed_at(now, [*self.world.polar.windows, *self.world.outages.windows],
+                          self.world.end)
+            if due is not None:
+                self._schedule(due, "refused", external_id)
 
     def _receipt(self, receipt: Receipt) -> None:
         """A message the store could not settle after its send (it was down) is an unknown
@@ -596,6 +617,8 @@ class Simulation:
         Its next send is the documented re-send of an unknown outcome."""
         if point.startswith(("delivery.", "consumer.")):
             self.delivery_crashes.append(self.clock.now())
+        if point.startswith("metering."):
+            self.billing.crashes += 1
         if point == "delivery.after_send" and self.network.receipts:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
@@ -730,7 +753,7 @@ class Simulation:
                         for channel, recipient, _ in self.network.refusals))
 
     def _answers(self, key: str) -> bool:
-        """Every peer behind ``key`` answers now (a webhook key is the one shared host)."""
+        """Every peer behind ``key`` answers now."""
         now = self.clock.now()
         peers = [peer for name, peer in self.world.destinations.items()
                  if destination_of(*name.split(":", 1)) == key]

@@ -20,8 +20,14 @@ world wrote (the subject's id, found wherever it is, not where Sluice's registry
   (``ai:ledger:retry:*``, docs/billing.md) for the store, where no tombstone can be read:
   it may name them there until the first ledger-redrive run that ends ``ok`` after that
   outage, which must drop it;
-- ``not_before_grace``: no request is purged before its grace window ends;
-- ``cancel_holds``: a cancelled request is never purged.
+- ``not_before_grace``: no request is purged before its grace window ends, unless an
+  operator confirmed it (docs/erasure.md: a confirm "purges one request now, skipping what
+  is left of its grace window");
+- ``confirm_honoured``: so a confirm within the window purges the subject at once: right
+  after it, nothing the world wrote for them is left (``leftovers``, the same reading as
+  ``nothing_comes_back``), whatever the request's status says;
+- ``cancel_holds``: a cancelled request is never purged, and an operator's confirm of one
+  (docs/erasure.md: 409) purges nothing.
 """
 
 from __future__ import annotations
@@ -125,6 +131,7 @@ class Erasures:
         self.purged: set[str] = set()  # subjects seen purged
         self.cancelled: set[str] = set()  # request ids
         self.grace_until: dict[str, datetime] = {}  # request id -> its window's end
+        self.confirmed: dict[str, datetime] = {}  # request id -> when the operator confirmed
         self.redis: Any = None  # the Redis the deployment writes to (the harness's view)
         # A purged subject's leftovers are read again only once something could have
         # written them: a call of theirs, or a ledger-redrive or erasure-purge run that did
@@ -164,6 +171,38 @@ class Erasures:
             return
         self.cancelled.add(request_id)
         self.log(f"erasure of {call.subject} cancelled")
+
+    def confirm(self, call: ErasureCall, at: datetime) -> None:
+        """The operator confirms the request (``POST …/requests/{id}/confirm``): one in its
+        window is purged now (``confirm_honoured``), one cancelled is refused (409)."""
+        from sluice.core.errors import Conflict
+        from sluice.erasure.purge import confirm
+
+        from bench.simulate.crashes import SimCrash
+
+        request_id = self.of_call[call]
+        try:
+            confirm(self.services, request_id, confirmed_by="sim-operator")
+        except Conflict as exc:
+            self.log(f"erasure of {call.subject}: confirm refused ({exc.message})")
+        except SimCrash as crash:  # the request's process died: the next run sweeps
+            self.log(f"erasure of {call.subject}: the confirm crashed at {crash.point}")
+            if request_id not in self.cancelled:
+                self.confirmed.setdefault(request_id, at)
+            return
+        else:
+            self.log(f"erasure of {call.subject} confirmed by the operator")
+        if request_id in self.cancelled:
+            return  # refused, as documented: cancel_holds judges what the store shows
+        self.confirmed.setdefault(request_id, at)
+        written = self.written(call.subject, at)
+        left = leftovers(self.services, self.redis, call.subject, written)
+        if self._waiting(call.subject, at):
+            left = {where: n for where, n in left.items() if ":ai:ledger:retry:" not in where}
+        if left:
+            self.judge.fail("confirm_honoured", at,
+                            f"the operator confirmed the erasure of {call.subject} (request "
+                            f"{request_id}); right after it their data is still there: {left}")
 
     def due(self, call: ErasureCall, windows: list[Window], end: datetime) -> datetime | None:
         """When the purge is owed: the first ``PURGE_WITHIN`` clear of outages from the end
@@ -207,7 +246,8 @@ class Erasures:
             if status != "purged":
                 continue
             grace = self.grace_until.get(request_id)
-            if subject not in self.purged and grace is not None and at < grace:
+            if (subject not in self.purged and grace is not None and at < grace
+                    and request_id not in self.confirmed):
                 self.judge.fail("not_before_grace", at,
                                 f"erasure of {subject} purged before its grace window "
                                 f"ended ({grace:%Y-%m-%d %H:%M})")

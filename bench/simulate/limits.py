@@ -36,10 +36,12 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   through its first send only (its one documented resend delivers it); a lone story to
   a chat whose sender dies right after each send, the crashes targeted at that
   destination so they fall on the one entry;
-- an erasure whose grace window ends within the run, and one cancelled within its window;
+- an erasure whose grace window ends within the run, one cancelled within its window
+  (which the operator then confirms: refused, 409), and one the operator confirms early,
+  within its window (purged at once);
+- Polar refusing one event for good (a 422 naming it) between two it takes, Polar and the
+  stores up: the refused row must not be sent again, nor hold the two behind it;
 - a rule edit.
-
-Polar refusing an event for good (a 4xx) is not among them: this Polar never refuses one.
 """
 
 from __future__ import annotations
@@ -144,15 +146,21 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     world.erasures.append(ErasureCall(_at(world, 1.0), f"user-{who}-0", f"org-{scope}", 1,
                                       None))
     world.erasures.append(ErasureCall(_at(world, 1.3), f"user-{who}-1", f"org-{scope}", 3,
-                                      _at(world, 2.0)))
+                                      _at(world, 2.0), confirm_at=_at(world, 2.2)))
+    # the operator confirms one early, within its grace window: purged at once
+    world.erasures.append(ErasureCall(_at(world, 1.6), f"user-{who}-2", f"org-{scope}", 7,
+                                      None, confirm_at=_at(world, 2.7)))
     world.erasures.sort()
     world.faults["erasure"] = sum(1 for e in world.erasures if e.at < world.end)
+    world.faults["erasure_confirm"] = sum(1 for e in world.erasures
+                                          if e.confirm_at and e.confirm_at < world.end)
     rule = world.tenants[0].rules[0]
     edit = _at(world, 3.0 + rng.uniform(0, 0.5))
     if rule.keyword_at(edit) is not None and not any(v.since > edit for v in rule.versions):
         rule.versions.append(RuleVersion(edit, rng.choice(("kw00", "kw05", "kw10"))))
         world.faults["rule_edit"] = world.faults.get("rule_edit", 0) + 1
     _metering_limits(world, rng)
+    _polar_refusal(world, seed)
     flap_crash = _store_flaps(world, store.end)
     lonely = _lone_stories(world, rng)
     _pause(world, seed, destinations[len(plan) % len(destinations)])
@@ -200,6 +208,20 @@ def _metering_limits(world: World, rng: random.Random) -> None:
                                  f"org-{tenant.scope}",
                                  f"user-{len(world.tenants) - 1}-{rng.randint(0, 4)}",
                                  rng.randint(10, 5000)))
+    world.usage.sort()
+
+
+def _polar_refusal(world: World, seed: int) -> None:
+    """Three calls 20 s apart on day 6.2, the middle one's event refused by Polar for good
+    (a 422 naming it); from a generator of its own, so the rest is drawn as before."""
+    rng = random.Random(f"limits-polar-refusal-{seed}")
+    at = _at(world, 6.2 + rng.uniform(0, 0.05))
+    for n in range(3):
+        world.usage.append(UsageCall(at + timedelta(seconds=20 * n), f"limits-refused-{n}",
+                                     f"org-{world.tenants[0].scope}",
+                                     f"user-0-{rng.randint(0, 4)}", rng.randint(10, 5000)))
+    world.polar_refuses.add("limits-refused-1")
+    world.faults["polar_refuse"] = world.faults.get("polar_refuse", 0) + 1
     world.usage.sort()
 
 

@@ -15,8 +15,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.simulate.hosts import hook_host
 from bench.simulate.invariants import Judge, Match
-from bench.simulate.peers import HOOKS, STORY
+from bench.simulate.peers import STORY
 from bench.simulate.rogue import Rogue
 
 PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are redriven
@@ -24,8 +25,7 @@ PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are
 
 def match_of(entry: Any) -> Match:
     """(channel, recipient, story) of a delivery entry, from its public fields, named as the
-    receivers record it (a webhook by its path on the one simulated host, as its rule's
-    recipient is)."""
+    receivers record it (a webhook by its path, as its rule's recipient is)."""
     text = " ".join(str(p) for p in entry.payload.get("payloads", []))
     found = STORY.search(text)
     recipient = entry.recipient
@@ -35,8 +35,8 @@ def match_of(entry: Any) -> Match:
 
 
 def destination_of(channel: str, recipient: str) -> str:
-    """The destination's key as Sluice names it (every simulated webhook is one host)."""
-    return f"webhook:{HOOKS}" if channel == "webhook" else f"{channel}:{recipient}"
+    """The destination's key as Sluice names it (a webhook: its receiver's host and port)."""
+    return f"webhook:{hook_host(recipient)}" if channel == "webhook" else f"{channel}:{recipient}"
 
 
 def honoured(judge: Judge, now: datetime, action: str, key: str, took: bool) -> None:

@@ -6,10 +6,10 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
   spaced at the limit's interval, so only the one on the window's closing edge may be
   extra). The limits are the providers' documented ones, which are Sluice's defaults:
   Telegram 30 a second per bot, 1 a second per chat, 20 a minute per group (a negative
-  chat id); Slack 1 a second per channel; a webhook host 10 a second.
+  chat id); Slack 1 a second per channel; a webhook host (its host and port) 10 a second.
 - ``spacing_kept``: two messages to a limit's key that reached the peer are never closer
   than the limit's own interval (its period over its limit: 3 s for a Telegram group, 1 s
-  for a chat or a Slack channel, 100 ms for the webhook host), as
+  for a chat or a Slack channel, 100 ms for a webhook host), as
   ``sluice.delivery.ratelimit`` documents ("no bursts; no two messages are ever closer
   than the limit's own interval"). Requests of one message (its in-process retries, its
   chunks) are not two messages.
@@ -31,10 +31,10 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
   x 365 showed it: a chat paced for hours, then refusing, was probed a minute later, as
   documented). An answer starts it over. A different match sent in the same instant (a drain working
   through a backlog to a destination that took an entry earlier in the run) starts a
-  send of its own. Not judged for webhooks: every simulated hook is on one host, which
-  Sluice holds as one destination, while each hook fails on its own windows, so no one
-  schedule of that host is defined (seed 3 with ``--limits`` showed it: one hook's
-  resend on its own entry's schedule, 540 s after another hook's probe).
+  send of its own. A webhook's destination is its receiver's host and port (each
+  simulated receiver has a port of its own, ``hosts.hook_host``): a destination that
+  shared one host's schedule among receivers failing on their own windows would resend
+  one hook on another's probe.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
+
+from bench.simulate.hosts import hook_host
 
 if TYPE_CHECKING:
     from bench.simulate.invariants import Judge
@@ -81,12 +83,12 @@ def limits(channel: str, recipient: str) -> list[tuple[str, int, float]]:
         return [("telegram:bot", 30, 1.0), chat]
     if channel == "slack":
         return [(f"slack:channel:{recipient}", 1, 1.0)]
-    return [("webhook:host", 10, 1.0)]  # every simulated hook is on one host
+    return [(f"webhook:host:{hook_host(recipient)}", 10, 1.0)]
 
 
 def destination(channel: str, recipient: str) -> str:
-    """What fails together: a chat, a channel, the one host every simulated hook is on."""
-    return "webhook:host" if channel == "webhook" else f"{channel}:{recipient}"
+    """What fails together: a chat, a channel, a webhook receiver's host and port."""
+    return f"webhook:{hook_host(recipient)}" if channel == "webhook" else f"{channel}:{recipient}"
 
 
 @dataclass
@@ -158,8 +160,6 @@ class Pacing:
                                 f"{limit}, story-{request.story})")
 
     def _schedule(self, request: Request) -> None:
-        if request.channel == "webhook":
-            return  # see the module's note
         key = destination(request.channel, request.recipient)
         state = self.failing.get(key)
         if state is not None and state.last_at is not None:

@@ -47,12 +47,12 @@ from xml.sax.saxutils import escape
 
 import httpx
 
+from bench.simulate.hosts import hook_host, is_hook_host
 from bench.simulate.pacing import Request
 
 FEEDS = "127.0.0.1:7001"
 TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
-HOOKS = "127.0.0.1:7004"
 POLAR = "127.0.0.1:7005"
 STORY = re.compile(r"story-(\d+)")
 RETRY_AFTER_MAX_S = 3600
@@ -164,6 +164,10 @@ class Network:
         self.on_polar: Callable[[dict[str, Any]], None] = lambda event: None
         # every request to Polar, with how it was answered (billing.py's metering_paced)
         self.on_polar_request: Callable[[str], None] = lambda answer: None
+        # the events Polar's validation refuses for good (their external ids), and each
+        # request that carried one (billing.py's refused_for_good)
+        self.polar_refuses: set[str] = set()
+        self.on_polar_refused: Callable[[str], None] = lambda external_id: None
 
     # --- the transport seam -------------------------------------------------------
 
@@ -180,13 +184,16 @@ class Network:
             return self._chat(request, "slack", str(body["channel"]), body["text"], None)
         if host == POLAR:
             return self._polar(request)
-        if host == HOOKS:
+        if is_hook_host(host):
+            hook = request.url.path.strip("/")
+            if not re.fullmatch(r"hook-\d+-\d+", hook) or hook_host(hook) != host:
+                return httpx.Response(404, text="no such hook here", request=request)
             if not self._signed(request):
                 self.unsigned.append(f"{request.url.path} ({request.headers.get('webhook-id')})")
                 return httpx.Response(401, text="bad signature", request=request)
             body = json.loads(request.content)
             text = json.dumps(body.get("payloads"))
-            return self._chat(request, "webhook", request.url.path.strip("/"), text,
+            return self._chat(request, "webhook", hook, text,
                               request.headers.get("idempotency-key"))
         # Never dialled: the simulation has no network.
         self.refused_hosts.append(host)
@@ -236,9 +243,21 @@ class Network:
     def _polar(self, request: httpx.Request) -> httpx.Response:
         """``POST /v1/events/ingest``: events deduplicated on ``external_id``, as Polar does;
         ``error`` answers 500 for the whole window, ``late`` ingests and answers after the
-        client's timeout."""
+        client's timeout. A request holding an event Polar refuses for good is refused
+        whole (422, its validation's ``detail`` naming each such event, as FastAPI does):
+        nothing of it is ingested."""
         kind = self.polar.behaviour(self.now())
-        self.on_polar_request(kind)
+        events = json.loads(request.content)["events"] if kind in ("up", "late") else []
+        refused = [i for i, event in enumerate(events)
+                   if str(event.get("external_id")) in self.polar_refuses]
+        self.on_polar_request("refused" if refused else kind)
+        if refused:
+            for i in refused:
+                self.on_polar_refused(str(events[i]["external_id"]))
+            return httpx.Response(422, json={"detail": [
+                {"loc": ["body", "events", i, "metadata", "total_tokens"],
+                 "msg": "the meter refuses this value", "type": "value_error"}
+                for i in refused]}, request=request)
         if kind == "down":
             raise httpx.ConnectError("simulated: connection refused", request=request)
         if kind == "ratelimit":
@@ -246,7 +265,6 @@ class Network:
                                   request=request)
         if kind == "error":
             return httpx.Response(500, text="internal error", request=request)
-        events = json.loads(request.content)["events"]
         inserted = 0
         for event in events:
             external_id = str(event["external_id"])

@@ -71,6 +71,7 @@ class ErasureCall(NamedTuple):
     tenant_id: str
     grace_days: int
     cancel_at: datetime | None
+    confirm_at: datetime | None = None  # an operator confirms it (purge now) then
 
 
 @dataclass
@@ -91,6 +92,8 @@ class World:
     # story number -> the latest moment its entries can have been enqueued (a lone story
     # of --limits, its feed and the stores clear: the tick after it, with a margin)
     enqueued_by: dict[int, datetime] = field(default_factory=dict)
+    # the calls whose event Polar refuses for good (a 422 naming it), by entry id
+    polar_refuses: set[str] = field(default_factory=set)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]
@@ -192,8 +195,23 @@ def generate(seed: int, start: datetime, days: int) -> World:
                   [moment for moment in operator_at if moment < stop],
                   {k: v for k, v in counted.items() if v})
     _billing(world, seed, end)
+    _polar_refusals(world, seed)
     _erasures(world, seed, end)
     return world
+
+
+POLAR_REFUSES = 0.002  # of the calls: about one a month in the busier worlds
+
+
+def _polar_refusals(world: World, seed: int) -> None:
+    """The events Polar refuses for good (its validation answers 422 naming the event), from
+    a generator of their own: the calls, and the rest of the world, are drawn as before."""
+    rng = random.Random(f"polar-refusal-{seed}")
+    world.polar_refuses = {call.entry_id for call in world.usage if rng.random() < POLAR_REFUSES}
+    counted = sum(1 for call in world.usage
+                  if call.entry_id in world.polar_refuses and call.at < world.end)
+    if counted:
+        world.faults["polar_refuse"] = counted
 
 
 def _erasures(world: World, seed: int, end: datetime) -> None:
@@ -209,10 +227,20 @@ def _erasures(world: World, seed: int, end: datetime) -> None:
                   else None)
         world.erasures.append(ErasureCall(at, f"user-{t}-{rng.randint(0, 4)}",
                                           f"org-{world.tenants[t].scope}", grace, cancel))
+    # an operator confirming some early, within their window (the purge is then at once),
+    # from a generator of its own so the requests are drawn as before
+    early = random.Random(f"erasure-confirm-{seed}")
+    world.erasures = [call._replace(confirm_at=call.at + timedelta(
+                          days=early.uniform(0, call.grace_days)))
+                      if early.random() < 0.15 and call.cancel_at is None else call
+                      for call in world.erasures]
     world.erasures.sort()
     counted = sum(1 for e in world.erasures if e.at < world.end)
     if counted:
         world.faults["erasure"] = counted
+    confirmed = sum(1 for e in world.erasures if e.confirm_at and e.confirm_at < world.end)
+    if confirmed:
+        world.faults["erasure_confirm"] = confirmed
 
 
 def _billing(world: World, seed: int, end: datetime) -> None:

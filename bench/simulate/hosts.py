@@ -1,0 +1,18 @@
+"""Where the simulated webhook receivers listen: each on a port of its own of 127.0.0.1,
+so each is a destination of its own, as Sluice keys one (``webhook:host:port``)."""
+
+from __future__ import annotations
+
+HOOK_PORTS = range(7100, 7200)  # each simulated webhook receiver listens on a port of its own
+
+
+def hook_host(recipient: str) -> str:
+    """The host and port of the receiver of webhook ``hook-<t>-<r>``: each on a port of its
+    own (a destination of its own, as Sluice keys it: ``webhook:host:port``)."""
+    tenant, rule = (int(part) for part in recipient.removeprefix("hook-").split("-")[:2])
+    return f"127.0.0.1:{HOOK_PORTS.start + 10 * tenant + rule}"
+
+
+def is_hook_host(host: str) -> bool:
+    name, _, port = host.partition(":")
+    return name == "127.0.0.1" and port.isdigit() and int(port) in HOOK_PORTS
