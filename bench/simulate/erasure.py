@@ -175,10 +175,9 @@ class Erasures:
     def confirm(self, call: ErasureCall, at: datetime) -> None:
         """The operator confirms the request (``POST …/requests/{id}/confirm``): one in its
         window is purged now (``confirm_honoured``), one cancelled is refused (409)."""
+        from bench.simulate.crashes import SimCrash
         from sluice.core.errors import Conflict
         from sluice.erasure.purge import confirm
-
-        from bench.simulate.crashes import SimCrash
 
         request_id = self.of_call[call]
         try:
