@@ -6,7 +6,9 @@ delivery entries the API lists, the jobs' results), never from Sluice's internal
   arrived (an unknown outcome), plus one per operator redrive. A webhook receiver drops a
   repeated ``Idempotency-Key``, so for webhooks a new key for the same match counts.
 - ``eventually_once``: a match whose feed and destination were up and whose rule did not
-  change for three hours after the story was published has been received by then.
+  change for three hours after the story was published has been received by then (a
+  chat's destination: every chat of its channel, one API host; a webhook's: its own
+  receiver, on a port of its own).
 - ``owed_after_recovery``: a match a fault delayed is owed all the same: it has been
   received ``LIVENESS_AFTER`` into the first stretch of that length, from its story's
   publication on, clear of every fault window of its channel's destinations, of the
@@ -164,11 +166,13 @@ def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, dat
     from bench.simulate.billing import owed_at
 
     tenant = next(t for t in world.tenants if t.scope == rule.scope)
-    # A destination is held as down by its host (one API host per chat channel; every
-    # simulated webhook shares one host): a fault of any destination on the same
-    # channel may delay this one, so the match is owed once all of them are clear.
+    # A chat's faults are held as its API host's (one host per chat channel): a fault of
+    # any destination on the same channel may delay this one, so the match is owed once
+    # all of them are clear. A webhook receiver is a host of its own (``hosts.py``): only
+    # its own faults may delay it.
     windows = [w for name, peer in sorted(world.destinations.items())
-               if name.startswith(f"{rule.channel}:") for w in peer.windows]
+               if (name == f"webhook:{rule.recipient}" if rule.channel == "webhook"
+                   else name.startswith(f"{rule.channel}:")) for w in peer.windows]
     stores = [Window(w.start, w.end + STORE_SETTLE, w.kind) for w in world.outages.windows]
     owed = []
     for name in tenant.feeds:

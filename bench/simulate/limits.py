@@ -39,9 +39,9 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
 - an erasure whose grace window ends within the run, one cancelled within its window
   (which the operator then confirms: refused, 409), and one the operator confirms early,
   within its window (purged at once);
-- two webhook receivers on their own ports, one down for 90 minutes while a burst goes
-  to the other: each is a destination of its own (its host and port), so the one that is
-  up neither waits for the other nor spends the other's retry schedule;
+- two webhook receivers on their own ports, one down for four hours while a story goes
+  to the other every ten minutes for an hour: each is a destination of its own (its host
+  and port), so the one that is up does not wait for the other (``eventually_once``);
 - Polar refusing one event for good (a 422 naming it) between two it takes, Polar and the
   stores up: the refused row must not be sent again, nor hold the two behind it;
 - a rule edit.
@@ -216,9 +216,9 @@ def _metering_limits(world: World, rng: random.Random) -> None:
 
 
 def _hooks_apart(world: World, seed: int) -> None:
-    """On day 6.9 one webhook receiver is down for 90 minutes while a burst goes to another
-    (of another tenant when there is one), on a port of its own; from a generator of its
-    own, so the rest is drawn as before."""
+    """On day 6.9 one webhook receiver is down for four hours, with a story for it, while a
+    story goes to another (of another tenant when there is one, on a port of its own) every
+    ten minutes for an hour; from a generator of its own, so the rest is drawn as before."""
     hooks = sorted(name for name in world.destinations if name.startswith("webhook:"))
     if len(hooks) < 2:
         return
@@ -227,11 +227,10 @@ def _hooks_apart(world: World, seed: int) -> None:
     tenant_of = {f"{r.channel}:{r.recipient}": r.scope for r in world.rules()}
     up = next((h for h in hooks if tenant_of.get(h) != tenant_of.get(down)), hooks[1])
     start = _at(world, 6.9 + rng.uniform(0, 0.05))
-    _add(world.destinations[down], world, start, 1.5, "down")
-    numbers = [max((s.number for f in world.feeds.values() for s in f.stories), default=0)]
-    _burst(world, start + timedelta(minutes=20), up, numbers, rng)
-    # and one story for the receiver that is down, so it has an entry to hold
-    _lone(world, down, start + timedelta(minutes=10), rng)
+    _add(world.destinations[down], world, start, 4.0, "down")
+    _lone(world, down, start + timedelta(minutes=1), rng)
+    for n in range(7):
+        _lone(world, up, start + timedelta(minutes=15 + 10 * n), rng)
 
 
 def _polar_refusal(world: World, seed: int) -> None:

@@ -294,7 +294,7 @@ def test_a_webhook_receiver_refuses_what_fails_its_standard_webhooks_check() -> 
 
     network = Network(lambda: T0, lambda s: None)
     network.hook_secret = b"a-shared-secret-of-24-chars!"
-    network.destinations["webhook:hook-1"] = Peer("webhook:hook-1")
+    network.destinations["webhook:hook-0-1"] = Peer("webhook:hook-0-1")
     body = json.dumps({"payloads": ["story-3"]}).encode()
     now = int(T0.timestamp())
 
@@ -303,7 +303,7 @@ def test_a_webhook_receiver_refuses_what_fails_its_standard_webhooks_check() -> 
         headers = {"content-type": "application/json", "idempotency-key": "k1",
                    **sign([secret], key, stamp, body)}
         with httpx.Client(transport=httpx.MockTransport(network.handle)) as client:
-            return client.post("http://127.0.0.1:7004/hook-1", content=body,
+            return client.post("http://127.0.0.1:7101/hook-0-1", content=body,
                                headers=headers).status_code
 
     assert post(now) == 200 and network.unsigned == []
