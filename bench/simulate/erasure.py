@@ -195,7 +195,7 @@ class Erasures:
             return  # refused, as documented: cancel_holds judges what the store shows
         self.confirmed.setdefault(request_id, at)
         written = self.written(call.subject, at)
-        left = leftovers(self.services, self.redis, call.subject, written)
+        left = leftovers(self.services, self.redis, {call.subject: written})[call.subject]
         if self._waiting(call.subject, at):
             left = {where: n for where, n in left.items() if ":ai:ledger:retry:" not in where}
         if left:
