@@ -34,6 +34,10 @@ The invariants, judged from what Polar received and from public state:
   the rows ``sluice billing reset-attempts --dry-run`` keeps, Polar's refusals, not the
   outage's. The calls behind it are metered all the same (``metered_once``: a refusal that
   held the rows behind it would leave them unsent);
+- ``dead_letter_named``: no call ``record_usage`` makes is malformed, but with ``--limits``
+  a foreign producer pushes a malformed envelope (judged apart from ``no_attempt_burned``):
+  once ledger-redrive took it, it is on the ledger DLQ as the operations view lists it, its
+  reason naming it malformed, until its user's erasure sweeps it.
 - ``metering_paced``: within one metering-flush run Polar is asked at most
   ``TRANSIENT_IN_A_ROW`` times in a row while it answers 5xx, times out or refuses the
   connection, and never again after a 429 (docs/billing.md: "a 429 or a Retry-After ends
@@ -43,6 +47,7 @@ The invariants, judged from what Polar received and from public state:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -93,6 +98,7 @@ class Billing:
         self.refused: dict[str, int] = {}  # outbox id -> crashes seen at its first refusal
         self.refusals: dict[str, int] = {}  # outbox id -> requests Polar refused it in
         self.crashes = 0  # crashes at a metering point
+        self.malformed: dict[str, str] = {}  # a foreign producer's malformed entry -> its user
 
     def polar_request(self, answer: str) -> None:
         """Polar was asked (``answer``: its behaviour then, ``up`` when it took the events)."""
@@ -218,15 +224,57 @@ class Billing:
             self.judge.fail("ledger_once", at, f"ledger entry {ledger_id} ({since}) is there "
                             f"{count} times")
 
+    def foreign(self, at: datetime, user: str, tenant: str) -> None:
+        """A foreign producer pushes a malformed retry envelope of ``user``'s call (its
+        input tokens negative) onto the ledger's retry queue, as the contract's other
+        writer could."""
+        from sluice.store.redis_clients import LEDGER_RETRY_QUEUE
+
+        entry_id = f"foreign-malformed-{len(self.malformed)}"
+        stamp = at.isoformat().replace("+00:00", "Z")
+        envelope = {"id": entry_id, "attempts": 0, "enqueuedAt": stamp, "lastError": None,
+                    "entry": {"id": entry_id, "tenantId": tenant, "userId": user,
+                              "model": "sim-model", "inputTokens": -5, "outputTokens": 0,
+                              "costMicros": 0, "occurredAt": stamp}}
+        self.redis.lpush(LEDGER_RETRY_QUEUE, json.dumps(envelope, separators=(",", ":")))
+        self.malformed[entry_id] = user
+        self.log(f"a foreign producer pushed {entry_id} (malformed) for {user}")
+
+    def _malformed_kept(self, at: datetime, letters: dict[str, Any]) -> None:
+        """``dead_letter_named``: a malformed entry the world pushed, once ledger-redrive
+        took it off the queue, is on the ledger's DLQ as the operations view lists it,
+        its reason naming it malformed (docs/billing.md), until its user's erasure sweeps
+        it."""
+        from sluice.store.redis_clients import LEDGER_RETRY_PROCESSING, LEDGER_RETRY_QUEUE
+
+        waiting = " ".join(self.redis.lrange(LEDGER_RETRY_QUEUE, 0, -1)
+                           + self.redis.lrange(LEDGER_RETRY_PROCESSING, 0, -1))
+        for entry_id, user in list(self.malformed.items()):
+            letter = letters.get(entry_id)
+            if letter is not None:
+                if not str(letter.reason).startswith("malformed"):
+                    self.judge.fail("dead_letter_named", at,
+                                    f"{entry_id}, malformed, is on the ledger DLQ with the "
+                                    f"reason {letter.reason!r}, not naming it malformed")
+                del self.malformed[entry_id]
+            elif entry_id not in waiting and not self.erased(user):
+                self.judge.fail("dead_letter_named", at,
+                                f"{entry_id}, malformed, left the retry queue and is not on "
+                                "the ledger DLQ")
+                del self.malformed[entry_id]
+
     def check_attempts(self, at: datetime) -> None:
         """After a metering-flush or ledger-redrive run: nothing burned but what Polar
-        refused (its own record)."""
+        refused (its own record) and the malformed envelopes a foreign producer pushed."""
+        from sluice.billing.deadletters import LedgerDeadLetters
         from sluice.billing.reset import reset_attempts
-        from sluice.store.redis_clients import LEDGER_RETRY_DLQ
 
         listed = reset_attempts(self.services.db, actor="sim-operator", dry_run=True)
         used_up = [row for row in [*listed.reset, *listed.kept] if row not in self.refused]
-        burned = len(used_up) + (self.redis.llen(LEDGER_RETRY_DLQ) if self.redis else 0)
+        letters = {letter.id: letter for letter in LedgerDeadLetters(self.services).list(500)}
+        self._malformed_kept(at, letters)
+        burned = len(used_up) + sum(1 for entry_id in letters
+                                    if not entry_id.startswith("foreign-malformed-"))
         if burned > self.burned:
             self.judge.fail("no_attempt_burned", at,
                             f"{burned} outbox rows used up or ledger entries dead-lettered "

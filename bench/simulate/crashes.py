@@ -11,6 +11,12 @@ A crash may be *targeted* (``point@channel:recipient``): armed, it waits, for at
 ``TARGET_FOR``, for the point to be reached right after a request to that destination (as
 the peers recorded it: ``target_ok``), so that crashes armed one after another fall on
 the same entry (its lease lapsing again and again after its message left).
+
+Two more kinds of armed point, each a job's world rather than a kill: ``error:<point>``
+raises ``SimJobError``, an ordinary exception (a dependency of the job failing in a way
+it does not expect), which the job runner turns into an ``error`` run; ``dup:<point>``
+calls ``on_duplicate`` there, while the run is alive: EventBridge invoking the job's
+function a second time for one schedule (it delivers at least once).
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ class SimCrash(BaseException):
         self.point = point
 
 
+class SimJobError(Exception):
+    def __init__(self, point: str) -> None:
+        super().__init__(f"simulated: a dependency of the job failed at {point}")
+        self.point = point
+
+
 class Crashes:
     def __init__(self, rng: random.Random, start: datetime, end: datetime,
                  faults: dict[str, int], per_month: float = 4.0) -> None:
@@ -41,6 +53,9 @@ class Crashes:
         self.plan = sorted((start + timedelta(days=rng.uniform(0, span_days)),
                             rng.choice(self.points)) for _ in range(count))
         self.armed: str | None = None
+        self.armed_error: str | None = None
+        self.armed_duplicate: str | None = None
+        self.on_duplicate: Callable[[str], None] = lambda point: None
         self.faults = faults
         self.hit: list[str] = []
         self.on_crash: Callable[[str], None] = lambda point: None
@@ -50,6 +65,13 @@ class Crashes:
         self.now: Callable[[], datetime] = lambda: start
 
     def arm(self, point: str) -> None:
+        kind, _, rest = point.partition(":")
+        if kind == "error" and rest:
+            self.armed_error = rest
+            return
+        if kind == "dup" and rest:
+            self.armed_duplicate = rest
+            return
         if "@" in point:
             name, destination = point.split("@", 1)
             self.targeted.append((name, destination, self.now() + TARGET_FOR))
@@ -61,6 +83,16 @@ class Crashes:
         if name == self.armed:
             self.armed = None
             self._crash(name)
+        if name == self.armed_duplicate:
+            self.armed_duplicate = None
+            self.faults["duplicate_invocation"] = self.faults.get("duplicate_invocation", 0) + 1
+            self.on_duplicate(name)
+        if name == self.armed_error:
+            self.armed_error = None
+            self.hit.append(name)
+            self.faults["job_error"] = self.faults.get("job_error", 0) + 1
+            self.on_crash(name)  # to the invariants, like a crash there (its claim lapses)
+            raise SimJobError(name)
         if self.targeted:
             now = self.now()
             self.targeted = [t for t in self.targeted if t[2] > now]

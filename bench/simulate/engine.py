@@ -81,6 +81,7 @@ from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, genera
 TOUCHES = {
     "job": ("delivery-drain",),  # a tick enqueues, a drain settles, any run may crash
     "usage": ("metering-flush", "ledger-redrive"),
+    "foreign": ("ledger-redrive",),
     "rules": ("rss-refresh",),
     "erase": ("erasure-purge",),
     "cancel": ("erasure-purge",),
@@ -96,6 +97,8 @@ TOUCHES = {
                "erasure-purge"),
 }
 TRAIL = 25  # steps printed before a failure
+# a lease not released lapses this long after the job's timeout (docs/cron-contract.md)
+LEASE_GRACE = timedelta(seconds=10)
 
 
 @dataclass
@@ -163,6 +166,8 @@ class Simulation:
         self.crashes.on_point = self.outages.reached
         self.crashes.now = clock.now
         self.crashes.target_ok = self._last_request_to
+        self.crashes.on_duplicate = self._duplicate
+        self.running: str | None = None  # the job whose run is alive
         self.last_request: Any = None
         self.crashes.plan = sorted(self.crashes.plan + limit_crashes)
         self.rogue = Rogue(inject)
@@ -276,6 +281,9 @@ class Simulation:
         for call in self.world.usage:
             if call.at < self.world.end:
                 self._schedule(call.at, "usage", call)
+        for foreign in self.world.foreign:
+            if foreign[0] < self.world.end:
+                self._schedule(foreign[0], "foreign", foreign)
         for erasure in self.world.erasures:
             if erasure.at >= self.world.end:
                 continue
@@ -465,6 +473,8 @@ class Simulation:
                 "job_runs": self.services.settings.job_runs_retention_days})
         elif kind == "metered":
             self.billing.owed(what, self.network.polar_ids, self.clock.now())
+        elif kind == "foreign":
+            self.billing.foreign(*what)
         elif kind == "erase":
             self.erasures.request(what)
         elif kind == "cancel":
@@ -565,8 +575,11 @@ class Simulation:
         if name == "metering-flush":
             self.billing.flush_started()
         worked = True  # the run may have written something
+        self.running = name
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
+            if outcome.outcome == "skipped":
+                self._skip_honest(name, now, job.timeout_s)
             summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
             firing.again = outcome.outcome not in ("ok", "skipped")
             worked = any(outcome.body.get(key, 1 if outcome.outcome != "ok" else 0)
@@ -574,6 +587,8 @@ class Simulation:
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
             firing.again = True
+        finally:
+            self.running = None
         if name in ("erasure-purge", "ledger-redrive") and worked:
             self.erasures.touch()
         if name == "ledger-redrive" and summary.startswith(f"{name}: ok"):
@@ -592,6 +607,41 @@ class Simulation:
                 self.billing.check_attempts(self.clock.now())
             if name in ("erasure-purge", "ledger-redrive"):
                 self.erasures.check(self.clock.now())
+
+    def _skip_honest(self, name: str, now: datetime, timeout_s: int) -> None:
+        """``single_flight``: a firing is answered ``already_running`` only while another
+        run of the job may hold its lease by right. Runs here never overlap (but for a
+        duplicate invocation, judged apart), so that is a run that ended while the store
+        was down, unable to release its lease, which then lapses at the job's timeout plus
+        the grace."""
+        ttl = timedelta(seconds=timeout_s) + LEASE_GRACE
+        if any(w.kind == "store_down" and w.start < now and now - ttl < w.end
+               for w in self.world.outages.windows):
+            return
+        self.judge.fail("single_flight", now,
+                        f"{name} was answered already_running although no run of it was "
+                        f"alive and the store was up through the last {ttl}: a lease "
+                        "outlived its run")
+
+    def _duplicate(self, point: str) -> None:
+        """EventBridge invokes the job's function again while its run is alive (at
+        ``point``): ``single_flight`` wants that invocation answered ``already_running``."""
+        from sluice.jobs.registry import get_job
+        from sluice.jobs.runner import run_job
+
+        name = self.running
+        if name is None:
+            return
+        try:
+            outcome = run_job(get_job(name), self.services, "schedule")
+        except SimCrash:
+            return
+        self._log(f"{name}: a duplicate invocation at {point}: {outcome.outcome}")
+        if outcome.outcome != "skipped":
+            self.judge.fail("single_flight", self.clock.now(),
+                            f"a second invocation of {name} while its run was alive (at "
+                            f"{point}) was not answered already_running but ran "
+                            f"({outcome.outcome}): two runs of one job at once")
 
     def _rogue_after_receipt(self, receipt: Any) -> None:
         if self.rogue.name not in ("resend-after-retention", "repeat-late"):

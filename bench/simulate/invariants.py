@@ -93,6 +93,8 @@ class Judge:
     unknown_sends: Counter[Match] = field(default_factory=Counter)
     redrives: Counter[Match] = field(default_factory=Counter)
     final: dict[Match, tuple[datetime, str]] = field(default_factory=dict)
+    # entry id -> when the operator's listing first showed it failed, and its match
+    failed_seen: dict[str, tuple[datetime, Match]] = field(default_factory=dict)
 
     def fail(self, invariant: str, at: datetime, detail: str) -> None:
         day = (at - self.start).total_seconds() / 86400

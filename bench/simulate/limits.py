@@ -44,7 +44,13 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   and port), so the one that is up does not wait for the other (``eventually_once``);
 - Polar refusing one event for good (a 422 naming it) between two it takes, Polar and the
   stores up: the refused row must not be sent again, nor hold the two behind it;
-- a rule edit.
+- before the first erasure's purge, a malformed retry envelope of its user pushed by a
+  foreign producer onto the ledger's Redis retry queue;
+- a rule edit; a drain whose dependency raises (an error run) under the first burst to an
+  up destination, and a second invocation of the drain while a run of it is alive;
+- rule ids as a client names them, per scope (``rule-0``, ``rule-1``...: rule ids are the
+  client's, unique only within a scope), so tenants' rules share ids, and a lone story on
+  a feed two tenants read that the first rule of each matches (two matches, one rule id).
 """
 
 from __future__ import annotations
@@ -140,6 +146,11 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
         at = _at(world, 7.2 + 0.05 * n)
         _burst(world, at, name, numbers, rng)
         crashes.append((at + timedelta(seconds=30), "delivery.after_claim"))
+        if n == 0:
+            # the drain's dependency failing in its next run (an error run, its lease
+            # released), and EventBridge invoking the drain again while a run is alive
+            crashes += [(at + timedelta(seconds=90), "error:delivery.after_claim"),
+                        (at + timedelta(minutes=3), "dup:delivery.after_send")]
         # and answering late under another burst: each send an unknown outcome
         late = _add(world.destinations[name], world, _at(world, 7.6 + 0.1 * n), 1.0, "late")
         _burst(world, late.start + timedelta(minutes=5), name, numbers, rng)
@@ -157,6 +168,10 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     world.faults["erasure"] = sum(1 for e in world.erasures if e.at < world.end)
     world.faults["erasure_confirm"] = sum(1 for e in world.erasures
                                           if e.confirm_at and e.confirm_at < world.end)
+    # a malformed retry envelope of the first one's user, pushed before the purge: it is
+    # dead-lettered, named malformed, and swept with the user's data
+    world.foreign.append((_at(world, 1.5), f"user-{who}-0", f"org-{scope}"))
+    world.faults["malformed_entry"] = 1
     rule = world.tenants[0].rules[0]
     edit = _at(world, 3.0 + rng.uniform(0, 0.5))
     if rule.keyword_at(edit) is not None and not any(v.since > edit for v in rule.versions):
@@ -168,6 +183,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     flap_crash = _store_flaps(world, store.end)
     lonely = _lone_stories(world, rng)
     _pause(world, seed, destinations[len(plan) % len(destinations)])
+    _client_rule_ids(world, seed)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
@@ -245,6 +261,45 @@ def _polar_refusal(world: World, seed: int) -> None:
     world.polar_refuses.add("limits-refused-1")
     world.faults["polar_refuse"] = world.faults.get("polar_refuse", 0) + 1
     world.usage.sort()
+
+def _client_rule_ids(world: World, seed: int) -> None:
+    """Each tenant's rules get the ids a client gives them (``rule-<n>``, unique within the
+    scope only), and one lone story on a feed two tenants read is matched by the first rule
+    of each: two matches under one rule id, each owed to its own destination. Drawn from a
+    generator of its own, after everything else, so the rest of the world is as it was."""
+    for tenant in world.tenants:
+        for n, rule in enumerate(tenant.rules):
+            rule.rule_id = f"rule-{n}"
+    rng = random.Random(f"limits-rule-ids-{seed}")
+    pairs = [(a, b, feed) for i, a in enumerate(world.tenants) for b in world.tenants[i + 1:]
+             for feed in sorted(set(a.feeds) & set(b.feeds))]
+    if not pairs:
+        return
+    first, second, name = pairs[0]
+    rules = (first.rules[0], second.rules[0])
+    feed = world.feeds[name]
+    at = world.start + TEN_MINUTES * -(-timedelta(days=6.0) // TEN_MINUTES) \
+        + timedelta(seconds=30)
+    while at < _at(world, SPAN_DAYS):
+        keywords = [rule.keyword_at(at) for rule in rules]
+        channels = {rule.channel for rule in rules}
+        if (all(keyword is not None for keyword in keywords)
+                and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
+                        for rule in rules)
+                and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
+                        for key, peer in world.destinations.items()
+                        if key.split(":", 1)[0] in channels)
+                and _clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
+                and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
+                and not any(_matches_near(world, keyword, at) for keyword in keywords)):
+            number = max((s.number for f in world.feeds.values() for s in f.stories),
+                         default=0) + 1
+            words = tuple(sorted({k for k in keywords if k is not None}))
+            feed.stories.append(FeedStory(number, at, (*words, *rng.sample(FILLER, 2))))
+            feed.stories.sort(key=lambda s: (s.published, s.number))
+            world.faults["shared_rule_id"] = world.faults.get("shared_rule_id", 0) + 1
+            return
+        at += TEN_MINUTES
 
 
 def _store_flaps(world: World, after: datetime) -> tuple[datetime, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +20,7 @@ from bench.simulate.invariants import Judge, Match
 from bench.simulate.peers import STORY
 from bench.simulate.rogue import Rogue
 
+RETENTION_SLACK = timedelta(hours=1)
 PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are redriven
 
 
@@ -75,6 +76,24 @@ def observe_failed(services: Any, judge: Judge, now: datetime,
                        "crash charged its attempts")
         judge.settled_for_good(match, now,
                                f"failed for good ({entry.last_error or 'failed'})"[:120])
+        judge.failed_seen.setdefault(entry.id, (now, match))
+
+
+def retention_kept(judge: Judge, now: datetime, listed: set[str],
+                   retention: timedelta) -> None:
+    """``retention_kept``: an entry the operator's listing showed failed is still listed
+    (for the operator to purge or redrive) until the documented retention
+    (``SLUICE_DELIVERY_RETENTION_DAYS``) from when it was first seen failed has passed, less
+    ``RETENTION_SLACK`` (it failed in the drain run just before it was seen)."""
+    for entry_id, (seen, match) in list(judge.failed_seen.items()):
+        if now - seen >= retention - RETENTION_SLACK:
+            del judge.failed_seen[entry_id]  # past its retention: it may be pruned now
+        elif entry_id not in listed:
+            judge.fail("retention_kept", now,
+                       f"story-{match[2]} -> {match[0]}:{match[1]} was listed failed at "
+                       f"{seen:%Y-%m-%d %H:%M} and is gone {now - seen} later, within its "
+                       f"{retention} retention, neither purged nor redriven")
+            del judge.failed_seen[entry_id]
 
 
 def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: datetime,
@@ -102,12 +121,15 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
             disabled.add(key)
     store = DeliveryStore(services.db)
     failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
+    retention_kept(judge, now, {entry.id for entry in failed},
+                   timedelta(days=services.settings.delivery_retention_days))
     owed: list[Match] = []
     for entry in failed:
         match = match_of(entry)
         if entry.failure_reason == "destination_disabled" and not refused(match):
             if entry.destination not in disabled:
                 store.redrive(entry.id)
+                judge.failed_seen.pop(entry.id, None)
                 judge.redriven(match)
                 owed.append(match)
                 faults["operator_redrive"] = faults.get("operator_redrive", 0) + 1
@@ -116,6 +138,7 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
             continue
         if rng.random() < PURGE_SHARE:
             store.purge(entry.id)
+            judge.failed_seen.pop(entry.id, None)
             judge.final[match] = (now, "purged by the operator")
             if rogue.name == "undo-purge":
                 rogue.enqueue_copy(services, like(entry))
@@ -124,6 +147,7 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
             log(f"operator purged story-{match[2]} -> {match[0]}:{entry.recipient}")
         else:
             store.redrive(entry.id)
+            judge.failed_seen.pop(entry.id, None)
             judge.redriven(match)
             if entry.failure_reason == "destination_disabled" and entry.destination not in disabled:
                 owed.append(match)

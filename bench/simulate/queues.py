@@ -53,6 +53,13 @@ SETTLE_WITHIN = timedelta(hours=6)
 MAX_ATTEMPTS = 5  # docs/queues.md: a message is dead-lettered at its fifth failed delivery
 FAULT_EVERY = 9  # with handler faults: the 9th, 18th... content first seen fails at first
 FAULTY = {4: 2, 8: 4}  # (ordinal % FAULT_EVERY) -> its deliveries that fail (fewer than 5)
+# with handler faults: the POISON-th content first seen fails every delivery (its dependency
+# refuses it for good): the consumer dead-letters it at its fifth failure
+POISON = 15
+# with handler faults: every LATE_EVERY-th copy SQS delivers once more comes back only
+# LATE_BY later (a copy left on a server that was away, within SQS's four-day retention)
+LATE_EVERY = 2
+LATE_BY = timedelta(hours=30)
 
 
 class HandlerFault(Exception):
@@ -76,6 +83,7 @@ class Message:
     receipt: str = ""
     deleted: bool = False
     reasons: list[str] = field(default_factory=list)
+    owed_from: datetime | None = None  # a late copy is owed from when it comes back
 
 
 class SimCloudWatch:
@@ -285,6 +293,9 @@ class PushQueue:
         self.own_failures: dict[str, int] = {}  # batch id -> deliveries failed for its sake
         self.failed_at: set[tuple[str, int]] = set()  # (message id, receive) it failed on
         self.settled: set[str] = set()  # batch ids reported or dead-lettered
+        self.raised: dict[str, tuple[str, int]] = {}  # batch id -> last error raised, delivery
+        self.sent: dict[str, dict[str, Any]] = {}  # batch id -> the message as first sent
+        self.redelivered = 0
 
         def counted(message: dict[str, Any], inbound: Any) -> None:
             batch_id = str(message.get("batchId"))
@@ -296,8 +307,10 @@ class PushQueue:
                 self.faults_left[batch_id] -= 1
                 self.own_failures[batch_id] = self.own_failures.get(batch_id, 0) + 1
                 self.failed_at.add((inbound.message_id, inbound.delivery_count))
-                raise HandlerFault(f"simulated: the handler's dependency failed for batch "
-                                   f"{batch_id}")
+                error = (f"simulated: the handler's dependency failed for batch {batch_id} "
+                         f"(delivery {inbound.delivery_count})")
+                self.raised[batch_id] = (error, inbound.delivery_count)
+                raise HandlerFault(error)
             handler(message, inbound)
             self.just_handled.add(batch_id)
             self.unhandled.pop(batch_id, None)
@@ -311,8 +324,10 @@ class PushQueue:
             return
         self.seen[batch_id] = ordinal = len(self.seen) + 1
         self.unhandled[batch_id] = message.sent_at
+        self.sent[batch_id] = _without_signature(message.body)
         if self.handler_faults:
-            self.faults_left[batch_id] = FAULTY.get(ordinal % FAULT_EVERY, 0)
+            self.faults_left[batch_id] = (MAX_ATTEMPTS if ordinal == POISON
+                                          else FAULTY.get(ordinal % FAULT_EVERY, 0))
 
     def _message_id(self) -> str:
         import uuid
@@ -364,6 +379,9 @@ class PushQueue:
             if self.deleted % REDELIVER_EVERY == 0:  # at least once: it comes again
                 message.deleted = False
                 message.visible_at = self.now() + timedelta(minutes=2)
+                self.redelivered += 1
+                if self.handler_faults and self.redelivered % LATE_EVERY == 0:
+                    message.visible_at = message.owed_from = self.now() + LATE_BY
         self._check_visibility()
         return (f"rss.ingest consumer: {len(batch) - len(failed)} done, {len(failed)} to "
                 "retry")
@@ -390,7 +408,8 @@ class PushQueue:
         for message in self.client.queues[self.name].messages:
             if message.deleted:
                 continue
-            due = owed_at(message.sent_at, self.windows, self.end, SETTLE_WITHIN)
+            due = owed_at(message.owed_from or message.sent_at, self.windows, self.end,
+                          SETTLE_WITHIN)
             if due is not None and due <= now:
                 self.judge.fail("queue_nothing_lost", now,
                                 f"{self.TOPIC} message {message.id} sent "
@@ -412,6 +431,7 @@ class PushQueue:
             if not message.deleted:
                 batch_id = _original_batch(message.body)
                 self.settled.add(batch_id)
+                self._dead_letter_kept(message, batch_id)
                 own = self.own_failures.get(batch_id, 0)
                 if own < MAX_ATTEMPTS:
                     self.judge.fail("queue_no_attempt_burned", now,
@@ -420,6 +440,49 @@ class PushQueue:
                                     f" after {own} failure(s) of its own: only a fifth "
                                     "failure of the message's own dead-letters it")
                 message.deleted = True
+
+
+    def _dead_letter_kept(self, message: Message, batch_id: str) -> None:
+        """``queue_nothing_lost``'s "on a -dlq with a reason": a dead letter the consumer
+        wrote (not one the redrive policy moved) is the summary docs/queues.md describes,
+        judged against what the world sent and raised: the message as sent, its topic, the
+        delivery it failed on and the error the handler raised there."""
+        if message.reasons:  # moved by the redrive policy: the message itself, no summary
+            return
+        try:
+            summary = json.loads(message.body)
+        except ValueError:
+            summary = None
+        if not isinstance(summary, dict):
+            summary = {}
+        error, delivery = self.raised.get(batch_id, ("", 0))
+        wrong = [name for name, ok in (
+            ("originalMessage", isinstance(summary.get("originalMessage"), dict)
+             and _without_signature(json.dumps(summary["originalMessage"]))
+             == self.sent.get(batch_id)),
+            ("originalTopic", summary.get("originalTopic") == self.TOPIC),
+            ("deliveryCount", summary.get("deliveryCount") == delivery),
+            ("errorMessage", bool(error) and error in str(summary.get("errorMessage") or "")),
+            ("failedAt", isinstance(summary.get("failedAt"), str)),
+            ("originalMessageId", isinstance(summary.get("originalMessageId"), str)),
+        ) if not ok]
+        if wrong:
+            self.judge.fail("queue_nothing_lost", self.now(),
+                            f"{self.TOPIC} batch {batch_id} was dead-lettered without "
+                            f"{', '.join(wrong)} as the world sent and raised it "
+                            f"({message.body[:160]!r})")
+
+
+def _without_signature(body: str) -> dict[str, Any]:
+    """A message's content as the world sent it, without the signature (a redrive signs
+    again) and the fields the publisher stamps."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if k not in ("signature",)}
 
 
 def _original_batch(body: str) -> str:

@@ -94,6 +94,9 @@ class World:
     enqueued_by: dict[int, datetime] = field(default_factory=dict)
     # the calls whose event Polar refuses for good (a 422 naming it), by entry id
     polar_refuses: set[str] = field(default_factory=set)
+    # (when, user, tenant): a foreign producer (the TypeScript one) pushes a malformed retry
+    # envelope of that user's call onto the ledger's Redis retry queue
+    foreign: list[tuple[datetime, str, str]] = field(default_factory=list)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

@@ -116,3 +116,27 @@ def test_polar_fails_under_more_rows_than_a_run_tries_and_under_a_lone_row() -> 
         inside += [sum(1 for call in world.usage if w.start <= call.at < w.end)
                    for w in world.polar.windows if w.kind == "error" and w.start < world.end]
     assert max(inside) > 3 and 1 in inside
+
+
+def test_the_fresh_sets_worlds_are_in_the_reduced_run() -> None:
+    """Rule ids shared across scopes with a story two of them match, a job's error run
+    and a second invocation of a live run, and a foreign malformed retry envelope of a
+    user whose erasure is due after it."""
+    shared = error = duplicate = malformed = False
+    for seed in DEFAULT_SEEDS:
+        world, extra = _world(seed)
+        ids = [rule.rule_id for rule in world.rules()]
+        for name, story in ((n, s) for n, f in world.feeds.items() for s in f.stories
+                            if T0 <= s.published < world.end):
+            firsts = [t for t in world.tenants if name in t.feeds
+                      and t.rules[0].keyword_at(story.published) in story.words]
+            shared |= (len({t.rules[0].rule_id for t in firsts}) == 1 < len(firsts)
+                       and len(ids) > len(set(ids)))
+        points = {point for at, point in extra if at < world.end}
+        error |= "error:delivery.after_claim" in points
+        duplicate |= "dup:delivery.after_send" in points
+        for at, user, _ in world.foreign:
+            malformed |= any(e.subject == user and e.cancel_at is None
+                             and at < e.at + timedelta(days=e.grace_days) < world.end
+                             for e in world.erasures)
+    assert shared and error and duplicate and malformed
