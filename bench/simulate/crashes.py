@@ -15,8 +15,10 @@ the same entry (its lease lapsing again and again after its message left).
 Two more kinds of armed point, each a job's world rather than a kill: ``error:<point>``
 raises ``SimJobError``, an ordinary exception (a dependency of the job failing in a way
 it does not expect), which the job runner turns into an ``error`` run; ``dup:<point>``
-calls ``on_duplicate`` there, while the run is alive: EventBridge invoking the job's
-function a second time for one schedule (it delivers at least once).
+calls ``on_duplicate`` the ``DUPLICATE_AT``-th time the point is reached after it is
+armed, while the run is alive and has been for a while (a drain waiting its rate slots):
+EventBridge invoking the job's function a second time for one schedule (it delivers at
+least once).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from datetime import datetime, timedelta
 from bench.chaos.points import discover
 
 TARGET_FOR = timedelta(hours=2)
+DUPLICATE_AT = 3
 
 
 class SimCrash(BaseException):
@@ -55,6 +58,7 @@ class Crashes:
         self.armed: str | None = None
         self.armed_error: str | None = None
         self.armed_duplicate: str | None = None
+        self.duplicate_in = 0  # reaches of the armed point before the duplicate comes
         self.on_duplicate: Callable[[str], None] = lambda point: None
         self.faults = faults
         self.hit: list[str] = []
@@ -70,7 +74,7 @@ class Crashes:
             self.armed_error = rest
             return
         if kind == "dup" and rest:
-            self.armed_duplicate = rest
+            self.armed_duplicate, self.duplicate_in = rest, DUPLICATE_AT
             return
         if "@" in point:
             name, destination = point.split("@", 1)
@@ -84,6 +88,8 @@ class Crashes:
             self.armed = None
             self._crash(name)
         if name == self.armed_duplicate:
+            self.duplicate_in -= 1
+        if name == self.armed_duplicate and not self.duplicate_in:
             self.armed_duplicate = None
             self.faults["duplicate_invocation"] = self.faults.get("duplicate_invocation", 0) + 1
             self.on_duplicate(name)
