@@ -528,9 +528,11 @@ class Simulation:
     def _expiry(self, receipt: Receipt) -> None:
         """``expiry_kept``: an entry not delivered within the expiry (a day, from when it was
         enqueued) fails for good; a story whose enqueue the world can bound (a lone story
-        of ``--limits``) is never received later than that, unless an operator redrove it."""
+        of ``--limits``) is never received by its destination later than that, unless an
+        operator redrove it."""
         match = (receipt.channel, receipt.recipient, receipt.story)
-        enqueued_by = self.world.enqueued_by.get(receipt.story)
+        enqueued_by = self.world.enqueued_by.get(
+            (receipt.story, f"{receipt.channel}:{receipt.recipient}"))
         if enqueued_by is None or self.judge.redrives[match]:
             return
         if receipt.at > enqueued_by + self.expire:

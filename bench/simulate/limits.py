@@ -344,7 +344,7 @@ def _lone_stories(world: World, rng: random.Random) -> list[tuple[datetime, str]
             _add(world.destinations[chats[0]], world, at + timedelta(minutes=1),
                  EXPIRY_PAST.total_seconds() / 3600 + 2, "down")
             number = max(s.number for f in world.feeds.values() for s in f.stories)
-            world.enqueued_by[number] = tick + timedelta(minutes=5)
+            world.enqueued_by[(number, chats[0])] = tick + timedelta(minutes=5)
         at = _quiet(world, chats[0], 8.6)
         if at is not None and _lone(world, chats[0], at, rng):
             crashes += [(at, f"delivery.after_send@{chats[0]}")] * 3

@@ -89,9 +89,11 @@ class World:
     erasures: list[ErasureCall] = field(default_factory=list)
     # outage windows that begin only when the code reaches a named point in them
     armed: dict[Window, str] = field(default_factory=dict)
-    # story number -> the latest moment its entries can have been enqueued (a lone story
-    # of --limits, its feed and the stores clear: the tick after it, with a margin)
-    enqueued_by: dict[int, datetime] = field(default_factory=dict)
+    # (story number, destination) -> the latest moment the story's entry to it can have
+    # been enqueued (a lone story of --limits, its feed and the stores clear: the tick after
+    # it, with a margin). Only that destination's: another rule may match the story first
+    # much later (edited to a word it has), a first match with its own expiry
+    enqueued_by: dict[tuple[int, str], datetime] = field(default_factory=dict)
     # the calls whose event Polar refuses for good (a 422 naming it), by entry id
     polar_refuses: set[str] = field(default_factory=set)
     # (when, user, tenant): a foreign producer (the TypeScript one) pushes a malformed retry

@@ -98,7 +98,7 @@ def test_faults_coincide_on_one_step_or_one_entry_in_the_reduced_run() -> None:
                     hung |= bool(lone) and window.end - window.start >= timedelta(minutes=5)
                 else:  # a chat: through its first send only, its one resend clear of it
                     chat_hung |= bool(lone) and window.end - window.start < timedelta(minutes=2)
-        for number, by in world.enqueued_by.items():  # a lone story, then down past expiry
+        for (number, _), by in world.enqueued_by.items():  # a lone story, then down past expiry
             story = next(s for f in world.feeds.values() for s in f.stories if s.number == number)
             expiring |= story.published < by < world.end and any(
                 w.kind == "down" and timedelta(0) < w.start - story.published < timedelta(minutes=5)
