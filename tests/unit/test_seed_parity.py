@@ -125,3 +125,124 @@ def test_the_active_delivery_index_is_partial_on_status_and_due_time(tmp_path: P
             "SELECT sql FROM sqlite_master WHERE name = 'delivery_queue_active_idx'").fetchall()
     assert "(status, next_attempt_at)" in sql
     assert "WHERE status IN ('pending', 'in_flight')" in sql
+
+
+# --- the numbers of the table against the code ------------------------------------------
+# A "same" row's number is the document's (its behaviour cell) and must be the code's; a
+# difference's number is Sluice's (its where and parity cells) and must be the code's.
+
+
+def row(prefix: str) -> list[str]:
+    """The one row whose behaviour cell starts with ``prefix``."""
+    found = [cells for cells in rows(TABLE.read_text()) if cells[0].startswith(prefix)]
+    assert len(found) == 1, f"{len(found)} rows start with {prefix!r}"
+    return found[0]
+
+
+def numbers(cell: str, pattern: str) -> list[float]:
+    """Every number ``pattern``'s groups capture in ``cell`` (thousands commas allowed)."""
+    match = re.search(pattern, cell)
+    assert match, f"{pattern!r} not in {cell[:120]!r}"
+    return [float(group.replace(",", "")) for group in match.groups()]
+
+
+def same(prefix: str) -> list[str]:
+    cells = row(prefix)
+    assert cells[2].startswith("same"), f"{prefix!r} is no longer 'same': check its numbers"
+    return cells
+
+
+def test_the_numbers_of_same_rows_are_the_codes() -> None:
+    from sluice.alerts.sweep import SWEEP_CONCURRENCY
+    from sluice.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, MAX_ATTEMPTS
+    from sluice.billing.usage import MAX_METERING_ATTEMPTS
+    from sluice.core.settings import Settings
+    from sluice.delivery.classify import MAX_DEPTH
+    from sluice.delivery.retry import DEFAULT_POLICY
+    from sluice.jobs.cleanup import THRESHOLD_FIRING_PREFIX, THRESHOLD_FIRING_RETENTION_DAYS
+    from sluice.jobs.registry import get_job
+    from sluice.queues.consumer import ERROR_MESSAGE_LIMIT, backoff_s
+    from sluice.rss.tick import ROTATION_WINDOW_MS
+
+    defaults = Settings._field_defaults
+    seed = {  # behaviour prefix -> (pattern over the behaviour cell, the code's values)
+        "The tick's time is": (r"maxDuration = (\d+)", [get_job("rss-refresh").timeout_s]),
+        "Under `ERMIS_TENANT": (r"default (\d+)", [defaults["tenant_ingestion_budget_ms"]]),
+        "Rotation offset": (r"/ (\d+)\)", [ROTATION_WINDOW_MS]),
+        "The sweep runs in batches": (r"= (\d+)", [SWEEP_CONCURRENCY]),
+        "Eligible rows:": (r"attempt_count < (\d+)", [MAX_METERING_ATTEMPTS]),
+        "Batch size `DEFAULT_REDRIVE": (r"= (\d+)", [DEFAULT_REDRIVE_BATCH_SIZE]),
+        "`MAX_ATTEMPTS = 10`": (r"MAX_ATTEMPTS = (\d+)", [MAX_ATTEMPTS]),
+        "Deletes `platform_state_hash`": (r"older than (\d+) days",
+                                          [THRESHOLD_FIRING_RETENTION_DAYS]),
+        "`errorMessage` truncated": (r"to (\d+) characters", [ERROR_MESSAGE_LIMIT]),
+        "Depth limit": (r"limit (\d+)", [MAX_DEPTH]),
+        "Defaults: 3 attempts": ((r"(\d+) attempts, (\d+) ms min, (\d+) s max, (\d+) jitter; "
+                                 r"factor (\d+)"),
+                                 [DEFAULT_POLICY.attempts, DEFAULT_POLICY.min_delay_s * 1000,
+                                  DEFAULT_POLICY.max_delay_s, DEFAULT_POLICY.jitter,
+                                  DEFAULT_POLICY.factor]),
+    }
+    for prefix, (pattern, code) in seed.items():
+        assert numbers(same(prefix)[0], pattern) == [float(v) for v in code], prefix
+    assert f"under `{THRESHOLD_FIRING_PREFIX}`" in row("Deletes `platform_state_hash`")[0]
+    [cap] = numbers(same("Retry backoff")[0], r"Math\.min\((\d+), 2 \*\* deliveryCount\)")
+    assert [backoff_s(n) for n in range(12)] == [min(int(cap), 2 ** n) for n in range(12)]
+    # the rss-refresh budget the where cell names
+    assert numbers(row("The tick's time is")[1], r"timeout (\d+) s, budget (\d+) s") == [
+        get_job("rss-refresh").timeout_s, get_job("rss-refresh").budget_s]
+
+
+def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
+    from sluice.billing.metering import DEFAULT_FLUSH_LIMIT
+    from sluice.core.settings import Settings
+    from sluice.delivery.classify import PERMANENT_PATTERNS
+    from sluice.delivery.policy import DEFAULT_SCHEDULE
+    from sluice.erasure.purge import MAX_PURGE_ATTEMPTS
+    from sluice.jobs.registry import get_job
+    from sluice.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S
+
+    defaults = Settings._field_defaults
+    yml = (ROOT / "serverless.yml").read_text()
+    [visibility] = numbers(yml, r"visibilityTimeout: (\d+)")
+    [receives] = numbers(yml, r"maxReceiveCount: (\d+)")
+    [consumer_timeout] = numbers(yml, r"consumerTimeout: (\d+)")
+    drain = get_job("delivery-drain")
+    checks = {  # behaviour prefix -> (cell, pattern, the code's values)
+        "`flushAiMeteringOutbox": (2, r"limit ([\d,]+) rows", [DEFAULT_FLUSH_LIMIT]),
+        "A purge that raised": (1, r"MAX_PURGE_ATTEMPTS = (\d+)", [MAX_PURGE_ATTEMPTS]),
+        "`visibilityTimeoutSeconds": (2, (r"same (\d+) attempts.*visibility is (\d+) s, not "
+                                         r"(\d+) s.*timeout \((\d+) s\)"),
+                                      [MAX_ATTEMPTS, visibility, VISIBILITY_TIMEOUT_S,
+                                       consumer_timeout]),
+        "The queue service has no dead-letter": (2, r"`maxReceiveCount` (\d+)", [receives]),
+        "`isPermanentDeliveryError`": (2, r"(\d+) patterns", [len(PERMANENT_PATTERNS)]),
+        "The drain respects": (2, r"(\d+) s inside a (\d+) s function",
+                               [drain.budget_s, drain.timeout_s]),
+        "Expired entries": (2, r"`SLUICE_DELIVERY_RETENTION_DAYS` \((\d+)\)",
+                            [defaults["delivery_retention_days"]]),
+        "Tiers 5 s": (0, r"Tiers (\d+) s, (\d+) s, (\d+) s, (\d+) s", DEFAULT_SCHEDULE.delays_s),
+        "`MAX_RETRIES": (0, r"MAX_RETRIES = (\d+)", [DEFAULT_SCHEDULE.max_attempts]),
+    }
+    for prefix, (cell, pattern, code) in checks.items():
+        assert numbers(row(prefix)[cell], pattern) == [float(v) for v in code], prefix
+    assert numbers(row("Expired entries")[1], r"\((\d+) day\)") == [
+        defaults["delivery_expire_s"] / 86400]
+    assert numbers(row("`MAX_RETRIES")[2], r"`SLUICE_DELIVERY_EXPIRE_SECONDS` \((\d+) h\)") == [
+        defaults["delivery_expire_s"] / 3600]
+    # the tiers' difference: the waits before a fifth failure ends it
+    waits = [step for _, step in DEFAULT_SCHEDULE.table() if step is not None]
+    assert numbers(row("Tiers 5 s")[2], r"\(five attempts in all.* ([\d.]+) min of waits\)") == [
+        sum(waits) / 60]
+
+
+def test_the_permanent_patterns_the_document_names_are_permanent_in_any_case() -> None:
+    from sluice.delivery.classify import matches_permanent
+
+    behaviour = same("Seven permanent patterns")[0]
+    named = re.findall(r"`([^`]+)`", behaviour)
+    assert len(named) == 7
+    for pattern in named:
+        text = pattern.replace(".*", " for this ")
+        assert matches_permanent(text) and matches_permanent(text.upper()), pattern
+    assert not matches_permanent("connection reset by peer")

@@ -167,12 +167,19 @@ sqlite3.register_converter("timestamptz", _convert_timestamp)
 sqlite3.register_converter("jsonb", lambda raw: json.loads(raw))
 
 
+# Result codes that pass (another writer, a file not there yet), extended codes included
+# (SQLITE_BUSY_SNAPSHOT, SQLITE_LOCKED_SHAREDCACHE, SQLITE_CANTOPEN_ISDIR...).
+TRANSIENT_SQLITE_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IOERR")
+
+
 def _translate_sqlite(exc: sqlite3.Error) -> StoreError:
     if isinstance(exc, sqlite3.IntegrityError):
         return ConstraintViolation(str(exc))
-    if isinstance(exc, sqlite3.OperationalError) and any(
-        word in str(exc).lower() for word in ("locked", "busy", "unable to open", "disk i/o")
-    ):
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name.startswith(TRANSIENT_SQLITE_CODES) or (
+            isinstance(exc, sqlite3.OperationalError) and any(
+                word in str(exc).lower()
+                for word in ("locked", "busy", "unable to open", "disk i/o"))):
         return TransientStoreError(f"sqlite: {exc}")
     return PermanentStoreError(f"sqlite: {exc}")
 
