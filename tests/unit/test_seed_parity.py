@@ -246,3 +246,16 @@ def test_the_permanent_patterns_the_document_names_are_permanent_in_any_case() -
         text = pattern.replace(".*", " for this ")
         assert matches_permanent(text) and matches_permanent(text.upper()), pattern
     assert not matches_permanent("connection reset by peer")
+
+
+def test_the_job_count_is_the_registrys() -> None:
+    from sluice.jobs.registry import SLUICE_JOBS
+
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+    seed_count = words[numbers_word(row("Five cron jobs")[0])]
+    sluice_count = words[numbers_word(row("Five cron jobs")[2].removeprefix("addition: "))]
+    assert seed_count == 5 and sluice_count == len(SLUICE_JOBS)
+
+
+def numbers_word(cell: str) -> str:
+    return cell.split()[0].strip(";,:").lower()

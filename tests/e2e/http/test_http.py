@@ -52,6 +52,30 @@ def test_cron_get_refuses_anything_but_the_bearer(client: TestClient, services: 
     assert services.state.keys_with_prefix("") == [] and _count(services) == 1, "nothing ran"
 
 
+def test_every_jobs_routes_check_the_bearer_and_the_surface(client: TestClient,
+                                                             services: Services) -> None:
+    """Each job's GET takes only the cron bearer and its POST only an admin with its surface:
+    the checks come with the routes, so no job has a route without them."""
+    from sluice.core.surfaces import SURFACE_ROLES
+
+    assert len(JOBS) > 1
+    for name in JOBS:
+        job = JOBS[name]
+        wrong = next(role for role in ("privacy", "billing", "ops")
+                     if role not in SURFACE_ROLES[job.surface])
+        refused = [
+            client.get(job.route).status_code,
+            client.get(job.route, headers={"authorization": "Bearer wrong"}).status_code,
+            client.post(job.route).status_code,
+            client.post(job.route, headers={
+                "authorization": f"Bearer {CRON_SECRET}"}).status_code,  # no admin token
+            client.post(job.route, headers={
+                "authorization": f"Bearer {admin_token([wrong])}"}).status_code,
+        ]
+        assert refused == [401, 401, 401, 401, 403], name
+        assert RunStore(services.db).recent(name) == [], f"{name} ran"
+
+
 def _count(services: Services) -> int:
     with services.db.transaction() as tx:
         row = tx.fetchone("SELECT count(*) AS n FROM platform_state")

@@ -209,3 +209,11 @@ def _caused(error: BaseException, cause: BaseException) -> BaseException:
 def test_a_destination_is_gone_only_by_a_permanent_refusal_that_says_so(
         error: BaseException, gone: bool) -> None:
     assert is_gone(error) is gone
+
+
+def test_a_malformed_entry_is_permanent_and_an_explicit_later_still_wins() -> None:
+    assert classify(ValueError("Invalid URL 'http://[::1'")) == "permanent"
+    assert classify(TypeError("header value must be str")) == "permanent"
+    assert classify(RuntimeError("something no pattern names")) == "transient"
+    assert classify(_raise_from(TransientDeliveryError("send failed"),
+                                ValueError("bad JSON in the answer"))) == "transient"
