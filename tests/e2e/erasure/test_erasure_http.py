@@ -98,6 +98,8 @@ def test_grace_days_zero_is_due_at_once_and_the_job_dry_run_changes_nothing(
 
     run = client.post(f"{BASE}/purge", headers=privacy()).json()
     assert (run["due"], run["purged"], run["failed"]) == (1, 1, 0)
+    assert {"due", "purged", "failed", "results", "processedAt"} <= set(run) and \
+        {"due", "purged", "failed", "results", "processedAt"} <= set(dry.json())
     assert client.post(f"{BASE}/purge", headers=privacy()).json()["due"] == 0
 
 

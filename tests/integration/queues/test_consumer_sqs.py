@@ -130,12 +130,16 @@ def test_forged_tampered_reordered_unsigned_and_malformed_never_reach_the_handle
 
 
 def test_a_failing_handler_is_retried_after_its_backoff_visibility(
-        queue_services: Services, urls: dict[str, str]) -> None:
+        queue_services: Services, urls: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     url = urls["rss.ingest"]
     message_id = publish(queue_services, batchId="flaky")
     handler = Recorder(fail=lambda m: len(handler.calls) < 2)
+    caplog.set_level("ERROR", logger="sluice")
     first = poll(url, consumer(queue_services, handler).lambda_handler)
     assert first.failed_ids == [message_id] and first.response is None  # whole batch failed
+    [reported] = [r for r in caplog.records if getattr(r, "context", None) == "queues:rss.ingest"]
+    assert (reported.messageId, reported.deliveryCount) == (message_id, 1)  # type: ignore[attr-defined]
+    assert reported.exc_info is not None, "the handler's error itself is reported"
     assert backoff_s(1) == 2
     assert receive(url) == []  # invisible for 2 s, not the queue's 300 s
     time.sleep(2.3)
