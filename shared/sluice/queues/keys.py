@@ -49,8 +49,17 @@ def idempotency_key(message: Mapping[str, Any]) -> str:
     the same value. Informational only; deduplication uses :func:`dedupe_key`.
     """
     body = {k: v for k, v in message.items() if k != SIGNATURE_FIELD}
-    text = _NON_ALNUM.sub("_", js_stringify(body)[:96])
-    return f"{message.get('topic', '')}:{message.get('batchId', '')}:{text}"
+    return f"{message.get('topic', '')}:{message.get('batchId', '')}:{js_prefix(js_stringify(body))}"
+
+
+def js_prefix(text: str, length: int = 96) -> str:
+    """``text.slice(0, length).replace(/[^a-zA-Z0-9]/g, '_')``: JavaScript counts UTF-16 code
+    units, so a character outside the BMP is two units, and two ``_``."""
+    if text.isascii():
+        return _NON_ALNUM.sub("_", text[:length])
+    units = text.encode("utf-16-le", "surrogatepass")[:2 * length]
+    return "".join(chr(units[i]) if units[i + 1] == 0 and chr(units[i]).isascii()
+                   and chr(units[i]).isalnum() else "_" for i in range(0, len(units), 2))
 
 
 class CompletedKeys:

@@ -52,3 +52,16 @@ def test_redis_completions_expire_after_the_whole_retention() -> None:
     (_, keys, args), = redis.calls
     assert keys == ["queue:completed:rss.ingest:ab"]
     assert args[0] == int(KEY_RETENTION.total_seconds()) == 4 * 86400
+
+
+def test_the_idempotency_key_counts_utf16_units_as_javascript_does() -> None:
+    from sluice.queues.keys import idempotency_key, js_prefix
+
+    # "a😀b".slice(0, 2) is "a" and a lone high surrogate: "a_"; the whole is "a__b"
+    assert js_prefix("a😀b", 2) == "a_" and js_prefix("a😀b") == "a__b"
+    assert js_prefix("é-x" * 50) == "__x" * 32, "a BMP character is one unit"
+    ascii_body = {"topic": "t.x", "batchId": "b", "feedUrl": "https://e.example/f"}
+    key = idempotency_key(ascii_body)
+    assert key == "t.x:b:" + js_prefix('{"topic":"t.x","batchId":"b","feedUrl":"https://e.example/f"}')
+    tail = idempotency_key({"topic": "t.x", "batchId": "b", "s": "😀" * 100}).split(":", 2)[2]
+    assert len(tail) == 96 and set(tail[33:]) == {"_"}  # 32 emoji: 64 units
