@@ -123,8 +123,13 @@ def test_the_active_delivery_index_is_partial_on_status_and_due_time(tmp_path: P
     with sqlite3.connect(tmp_path / "parity.db") as connection:
         [(sql,)] = connection.execute(
             "SELECT sql FROM sqlite_master WHERE name = 'delivery_queue_active_idx'").fetchall()
+        [(due,)] = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'delivery_queue_due_idx'").fetchall()
     assert "(status, next_attempt_at)" in sql
     assert "WHERE status IN ('pending', 'in_flight')" in sql
+    # the claim's own, which the row names
+    assert "(next_attempt_at, enqueued_at, id)" in due
+    assert "WHERE status = 'pending' AND held_by IS NULL" in due
 
 
 # --- the numbers of the table against the code ------------------------------------------

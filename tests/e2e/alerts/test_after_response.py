@@ -84,6 +84,28 @@ def test_the_work_runs_after_the_response_was_sent(fail: bool) -> None:
     assert sink.errors == ([("after-response", "deferred work failed")] if fail else [])
 
 
+def test_in_the_real_app_the_work_runs_after_its_response_outside_every_middleware(
+        sqlite_url: str, make_services: Callable[..., Services]) -> None:
+    # create_app installs the collector last, so it wraps every other middleware: the
+    # work waits for the response's last message, not for an inner layer's.
+    events: list[str] = []
+    sink = Sink()
+    app = create_app(make_services(sqlite_url))
+
+    def work() -> None:
+        events.append("work")
+
+    @app.get("/thing")
+    def thing() -> dict[str, bool]:
+        run_after_response(work, lambda exc: events.append(f"on_error: {exc}"), reporter=sink)
+        events.append("handler")
+        return {"ok": True}
+
+    call(app, events)
+    assert events == ["handler", "start 200", "sent", "work"]
+    assert sink.errors == []
+
+
 def test_under_mangum_it_runs_before_the_handler_returns_and_never_fails_it() -> None:
     events: list[str] = []
     sink = Sink()

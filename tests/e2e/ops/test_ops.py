@@ -84,6 +84,9 @@ def test_the_page_is_restricted(sqlite_url: str, make_services: Any) -> None:
                         headers={"cookie": f"__session={admin_token(['billing'])}"})
     assert denied.status_code == 403 and "Queue monitoring access is restricted" in denied.text
     assert client.get("/api/admin/queues").status_code == 401
+    for role in ("ops", "super_admin"):  # the queues surface's two roles
+        allowed = client.get("/admin/queues", headers={"cookie": f"__session={admin_token([role])}"})
+        assert allowed.status_code == 200 and "Queue health" in allowed.text, role
 
 
 def test_a_broken_store_shows_in_its_own_section(sqlite_url: str, make_services: Any) -> None:

@@ -66,6 +66,7 @@ def test_the_sweep_counts_and_delivers_each_match_once(
                     {**rule("off", "story"), "enabled": False}])
     rules.put("c", [rule("r1", "story")])
     rules.put("d", [])  # a rules row without rules
+    rules.put("e", [{**rule("off", "story"), "enabled": False}])  # only a disabled rule
     StateStore(svc.db).put(rules_key("broken"), {"rules": [{"id": "x"}]})
     hits = dict(feeds.hits)
 

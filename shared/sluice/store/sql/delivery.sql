@@ -2,7 +2,8 @@
 -- UPDATE guarded by the status it expects, so it either happens whole or not at
 -- all, and a stale writer (its lease lapsed, someone else took over) changes nothing.
 -- While an entry is in_flight, next_attempt_at carries its lease end too, so the
--- partial index on (status, next_attempt_at) serves both claim and recovery.
+-- partial index on (status, next_attempt_at) serves lease recovery; the claim reads
+-- delivery_queue_due_idx (pending entries no destination holds).
 
 -- name: insert_entry
 -- One autocommit statement: the row is what the caller passed, so nothing is read back.
