@@ -134,14 +134,16 @@ def parse(channel: str, payload: Any) -> Message:
     """The message a channel sends; ``RequestError`` (400) naming the first bad key."""
     if not isinstance(payload, dict):
         raise RequestError("payload must be a JSON object", field="payload")
-    if channel not in FREE_FORM:
-        allowed = COMMON_KEYS | CHANNEL_KEYS.get(channel, frozenset())
-        unknown = sorted(set(payload) - allowed)
-        if unknown:
-            raise RequestError(f"payload.{unknown[0]} is not supported by the {channel} channel",
-                               field=unknown[0])
-    parts = _parts(payload) if channel not in FREE_FORM or "payloads" in payload \
-        or isinstance(payload.get("text"), str) else ()
+    if channel in FREE_FORM:
+        # Its receiver gets the object as it is: a key named like an option (an event's own
+        # ``accountId``, ``silent`` or ``payloads``) is the receiver's data, not one to check.
+        return Message(parts=())
+    allowed = COMMON_KEYS | CHANNEL_KEYS.get(channel, frozenset())
+    unknown = sorted(set(payload) - allowed)
+    if unknown:
+        raise RequestError(f"payload.{unknown[0]} is not supported by the {channel} channel",
+                           field=unknown[0])
+    parts = _parts(payload)
     html = _optional_text(payload, "html", multiline=True) if channel == "email" else None
     blocks = payload.get("blocks", []) if channel == "slack" else []
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks) \
@@ -149,7 +151,7 @@ def parse(channel: str, payload: Any) -> Message:
         raise RequestError(f"payload.blocks must be a list of at most {MAX_SLACK_BLOCKS} "
                            "block objects", field="blocks")
     media_url = _media_url(payload) if channel == "telegram" else None
-    if channel not in FREE_FORM and not parts and not html and not blocks and not media_url:
+    if not parts and not html and not blocks and not media_url:
         raise RequestError("payload has no text: give payload.payloads (or payload.text)",
                            field="payloads")
     return Message(
@@ -167,6 +169,6 @@ def parse(channel: str, payload: Any) -> Message:
         gif_playback=_flag(payload, "gifPlayback"),
         force_document=_flag(payload, "forceDocument"),
         mirror=_flag(payload, "mirror"),
-        gateway_client_scopes=_scopes(payload) if channel not in FREE_FORM else (),
+        gateway_client_scopes=_scopes(payload),
         media_url=media_url,
     )

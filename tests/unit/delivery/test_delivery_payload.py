@@ -24,6 +24,11 @@ def test_the_single_text_shape_is_one_part() -> None:
 
 def test_the_webhook_takes_any_json_object() -> None:
     assert parse("webhook", {"alert": "cpu", "nested": {"a": 1}}).parts == ()
+    # keys named like the other channels' options are the receiver's data, never checked
+    event = {"accountId": "acct 123", "silent": "no", "threadId": "", "payloads": [{"id": 1}],
+             "text": 5, "gatewayClientScopes": "all"}
+    assert parse("webhook", event) == Message(parts=())
+    check_enqueue("webhook", event)
 
 
 @pytest.mark.parametrize(("channel", "payload", "field"), [
