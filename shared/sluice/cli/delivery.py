@@ -289,7 +289,8 @@ def register(sub: Any) -> None:
     p = add("replay", cmd_replay, "a destination's window sent again: its entries of one "
             "status made due for the drain, afresh (audited)")
     p.add_argument("--destination", required=True,
-                   help="the destination's key: webhook:HOST:PORT, telegram:CHAT, "
+                   help="the destination's key: webhook:HOST:PORT (the port always "
+                        "written: 443, 80), telegram:CHAT, "
                         "slack:CHANNEL, email:SMTPHOST:PORT")
     p.add_argument("--channel", help="only this channel's entries")
     p.add_argument("--since", required=True, help="ISO 8601 with offset (2026-12-01T10:00Z)")

@@ -2,7 +2,9 @@
 
 A destination's key is its adapter's ``outage_key``; the drain writes it on each entry it
 takes (``delivery_queue.destination``), and ``delivery_destinations`` holds what Sluice
-knows of it. Its state, read by the drain and shown by ``view``:
+knows of it. A webhook's is ``webhook:<host>:<port>`` in one form however its URL writes
+the receiver (``webhook_receiver``: the port always written out), and a key an operator
+types is read into that form (``check_key``). Its state, read by the drain and shown by ``view``:
 
 - *failing* from its first transient failure (not connected, a 5xx, a 429, credentials
   refused) until its next success. Its entries wait in ``pending`` without counting
@@ -36,7 +38,10 @@ from typing import Any, NamedTuple
 
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z_or_none
+from sluice.core.validate import check_host
 from sluice.delivery.policy import DELIVERY_POLICY, Policy
+from sluice.egress.errors import DestinationRefused
+from sluice.egress.urls import receiver
 from sluice.store.db import Database, Row, Tx, load_queries, utcnow
 
 Q = load_queries("delivery")
@@ -55,14 +60,51 @@ def _time_or_none(value: Any) -> datetime | None:
     return None if value is None else _time(value)
 
 
+def webhook_receiver(url: str) -> str | None:
+    """``<host>:<port>`` of the receiver a webhook URL reaches (``receiver``: lower case,
+    IDNA, no trailing dot, the scheme's default port written out), the one name its
+    destination key and its rate key use; None when the URL cannot be parsed."""
+    try:
+        host, port = receiver(url)
+    except DestinationRefused:
+        return None
+    return f"{host}:{port}"
+
+
 def check_key(key: str) -> str:
-    """A destination key as an operator gives it (``webhook:hooks.example.com:``,
-    ``telegram:1001``): printable, bounded; 400 naming ``destination`` otherwise."""
+    """A destination key as an operator gives it (``webhook:hooks.example.com:443``,
+    ``telegram:1001``): printable, bounded; 400 naming ``destination`` otherwise. A
+    webhook's is read into the form the drain gives it (host in lower case, IDNA, no
+    trailing dot); one without its port (``webhook:hooks.example.com:``, the form before
+    the port was always written) is refused, naming the keys it may mean."""
     if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable():
         raise RequestError(f"a destination is its key (such as telegram:1001 or "
                            f"webhook:hooks.example.com:443), 1 to {MAX_KEY_LENGTH} printable "
                            "characters", field="destination")
-    return key
+    channel, _, rest = key.partition(":")
+    return _webhook_key(rest) if channel == "webhook" and rest else key
+
+
+def _webhook_key(rest: str) -> str:
+    host, colon, port = rest.rpartition(":")
+    if host == "invalid":  # an entry whose URL does not parse: its own key, as given
+        return f"webhook:{rest}"
+    if not colon or not host:
+        raise RequestError(f"a webhook destination is webhook:<host>:<port>, such as "
+                           f"webhook:{rest}:443", field="destination")
+    if not port:
+        raise RequestError(f"webhook:{rest} names no port: a webhook destination's key "
+                           f"always names it, webhook:{host}:443 for https or "
+                           f"webhook:{host}:80 for http", field="destination")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RequestError(f"webhook:{rest}: the port must be a number from 1 to 65535",
+                           field="destination")
+    try:
+        named = check_host(f"[{host}]" if ":" in host else host.removesuffix("."),
+                           "destination")
+    except RequestError:
+        return f"webhook:{rest}"  # no URL names it so: matches nothing, refused by nothing
+    return f"webhook:{named.strip('[]')}:{int(port)}"
 
 
 class FailingDestination(NamedTuple):
@@ -250,4 +292,4 @@ class Destinations:
                 "failedDisabled": int(failed["n"]) if failed else 0}
 
 
-__all__ = ["Control", "Destinations", "FailingDestination", "check_key"]
+__all__ = ["Control", "Destinations", "FailingDestination", "check_key", "webhook_receiver"]

@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
-from urllib.parse import urlsplit
 
 from sluice.core.times import iso_z_or_none
+from sluice.delivery.destinations import webhook_receiver
 from sluice.delivery.policy import pacing_s
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries
@@ -169,12 +169,10 @@ def _limits_for(channel: str, recipient: str, settings: Settings) -> list[Limit]
         return [Limit(f"slack:channel:{recipient}", settings.slack_channel_rate_per_s,
                       "second", "SLUICE_SLACK_CHANNEL_RATE_PER_SECOND")]
     if channel == "webhook":
-        try:
-            parts = urlsplit(recipient)
-            host, port = parts.hostname, parts.port
-        except ValueError:  # unparseable: its send refuses it for good, and no host is reached
+        found = webhook_receiver(recipient)
+        if found is None:  # unparseable: its send refuses it for good, and no host is reached
             return []
-        return [Limit(f"webhook:host:{host}:{port or ''}", settings.webhook_host_rate_per_s,
+        return [Limit(f"webhook:host:{found}", settings.webhook_host_rate_per_s,
                       "second", "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND")]
     return []
 

@@ -3,6 +3,7 @@ or should have been, between two instants.
 
 The filter (``parse_filter``, one for the API and the command line): the destination's key
 as the drain names it (its channel adapter's ``outage_key``: ``webhook:<host>:<port>``,
+the port always written,
 ``telegram:<chat>``, ``slack:<channel>``, ``email:<SMTP host>:<port>``), optionally its
 channel, the window of enqueue times ``[since, until)`` (ISO 8601 with an offset; ``until``
 defaults to now, is never in the future, and the window spans at most ``MAX_WINDOW``) and
@@ -34,6 +35,7 @@ from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
 from sluice.core.validate import MAX_LINE, check_identifier, check_instant, refuse
 from sluice.delivery.channels import ChannelAdapter, Outbound, build_adapters
+from sluice.delivery.destinations import check_key
 from sluice.delivery.policy import OPERATOR_FROM, DeliveryOutcome, FailureReason
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from sluice.store.db import utcnow
@@ -79,8 +81,8 @@ def parse_filter(values: Mapping[str, Any], *, channels: Collection[str],
         raise RequestError(f"unknown field(s): {', '.join(unknown)}; accepted: "
                            f"{', '.join(FIELDS)}", field=unknown[0])
     now = now or utcnow()
-    destination = check_identifier(values.get("destination"), field="destination",
-                                   limit=MAX_LINE)
+    destination = check_key(check_identifier(values.get("destination"), field="destination",
+                                             limit=MAX_LINE))
     channel = values.get("channel")
     if channel is not None and (not isinstance(channel, str) or channel not in channels):
         raise refuse("channel", f"must be one of {', '.join(channels)}, got {channel!r}")

@@ -45,6 +45,16 @@ def parse_url(url: str, *, field: str = "url") -> tuple[str, int]:
     return host, port or (443 if parsed.scheme == "https" else 80)
 
 
+def receiver(url: str) -> tuple[str, int]:
+    """The receiver an http(s) URL reaches, ``(host, port)``, as one name however the URL
+    writes it: the host as ``parse_url`` reads it (lower case, an IDNA A-label, an IPv6
+    address unbracketed) without a trailing dot (the resolver reads ``name.`` as
+    ``name``), the scheme's default port written out (https 443, http 80).
+    ``DestinationRefused`` when it cannot be parsed."""
+    host, port = parse_url(url)
+    return host.removesuffix("."), port
+
+
 def _dotted_quad(host: str) -> bool:
     try:
         ipaddress.IPv4Address(host)

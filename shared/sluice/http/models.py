@@ -53,7 +53,8 @@ class DeliveryReplay(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    destination: str = Field(description="the destination's key: webhook:<host>:<port>, "
+    destination: str = Field(description="the destination's key: webhook:<host>:<port> "
+                                         "(the port always written: 443, 80), "
                                          "telegram:<chat>, slack:<channel>, "
                                          "email:<SMTP host>:<port>")
     channel: str | None = Field(None, description="only this channel's entries")

@@ -60,7 +60,7 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("delivery", "send-again"), ["{lost}"], "", {0}),
     (("delivery", "destinations"), [], "", {0}),
     (("delivery", "destination"), ["disable", "slack:C0WALK", "--reason", "walked"], "", {0}),
-    (("delivery", "replay"), ["--destination", "webhook:hooks.example:", "--since",
+    (("delivery", "replay"), ["--destination", "webhook:hooks.example:443", "--since",
                               "{since}", "--dry-run"], "", {0}),
     (("billing", "reset-attempts"), ["--dry-run"], "", {0}),
     (("erasure", "request"), ["walk-3", "--grace-days", "5"], "", {0}),

@@ -97,7 +97,7 @@ def test_the_rates_of_each_channel_come_from_the_settings() -> None:
 def test_sends_are_spaced_with_the_headroom_below_each_limit() -> None:
     default = Settings.from_env({})  # 5% below: 10/s to a host becomes one per 105.3 ms
     assert rates_for(entry("webhook", "https://hooks.example/a"), default) == [
-        Rate("webhook:host:hooks.example:", 105_264, 5_264)]
+        Rate("webhook:host:hooks.example:443", 105_264, 5_264)]
     wide = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0.5"})
     assert rates_for(entry("slack", "C1"), wide) == [Rate("slack:channel:C1", 2 * US, US)]
 

@@ -13,7 +13,6 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from sluice.core.webhooks import sign
 from sluice.delivery.channels.base import (
@@ -28,6 +27,7 @@ from sluice.delivery.channels.base import (
     transport_error,
 )
 from sluice.delivery.classify import PermanentDeliveryError
+from sluice.delivery.destinations import webhook_receiver
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
 from sluice.egress import Egress, EgressError
@@ -52,11 +52,9 @@ class WebhookAdapter:
         self.pacing_cap_s = pacing_cap_s
 
     def outage_key(self, entry: DeliveryEntry) -> str:
-        try:
-            parts = urlsplit(entry.recipient)
-            return f"webhook:{parts.hostname}:{parts.port or ''}"
-        except ValueError:  # unparseable: the send refuses it for good, alone
-            return f"webhook:invalid:{entry.id}"
+        found = webhook_receiver(entry.recipient)
+        # unparseable: the send refuses it for good, alone
+        return f"webhook:{found}" if found else f"webhook:invalid:{entry.id}"
 
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         if not entry.recipient.startswith(("https://", "http://")):
