@@ -101,6 +101,11 @@ TRAIL = 25  # steps printed before a failure
 LEASE_GRACE = timedelta(seconds=10)
 
 
+def _moment(value: Any) -> datetime:
+    """A time read back from the store (SQLite hands some back as text)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -168,6 +173,7 @@ class Simulation:
         self.crashes.target_ok = self._last_request_to
         self.crashes.on_duplicate = self._duplicate
         self.running: str | None = None  # the job whose run is alive
+        self.invoked: dict[str, list[datetime]] = {}  # job -> when each recorded run began
         self.last_request: Any = None
         self.crashes.plan = sorted(self.crashes.plan + limit_crashes)
         self.rogue = Rogue(inject)
@@ -582,6 +588,8 @@ class Simulation:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
             if outcome.outcome == "skipped":
                 self._skip_honest(name, now, job.timeout_s)
+            if outcome.outcome in ("ok", "failures", "skipped"):  # a run it recorded
+                self.invoked.setdefault(name, []).append(now)
             summary = f"{name}: {outcome.outcome} {brief(outcome.body)}"
             firing.again = outcome.outcome not in ("ok", "skipped")
             worked = any(outcome.body.get(key, 1 if outcome.outcome != "ok" else 0)
@@ -589,6 +597,7 @@ class Simulation:
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
             firing.again = True
+            self.invoked.setdefault(name, []).append(now)  # begun: its run is recorded
         finally:
             self.running = None
         if name in ("erasure-purge", "ledger-redrive") and worked:
@@ -609,6 +618,31 @@ class Simulation:
                 self.billing.check_attempts(self.clock.now())
             if name in ("erasure-purge", "ledger-redrive"):
                 self.erasures.check(self.clock.now())
+            if name == "state-cleanup":
+                self._history_kept()
+
+    def _history_kept(self) -> None:
+        """``history_kept``: after each state-cleanup, every run the platform invoked (and
+        Sluice began: its outcome ok, failures, skipped or a crash) within the documented
+        retention (``SLUICE_JOB_RUNS_RETENTION_DAYS``, less an hour) is in its job's run
+        history as the console reads it (``RunStore.recent``)."""
+        from sluice.jobs.runs import RunStore
+
+        now = self.clock.now()
+        cutoff = now - timedelta(days=self.services.settings.job_runs_retention_days,
+                                 hours=-1)
+        runs = RunStore(self.services.db)
+        for name, started in sorted(self.invoked.items()):
+            self.invoked[name] = kept = [at for at in started if at >= cutoff]
+            if not kept:
+                continue
+            listed = sum(1 for row in runs.recent(name, limit=len(kept) + 100)
+                         if _moment(row["started_at"]) >= cutoff)
+            if listed < len(kept):
+                self.judge.fail("history_kept", now,
+                                f"{name}: {listed} runs in its history since "
+                                f"{cutoff:%Y-%m-%d %H:%M}, of the {len(kept)} invoked then "
+                                "(within the runs' retention)")
 
     def _skip_honest(self, name: str, now: datetime, timeout_s: int) -> None:
         """``single_flight``: a firing is answered ``already_running`` only while another
