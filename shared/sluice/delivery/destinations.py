@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z_or_none
-from sluice.core.validate import check_host
 from sluice.delivery.policy import DELIVERY_POLICY, Policy
 from sluice.egress.errors import DestinationRefused
 from sluice.egress.urls import receiver
@@ -99,12 +98,10 @@ def _webhook_key(rest: str) -> str:
     if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise RequestError(f"webhook:{rest}: the port must be a number from 1 to 65535",
                            field="destination")
-    try:
-        named = check_host(f"[{host}]" if ":" in host else host.removesuffix("."),
-                           "destination")
-    except RequestError:
-        return f"webhook:{rest}"  # no URL names it so: matches nothing, refused by nothing
-    return f"webhook:{named.strip('[]')}:{int(port)}"
+    # read as the drain reads a URL (``webhook_receiver``), so the two never disagree
+    found = webhook_receiver(f"https://{f'[{host}]' if ':' in host else host}:{int(port)}/")
+    # None: no URL names it so: matches nothing, refused by nothing
+    return f"webhook:{found}" if found else f"webhook:{rest}"
 
 
 class FailingDestination(NamedTuple):

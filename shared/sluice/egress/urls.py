@@ -48,10 +48,15 @@ def parse_url(url: str, *, field: str = "url") -> tuple[str, int]:
 def receiver(url: str) -> tuple[str, int]:
     """The receiver an http(s) URL reaches, ``(host, port)``, as one name however the URL
     writes it: the host as ``parse_url`` reads it (lower case, an IDNA A-label, an IPv6
-    address unbracketed) without a trailing dot (the resolver reads ``name.`` as
-    ``name``), the scheme's default port written out (https 443, http 80).
-    ``DestinationRefused`` when it cannot be parsed."""
+    address unbracketed, in its compressed form: ``[0:0::1]`` is ``::1``) without a
+    trailing dot (the resolver reads ``name.`` as ``name``), the scheme's default port
+    written out (https 443, http 80). ``DestinationRefused`` when it cannot be parsed."""
     host, port = parse_url(url)
+    if ":" in host:
+        try:
+            return ipaddress.IPv6Address(host).compressed, port
+        except ValueError:
+            raise DestinationRefused("the URL's IPv6 address is invalid") from None
     return host.removesuffix("."), port
 
 

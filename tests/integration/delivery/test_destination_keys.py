@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from sluice.core.errors import RequestError
 from sluice.core.services import Services
 from sluice.core.times import iso_z
+from sluice.delivery.channels.webhook import WebhookAdapter
 from sluice.delivery.destinations import check_key
 from sluice.delivery.ratelimit import Override, rates_for
 from sluice.delivery.replay import parse_filter
@@ -68,6 +70,20 @@ def test_a_key_an_operator_types_is_read_as_the_drain_writes_it(typed: str, read
     assert check_key(typed) == read
     assert parse_filter({"destination": typed, "since": SINCE},
                         channels=["webhook", "telegram"]).destination == read
+
+
+@pytest.mark.parametrize(("url", "typed"), [
+    ("https://Hooks.Example.COM./x", "webhook:hooks.example.com:443"),
+    ("https://hooks.example.com:443/x", "webhook:HOOKS.example.com.:443"),
+    ("http://b\u00fccher.example/x", "webhook:B\u00fccher.example:80"),
+    ("https://[0:0::1]:8080/x", "webhook:::1:8080"),
+    ("https://[::1]:8080/x", "webhook:0:0:0:0:0:0:0:1:8080"),
+])
+def test_the_drains_key_and_the_operators_are_one_reading(url: str, typed: str) -> None:
+    """The key the drain writes for a URL and the key an operator types for the same
+    receiver are the same string, however either writes the host."""
+    entry = SimpleNamespace(id="e1", recipient=url)  # what outage_key reads of an entry
+    assert WebhookAdapter(None, []).outage_key(entry) == check_key(typed)  # type: ignore[arg-type]
 
 
 def test_the_old_key_without_its_port_is_refused_naming_the_canonical_keys() -> None:
