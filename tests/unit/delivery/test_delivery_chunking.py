@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.delivery.chunking import (
+    TELEGRAM_MAX_TEXT,
     chunk,
     plain,
     to_html,
@@ -56,3 +57,16 @@ def test_each_platform_gets_its_markup() -> None:
     assert to_slack_mrkdwn(text) == "*db-1* &lt;full&gt; &amp; `df -h`"
     assert plain(text) == "db-1 <full> & df -h"
     assert to_html("one\ntwo\n\n**three**") == "<p>one<br>\ntwo</p>\n<p><b>three</b></p>"
+
+
+def test_the_telegram_limit_counts_characters_as_the_bot_api_does() -> None:
+    # The Bot API counts a text's characters (code points) after entity parsing, so a
+    # character outside the BMP is one, where a JavaScript ``length`` counts two units.
+    smile = "\U0001F600"
+    assert chunk(smile * TELEGRAM_MAX_TEXT, TELEGRAM_MAX_TEXT, to_telegram_html) == [
+        smile * TELEGRAM_MAX_TEXT], "8,192 UTF-16 units, 4,096 characters: one message"
+    assert [len(c) for c in chunk(smile * (TELEGRAM_MAX_TEXT + 1), TELEGRAM_MAX_TEXT,
+                                  to_telegram_html)] == [TELEGRAM_MAX_TEXT, 1]
+    # measured on the converted HTML, tags and entities included (never under the count)
+    assert [len(c) for c in chunk("&" * TELEGRAM_MAX_TEXT, TELEGRAM_MAX_TEXT,
+                                  to_telegram_html)] == [819 * 5] * 5 + [5], "&amp; is five"

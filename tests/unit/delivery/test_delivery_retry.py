@@ -132,6 +132,17 @@ def test_best_effort_skips_a_refused_chunk_and_keeps_the_rest() -> None:
         send_chunks(["bad"], send, retrier=retrier, label="t", best_effort=True)
 
 
+def test_best_effort_still_fails_the_send_on_a_transient_chunk() -> None:
+    def send(text: str) -> str:
+        if text == "busy":
+            raise TransientDeliveryError("503")
+        return f"id-{text}"
+
+    with pytest.raises(TransientDeliveryError):
+        send_chunks(["a", "busy", "b"], send, retrier=Retrier(RetryPolicy(attempts=1)),
+                    label="t", best_effort=True)
+
+
 def test_a_wait_ends_at_once_on_shutdown_and_the_attempts_error_is_the_answer() -> None:
     abort = threading.Event()
     fn = Flaky(TransientDeliveryError("503 first"), TransientDeliveryError("503 second"))
