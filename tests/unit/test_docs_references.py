@@ -133,3 +133,27 @@ def test_the_path_pattern_itself() -> None:
     assert found == ["shared/sluice/delivery/channels.py", "infra/*.yml", "tests/providers/"]
     assert not (ROOT / "shared/sluice/delivery/channels.py").exists()
     assert Path(ROOT / "shared/sluice/delivery/channels").is_dir()
+
+
+TEST = re.compile(r"(?<![\w./-])(tests/[\w/]+\.py)::(\w+(?:::\w+)?)")
+
+
+def test_every_named_test_exists() -> None:
+    """A claim that names its test names one pytest collects (``path.py::test`` or
+    ``path.py::Class::test``; a parametrised case is named by its function)."""
+    from tests.unit.test_seed_parity import collected
+
+    missing = sorted({f"{name}: {m.group(1)}::{m.group(2)}" for name, text in _pages()
+                      for m in TEST.finditer(text) if m.group(2) not in collected(m.group(1))})
+    assert missing == []
+
+
+def test_the_test_check_itself() -> None:
+    from tests.unit.test_seed_parity import collected
+
+    text = ("`tests/unit/test_docs_references.py::test_every_named_test_exists`, "
+            "tests/unit/test_docs_references.py::test_no_such_test")
+    named = [(m.group(1), m.group(2)) for m in TEST.finditer(text)]
+    assert named == [("tests/unit/test_docs_references.py", "test_every_named_test_exists"),
+                     ("tests/unit/test_docs_references.py", "test_no_such_test")]
+    assert [n in collected(p) for p, n in named] == [True, False]
