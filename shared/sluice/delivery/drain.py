@@ -55,7 +55,7 @@ from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError, StoreError
 from sluice.core.observe import Reporter, logger
 from sluice.core.services import Services
-from sluice.core.shutdown import sleep_with_abort
+from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
 from sluice.core.times import iso_z, iso_z_or_none
 from sluice.delivery.channels import (
     ChannelAdapter,
@@ -329,10 +329,13 @@ class _Run:
 
     def _work(self) -> None:
         """Claim, send and settle one entry after another until none is due, the deadline
-        nears (a whole send, its timeout, must still fit) or the run must stop."""
+        nears (a whole send, its timeout, must still fit) or the run must stop: this run's
+        own stop, or the process's shutdown (SIGTERM, Ctrl-C), after which nothing more is
+        claimed and what is due waits for the next run (``leftDue``)."""
         assert self.deadline is not None
         summary = self.summary
-        while not self.stopped.is_set() and self.deadline.remaining() > self.d.send_timeout_s:
+        while (not self.stopped.is_set() and not SHUTDOWN.is_set()
+               and self.deadline.remaining() > self.d.send_timeout_s):
             claimed = self.store.claim(self.d.lease, channels=sorted(self.d.adapters))
             if not claimed:
                 break

@@ -300,10 +300,13 @@ def test_the_login_link_works_once_and_sets_a_strict_cookie(sqlite_url: str,
     assert match
     client = TestClient(create_app(services), base_url="https://testserver")
     first = client.get(f"/admin/login?nonce={match.group(1)}", follow_redirects=False)
-    assert first.status_code == 303 and first.headers["location"] == "/admin/queues"
+    assert first.status_code == 303 and first.headers["location"] == "/admin"
     cookie = first.headers["set-cookie"]
     assert "__session=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert "Secure" in cookie
+    # /admin, the session's landing page: a login link's session has every role
+    home = client.get("/admin", follow_redirects=False)
+    assert home.status_code == 303 and home.headers["location"] == "/admin/queues"
     assert client.get("/admin/queues").status_code == 200
     again = TestClient(create_app(services)).get(f"/admin/login?nonce={match.group(1)}",
                                                  follow_redirects=False)

@@ -70,6 +70,22 @@ def check(request: Request, surface: Surface) -> Identity | Denied:
     return allowed
 
 
+def landing(request: Request, pages: list[tuple[str, Surface]]) -> str:
+    """The first of ``pages`` the session may open (``pages[0]`` without one, or when it may
+    open none: that page's refusal says which roles it needs). Reads the session only, so
+    the redirect is not audited; the page it leads to is."""
+    token = admin_token(request)
+    if token:
+        try:
+            identity = services_of(request).admin.verify(token)
+        except Unauthorized:
+            return pages[0][0]
+        for path, surface in pages:
+            if identity.may(surface):
+                return path
+    return pages[0][0]
+
+
 def csrf_token(request: Request) -> str:
     """Bound to the session: an HMAC of the session token, so another site cannot know it."""
     token = admin_token(request) or ""

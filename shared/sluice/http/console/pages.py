@@ -13,10 +13,11 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from sluice.core.auth import SESSION_COOKIE, Identity
@@ -39,6 +40,7 @@ from sluice.http.console.guard import (
     check_csrf,
     csrf_token,
     is_https,
+    landing,
 )
 from sluice.http.console.render import render
 from sluice.http.params import check_names, checked_by_handler
@@ -166,6 +168,7 @@ def _guarded(surface: Surface | Callable[[Request], Surface]) -> Callable[..., A
         page.__name__ = handler.__name__
         page.__doc__ = handler.__doc__
         page.__signature__ = _signature(handler)  # type: ignore[attr-defined]
+        page.surface = surface  # type: ignore[attr-defined]  # read by nav_surfaces
         return page
 
     return wrap
@@ -213,9 +216,19 @@ def static(name: str) -> Response:
     return response
 
 
+def nav_surfaces() -> list[tuple[str, Surface]]:
+    """Each page of ``NAV`` with the surface its own guard checks (read from its route)."""
+    guards: dict[str, Surface] = {
+        route.path: cast(Surface, surface) for route in router.routes if isinstance(route, APIRoute)
+        and isinstance(surface := getattr(route.endpoint, "surface", None), str)}
+    return [(path, guards[path]) for path, _ in NAV if path in guards]
+
+
 @router.get("/admin", include_in_schema=False)
-def home() -> Response:
-    return RedirectResponse("/admin/queues", status_code=303)
+def home(request: Request) -> Response:
+    """The session's landing page: the first page of the navigation its roles open (ops and
+    super_admin the queues' overview, privacy erasure, ...)."""
+    return RedirectResponse(landing(request, nav_surfaces()), status_code=303)
 
 
 @router.get("/admin/login", name="console:login", include_in_schema=False)
@@ -236,7 +249,7 @@ async def login(request: Request, nonce: str = "") -> Response:
     await run_in_threadpool(RunStore(services.db).audit, actor=DEV_SUBJECT,
                             action="console:login", target="/admin/login", outcome="ok",
                             ip=client_ip(request), detail={"requestId": request_id(request)})
-    response = RedirectResponse("/admin/queues", status_code=303)
+    response = RedirectResponse("/admin", status_code=303)  # its landing page, from there
     response.set_cookie(SESSION_COOKIE, token, max_age=int(DEFAULT_TTL.total_seconds()),
                         httponly=True, samesite="strict", secure=is_https(request), path="/")
     return _secure(response)
