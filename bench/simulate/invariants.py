@@ -160,6 +160,26 @@ class Judge:
                           f"(allowed x{factor:g})")
 
 
+def feed_backoff(windows: list[Window]) -> list[Window]:
+    """Each fault window of a feed, held on for the wait Sluice may still keep after it
+    (``sluice.rss.fetch.Backoff``: doubling from 5 minutes, so the wait after a streak of
+    failures is at most the streak's length and 5 minutes, capped at a day, then up to a
+    tick of 10 minutes). The streak is the failures since the feed was last read: a window
+    that begins before the wait after the one before has ended continues that streak (no
+    read succeeded between them), so the wait after it is the whole streak's, not its own
+    length's (seed 26: a day slow, then four hours rate-limited, then a day's wait)."""
+    held: list[Window] = []
+    start: datetime | None = None
+    until: datetime | None = None
+    for window in sorted(windows, key=lambda w: (w.start, w.end)):
+        if start is None or until is None or window.start > until:
+            start = window.start
+        end = window.end + min(FEED_BACKOFF_MAX, window.end - start) + timedelta(minutes=15)
+        held.append(Window(window.start, end, window.kind))
+        until = end if until is None else max(until, end)
+    return held
+
+
 def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, datetime, bool]]:
     """The matches ``rule`` must deliver (when, what, published, delayed by a fault): due
     ``LIVENESS_AFTER`` into the first stretch of that length from the story on clear of the
@@ -179,8 +199,7 @@ def owed_matches(world: World, rule: SimRule) -> list[tuple[datetime, Match, dat
     owed = []
     for name in tenant.feeds:
         feed = world.feeds[name]
-        backoff = [Window(w.start, w.end + min(FEED_BACKOFF_MAX, w.end - w.start)
-                          + timedelta(minutes=10), w.kind) for w in feed.windows]
+        backoff = feed_backoff(feed.windows)
         for story in feed.stories:
             published = story.published
             if published < world.start or published + LIVENESS_AFTER > world.end:

@@ -336,3 +336,26 @@ def test_polar_events_must_describe_their_call_as_the_world_made_it() -> None:
     assert "external_customer_id 'user-0-1'" in judge.violations[1].detail
     billing.polar_received({**event, "external_id": "nobody"}, T0)
     assert judge.violations[-1].invariant == "metered_once"
+
+
+def test_a_feeds_wait_after_a_fault_is_its_whole_failure_streaks() -> None:
+    """Sluice's feed backoff doubles from 5 minutes over the failures since the feed was last
+    read, so a window that begins inside the wait after the one before continues its
+    streak (seed 26 x 365: a day slow, then four hours rate-limited, then a day's wait)."""
+    from bench.simulate.invariants import FEED_BACKOFF_MAX, feed_backoff
+    from bench.simulate.peers import Window
+    from sluice.rss.fetch import DEFAULT_BACKOFF
+
+    assert FEED_BACKOFF_MAX == DEFAULT_BACKOFF.cap
+    t0 = datetime(2026, 1, 23, 5, 25, tzinfo=UTC)
+    slow = Window(t0, t0 + timedelta(hours=23), "slow")
+    limited = Window(t0 + timedelta(hours=41), t0 + timedelta(hours=45), "ratelimit")
+    alone = Window(t0 + timedelta(days=9), t0 + timedelta(days=9, hours=2), "down")
+    held = feed_backoff([limited, alone, slow])
+    # the slow day's own wait: its length
+    assert held[0].end == slow.end + timedelta(hours=23, minutes=15)
+    # the rate limit began inside that wait: the streak began with the slow window, so the
+    # wait after it is capped at a day, not its own four hours
+    assert held[1].end == limited.end + FEED_BACKOFF_MAX + timedelta(minutes=15)
+    # a window after the feed could be read again starts a streak of its own
+    assert held[2].end == alone.end + timedelta(hours=2, minutes=15)
