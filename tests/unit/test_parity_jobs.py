@@ -52,22 +52,37 @@ def sentry() -> Iterator[Any]:
     sentry_sdk.init(dsn=None)
 
 
-def test_check_ins_carry_no_monitor_config(sentry: Any, sqlite_url: str,
-                                           make_services: Any) -> None:
+def test_check_ins_carry_each_jobs_monitor_config(sentry: Any, sqlite_url: str,
+                                                 make_services: Any) -> None:
     """Vercel creates a monitor per cron from vercel.json; Sluice's check-ins name the
-    job's slug and carry no ``monitor_config``, so Sentry creates no monitor from them."""
+    job's slug and carry its ``monitor_config`` (schedule, margin, longest run) from the
+    job table, so Sentry creates the monitor from them. Judged by what the Sentry ingest
+    received, against the schedules written out here."""
     from sluice.core.observe import Reporter
     from sluice.jobs.runner import run_job
     from tests.integration.jobs.test_cron_contract import job
 
     services = make_services(sqlite_url)
     services.reporter = Reporter(sentry_dsn=sentry.dsn, environment="test")
-    assert run_job(job("record_context"), services, "schedule").status == 200
+    daily = job("record_context", timeout_s=90)  # rate(1 day)
+    nightly = job("record_context", timeout_s=60)._replace(
+        name="test-nightly", schedule="cron(15 3 ? * 2-6 *)")
+    assert run_job(daily, services, "schedule").status == 200
+    assert run_job(nightly, services, "schedule").status == 200
     sentry_sdk.flush(timeout=5)
     check_ins = sentry.of_type("check_in")
-    assert [c["monitor_slug"] for c in check_ins] == ["test-record_context"] * 2
-    assert all("monitor_config" not in c for c in check_ins)
-    assert row("Sentry cron check-ins")[2].startswith("difference")
+    assert [(c["monitor_slug"], c["status"]) for c in check_ins] == [
+        ("test-record_context", "in_progress"), ("test-record_context", "ok"),
+        ("test-nightly", "in_progress"), ("test-nightly", "ok")]
+    margin = {"checkin_margin": 5, "timezone": "UTC"}
+    assert [c["monitor_config"] for c in check_ins[:2]] == [{
+        "schedule": {"type": "interval", "value": 1, "unit": "day"},
+        "max_runtime": 2, **margin}] * 2
+    # AWS counts weekdays 1-7 from Sunday, crontab 0-6: Monday to Friday is 1-5
+    assert [c["monitor_config"] for c in check_ins[2:]] == [{
+        "schedule": {"type": "crontab", "value": "15 3 * * 1-5"},
+        "max_runtime": 1, **margin}] * 2
+    assert row("Sentry cron check-ins")[2].startswith("same")
 
 
 # --- rss-refresh --------------------------------------------------------------------------
@@ -203,10 +218,11 @@ def test_a_run_purges_at_most_batch_due_requests(
     assert purge.purge_due(services, now=now)["purged"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="defect: no job deletes expired rss_builds rows (the "
-                   "feed caches), so a build key no scope uses keeps its row for ever")
 def test_state_cleanup_deletes_an_abandoned_expired_feed_cache(
         sqlite_url: str, make_services: Any) -> None:
+    """A build expired more than a day ago is abandoned and deleted, with its expired build
+    lease; one expired within the day (the ticks paused) and a live one stay, as does a
+    lease still held. Judged by counting the rows, not by the job's result."""
     from sluice.jobs.cleanup import cleanup_state
     from sluice.jobs.registry import Deadline
     from sluice.rss.store import CatalogBuild, RssStore
@@ -214,10 +230,20 @@ def test_state_cleanup_deletes_an_abandoned_expired_feed_cache(
     services = make_services(sqlite_url)
     store = RssStore(services.db)
     now = datetime.now(UTC)
-    # a source set no scope uses any more, built two days ago, expired a day later
-    store.save_build(CatalogBuild("en:abandoned", ("gone-1",), "en", now - timedelta(days=2),
+    # a source set no scope uses any more, built three days ago, expired two days ago
+    store.save_build(CatalogBuild("en:abandoned", ("gone-1",), "en", now - timedelta(days=3),
                                   ()), timedelta(days=1))
-    cleanup_state(services.db, now=now, deadline=Deadline(30))
+    store.save_build(CatalogBuild("en:paused", ("p-1",), "en", now - timedelta(hours=30),
+                                  ()), timedelta(days=1))  # expired six hours ago
+    store.save_build(CatalogBuild("en:live", ("l-1",), "en", now - timedelta(minutes=5),
+                                  ()), timedelta(hours=1))
+    assert store.acquire_lock("en:abandoned", "old", timedelta(minutes=1),
+                              now - timedelta(hours=2))
+    assert store.acquire_lock("en:live", "held", timedelta(minutes=5), now)
+    result = cleanup_state(services.db, now=now, deadline=Deadline(30))
     with services.db.transaction() as tx:
-        [left] = tx.fetchall("SELECT count(*) AS n FROM rss_builds", {})
-    assert left["n"] == 0
+        builds = {r["key"] for r in tx.fetchall("SELECT key FROM rss_builds", {})}
+        locks = {r["key"] for r in tx.fetchall("SELECT key FROM rss_build_locks", {})}
+    assert builds == {"en:paused", "en:live"}
+    assert locks == {"en:live"}
+    assert (result["deletedFeedCaches"], result["deletedBuildLocks"]) == (1, 1)

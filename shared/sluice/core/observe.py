@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -99,14 +100,19 @@ class Reporter:
         self.flush()
 
     def checkin(self, job: str, status: str, *, check_in_id: str | None = None,
-                duration_s: float | None = None) -> str | None:
-        """A Sentry cron check-in (``in_progress``, then ``ok`` or ``error``)."""
+                duration_s: float | None = None,
+                monitor_config: Callable[[], Mapping[str, Any]] | None = None) -> str | None:
+        """A Sentry cron check-in (``in_progress``, then ``ok`` or ``error``), carrying the
+        monitor's config (``monitor_config``, called only when Sentry is on) so Sentry
+        creates the monitor from it."""
         if not self.sentry:
             return None
         from sentry_sdk.crons import capture_checkin
 
+        config = dict(monitor_config()) if monitor_config is not None else None
         result: str | None = capture_checkin(monitor_slug=job, check_in_id=check_in_id,
-                                             status=status, duration=duration_s)
+                                             status=status, duration=duration_s,
+                                             monitor_config=config)  # type: ignore[arg-type]
         return result
 
     def flush(self) -> None:

@@ -1,5 +1,6 @@
 """state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows, old
-operations history samples, and job_runs / admin_audit rows past their retention.
+operations history samples, abandoned feed caches (rss_builds expired a day ago) and
+expired build leases, and job_runs / admin_audit rows past their retention.
 
 Deletes run in bounded batches, each its own short transaction, so a table with
 millions of expired rows never holds one long lock. Rows not yet expired, and
@@ -28,6 +29,9 @@ HISTORY = load_queries("history")
 THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
 THRESHOLD_FIRING_RETENTION_DAYS = 90
 DEFAULT_BATCH_SIZE = 5_000
+# A feed cache a scope reads is renewed every tick; one expired this long is abandoned.
+# The day keeps a cache that expired while the ticks were paused renewable in place.
+ABANDONED_BUILD_AFTER = timedelta(days=1)
 
 
 BatchObserver = Callable[[int, float], None]  # (rows deleted, seconds the batch held its locks)
@@ -76,6 +80,11 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                          point="state-cleanup.after_hash_batch")
     samples_deleted = clean("history", HISTORY.prune_batch, {"cutoff": now - HISTORY_RETENTION},
                             point="state-cleanup.after_history_batch")
+    builds_deleted = clean("builds", Q.delete_expired_builds_batch,
+                           {"cutoff": now - ABANDONED_BUILD_AFTER},
+                           point="state-cleanup.after_builds_batch")
+    locks_deleted = clean("build-locks", Q.delete_expired_build_locks_batch, {"now": now},
+                          point="state-cleanup.after_build_locks_batch")
     runs_deleted = clean("runs", RUNS_Q.delete_old_runs_batch,
                          {"cutoff": now - timedelta(days=runs_retention_days)},
                          point="state-cleanup.after_runs_batch")
@@ -84,6 +93,7 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                           point="state-cleanup.after_audit_batch")
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
             "deletedSamples": samples_deleted,
+            "deletedFeedCaches": builds_deleted, "deletedBuildLocks": locks_deleted,
             "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
             "failed": len(errors), "errors": errors,
             "processedAt": iso_z(now)}

@@ -6,6 +6,7 @@ command line, ``sluice dev``'s scheduler) ends in ``run_job``.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from sluice.jobs.runs import (
     ended_without_release,
     lease_holder_id,
 )
+from sluice.jobs.schedule import sentry_monitor_config
 from sluice.store.db import utcnow
 from sluice.store.deadline import bounded_by
 from sluice.store.history import Sample
@@ -94,6 +96,7 @@ def run_job(
 
     leased = False  # True while this run holds the lease and has not released it
     check_in = None
+    monitor = functools.partial(sentry_monitor_config, job.schedule, job.timeout_s)
     # The run's own bookkeeping (lease, run record) is bounded by the same time as the
     # drain: a store that hangs or is gone answers a typed error before Lambda's end.
     with bounded_by(time_left):
@@ -105,7 +108,7 @@ def run_job(
                 logger.info(f"[{job.name}] skipped: already running", extra={"trigger": trigger})
                 return RunOutcome(200, dict(ALREADY_RUNNING), "skipped")
             run_id, leased = began, True
-            check_in = reporter.checkin(job.name, "in_progress")
+            check_in = reporter.checkin(job.name, "in_progress", monitor_config=monitor)
             ctx = JobContext(services=services, deadline=deadline, trigger=trigger,
                              request_id=request_id, started_at=started, params=params or {},
                              progress=progress or (lambda message: None),
@@ -120,7 +123,7 @@ def run_job(
                      time.monotonic() - clock)
                 leased = False
                 reporter.checkin(job.name, "error", check_in_id=check_in,
-                                 duration_s=time.monotonic() - clock)
+                                 duration_s=time.monotonic() - clock, monitor_config=monitor)
                 return RunOutcome(500, body, "error")
             failed = job.failures(result)
             outcome = "failures" if failed else "ok"
@@ -129,7 +132,8 @@ def run_job(
             duration = time.monotonic() - clock
             _end(services, runs, run_id, outcome, result, started, job.name, holder, duration)
             leased = False
-            reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration)
+            reporter.checkin(job.name, "ok", check_in_id=check_in, duration_s=duration,
+                             monitor_config=monitor)
             reporter.metric("JobDurationMs", duration * 1000, "Milliseconds", job=job.name)
             logger.info(f"[{job.name}] {outcome} in {duration * 1000:.0f} ms",
                         extra={"trigger": trigger, "result": result, "requestId": request_id})
@@ -137,7 +141,7 @@ def run_job(
         except Exception as exc:  # noqa: BLE001 - the store itself failed (lease, record): still typed
             reporter.error(job.name, exc, requestId=request_id, trigger=trigger)
             if check_in:
-                reporter.checkin(job.name, "error", check_in_id=check_in)
+                reporter.checkin(job.name, "error", check_in_id=check_in, monitor_config=monitor)
             return RunOutcome(500, internal_error(job.name, request_id, exc), "error")
         finally:
             if leased:  # the run's end was not recorded: release the lease on its own

@@ -7,11 +7,12 @@ expression locally (no deployment file is read at run time, so the wheel needs n
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from sluice.core.errors import ConfigurationError
 
@@ -32,6 +33,16 @@ class Schedule:
     expression: str
     interval: timedelta | None = None  # for rate(...)
     cron: str | None = None  # five-field croniter expression, for cron(...)
+
+    def sentry_schedule(self) -> dict[str, Any]:
+        """The schedule as a Sentry monitor's ``schedule`` (an interval or a crontab)."""
+        if self.interval is not None:
+            seconds = int(self.interval.total_seconds())
+            for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+                if seconds % size == 0:
+                    return {"type": "interval", "value": seconds // size, "unit": unit}
+        assert self.cron is not None
+        return {"type": "crontab", "value": self.cron}
 
     def next_after(self, moment: datetime) -> datetime:
         if self.interval is not None:
@@ -91,6 +102,21 @@ def parse(expression: str) -> Schedule:
             raise ConfigurationError(f"schedule {expression!r} is not a valid cron expression")
         return Schedule(expression, cron=cron)
     raise ConfigurationError(f"schedule {expression!r}: expected rate(...) or cron(...)")
+
+
+# How late a check-in may be before Sentry calls the run missed: EventBridge fires within
+# about a minute of its time, and a cold start adds seconds.
+CHECKIN_MARGIN_MINUTES = 5
+
+
+def sentry_monitor_config(schedule: str, timeout_s: int) -> dict[str, Any]:
+    """A job's Sentry monitor, sent with each check-in so Sentry creates (or updates) it
+    from the job table as Vercel did from ``vercel.json``: its schedule (UTC, as
+    EventBridge reads it), the margin, and the run's longest time (the Lambda timeout,
+    rounded up to whole minutes)."""
+    return {"schedule": parse(schedule).sentry_schedule(), "timezone": "UTC",
+            "checkin_margin": CHECKIN_MARGIN_MINUTES,
+            "max_runtime": max(1, math.ceil(timeout_s / 60))}
 
 
 def job_schedules(jobs: Mapping[str, Scheduled]) -> dict[str, list[str]]:

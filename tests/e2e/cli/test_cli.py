@@ -26,7 +26,8 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     done = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
+    assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedFeedCaches",
+                           "deletedBuildLocks", "deletedJobRuns",
                            "deletedAuditRecords", "processedAt", "failed", "errors"}
     assert done.stderr == "", "logs and metrics only with -v"
     human = run_cli(["run", "state-cleanup"], {}, cwd=tmp_path)

@@ -16,7 +16,8 @@ from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token
 
 ROUTE = "/api/admin/state/cleanup"
-CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedJobRuns",
+CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedFeedCaches",
+                "deletedBuildLocks", "deletedJobRuns",
                 "deletedAuditRecords", "failed", "errors", "processedAt"}
 
 

@@ -59,3 +59,17 @@ DELETE FROM platform_state_hash WHERE ctid = ANY(ARRAY(
 
 -- name: count_expired
 SELECT count(*) AS n FROM platform_state WHERE expires_at IS NOT NULL AND expires_at < :now
+
+-- name: delete_expired_builds_batch
+-- The feed caches (rss_builds) of source sets no scope reads any more: a build a scope
+-- uses is renewed each tick, so one expired since :cutoff is abandoned (a later read
+-- builds it again whole).
+DELETE FROM rss_builds WHERE key IN (
+    SELECT key FROM rss_builds WHERE expires_at < :cutoff LIMIT :limit
+)
+
+-- name: delete_expired_build_locks_batch
+-- An expired build lease is free (lock_acquire takes it over): its row is only kept space.
+DELETE FROM rss_build_locks WHERE key IN (
+    SELECT key FROM rss_build_locks WHERE expires_at < :now LIMIT :limit
+)
