@@ -2,9 +2,12 @@
 counts from the start of the run, a cron is a cron), each firing taken only when the job
 can do something, decided by an exact and cheap check:
 
-- ``delivery-drain``: a pending entry comes due or reaches its expiry, or an in-flight
-  lease lapses (one read of ``delivery_queue``; waiting destinations and rate limits set
-  their entries' ``next_attempt_at``, so they are covered);
+- ``delivery-drain``: a pending entry that waits on nothing comes due, a pending entry
+  reaches its expiry, an in-flight lease lapses, a failing destination's probe comes due
+  or a pause ends (one read of ``delivery_queue`` and ``delivery_destinations``; rate
+  limits set their entries' ``next_attempt_at``, so they are covered; an entry held for
+  its destination is not due by its own ``next_attempt_at``: seed 29 woke the drain every
+  minute for a day on one held for a dead destination, 1,250 idle runs);
 - ``metering-flush``: its outbox holds a row it may send (pending, or failed with
   attempts left);
 - ``ledger-redrive``: the Redis retry queue (or its processing list) holds an entry;
@@ -90,7 +93,7 @@ def drain_wake(db: Database, expire: timedelta) -> datetime | None:
         return None
     due, oldest, lease = (_time(row["due"]), _time(row["oldest"]),
                           _time(row["lease_end"]))
-    moments = [due] if due else []
+    moments = [m for m in (due, _time(row["probe"]), _time(row["pause_end"])) if m]
     if oldest is not None:  # expired when enqueued_at < now - expire
         moments.append(oldest + expire + TICK)
     if lease is not None:  # recovered when its lease end < now

@@ -4,6 +4,7 @@ schedule's grid, a feed's next change, and when a delayed effect is owed."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bench.simulate.billing import owed_at
 from bench.simulate.firing import Firing
@@ -49,3 +50,34 @@ def test_an_effect_is_owed_after_the_first_stretch_clear_of_every_window() -> No
     assert owed_at(T0, windows, T0 + 10 * hour) == T0 + 4 * hour
     assert owed_at(T0, windows, T0 + 3 * hour) is None  # past the run
     assert owed_at(T0, windows, T0 + 10 * hour, 5 * MINUTE) == T0 + 5 * MINUTE
+
+
+def test_the_drain_wakes_for_a_held_entry_at_its_destinations_probe_not_its_own_time(
+        sqlite_url: str, make_services: Any) -> None:
+    """Seed 29: an entry held for a dead destination keeps a past ``next_attempt_at``; the
+    claim takes it only as the destination's probe, so the wake is the probe's time (and
+    never before a pause ends), not every minute."""
+    from bench.simulate.firing import drain_wake
+    from sluice.delivery.store import DeliveryStore
+
+    services = make_services(sqlite_url)
+    expire = timedelta(days=1)
+    assert drain_wake(services.db, expire) is None
+    entry, _ = DeliveryStore(services.db).enqueue("webhook", "http://127.0.0.1:7100/h", {"a": 1},
+                                                  now=T0)
+    key = "webhook:127.0.0.1:7100"
+    probe = T0 + 30 * MINUTE
+    with services.db.transaction() as tx:
+        tx.execute("UPDATE delivery_queue SET held_by = :k, next_attempt_at = :t WHERE id = :id",
+                   {"k": key, "t": T0 + MINUTE, "id": entry.id})
+        tx.execute("INSERT INTO delivery_destinations (key, down_since, failures, next_probe_at, "
+                   "updated_at) VALUES (:k, :t, 5, :p, :t)", {"k": key, "t": T0, "p": probe})
+    assert drain_wake(services.db, expire) == probe
+    with services.db.transaction() as tx:  # paused past the probe: the pause's end
+        tx.execute("UPDATE delivery_destinations SET paused_until = :u WHERE key = :k",
+                   {"u": T0 + 2 * 60 * MINUTE, "k": key})
+    assert drain_wake(services.db, expire) == T0 + 2 * 60 * MINUTE
+    with services.db.transaction() as tx:  # disabled: only the operator frees it; expiry
+        tx.execute("UPDATE delivery_destinations SET paused_until = NULL, disabled_at = :t "
+                   "WHERE key = :k", {"t": T0, "k": key})
+    assert drain_wake(services.db, expire) == T0 + expire + timedelta(microseconds=1)
