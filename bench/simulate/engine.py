@@ -164,7 +164,9 @@ class Simulation:
         self.rules_edited = False  # since the last tick
         self.feed_of_url: dict[str, Any] = {}
         self.day30: dict[str, int] | None = None
-        self.crashes = Crashes(self.rng, self.world.start,
+        # the crash plan draws from a stream of its own: a crash point added to the product
+        # changes which points are drawn, never the operator's choices after it
+        self.crashes = Crashes(random.Random(f"crashes-{seed}"), self.world.start,
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
                                self.out.faults)
         self.crashes.on_crash = self._crashed

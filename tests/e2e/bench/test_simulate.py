@@ -56,7 +56,7 @@ LONG_RETENTION = {"SLUICE_DELIVERY_RETENTION_DAYS": "365"}
 
 @pytest.mark.parametrize(("inject", "seed", "days", "invariant", "settings"), [
     ("resend-after-retention", 2, 12, "at_most_once", LONG_RETENTION),
-    ("undo-purge", 6, 4, "nothing_comes_back", {}),
+    ("undo-purge", 30, 4, "nothing_comes_back", {}),
     ("repeat-late", 4, 2, "at_most_once", {}),
     ("meter-twice", 1, 3, "metered_once", {}),
 ])
