@@ -20,7 +20,7 @@ from sluice.http.app import create_app
 from sluice.jobs.runs import RunStore
 from sluice.rss.store import RssStore
 from tests.conftest import BASE_ENV, CRON_SECRET, admin_token, run_cli
-from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once
+from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_settled
 from tests.providers.feeds import FeedServer
 from tests.providers.slack import SlackStandIn
 from tests.providers.telegram import TelegramStandIn
@@ -104,7 +104,7 @@ def test_stories_reach_each_channel_once_from_the_tick(
     sweep = first.json()["alertSweep"]
     assert (sweep["tenantsWithRules"], sweep["evaluated"], sweep["skippedNoFeedCache"],
             sweep["failed"], sweep["enqueued"]) == (2, 2, 0, 0, 2)
-    drain_once(svc)
+    drain_settled(svc)
     [hook] = webhook.delivered.values()
     assert hook["alert"]["ruleId"] == "results"
     assert hook["alert"]["story"]["title"] == FIRST[0][1]
@@ -116,7 +116,7 @@ def test_stories_reach_each_channel_once_from_the_tick(
     feeds.feeds["/wire"].set(rss(FIRST + LATER))
     second = client.get("/api/admin/rss/refresh", headers=CRON)
     assert second.status_code == 200, second.text
-    drain_once(svc)
+    drain_settled(svc)
     assert len(slack.messages) == 2 and "Another factory FIRE" in slack.messages[1]["text"]
     # The long one arrives in chunks, split at the paragraph: title and link, then the
     # summary; together the whole message.
@@ -137,14 +137,14 @@ def test_stories_reach_each_channel_once_from_the_tick(
     assert admin.status_code == 200, admin.text
     assert admin.json()["alertSweep"]["enqueued"] == 1
     assert dict(feeds.hits) == hits
-    drain_once(svc)
+    drain_settled(svc)
     assert telegram.messages[-1]["text"].startswith("Quarterly results beat forecasts")
 
     # Re-run ticks: nothing is delivered twice.
     sent = (len(webhook.received), len(slack.messages), len(telegram.messages))
     for _ in range(2):
         assert client.get("/api/admin/rss/refresh", headers=CRON).status_code == 200
-        drain_once(svc)
+        drain_settled(svc)
     assert (len(webhook.received), len(slack.messages), len(telegram.messages)) == sent
     assert len(webhook.delivered) == 1
 
