@@ -247,3 +247,27 @@ def test_state_cleanup_deletes_an_abandoned_expired_feed_cache(
     assert builds == {"en:paused", "en:live"}
     assert locks == {"en:live"}
     assert (result["deletedFeedCaches"], result["deletedBuildLocks"]) == (1, 1)
+
+
+def test_dead_letters_and_purge_failures_page_under_the_jobs_own_names(
+        sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed pages as ``ai-ledger-redrive`` and ``gdpr-erasure-purge``; Sluice under each
+    job's registry name, which the two rows say."""
+    from sluice.billing import ledger_redrive
+    from sluice.erasure import purge
+    from sluice.jobs.registry import get_job
+    from sluice.jobs.runner import run_job
+
+    services = make_services(sqlite_url)
+    paged: list[tuple[str, int]] = []
+    monkeypatch.setattr(services.reporter, "drain_failures",
+                        lambda job, failed, result: paged.append((job, failed)))
+    monkeypatch.setattr(ledger_redrive, "run_ledger_redrive",
+                        lambda ctx: {"drained": 3, "deadLettered": 2, "errors": []})
+    monkeypatch.setattr(purge, "run_erasure_purge", lambda ctx: {"due": 1, "failed": 1})
+    for name in ("ledger-redrive", "erasure-purge"):
+        assert run_job(get_job(name), services, "cli").outcome == "failures"
+    assert paged == [("ledger-redrive", 2), ("erasure-purge", 1)]
+    assert "`ledger-redrive`'s, not the seed's `ai-ledger-redrive`" in row(
+        "`deadLettered` escalates")[2]
+    assert "(`erasure-purge`, not the seed's `gdpr-erasure-purge`" in row("Failures page")[2]

@@ -258,3 +258,108 @@ def test_the_drain_stops_claiming_once_shutdown_has_begun(sqlite_url: str) -> No
         assert adapter.sent == [], "nothing is claimed after the abort"
     finally:
         db.close()
+
+
+def test_last_error_adds_the_direct_cause_not_the_root() -> None:
+    from sluice.delivery.classify import describe
+
+    def chained() -> BaseException:
+        try:
+            try:
+                raise OSError("connection reset")
+            except OSError as root:
+                raise TimeoutError("read timed out") from root
+        except TimeoutError as cause:
+            try:
+                raise RuntimeError("slack: send failed") from cause
+            except RuntimeError as error:
+                return error
+
+    text = describe(chained())
+    assert text == "RuntimeError: slack: send failed (caused by TimeoutError: read timed out)"
+    assert "connection reset" not in text, "the root, two levels down, is not added"
+    assert "the direct cause" in row("`lastError = String(err)`")[2]
+
+
+def test_the_dead_letter_error_message_is_the_typed_text_cut_at_500_code_points() -> None:
+    from sluice.queues.consumer import ERROR_MESSAGE_LIMIT, InboundMessage, dead_letter_summary
+
+    [limit] = numbers(row("`errorMessage` truncated")[0], r"to (\d+) characters")
+    summary = dead_letter_summary({"batchId": "b"}, InboundMessage("m-1", "rss.ingest", 5),
+                                  ValueError("\U0001f600" * 600), "2026-01-01T00:00:00.000Z")
+    text = summary["errorMessage"]
+    assert text.startswith("ValueError: ") and len(text) == limit == ERROR_MESSAGE_LIMIT
+    assert len(text.encode("utf-16-le")) // 2 > limit, "JavaScript's length would be more"
+    assert "code points" in row("`errorMessage` truncated")[2]
+
+
+def test_the_classifier_has_no_configuration_verdict() -> None:
+    from sluice.core.errors import ConfigurationError
+    from sluice.delivery.classify import classify
+
+    assert classify(ConfigurationError("the SMTP host is not set")) == "transient"
+    assert row("Config codes")[2].startswith("difference: the classifier has no configuration")
+
+
+def test_a_tenant_override_of_the_pipeline_flag_is_stored_but_never_read(
+        sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.queues.consumer import InboundMessage
+    from sluice.queues.handlers import PIPELINE_FLAG, ingest_handler
+    from sluice.rss.store import RssStore
+    from sluice.store.flags import FlagStore
+
+    services = make_services(sqlite_url)
+    RssStore(services.db).put_scope("acme", "tenant-acme", (), "en", True)
+    flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
+    flags.apply({"key": PIPELINE_FLAG, "enabled": True, "tenantScopeId": "acme"})
+    assert flags.enabled(PIPELINE_FLAG, "acme") is True, "stored"
+    asked: list[str | None] = []
+    read = FlagStore.enabled
+    monkeypatch.setattr(FlagStore, "enabled", lambda self, key, tenant_scope_id=None: (
+        asked.append(tenant_scope_id) or read(self, key, tenant_scope_id)))
+    ingest_handler(services)({"batchId": "b-1", "sourceId": "all-sources", "feedUrl": ""},
+                             InboundMessage("m-1", "rss.ingest", 1))
+    assert asked == [None], "the consumer reads the flag globally: off, so no work"
+    assert FlagStore(services.state).describe(PIPELINE_FLAG)["overridesTakeEffect"] is False
+    assert "once stored it changes nothing" in row("An optional `tenantScopeId`")[2]
+
+
+def test_a_rejection_the_quarantine_cannot_keep_in_an_outage_waits_as_a_delayed_copy(
+        sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.core.errors import TransientStoreError
+    from sluice.queues.consumer import OUTAGE_DELAY_S, Consumer
+    from sluice.queues.deadletters import Quarantine
+
+    class Copies:
+        """The queue, as far as the consumer uses it here: copies are kept, no visibility."""
+
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, int]] = []
+
+        def url_from_arn(self, arn: str) -> str:
+            return "https://sqs.example/rss-ingest"
+
+        def send(self, url: str, body: str, key: str | None, delay_s: int = 0) -> str:
+            self.sent.append((body, delay_s))
+            return "copy-1"
+
+        def change_visibility(self, url: str, handle: str, seconds: int) -> None:
+            raise AssertionError("held back instead of copied")
+
+    def down(self: Quarantine, *args: Any, **kwargs: Any) -> None:
+        raise TransientStoreError("sqlite: database is locked")
+
+    services = make_services(sqlite_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
+    queue = Copies()
+    handled: list[Any] = []
+    consumer = Consumer("rss.ingest", lambda message, inbound: handled.append(message),
+                        services, sqs=queue, registry=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(Quarantine, "add", down)
+    record = {"messageId": "m-forged", "receiptHandle": "rh", "body": "{not json",
+              "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
+              "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+              "eventSourceARN": "arn:aws:sqs:eu-north-1:123456789012:t-rss-ingest",
+              "awsRegion": "eu-north-1"}
+    assert consumer.lambda_handler({"Records": [record]}) == {"batchItemFailures": []}
+    assert queue.sent == [("{not json", OUTAGE_DELAY_S)] and handled == []
+    assert "waits as a delayed copy of itself" in row("Verify first")[2]
