@@ -301,8 +301,9 @@ def test_the_classifier_has_no_configuration_verdict() -> None:
     assert row("Config codes")[2].startswith("difference: the classifier has no configuration")
 
 
-def test_a_tenant_override_of_the_pipeline_flag_is_stored_but_never_read(
+def test_a_tenant_override_of_the_pipeline_flag_is_refused_and_never_read(
         sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.core.errors import RequestError
     from sluice.queues.consumer import InboundMessage
     from sluice.queues.handlers import PIPELINE_FLAG, ingest_handler
     from sluice.rss.store import RssStore
@@ -311,8 +312,11 @@ def test_a_tenant_override_of_the_pipeline_flag_is_stored_but_never_read(
     services = make_services(sqlite_url)
     RssStore(services.db).put_scope("acme", "tenant-acme", (), "en", True)
     flags = FlagStore(services.state, scope_exists=RssStore(services.db).has_scope)
-    flags.apply({"key": PIPELINE_FLAG, "enabled": True, "tenantScopeId": "acme"})
-    assert flags.enabled(PIPELINE_FLAG, "acme") is True, "stored"
+    with pytest.raises(RequestError, match="would change nothing") as refused:
+        flags.apply({"key": PIPELINE_FLAG, "enabled": True, "tenantScopeId": "acme"})
+    assert refused.value.code == "override_not_honoured"
+    assert flags.overrides(PIPELINE_FLAG) == {}
+    flags.set(PIPELINE_FLAG, True, "acme")  # one stored before overrides were refused
     asked: list[str | None] = []
     read = FlagStore.enabled
     monkeypatch.setattr(FlagStore, "enabled", lambda self, key, tenant_scope_id=None: (
@@ -321,7 +325,7 @@ def test_a_tenant_override_of_the_pipeline_flag_is_stored_but_never_read(
                              InboundMessage("m-1", "rss.ingest", 1))
     assert asked == [None], "the consumer reads the flag globally: off, so no work"
     assert FlagStore(services.state).describe(PIPELINE_FLAG)["overridesTakeEffect"] is False
-    assert "once stored it changes nothing" in row("An optional `tenantScopeId`")[2]
+    assert "a new override of `rssQueuePipeline` is refused" in row("An optional `tenantScopeId`")[2]
 
 
 def test_a_rejection_the_quarantine_cannot_keep_in_an_outage_waits_as_a_delayed_copy(

@@ -36,7 +36,9 @@ class Flag(NamedTuple):
     label: str
     default: bool
     description: str
-    # Why a per-tenant override changes nothing where the flag is read (None: it does).
+    # Why a per-tenant override would change nothing where the flag is read (None: it
+    # would): such a flag refuses a new override (a parameter it cannot honour), and an
+    # override stored before can only be cleared.
     override_note: str | None = None
 
 
@@ -52,8 +54,8 @@ FLAGS: dict[str, Flag] = {
              override_note=(
                  "the flag is read once per tick, and by each rss.ingest message, globally: "
                  "when on, every tenant's due builds go to the queue together (a build key "
-                 "serves every scope on it, so one tenant cannot opt out alone); an override "
-                 "is stored and shown but changes nothing")),
+                 "serves every scope on it, so one tenant cannot opt out alone); a new override "
+                 "is refused, and one stored before can only be cleared")),
     )
 }
 
@@ -62,6 +64,12 @@ class UnknownFlag(NotFound):
     """No flag has that key."""
 
     code = "unknown_flag"
+
+
+class OverrideRefused(RequestError):
+    """A per-tenant override of a flag that is only read globally."""
+
+    code = "override_not_honoured"
 
 
 def get_flag(key: str) -> Flag:
@@ -175,6 +183,10 @@ class FlagStore:
             enabled = body.get("enabled")
             if not isinstance(enabled, bool):
                 raise RequestError("enabled must be true or false")
+            note = get_flag(key).override_note
+            if tenant is not None and note is not None:
+                raise OverrideRefused(f"an override of {key} would change nothing ({note}); "
+                                      "set it globally", field="tenantScopeId")
             if tenant is not None and (self.scope_exists is None
                                        or not self.scope_exists(tenant)):
                 raise RequestError(f"no tenant scope {tenant!r}: an override must name a "

@@ -78,7 +78,7 @@ def test_flags_on_and_off_write_one_audit_row_each(env: dict[str, str],
     db.close()
     assert [(r["action"], r["target"], r["outcome"]) for r in reversed(rows)] == [
         ("flags:set", "rssQueuePipeline", "ok"),
-        ("flags:set", "rssQueuePipeline", "ok"),
+        ("flags:set", "rssQueuePipeline", "override_not_honoured"),  # read globally
         ("flags:set", "rssQueuePipeline", "ok")]
     assert [r["detail"]["enabled"] for r in reversed(rows)] == [True, False, None]
     assert all(r["actor"].startswith("cli:") for r in rows)

@@ -278,12 +278,15 @@ def test_flags_are_edited_from_the_page(db_url: str, make_services: Any) -> None
                                            "enabled": "true", "confirm": "1"},
                      follow_redirects=False)
     assert on.status_code == 303
-    client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
-                                      "enabled": "false", "tenantScopeId": "t-9"})
-    unknown = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
-                                                "enabled": "false", "tenantScopeId": "t-nope"})
-    assert unknown.status_code == 400 and "t-nope" in unknown.text
-    assert flags.enabled("rssQueuePipeline") and not flags.enabled("rssQueuePipeline", "t-9")
+    assert "Set override" not in page, "no form for an override the flag would not honour"
+    refused = client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
+                                                "enabled": "false", "tenantScopeId": "t-9"})
+    assert refused.status_code == 400 and "would change nothing" in refused.text
+    assert flags.overrides("rssQueuePipeline") == {}
+    # One stored before overrides were refused is listed with its clear button only.
+    flags.set("rssQueuePipeline", False, "t-9")
+    listed = client.get("/admin/flags").text
+    assert "Clear override of t-9" in listed and "Turn on for t-9" not in listed
     client.post("/admin/flags", data={"csrf": csrf, "key": "rssQueuePipeline",
                                       "tenantScopeId": "t-9", "clearOverride": "1"})
     assert flags.overrides("rssQueuePipeline") == {}

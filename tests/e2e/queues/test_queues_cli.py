@@ -12,6 +12,8 @@ from sluice.queues.deadletters import Quarantine
 from sluice.queues.signing import Signer
 from sluice.rss.store import RssStore
 from sluice.store.db import open_database
+from sluice.store.flags import FlagStore
+from sluice.store.state import StateStore
 from tests.conftest import BASE_ENV, run_cli
 from tests.sqs_helpers import bodies, create_queues, new_prefix, receive
 
@@ -40,13 +42,15 @@ def test_sign_then_verify(sqlite_url: str) -> None:
 def test_flags_on_off_and_tenant_overrides(sqlite_url: str) -> None:
     env = {**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url}
     assert run_cli(["flags", "rssQueuePipeline", "on"], env).returncode == 0
-    unknown_scope = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
-    assert unknown_scope.returncode == 64 and "t-1" in unknown_scope.stderr
     db = open_database(sqlite_url)
     RssStore(db).put_scope("t-1", "tenant-1", (), "en", True)
+    # The flag is read globally: an override would change nothing, so it is refused.
+    over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1"], env)
+    assert over.returncode == 64, over.stderr
+    assert "override_not_honoured" in over.stderr and "would change nothing" in over.stderr
+    # One stored before overrides were refused is shown, and can be cleared.
+    FlagStore(StateStore(db)).set("rssQueuePipeline", False, "t-1")
     db.close()
-    over = run_cli(["flags", "rssQueuePipeline", "off", "--tenant", "t-1", "--json"], env)
-    assert json.loads(over.stdout)["overrides"] == {"t-1": False}
     [flag] = json.loads(run_cli(["flags", "--json"], env).stdout)["flags"]
     assert flag["enabled"] is True and flag["overrides"] == {"t-1": False}
     cleared = run_cli(["flags", "rssQueuePipeline", "--tenant", "t-1", "--clear", "--json"], env)

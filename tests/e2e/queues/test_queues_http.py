@@ -42,7 +42,7 @@ def test_flags_are_super_admin_only_and_audited(client: TestClient, services: Se
     assert flag["key"] == "rssQueuePipeline" and flag["enabled"] is False
     assert flag["label"] == "RSS queue pipeline" and flag["overrides"] == {}
 
-    assert flag["overridesTakeEffect"] is False and "changes nothing" in flag["overrideNote"]
+    assert flag["overridesTakeEffect"] is False and "a new override is refused" in flag["overrideNote"]
     unknown = client.put("/api/admin/flags", headers=auth("super_admin"),
                          json={"key": "rssQueuePipeline", "enabled": False,
                                "tenantScopeId": "tenant-a"})
@@ -51,14 +51,19 @@ def test_flags_are_super_admin_only_and_audited(client: TestClient, services: Se
     on = client.put("/api/admin/flags", headers=auth("super_admin"),
                     json={"key": "rssQueuePipeline", "enabled": True})
     assert on.status_code == 200 and on.json()["flag"]["enabled"] is True
+    # The flag is read globally, so an override would change nothing: refused, typed.
     off_for = client.put("/api/admin/flags", headers=auth("super_admin"),
                          json={"key": "rssQueuePipeline", "enabled": False,
                                "tenantScopeId": "tenant-a"})
-    assert off_for.json()["flag"]["overrides"] == {"tenant-a": False}
+    assert off_for.status_code == 400, off_for.text
+    error = off_for.json()["error"]
+    assert (error["code"], error["field"]) == ("override_not_honoured", "tenantScopeId")
+    assert "would change nothing" in error["message"]
     store = FlagStore(services.state)
+    assert store.overrides("rssQueuePipeline") == {}
+    # One stored before overrides were refused can still be cleared.
+    store.set("rssQueuePipeline", False, "tenant-a")
     assert store.enabled("rssQueuePipeline") is True
-    assert store.enabled("rssQueuePipeline", "tenant-a") is False
-    assert store.enabled("rssQueuePipeline", "tenant-b") is True
     cleared = client.put("/api/admin/flags", headers=auth("super_admin"),
                          json={"key": "rssQueuePipeline", "clearOverride": True,
                                "tenantScopeId": "tenant-a"})
@@ -73,7 +78,7 @@ def test_flags_are_super_admin_only_and_audited(client: TestClient, services: Se
 
     audit = [(r["actor"], r["action"], r["outcome"]) for r in RunStore(services.db).recent_audit()]
     assert ("ops-1", "flags:set", "403") in audit and ("admin-1", "flags:set", "400") in audit
-    assert audit.count(("admin-1", "flags:set", "200")) == 3
+    assert audit.count(("admin-1", "flags:set", "200")) == 2, "on, and the clear"
 
 
 @pytest.fixture
