@@ -226,6 +226,7 @@ class Simulation:
                                   self.world.outages.windows, self.world.end,
                                   handler_faults=self.limits)
             self.push.arm(lambda point: self.crashes._crash_point(point))
+            self.push.client.throttled = self.world.sqs_throttled
         self.network.on_polar = lambda event: self.billing.polar_received(
             event, self.clock.now())
         self.network.on_polar_request = self.billing.polar_request
@@ -292,6 +293,9 @@ class Simulation:
         for foreign in self.world.foreign:
             if foreign[0] < self.world.end:
                 self._schedule(foreign[0], "foreign", foreign)
+        for (number, destination), by in sorted(self.world.received_by.items()):
+            if by < self.world.end:
+                self._schedule(by, "received-by", (number, destination))
         for erasure in self.world.erasures:
             if erasure.at >= self.world.end:
                 continue
@@ -493,6 +497,24 @@ class Simulation:
             self.billing.refusal_shown(what, self.clock.now())
         elif kind == "erased-due":
             self.erasures.check_purged(what, self.clock.now())
+        elif kind == "received-by":
+            self._built_in_its_tick(*what)
+
+    def _built_in_its_tick(self, number: int, destination: str) -> None:
+        """``built_in_its_tick``: a lone story of an SQS window (``--limits``), its feed,
+        its destination and the stores clear, has reached that destination by the tick
+        after it (and the drain's next minutes): a per-build message the endpoint left
+        unanswered is built inline in its tick, not a tick later. Judged from the
+        destination's own record."""
+        channel, recipient = destination.split(":", 1)
+        if self.judge.received[(channel, recipient, number)]:
+            return
+        unanswered = len(self.push.client.unanswered) if self.push is not None else 0
+        self.judge.fail("built_in_its_tick", self.clock.now(),
+                        f"story-{number} (published {self.published[number]:%Y-%m-%d %H:%M}"
+                        f", while SQS answered one send a minute: {unanswered} send(s) "
+                        f"unanswered so far) has not reached {destination} by the tick "
+                        "after it")
 
     def _usage(self, call: UsageCall) -> None:
         """A model call reported; refused (both stores down), it is reported again later."""

@@ -50,7 +50,11 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   up destination, and a second invocation of the drain while a run of it is alive;
 - rule ids as a client names them, per scope (``rule-0``, ``rule-1``...: rule ids are the
   client's, unique only within a scope), so tenants' rules share ids, and a lone story on
-  a feed two tenants read that the first rule of each matches (two matches, one rule id).
+  a feed two tenants read that the first rule of each matches (two matches, one rule id);
+- SQS throttled for two hours from day 5.8 on (one send a minute answered, the rest time
+  out): the tick's global message goes and its first per-build message does not, so the
+  tick builds that key inline; a lone story per tenant inside it, each owed to its first
+  rule's destination by the tick after it (``built_in_its_tick``, engine).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ TEN_MINUTES = timedelta(minutes=10)  # the rss tick's rate: a lone story is fetc
 FLAPS = 12  # more store drops under one ledger-redrive entry than its ten attempts
 BURST = 14
 EXPIRY_PAST = timedelta(hours=26)
+# a lone story in an SQS window is received by the tick after it, with this margin for
+# the drain (its next minute) and its sends
+PROMPT_MARGIN = timedelta(minutes=5)
 
 
 def _at(world: World, day: float) -> datetime:
@@ -184,6 +191,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     lonely = _lone_stories(world, rng)
     _pause(world, seed, destinations[len(plan) % len(destinations)])
     _client_rule_ids(world, seed)
+    _sqs_throttled(world, seed)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
@@ -406,3 +414,46 @@ def _lone(world: World, destination: str, at: datetime, rng: random.Random) -> b
     feed.stories.sort(key=lambda s: (s.published, s.number))
     world.faults["lone_story"] = world.faults.get("lone_story", 0) + 1
     return True
+
+
+def _sqs_throttled(world: World, seed: int) -> None:
+    """From day 5.8, the first moment a tick's every tenant can be owed a lone story (each
+    tenant's feed, every destination of its first rule's channel and the stores clear for
+    hours, no story with the keyword near): SQS answers one send a minute for two hours
+    around it (the tick's global message goes, each per-build message after it times out,
+    so the tick builds them inline), and each tenant gets a lone story on its first feed
+    matched by its first rule, owed to that rule's destination by the tick after it (the
+    key whose publish timed out included: ``built_in_its_tick``). From a generator of its
+    own, after everything else, so the rest of the world is as it was."""
+    rng = random.Random(f"limits-sqs-{seed}")
+    at = world.start + TEN_MINUTES * -(-timedelta(days=5.8) // TEN_MINUTES) \
+        + timedelta(seconds=30)
+    channels = {rule.channel for tenant in world.tenants for rule in tenant.rules[:1]}
+    while at < _at(world, SPAN_DAYS):
+        rules = [tenant.rules[0] for tenant in world.tenants]
+        keywords = [rule.keyword_at(at) for rule in rules]
+        if (all(keyword is not None for keyword in keywords)
+                and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
+                        for rule in rules)
+                and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
+                        for key, peer in world.destinations.items()
+                        if key.split(":", 1)[0] in channels)
+                and all(_clear(world.feeds[name], at - timedelta(days=2),
+                               at + timedelta(hours=4))
+                        for tenant in world.tenants for name in tenant.feeds)
+                and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
+                and not any(_matches_near(world, keyword, at) for keyword in keywords)):
+            break
+        at += TEN_MINUTES
+    else:
+        return
+    world.sqs_throttled.append(Window(at - timedelta(hours=1), at + timedelta(hours=1),
+                                      "sqs_throttled"))
+    world.faults["sqs_throttled"] = world.faults.get("sqs_throttled", 0) + 1
+    tick = at + TEN_MINUTES - timedelta(seconds=30)  # the first tick after the stories
+    for tenant in world.tenants:
+        rule = tenant.rules[0]
+        destination = f"{rule.channel}:{rule.recipient}"
+        if _lone(world, destination, at, rng):
+            number = max(s.number for f in world.feeds.values() for s in f.stories)
+            world.received_by[(number, destination)] = tick + PROMPT_MARGIN

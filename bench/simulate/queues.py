@@ -19,7 +19,9 @@ once more, as a delete lost on its way would. With ``handler_faults`` (``--limit
 messages fail for their own sake: the handler's dependency fails on a message's first
 deliveries (``FAULTY``: every ``FAULT_EVERY``-th message first seen fails its first 2 or 4
 deliveries, fewer than the consumer's 5 attempts), raised in the handler's place as an
-error of its own, not a store's. Invariants (``queue_*``):
+error of its own, not a store's. With ``--limits`` the endpoint is throttled in the world's
+``sqs_throttled`` windows: one send a minute is answered, the others time out unanswered
+(``ReadTimeoutError``), recorded by the stand-in. Invariants (``queue_*``):
 
 - ``queue_nothing_lost``: every message sent is, within ``SETTLE_WITHIN`` while the
   store and Redis are up, deleted after the consumer took it, or on a ``-dlq`` with a
@@ -60,6 +62,9 @@ POISON = 15
 # LATE_BY later (a copy left on a server that was away, within SQS's four-day retention)
 LATE_EVERY = 2
 LATE_BY = timedelta(hours=30)
+# in a throttled window (--limits), the endpoint answers one send per this long; the rest
+# of a burst (the tick's per-build messages after its global one) time out
+THROTTLE_GAP = timedelta(minutes=1)
 
 
 class HandlerFault(Exception):
@@ -142,6 +147,11 @@ class SimSqsClient:
         self.by_receipt: dict[str, Message] = {}
         self.visibility_set: list[tuple[Message, int, int]] = []  # (message, receives, seconds)
         self.unavailable = False  # the service refuses calls (an outage of ours)
+        # windows in which the endpoint answers at most one send per THROTTLE_GAP (the rest
+        # time out, unanswered); the service's own record of the sends it left unanswered
+        self.throttled: list[Any] = []
+        self.unanswered: list[tuple[datetime, str]] = []  # (when, queue url)
+        self._answered_at: datetime | None = None
 
     @staticmethod
     def url_of(name: str) -> str:
@@ -164,6 +174,13 @@ class SimSqsClient:
                      ) -> dict[str, str]:
         key = (MessageAttributes.get("idempotencyKey") or {}).get("StringValue")
         now = self.now()
+        if any(w.start <= now < w.end for w in self.throttled):
+            if self._answered_at is not None and now - self._answered_at < THROTTLE_GAP:
+                from botocore.exceptions import ReadTimeoutError  # type: ignore[import-untyped]
+
+                self.unanswered.append((now, QueueUrl))
+                raise ReadTimeoutError(endpoint_url=QueueUrl)
+            self._answered_at = now
         message = Message(self.ids(), MessageBody, key, now,
                           now + timedelta(seconds=DelaySeconds))
         self._queue(QueueUrl).messages.append(message)

@@ -99,6 +99,13 @@ class World:
     # (when, user, tenant): a foreign producer (the TypeScript one) pushes a malformed retry
     # envelope of that user's call onto the ledger's Redis retry queue
     foreign: list[tuple[datetime, str, str]] = field(default_factory=list)
+    # windows in which SQS answers at most one send a minute (a throttled endpoint: the
+    # others get no answer); --limits only
+    sqs_throttled: list[Window] = field(default_factory=list)
+    # (story number, destination) -> by when its receiver has it: a lone story published
+    # inside an SQS window (--limits), its feed, destination and the stores clear, is
+    # received by the tick after it (``built_in_its_tick``)
+    received_by: dict[tuple[int, str], datetime] = field(default_factory=dict)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

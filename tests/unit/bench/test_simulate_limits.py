@@ -140,3 +140,27 @@ def test_the_fresh_sets_worlds_are_in_the_reduced_run() -> None:
                              and at < e.at + timedelta(days=e.grace_days) < world.end
                              for e in world.erasures)
     assert shared and error and duplicate and malformed
+
+
+def test_an_sqs_window_owes_each_tenant_a_lone_story_by_the_tick_after_it() -> None:
+    """SQS answering one send a minute on a pipeline seed (odd: the tick fans out), with a
+    lone story per tenant inside it, each owed to its first rule's destination by the tick
+    after it, its feed, that channel and the stores clear around it."""
+    pipeline = False
+    for seed in DEFAULT_SEEDS:
+        world, _ = _world(seed)
+        (window,) = world.sqs_throttled
+        assert world.start < window.start < window.end < world.end
+        assert len(world.received_by) == len(world.tenants)
+        published = {s.number: (name, s) for name, f in world.feeds.items() for s in f.stories}
+        for (number, destination), by in world.received_by.items():
+            name, story = published[number]
+            rule = next(r for r in world.rules() if f"{r.channel}:{r.recipient}" == destination)
+            assert rule.keyword_at(story.published) in story.words
+            assert name in next(t for t in world.tenants if t.scope == rule.scope).feeds
+            assert window.start < story.published < by < window.end
+            assert by - story.published <= timedelta(minutes=15)
+            assert not world.destinations[destination].window(story.published)
+            assert not world.outages.window(story.published)
+        pipeline |= seed % 2 == 1
+    assert pipeline
