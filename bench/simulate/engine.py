@@ -75,7 +75,7 @@ from bench.simulate.peers import (
 )
 from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
-from bench.simulate.world import HORIZON_DAYS, SimRule, UsageCall, World, generate
+from bench.simulate.world import HORIZON_DAYS, ErasureCall, SimRule, UsageCall, World, generate
 
 # The gated jobs whose check a step (its kind, or the job that ran) may change.
 TOUCHES = {
@@ -185,6 +185,8 @@ class Simulation:
         self.push: PushQueue | None = None
         self.push_at: datetime | None = None  # the consumer's queued invocation
         self.sent: dict[Match, dict[str, Any]] = {}  # the payload each match went out with
+        # the app's notices (--limits): marker number -> the erasure of the user it names
+        self.notices = {number: call for _, call, _, number in self.world.notices}
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -293,6 +295,9 @@ class Simulation:
         for foreign in self.world.foreign:
             if foreign[0] < self.world.end:
                 self._schedule(foreign[0], "foreign", foreign)
+        for notice in self.world.notices:
+            if notice[0] < self.world.end:
+                self._schedule(notice[0], "notice", notice)
         for (number, destination), by in sorted(self.world.received_by.items()):
             if by < self.world.end:
                 self._schedule(by, "received-by", (number, destination))
@@ -499,6 +504,39 @@ class Simulation:
             self.erasures.check_purged(what, self.clock.now())
         elif kind == "received-by":
             self._built_in_its_tick(*what)
+        elif kind == "notice":
+            self._notice(*what)
+
+    def _notice_erased(self, receipt: Receipt) -> None:
+        """``nothing_comes_back`` for the app's notices (``--limits``): a notice naming a
+        user never reaches its receiver once the user's erasure was owed (its grace window
+        over, the purge's hour run: ``Erasures.due``), judged from the receiver's record."""
+        call = self.notices[receipt.story]
+        user = call.subject
+        due = self.erasures.due(call, self.world.outages.windows, self.world.end)
+        if due is not None and receipt.at >= due:
+            self.judge.fail("nothing_comes_back", receipt.at,
+                            f"the app's notice story-{receipt.story} naming {user} reached "
+                            f"{receipt.channel}:{receipt.recipient} after {user}'s erasure "
+                            f"was due ({due:%Y-%m-%d %H:%M})")
+
+    def _notice(self, at: datetime, call: ErasureCall, destination: str, number: int) -> None:
+        """The app's own notification to ``user`` (``--limits``), enqueued as an app does
+        (``sluice.enqueue_delivery``), naming them as its subject and in its text."""
+        from sluice import enqueue_delivery
+
+        user = call.subject
+        channel, recipient = destination.split(":", 1)
+        text = f"Your export is ready, {user} (story-{number})"
+        try:
+            enqueue_delivery(self.services, channel, recipient,
+                             {"payloads": [text], "silent": False},
+                             idempotency_key=f"notice-{number}", subject_user_id=user)
+        except Exception as exc:  # noqa: BLE001 - the store away: the app would retry; not here
+            self._log(f"app notice story-{number} to {destination} not enqueued "
+                      f"({type(exc).__name__})")
+            return
+        self._log(f"app notice story-{number} to {destination} for {user}")
 
     def _built_in_its_tick(self, number: int, destination: str) -> None:
         """``built_in_its_tick``: a lone story of an SQS window (``--limits``), its feed,
@@ -547,6 +585,8 @@ class Simulation:
     def _receipt(self, receipt: Receipt) -> None:
         """A message the store could not settle after its send (it was down) is an unknown
         outcome, like a crash after the send: its documented re-send is allowed."""
+        if receipt.story in self.notices:
+            self._notice_erased(receipt)
         self._content(receipt)
         self._expiry(receipt)
         if self.world.outages.behaviour(receipt.at) == "store_down":

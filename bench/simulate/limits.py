@@ -51,6 +51,10 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
 - rule ids as a client names them, per scope (``rule-0``, ``rule-1``...: rule ids are the
   client's, unique only within a scope), so tenants' rules share ids, and a lone story on
   a feed two tenants read that the first rule of each matches (two matches, one rule id);
+- the app's own notification naming a user (``subject_user_id``) enqueued six hours
+  before an erasure's grace window ends, to a chat that then goes down until four hours
+  past it: the purge must take the waiting entry, so the chat never gets it
+  (``nothing_comes_back``, judged from the chat's record);
 - SQS throttled for two hours from day 5.8 on (one send a minute answered, the rest time
   out): the tick's global message goes and its first per-build message does not, so the
   tick builds that key inline; a lone story per tenant inside it, each owed to its first
@@ -75,6 +79,7 @@ EXPIRY_PAST = timedelta(hours=26)
 # a lone story in an SQS window is received by the tick after it, with this margin for
 # the drain (its next minute) and its sends
 PROMPT_MARGIN = timedelta(minutes=5)
+NOTICE_NUMBERS = 1_000_000  # an app notice's marker numbers, above every story's
 
 
 def _at(world: World, day: float) -> datetime:
@@ -191,6 +196,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     lonely = _lone_stories(world, rng)
     _pause(world, seed, destinations[len(plan) % len(destinations)])
     _client_rule_ids(world, seed)
+    _notices(world)
     _sqs_throttled(world, seed)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
@@ -457,3 +463,33 @@ def _sqs_throttled(world: World, seed: int) -> None:
         if _lone(world, destination, at, rng):
             number = max(s.number for f in world.feeds.values() for s in f.stories)
             world.received_by[(number, destination)] = tick + PROMPT_MARGIN
+
+
+def _notices(world: World) -> None:
+    """Six hours before each erasure's grace window ends (one neither cancelled nor
+    confirmed), the app sends the user a notification of its own (``sluice.enqueue_delivery``
+    naming them in ``subject_user_id``; the alerts' entries name no user) to a chat that is
+    clear around it, and the chat goes down right after, until four hours past the grace
+    window's end (its entry's expiry, a day, still ahead): the entry waits through the
+    purge, which must take it, so the chat never gets it when it is back
+    (``nothing_comes_back``, engine). Not a chat a lone story is owed to then (its bound
+    would not hold through the outage). Draws nothing."""
+    chats = sorted(name for name in world.destinations if not name.startswith("webhook:"))
+    published = {s.number: s.published for f in world.feeds.values() for s in f.stories}
+    for n, erasure in enumerate(world.erasures):
+        if erasure.cancel_at is not None or erasure.confirm_at is not None:
+            continue
+        ends = erasure.at + timedelta(days=erasure.grace_days)
+        at = ends - timedelta(hours=6)
+        if ends + timedelta(hours=6) >= world.end or at <= erasure.at:
+            continue
+        owed = {name for (number, name) in world.enqueued_by
+                if at - timedelta(days=1) < published[number] < ends + timedelta(hours=6)}
+        chat = next((name for name in chats if name not in owed
+                     and _clear(world.destinations[name], at - timedelta(hours=2),
+                                ends + timedelta(hours=6))), None)
+        if chat is None:
+            continue
+        world.notices.append((at, erasure, chat, NOTICE_NUMBERS + n))
+        world.faults["app_notice"] = world.faults.get("app_notice", 0) + 1
+        _add(world.destinations[chat], world, at + timedelta(minutes=1), 10 - 1 / 60, "down")

@@ -106,6 +106,11 @@ class World:
     # inside an SQS window (--limits), its feed, destination and the stores clear, is
     # received by the tick after it (``built_in_its_tick``)
     received_by: dict[tuple[int, str], datetime] = field(default_factory=dict)
+    # (when, erasure, destination, number): the app's own notification to the erasure's
+    # user (an export ready), enqueued through ``sluice.enqueue_delivery`` naming them as
+    # its subject, its text marked ``story-<number>`` (no feed's) so the receiver's record
+    # names it; --limits
+    notices: list[tuple[datetime, ErasureCall, str, int]] = field(default_factory=list)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

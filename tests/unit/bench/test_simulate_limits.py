@@ -164,3 +164,25 @@ def test_an_sqs_window_owes_each_tenant_a_lone_story_by_the_tick_after_it() -> N
             assert not world.outages.window(story.published)
         pipeline |= seed % 2 == 1
     assert pipeline
+
+
+def test_an_app_notice_naming_a_user_waits_through_their_purge() -> None:
+    """The app's own notification to a user whose erasure comes due in the run: its chat
+    goes down right after it until past the grace window's end (the entry's expiry, a day,
+    still ahead), so the entry waits through the purge; its marker is no story's."""
+    for seed in DEFAULT_SEEDS:
+        world, _ = _world(seed)
+        assert world.notices
+        numbers = {s.number for f in world.feeds.values() for s in f.stories}
+        for at, call, chat, number in world.notices:
+            assert number not in numbers and not chat.startswith("webhook:")
+            assert call in world.erasures
+            assert call.cancel_at is None and call.confirm_at is None
+            ends = call.at + timedelta(days=call.grace_days)
+            assert call.at < at < ends < world.end
+            peer = world.destinations[chat]
+            assert peer.behaviour(at) == "up"
+            down = peer.window(at + timedelta(minutes=1))
+            assert down is not None and down.kind == "down"
+            assert down.end >= ends + timedelta(hours=4)
+            assert down.end < at + timedelta(days=1)  # before the entry would expire
