@@ -367,3 +367,117 @@ def test_a_rejection_the_quarantine_cannot_keep_in_an_outage_waits_as_a_delayed_
     assert consumer.lambda_handler({"Records": [record]}) == {"batchItemFailures": []}
     assert queue.sent == [("{not json", OUTAGE_DELAY_S)] and handled == []
     assert "waits as a delayed copy of itself" in row("Verify first")[2]
+
+
+# --- deep re-audit of push queues, [queue] and [pipeline] ---------------------------------
+
+
+def test_a_retry_after_past_the_in_process_maximum_waits_the_providers_time_not_the_schedule(
+        ) -> None:
+    from sluice.delivery.classify import TransientDeliveryError
+    from sluice.delivery.policy import Attempt, DeliveryOutcome, Policy
+    from sluice.delivery.retry import Retrier
+
+    asked = TransientDeliveryError("telegram 429: Too Many Requests", retry_after_s=60)
+    calls: list[int] = []
+
+    def send() -> str:
+        calls.append(1)
+        raise asked
+
+    with pytest.raises(TransientDeliveryError):
+        Retrier(sleep=lambda seconds: None).call(send, label="t")
+    assert calls == [1], "60 s is past the 30 s the retrier waits: not waited in process"
+    policy = Policy()
+    outcome = policy.after_send("transient", asked, channel="telegram", attempts=1,
+                                unknown_sends=0, destination_healthy=True)
+    decision = policy.decide(outcome, attempts=1, wait=timedelta(seconds=60))
+    # the queue holds it for the provider's 60 s (not the schedule's 5 s), no attempt counted
+    assert outcome is DeliveryOutcome.PACING
+    assert decision.delay == timedelta(seconds=60) != policy.schedule.step(1)
+    assert decision.attempt is Attempt.GIVEN_BACK
+    assert "the server's own wait" in row("`retryAfterMs?(error)`")[2]
+
+
+class _Refusing(_Taking):
+    """A Telegram adapter whose chat refuses every send with ``text``."""
+
+    name = "telegram"
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def outage_key(self, entry: Any) -> str:
+        return f"telegram:{entry.recipient}"
+
+    def send(self, entry: Any, progress: object = None) -> str:
+        from sluice.delivery.classify import PermanentDeliveryError
+
+        raise PermanentDeliveryError(self.text, status=403)
+
+
+def test_a_permanent_refusal_counts_failed_unless_it_says_the_destination_is_gone(
+        sqlite_url: str) -> None:
+    from sluice.delivery.drain import Deliverer
+    from sluice.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.jobs.registry import Deadline
+
+    counted = {}
+    db = open_database(sqlite_url)
+    try:
+        store = DeliveryStore(db)
+        for chat, text in (("1001", "Bad Request: message is too long"),
+                           ("1002", "Forbidden: bot was blocked by the user")):
+            entry, _ = store.enqueue("telegram", chat, {"text": "x"})
+            summary = Deliverer(store, {"telegram": _Refusing(text)},
+                                lease=timedelta(seconds=30)).drain(Deadline(30))
+            assert store.get(entry.id).status is DeliveryStatus.FAILED
+            counted[text] = (summary["failed"], summary["failedDisabled"])
+    finally:
+        db.close()
+    assert counted == {"Bad Request: message is too long": (1, 0),
+                       "Forbidden: bot was blocked by the user": (0, 1)}
+    assert "counted in `failedDisabled`" in row("Flowchart: a permanent error at the attempt")[2]
+
+
+def test_a_final_4xx_without_a_pattern_is_permanent() -> None:
+    from sluice.delivery.channels.base import refused
+    from sluice.delivery.classify import CredentialsRefused, classify, matches_permanent
+
+    for status in (400, 404, 413, 422):
+        text = f"webhook answered {status}: no"
+        assert not matches_permanent(text)
+        assert classify(refused(text, status=status)) == "permanent", status
+    assert classify(refused("telegram 400: Bad Request: message to be replied not found",
+                            status=400)) == "permanent"
+    for status in (408, 409, 425, 429, 500, 503):
+        assert classify(refused(f"webhook answered {status}: later", status=status)) == \
+            "transient", status
+    assert isinstance(refused("webhook answered 403: no", status=403), CredentialsRefused)
+    assert "a final 4xx" in row("Conservative: when in doubt")[2]
+    assert "a final 4xx" in row("Everything else (timeouts")[2]
+
+
+def test_the_stored_last_error_of_an_entry_given_up_runs_past_the_describe_cut(
+        sqlite_url: str) -> None:
+    from sluice.delivery.classify import describe
+    from sluice.delivery.store import DeliveryStatus, DeliveryStore
+    from sluice.store.db import utcnow
+
+    db = open_database(sqlite_url)
+    try:
+        store = DeliveryStore(db)
+        entry, _ = store.enqueue("slack", "C1", {"text": "x"})
+        now = utcnow()
+        error = describe(RuntimeError("x" * 5000))
+        for _ in range(5):
+            [claimed] = store.claim(timedelta(seconds=30), now=now)
+            store.nack(claimed, error, now=now)
+            now += timedelta(hours=1)
+        failed = store.get(entry.id)
+        assert failed.status is DeliveryStatus.FAILED and len(error) == 2000
+        assert failed.last_error == f"gave up after 5 attempts; last error: {error}"
+    finally:
+        db.close()
+    assert "`gave up after 5 attempts; last error: …`" in row("`lastError = String(err)`")[2]
