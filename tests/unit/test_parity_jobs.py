@@ -271,3 +271,85 @@ def test_dead_letters_and_purge_failures_page_under_the_jobs_own_names(
     assert "`ledger-redrive`'s, not the seed's `ai-ledger-redrive`" in row(
         "`deadLettered` escalates")[2]
     assert "(`erasure-purge`, not the seed's `gdpr-erasure-purge`" in row("Failures page")[2]
+
+
+# --- the deep re-audit: what a same row's count or answer means -------------------------
+
+
+def test_refreshed_counts_only_the_builds_the_tick_made() -> None:
+    """The seed's ``tenantIngestion.refreshed`` has every scope refreshed; Sluice's only
+    the scopes whose build this tick made, the others in ``shared``, ``throttled`` and
+    ``locked``. Judged by the counts one tick of five scopes reports."""
+    from sluice.jobs.registry import Deadline
+    from sluice.rss.catalog import Refreshed
+    from sluice.rss.tick import ingest_tenant_scopes
+
+    outcomes = {"a": "built", "b": "shared", "c": "fresh", "d": "throttled", "e": "locked"}
+    counts = ingest_tenant_scopes(lambda: list(outcomes),
+                                  lambda scope: Refreshed(outcomes[scope], None),  # type: ignore[arg-type]
+                                  started_at_ms=0, budget=Deadline(60))
+    assert (counts["tenantScopes"], counts["refreshed"], counts["shared"],
+            counts["throttled"], counts["locked"], counts["failed"]) == (5, 1, 2, 1, 1, 0)
+    parity = row("The answer's keys")[2]
+    assert "difference: `tenantIngestion.refreshed` counts only the scopes whose build" in parity
+
+
+def test_state_cleanup_stops_at_its_deadline_and_the_next_run_goes_on(
+        sqlite_url: str, make_services: Any) -> None:
+    """The seed deletes every expired row in one statement; Sluice in batches until the
+    run's deadline, and the next run deletes the rest. Judged by counting the rows."""
+    from sluice.jobs.cleanup import DEFAULT_BATCH_SIZE, cleanup_state
+    from sluice.jobs.registry import Deadline, get_job
+
+    db = make_services(sqlite_url).db
+    now = datetime.now(UTC)
+    with db.transaction() as tx:
+        tx.executemany("INSERT INTO platform_state (key, value, expires_at, updated_at) "
+                       "VALUES (:key, '1', :at, :at)",
+                       [{"key": f"expired:{i}", "at": now - timedelta(minutes=1)}
+                        for i in range(10)])
+    ticks = iter(range(100))
+    # the deadline passes after the first batch's check
+    first = cleanup_state(db, now=now, deadline=Deadline(1.5, clock=lambda: next(ticks)),
+                          batch_size=4)
+    assert (first["deleted"], first["deletedHashRecords"], first["failed"]) == (4, 0, 0)
+    assert cleanup_state(db, now=now, deadline=Deadline(60), batch_size=4)["deleted"] == 6
+    cleanup = get_job("state-cleanup")
+    assert cleanup.schedule == "cron(15 3 * * ? *)"  # once a day
+    assert numbers(row("Deletes `platform_state` rows")[2],
+                   r"batches of ([\d,]+) rows.*its (\d+) s budget") == [
+        DEFAULT_BATCH_SIZE, cleanup.budget_s]
+
+
+def test_a_purge_run_counts_the_requests_it_resumed_in_purged(
+        sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose sweep failed after its purge committed is settled again by the next
+    run, and counted in that run's ``purged`` (or ``failed``) though it is not in its
+    ``due``. Judged by the two runs' answers and the request's status."""
+    from sluice.core.errors import TransientStoreError
+    from sluice.erasure import purge
+    from sluice.erasure.requests import ErasureStatus, ErasureStore
+
+    class Down:
+        name = "redis-down"
+
+        def count(self, redis: Any, subject: str) -> dict[str, int]:
+            raise TransientStoreError("redis down")
+
+        def purge(self, redis: Any, subject: str) -> dict[str, int]:
+            raise TransientStoreError("redis down")
+
+    services = make_services(sqlite_url)
+    now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    request, _ = ErasureStore(services.db).create("u1", requested_by="dpo", grace_days=0,
+                                                  now=now - timedelta(minutes=1))
+    monkeypatch.setattr(purge, "EXTERNAL_STORES", (Down(),))
+    first = purge.purge_due(services, now=now)
+    assert (first["due"], first["purged"], first["failed"]) == (1, 0, 1)
+    monkeypatch.setattr(purge, "EXTERNAL_STORES", ())
+    second = purge.purge_due(services, now=now)
+    assert (second["due"], second["resumed"], second["purged"], second["failed"]) == (
+        0, 1, 1, 0)
+    assert ErasureStore(services.db).get(request.id).status is ErasureStatus.PURGED
+    assert "`purged` and `failed` also count the requests" in row(
+        "Returns `{due, purged, failed, results, processedAt}`")[2]
