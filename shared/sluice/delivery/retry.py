@@ -7,8 +7,10 @@ process, ``sluice.delivery.policy.retry_in_process``),
 waiting the policy's delay or the server's ``Retry-After`` if that is longer. A wait
 is never started when it would end past the run's deadline less one send, nor when
 the server asks for longer than the policy's maximum (or past the pacing cap,
-``sluice.egress.pacing``): the error then goes back to the caller, and the queue's own
-schedule (5 s / 25 s / 2 min / 10 min, across runs) takes over. The wait ends at once on
+``sluice.egress.pacing``): the error then goes back to the caller, and the delivery
+policy decides what follows (``sluice.delivery.policy``): the entry waits the server's own
+time, its attempt given back, when the server named one within the pacing cap; else the
+queue's schedule (5 s / 25 s / 2 min / 10 min, across runs). The wait ends at once on
 shutdown (``sluice.core.shutdown``: Ctrl-C in ``sluice dev``, SIGTERM on Lambda, which
 sends it because each function registers an internal extension at init), and a wait is not started once
 shutdown has begun; the last attempt's error then goes back to the caller as if the

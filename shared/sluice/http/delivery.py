@@ -109,7 +109,7 @@ def redrive_entry(request: Request, entry_id: str,
 @router.post("/entries/{entry_id}/purge", name="delivery:purge")
 def purge_entry(request: Request, entry_id: str,
                 identity: Identity = require("delivery")) -> dict[str, Any]:
-    """Delete one failed entry (409 unless failed)."""
+    """Delete one failed or unknown entry (409 for any other status)."""
     _store(request).purge(entry_id)
     return {"purged": 1, "id": entry_id}
 
