@@ -29,7 +29,11 @@ peers recorded (``Network.requests``), never from Sluice's queue or its rate key
   an hour) is the provider's pacing, not the destination failing (the policy's "pacing
   answer" row): it holds the next send for its wait and counts no failure (seeds 8 and 10
   x 365 showed it: a chat paced for hours, then refusing, was probed a minute later, as
-  documented). An answer starts it over. A different match sent in the same instant (a drain working
+  documented). An answer starts it over, a pacing answer included: a destination that
+  refused connections and then answers 429 is up and pacing, so its next send waits the
+  ``Retry-After`` it named, not the step of the refusals before it (seed 71 x 365 showed
+  it: a receiver down for hours, then paced hourly, then asking for 312 s, was asked again
+  360 s later, which the model had judged against the 600 s step of the earlier refusals). A different match sent in the same instant (a drain working
   through a backlog to a destination that took an entry earlier in the run) starts a
   send of its own. A webhook's destination is its receiver's host and port (each
   simulated receiver has a port of its own, ``hosts.hook_host``): a destination that
@@ -178,7 +182,9 @@ class Pacing:
             state.story = request.story
             state.retry_after_s = request.retry_after_s
             paced = request.retry_after_s is not None and request.retry_after_s <= PACING_CAP_S
-            state.failing = state.failing or not paced
+            if paced:  # an answer, pacing: the streak of failures before it is over
+                state.sends = 0
+            state.failing = not paced
         elif request.answer in ("up", "late"):
             self.failing.pop(key, None)  # it answered: the schedule starts over
 

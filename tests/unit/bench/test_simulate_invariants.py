@@ -221,6 +221,25 @@ def test_a_failing_destination_is_asked_again_only_on_the_documented_schedule() 
     pacing.request(_request(4420.0, "down"))  # type: ignore[arg-type]  # after 3: 2 min
     assert [v.invariant for v in paced.violations] == ["schedule_kept"]
     assert "failed send 3 in a row (the schedule waits 120 s" in paced.violations[0].detail
+    back = Judge(T0)  # refusals for an hour, then a 429 naming 312 s: asked 360 s later
+    pacing = Pacing(back)
+    moment = 0.0
+    for _ in range(8):  # eight failed sends: the step is 10 minutes by then
+        for retry in (0.0, 0.3, 0.9):
+            pacing.request(_request(moment + retry, "down"))  # type: ignore[arg-type]
+        moment += 601.0
+    pacing.request(_request(moment, "ratelimit", retry_after_s=312))  # type: ignore[arg-type]
+    for retry in (0.0, 0.3, 0.9):  # up and pacing: its wait, not the refusals' 600 s step
+        pacing.request(_request(moment + 360.0 + retry, "down"))  # type: ignore[arg-type]
+    assert back.violations == []
+    pacing.request(_request(moment + 361.0 + 4.0, "down"))  # type: ignore[arg-type]
+    assert [v.invariant for v in back.violations] == ["schedule_kept"], "a new streak: 5 s"
+    early = Judge(T0)  # the wait it named still holds
+    pacing = Pacing(early)
+    pacing.request(_request(0.0, "down"))  # type: ignore[arg-type]
+    pacing.request(_request(700.0, "ratelimit", retry_after_s=312))  # type: ignore[arg-type]
+    pacing.request(_request(1000.0, "down"))  # type: ignore[arg-type]
+    assert [v.invariant for v in early.violations] == ["schedule_kept"]
     reset = Judge(T0)  # an answer starts the schedule over; a backlog's next entry is its own
     pacing = Pacing(reset)
     for moment, answer, story in ((0.0, "down", 1), (0.3, "down", 1), (0.9, "down", 1),
