@@ -64,10 +64,11 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
-from bench.simulate.world import FILLER, ErasureCall, RuleVersion, UsageCall, World
+from bench.simulate.world import FILLER, ErasureCall, RuleVersion, SimRule, UsageCall, World
 
 REDRIVE_EVERY = timedelta(minutes=5)  # ledger-redrive's rate
 
@@ -296,16 +297,7 @@ def _client_rule_ids(world: World, seed: int) -> None:
         + timedelta(seconds=30)
     while at < _at(world, SPAN_DAYS):
         keywords = [rule.keyword_at(at) for rule in rules]
-        channels = {rule.channel for rule in rules}
-        if (all(keyword is not None for keyword in keywords)
-                and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
-                        for rule in rules)
-                and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
-                        for key, peer in world.destinations.items()
-                        if key.split(":", 1)[0] in channels)
-                and _clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
-                and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
-                and not any(_matches_near(world, keyword, at) for keyword in keywords)):
+        if _owed_by_next_tick(world, rules, [feed], at):
             number = max((s.number for f in world.feeds.values() for s in f.stories),
                          default=0) + 1
             words = tuple(sorted({k for k in keywords if k is not None}))
@@ -314,6 +306,26 @@ def _client_rule_ids(world: World, seed: int) -> None:
             world.faults["shared_rule_id"] = world.faults.get("shared_rule_id", 0) + 1
             return
         at += TEN_MINUTES
+
+
+def _owed_by_next_tick(world: World, rules: Sequence[SimRule], feeds: Sequence[Feed],
+                       at: datetime) -> bool:
+    """Whether a lone story at ``at`` matched by each of ``rules`` is owed by the tick after
+    it: every rule has a keyword then and stays unchanged from an hour before to four hours
+    after, every destination of their channels and the stores are clear from two hours
+    before, ``feeds`` from two days before (their backoff), and no story near matches."""
+    keywords = [rule.keyword_at(at) for rule in rules]
+    channels = {rule.channel for rule in rules}
+    return (all(keyword is not None for keyword in keywords)
+            and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
+                    for rule in rules)
+            and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
+                    for key, peer in world.destinations.items()
+                    if key.split(":", 1)[0] in channels)
+            and all(_clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
+                    for feed in feeds)
+            and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
+            and not any(_matches_near(world, keyword, at) for keyword in keywords))
 
 
 def _store_flaps(world: World, after: datetime) -> tuple[datetime, str]:
@@ -434,21 +446,10 @@ def _sqs_throttled(world: World, seed: int) -> None:
     rng = random.Random(f"limits-sqs-{seed}")
     at = world.start + TEN_MINUTES * -(-timedelta(days=5.8) // TEN_MINUTES) \
         + timedelta(seconds=30)
-    channels = {rule.channel for tenant in world.tenants for rule in tenant.rules[:1]}
+    rules = [tenant.rules[0] for tenant in world.tenants]
+    feeds = [world.feeds[name] for tenant in world.tenants for name in tenant.feeds]
     while at < _at(world, SPAN_DAYS):
-        rules = [tenant.rules[0] for tenant in world.tenants]
-        keywords = [rule.keyword_at(at) for rule in rules]
-        if (all(keyword is not None for keyword in keywords)
-                and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
-                        for rule in rules)
-                and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
-                        for key, peer in world.destinations.items()
-                        if key.split(":", 1)[0] in channels)
-                and all(_clear(world.feeds[name], at - timedelta(days=2),
-                               at + timedelta(hours=4))
-                        for tenant in world.tenants for name in tenant.feeds)
-                and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
-                and not any(_matches_near(world, keyword, at) for keyword in keywords)):
+        if _owed_by_next_tick(world, rules, feeds, at):
             break
         at += TEN_MINUTES
     else:
