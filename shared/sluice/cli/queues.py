@@ -150,7 +150,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("flags", help="show flags, or set one: sluice flags KEY on|off")
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?", choices=["on", "off"])
-    p.add_argument("--tenant", help="a per-tenant override for this tenant scope id")
+    p.add_argument("--tenant", help="a per-tenant override for this tenant scope id (refused, exit 64, for a flag read only globally; --clear still removes one)")
     p.add_argument("--clear", action="store_true", help="remove the tenant's override")
     p.set_defaults(func=cmd_flags)
 

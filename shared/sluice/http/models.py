@@ -122,7 +122,7 @@ class FlagChange(BaseModel):
 
     key: str
     enabled: bool | None = None
-    tenantScopeId: str | None = Field(None, description="a per-tenant override for this scope")
+    tenantScopeId: str | None = Field(None, description="a per-tenant override for this scope (400 override_not_honoured for a flag read only globally, which overridesTakeEffect: false marks; clearOverride still removes one)")
     clearOverride: bool | None = Field(None, description="true: remove the tenant's override")
 
 
