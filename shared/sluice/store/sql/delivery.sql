@@ -519,8 +519,9 @@ WHERE d.disabled_at IS NOT NULL
        OR EXISTS (SELECT 1 FROM delivery_queue q WHERE q.status = 'pending' AND q.receiver = d.key))
 
 -- name: restart_expiry
--- A pause ended (resumed, or its time came): its entries' expiry is read from now.
-UPDATE delivery_queue SET started_at = :now, updated_at = :now
+-- A pause ended (resumed, or its time came): its entries are due at once (a failing
+-- receiver's still wait for its probe: the claim reads it) and their expiry is read from now.
+UPDATE delivery_queue SET started_at = :now, next_attempt_at = :now, updated_at = :now
 WHERE status = 'pending' AND (destination = :key OR receiver = :key)
 
 -- name: destination_pause
