@@ -379,9 +379,12 @@ class _Run:
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
 
     def _lease_short(self, entry: DeliveryEntry) -> bool:
-        """The entry's lease would lapse during its send: it waits for another claim."""
-        return (entry.lease_until is not None and
-                (entry.lease_until - utcnow()).total_seconds() <= self.d.send_timeout_s)
+        """The sends before it in its batch took half its lease (or its whole send's time):
+        it waits for another claim rather than risk a send past its lease."""
+        if entry.lease_until is None:
+            return False
+        left = (entry.lease_until - utcnow()).total_seconds()
+        return left < min(self.d.send_timeout_s, self.d.lease.total_seconds() / 2)
 
     def _idle(self) -> bool:
         """Wait for the next rate slot of a receiver with due entries, if it comes within
