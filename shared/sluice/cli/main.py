@@ -95,7 +95,7 @@ def installed_version() -> str:
     package, whatever that distribution is called."""
     from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
-    package = __name__.partition(".")[0]
+    package = (__package__ or "sluice").partition(".")[0]  # __name__ is __main__ under -m
     for name in dict.fromkeys(packages_distributions().get(package, [])):
         try:
             return f"{name} {version(name)}"
