@@ -53,10 +53,11 @@ def test_an_error_under_json_is_a_json_document_with_the_same_exit_code(
             for what, argv, env, *_ in ERRORS for as_json in (False, True)}
     done = {key: (*proc.communicate(timeout=120), proc.returncode)
             for key, proc in runs.items()}
-    for what, argv, _, code, error_code, field in ERRORS:
+    for what, _, _, code, error_code, field in ERRORS:
         (plain_out, plain_err, plain_code) = done[(what, False)]
         (json_out, json_err, json_code) = done[(what, True)]
         assert plain_code == json_code == code, (what, plain_code, json_code, json_err)
+        assert plain_out == "", (what, plain_out)
         document = json.loads(json_out)  # one JSON document, and nothing else, on stdout
         assert json_out.count("\n") == 1, (what, json_out)
         error = document["error"]
