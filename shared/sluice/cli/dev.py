@@ -17,9 +17,8 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from types import FrameType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from sluice.cli.output import terminal_safe
+from sluice.cli.output import redacted, terminal_safe
 from sluice.core import observe
 from sluice.core.services import Services
 from sluice.jobs.registry import JOBS, get_job
@@ -134,14 +133,6 @@ def person_logs() -> Iterator[None]:
         observe.logger.setLevel(level)
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@",
-                                                                  ":***@")))
-
-
 def app_summary() -> list[str]:
     """The app's extensions and what each declares (nothing when there are none)."""
     from sluice.core.extensions import declared, extensions
@@ -161,8 +152,8 @@ def startup_summary(services: Services, base_url: str) -> str:
     from sluice.ops.access import ROLES, create_login_nonce, login_links_allowed
 
     s = services.settings
-    redis = ("REST " + _redacted(s.upstash_redis_rest_url) if s.upstash_redis_rest_url
-             else _redacted(s.redis_url) if s.redis_url else "not configured (ledger lists off)")
+    redis = ("REST " + redacted(s.upstash_redis_rest_url) if s.upstash_redis_rest_url
+             else redacted(s.redis_url) if s.redis_url else "not configured (ledger lists off)")
     admin = ", ".join(name for name, on in (("HS256 secret", s.admin_jwt_secret),
                                               ("JWKS " + (s.admin_jwks_url or ""),
                                                s.admin_jwks_url)) if on) or "not configured"
@@ -171,7 +162,7 @@ def startup_summary(services: Services, base_url: str) -> str:
         ("telegram", s.telegram_bot_token), ("email", s.smtp_host)) if on]
     lines = [
         "configured:",
-        f"  database     {s.database_backend}: {_redacted(s.database_url)}",
+        f"  database     {s.database_backend}: {redacted(s.database_url)}",
         f"  redis        {redis}",
         f"  queues       {s.queue_mode} mode"
         + (f", prefix {s.queue_prefix}" if s.queue_mode == "sqs" else "")

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol
 
 from sluice.cli.output import (
+    InternalError,
     Mode,
     check_database,
     emit,
@@ -65,12 +66,6 @@ class UsageError(RequestError):
         super().__init__(message, **({"field": field} if field else {}))
         self.prog = prog
         self.usage = usage
-
-
-class InternalError(SluiceError):
-    """The command failed on a defect (its traceback is on stderr)."""
-
-    code = "internal_error"
 
 
 class Parser(argparse.ArgumentParser):

@@ -167,6 +167,12 @@ def note(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+class InternalError(SluiceError):
+    """The command failed on a defect (its traceback is on stderr)."""
+
+    code = "internal_error"
+
+
 def failed(exc: SluiceError, line: str) -> None:
     """An error, reported alike by every command: ``line`` on stderr for a person and, with
     ``--json``, the error as one JSON document on stdout too (the HTTP API's error body:

@@ -118,8 +118,9 @@ def test_sluice_dev_serves_on_the_embedded_default_and_prints_for_a_person(
     assert " delivery-drain ok in " in run and run.endswith("(start-up)"), run
     # stderr: the one error, as one line a person reads; no log record, metric blob
     # (CloudWatch EMF), traceback or request line
+    assert [line for line in dev.err if not PERSON_LOG.match(line)] == []
     [error] = dev.err
-    assert PERSON_LOG.match(error) and "[queues:rss.ingest] rejected" in error, error
+    assert "[queues:rss.ingest] rejected" in error, error
     assert ROOT.joinpath("serverless.yml").exists()
 
 

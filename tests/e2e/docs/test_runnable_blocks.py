@@ -43,8 +43,8 @@ def script(blocks: list[tuple[str, str]], port: int) -> str:
         lines += [f"{command} --port {port} > serve.log 2>&1 &",
                   "server=$!",
                   'trap \'kill "$server"; wait "$server" || true\' EXIT',
-                  f"for _ in $(seq 1 600); do curl -fs http://{here}/api/health > /dev/null "
-                  "&& break; kill -0 \"$server\"; sleep 0.1; done",
+                  (f"for _ in $(seq 1 600); do curl -fs http://{here}/api/health > /dev/null "
+                   "&& break; kill -0 \"$server\"; sleep 0.1; done"),
                   f"curl -fsS http://{here}/api/health > /dev/null"]
     return "\n".join(lines) + "\n"
 
