@@ -52,9 +52,9 @@ def job_line(name: str, outcome: RunOutcome, seconds: float, trigger: str = "") 
         said = ", ".join(f"{key} {value}" for key, value in body.items()
                          if isinstance(value, int | float) and not isinstance(value, bool)
                          and value)
-    return terminal_safe(f"{clock(time.time())} {name} {outcome.outcome} in "
-                         f"{seconds * 1000:.0f} ms{f' ({trigger})' if trigger else ''}"
-                         f"{f': {said}' if said else ''}")
+    return terminal_safe(f"{clock(time.time())} {name}{f' {trigger}' if trigger else ''}: "
+                         f"{outcome.outcome} in {seconds * 1000:.0f} ms"
+                         f"{f' ({said})' if said else ''}")
 
 
 def _print(line: str) -> None:
@@ -94,14 +94,14 @@ class Scheduler:
 
     def plan(self) -> list[str]:
         """Each job's next run, soonest first, for the banner."""
-        lines = [f"  {job:<16} next {clock(due)}  {self.schedules[job][i].expression}"
+        lines = [f"  {job:<16} next at {clock(due)}  {self.schedules[job][i].expression}"
                  + ("  (and now, on start-up)" if job in STARTUP_JOBS else "")
                  for (job, i), due in sorted(self.next_due.items(), key=lambda item: item[1])]
         return ["jobs (a line per run below):", *lines]
 
     def run(self) -> None:
         for job in STARTUP_JOBS:
-            threading.Thread(target=self._fire, args=(job, "start-up"), daemon=True,
+            threading.Thread(target=self._fire, args=(job, "on start-up"), daemon=True,
                              name=f"job-{job}-startup").start()
         while not self.stop.wait(1.0):
             self.tick(utcnow())

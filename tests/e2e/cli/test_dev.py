@@ -27,10 +27,10 @@ from sluice.jobs.schedule import parse
 from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, ROOT, free_port
 
-# A run's line: "07:01:00 delivery-drain ok in 512 ms (start-up)" (a date before the time
+# A run's line: "07:01:00 delivery-drain on start-up: ok in 512 ms" (a date before the time
 # when the run is not today).
-JOB_LINE = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d [a-z][\w-]* (ok|failures|error|skipped) "
-                      r"in \d+ ms")
+JOB_LINE = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d [a-z][\w-]*( on start-up)?: "
+                      r"(ok|failures|error|skipped) in \d+ ms")
 PERSON_LOG = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d (warning|error): ")
 
 
@@ -110,12 +110,12 @@ def test_sluice_dev_serves_on_the_embedded_default_and_prints_for_a_person(
         dev.wait_for("error line", lambda: any("rejected" in line for line in dev.err))
     out = "\n".join(dev.out)
     assert f"sluice dev: http://127.0.0.1:{dev.base.rsplit(':', 1)[1]}" in out
-    assert re.search(r"^  state-cleanup +next .*cron\(15 3 \* \* \? \*\)$", out, re.MULTILINE), \
+    assert re.search(r"^  state-cleanup +next at .*cron\(15 3 \* \* \? \*\)$", out, re.MULTILINE), \
         "the banner gives each job's next run, from its table entry's schedule"
     assert "cron secret  set" in out and "admin auth   not configured" in out
     assert "nonce=" not in out, "no login link without a local admin secret"
     [run] = [line for line in dev.out if JOB_LINE.match(line)]
-    assert " delivery-drain ok in " in run and run.endswith("(start-up)"), run
+    assert " delivery-drain on start-up: ok in " in run, run
     # stderr: the one error, as one line a person reads; no log record, metric blob
     # (CloudWatch EMF), traceback or request line
     assert [line for line in dev.err if not PERSON_LOG.match(line)] == []
@@ -151,4 +151,4 @@ def test_the_scheduler_fires_due_jobs_once_per_slot(services: Services) -> None:
     [run] = RunStore(services.db).recent("state-cleanup")
     assert (run["trigger"], run["outcome"]) == ("schedule", "ok")
     [line] = said
-    assert JOB_LINE.match(line) and " state-cleanup ok in " in line, line
+    assert JOB_LINE.match(line) and " state-cleanup: ok in " in line, line
