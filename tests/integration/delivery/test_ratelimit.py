@@ -16,7 +16,7 @@ from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.delivery.channels import Outbound
 from sluice.delivery.classify import TransientDeliveryError
-from sluice.delivery.drain import Deliverer
+from sluice.delivery.drain import Deliverer, SendOutcome
 from sluice.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from sluice.jobs.registry import Deadline
@@ -173,7 +173,9 @@ def exercise(inner: RateStore) -> None:
 def test_a_429_slows_that_chat_for_every_sender_and_burns_no_attempt(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
-    providers.telegram.flood_wait.extend([30, 30, 30])
+    # a wait past the rate wait (never slept in a send) and past a run's budget (no run
+    # idles for it): one request, then nothing to that chat until the wait has passed
+    providers.telegram.flood_wait.append(60)
     first, _ = store.enqueue("telegram", "1001", {"text": "one"})
 
     result = drain_once(svc)
@@ -182,13 +184,19 @@ def test_a_429_slows_that_chat_for_every_sender_and_burns_no_attempt(
     stored = store.get(first.id)
     assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
     assert "rate limited" in (stored.last_error or "")
-    assert (stored.next_attempt_at - utcnow()).total_seconds() > 25
-    # another sender, another entry to the same chat: held back without asking Telegram
+    assert (stored.next_attempt_at - utcnow()).total_seconds() > 55
+    sent = len(providers.telegram.http.requests)
+    # another run, another entry to the same chat: not even claimed before the chat's wait
     second, _ = store.enqueue("telegram", "1001", {"text": "two"})
     again = drain_once(svc)
-    assert again["rateLimited"] == 1 and again["recovered"] == 0
+    assert again["rateLimited"] == 0 and again["recovered"] == 0
     assert store.get(second.id).attempts == 0
-    assert providers.telegram.messages == []
+    # another sender (inline, outside any drain): the chat's shared rate key holds it back
+    with Outbound.open(svc.settings, deadline_s=20) as client:
+        _, inline = Deliverer.from_services(svc, client).deliver("telegram", "1001",
+                                                                 {"text": "inline"})
+    assert inline is SendOutcome.RATE_LIMITED
+    assert providers.telegram.messages == [] and len(providers.telegram.http.requests) == sent
     # a different chat is not slowed
     providers.telegram.chats.add("1003")
     other, _ = store.enqueue("telegram", "1003", {"text": "three"})
