@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -294,3 +295,31 @@ def test_the_rates_store_down_before_a_send_costs_no_attempt_and_no_unknown_outc
     assert providers.telegram.messages == []
     assert drain_once(svc)["recovered"] == 1  # Redis back: sent once
     assert [m["text"] for m in providers.telegram.messages] == ["one"]
+
+
+def test_a_run_waiting_for_a_slot_goes_on_though_its_wait_ends_a_moment_early(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    # GIVEN a group allowed one message a second, with a backlog, and a run whose wait for
+    # the next slot ends a fraction of a millisecond before it by the clock the claim reads
+    # (a timer's own clock and granularity may)
+    svc = make_services(db_url, **providers.env(), SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE="60")
+    providers.telegram.chats.add(GROUP)
+    store = DeliveryStore(svc.db)
+    for n in range(20):
+        store.enqueue("telegram", GROUP, {"text": f"backlog {n}"})
+
+    def early(seconds: float) -> None:
+        time.sleep(max(0.0, seconds - 0.0003))
+
+    # WHEN one run has about 4 s to send in (its last send's 5 s timeout must fit)
+    with Outbound.open(svc.settings, deadline_s=20) as client:
+        deadline = Deadline(9.0)
+        deliverer = Deliverer.from_services(svc, client, deadline=deadline)
+        deliverer.idle = early
+        result = deliverer.drain(deadline)
+
+    # THEN it claims again at each slot until its budget ends, not only up to the first
+    # slot it waited for: one message a second
+    assert result["recovered"] >= 3, result
+    assert len(providers.telegram.messages) == result["recovered"]
+    assert {e.attempts for e in store.list(status=DeliveryStatus.PENDING)} == {0}
