@@ -105,13 +105,14 @@ def audited(services: Any, actor: str, action: str, target: str | None,
             detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """An operator's action, audited like the API's: the row is written (outcome
     ``started``) before the block runs and settled after it with ``record["outcome"]``
-    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code.
+    ``record["id"]`` is the row's id (an action may write its progress into it)."""
     from sluice.jobs.runs import RunStore
 
     runs = RunStore(services.db)
-    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
     audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
                           ip=None, detail=detail)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None, "id": audit_id}
     try:
         yield record
     except SluiceError as exc:

@@ -220,6 +220,16 @@ class RunStore:
                 "detail": tx.json(storable(detail)) if detail is not None else None,
             })
 
+    def progress_audit(self, audit_id: str, detail: dict[str, Any], *,
+                       tx: Tx | None = None) -> None:
+        """What a row still ``started`` has done so far (its ``detail``), in ``tx`` when
+        given, so that the action's write and what its row says of it commit together."""
+        if tx is None:
+            with self.db.transaction() as own:
+                self.progress_audit(audit_id, detail, tx=own)
+            return
+        tx.execute(Q.progress_audit, {"id": audit_id, "detail": tx.json(storable(detail))})
+
     def discard_audit(self, audit_id: str) -> None:
         """Drop a row still ``started``: its request turned out to be a preview."""
         with self.db.transaction() as tx:

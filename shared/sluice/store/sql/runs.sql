@@ -85,6 +85,11 @@ VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
 UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
 WHERE id = :id
 
+-- name: progress_audit
+-- How far a started action got, written as it goes (in the action's own transaction when
+-- it has one): a process killed part way leaves its row saying what it did.
+UPDATE admin_audit SET detail = :detail WHERE id = :id AND outcome = 'started'
+
 -- name: discard_audit
 DELETE FROM admin_audit WHERE id = :id AND outcome = 'started'
 
