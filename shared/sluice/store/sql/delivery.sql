@@ -431,6 +431,22 @@ WHERE key > CAST(:after AS text)
 ORDER BY key
 LIMIT :limit
 
+-- name: prune_destinations
+-- state-cleanup: the destination and receiver rows that hold nothing worth keeping (not
+-- paused, disabled or failing, no rate override in force, no pace ahead), untouched since
+-- :before, whose key no entry names any more (their entries pruned by the retention).
+DELETE FROM delivery_destinations
+WHERE key IN (
+    SELECT d.key FROM delivery_destinations d
+    WHERE d.updated_at < :before
+      AND d.disabled_at IS NULL AND d.down_since IS NULL
+      AND (d.paused_until IS NULL OR d.paused_until <= :now)
+      AND (d.rate_until IS NULL OR d.rate_until <= :now)
+      AND (d.ready_at IS NULL OR d.ready_at <= :now)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.destination = d.key)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.receiver = d.key)
+    LIMIT :limit)
+
 -- name: busiest_receivers
 -- The console's busiest receivers: the most entries waiting or failed first.
 SELECT receiver AS key FROM delivery_queue
