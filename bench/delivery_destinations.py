@@ -13,25 +13,14 @@ flat and 0.01 a hundred times slower (what a view that reads every destination w
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import jwt
-
-from bench.common import Row, median, row, scratch_database
-from sluice.core.observe import Reporter
-from sluice.core.services import Services
-from sluice.core.settings import Settings
-from sluice.store.db import open_database
-from sluice.store.migrate import migrate
+from bench.common import Row, admin_client, admin_headers, median, row, scratch_store
 
 SIZES = tuple(int(n) for n in os.environ.get("SLUICE_BENCH_DESTINATIONS_SIZES",
                                                "1000,100000").split(","))
 REPEAT = int(os.environ.get("SLUICE_BENCH_DESTINATIONS_REPEAT", "7"))
-JWT_SECRET = "bench-admin-jwt-secret-0123456789abcdef"
 PATHS = ("/api/admin/delivery/destinations", "/api/admin/delivery/destinations?state=failing")
 
 # n: the destination's number; its recipient, keys and two (or three) entries
@@ -85,32 +74,12 @@ def _seed(db: Any, start: int, stop: int) -> None:
         tx.execute("ANALYZE")
 
 
-@contextmanager
-def _client(url: str) -> Iterator[Any]:
-    from fastapi.testclient import TestClient
-
-    from sluice.http.app import create_app
-
-    settings = Settings.from_env({"SLUICE_DATABASE_URL": url,
-                                  "SLUICE_ADMIN_JWT_SECRET": JWT_SECRET,
-                                  "SLUICE_TELEGRAM_BOT_TOKEN": "1:bench"})
-    services = Services(settings, open_database(url), Reporter())
-    try:
-        with TestClient(create_app(services)) as client:
-            yield client
-    finally:
-        services.close()
-
-
 def _latencies(url: str, db: Any) -> tuple[dict[tuple[str, int], float], dict[str, int]]:
-    now = int(time.time())
-    token = jwt.encode({"sub": "bench", "roles": ["ops"], "iat": now, "exp": now + 3600},
-                       JWT_SECRET, algorithm="HS256")
-    headers = {"authorization": f"Bearer {token}"}
+    headers = admin_headers()
     found: dict[tuple[str, int], float] = {}
     shown: dict[str, int] = {}
     seeded = 0
-    with _client(url) as client:
+    with admin_client(url, SLUICE_TELEGRAM_BOT_TOKEN="1:bench") as client:
         for size in SIZES:
             _seed(db, seeded, size)
             seeded = size
@@ -143,28 +112,10 @@ def _rows(backend: str, found: dict[tuple[str, int], float], shown: dict[str, in
     return rows
 
 
-@contextmanager
-def _sqlite() -> Iterator[tuple[str, Any]]:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
-        db = open_database(url)
-        migrate(db)
-        try:
-            yield url, db
-        finally:
-            db.close()
-
-
-@contextmanager
-def _postgres() -> Iterator[tuple[str, Any]]:
-    with scratch_database() as db:
-        yield db.conninfo, db
-
-
 def run() -> list[Row]:
     rows: list[Row] = []
-    for backend, store in (("SQLite", _sqlite), ("Postgres", _postgres)):
-        with store() as (url, db):
+    for backend, dialect in (("SQLite", "sqlite"), ("Postgres", "postgres")):
+        with scratch_store(dialect) as (db, url):
             rows.extend(_rows(backend, *_latencies(url, db)))
     return rows
 

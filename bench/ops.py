@@ -11,26 +11,15 @@ history) and 0.5 twice as slow.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import jwt
-
-from bench.common import Row, median, row, scratch_database
-from sluice.core.observe import Reporter
-from sluice.core.services import Services
-from sluice.core.settings import Settings
+from bench.common import Row, admin_client, admin_headers, median, row, scratch_store
 from sluice.jobs.registry import JOBS
-from sluice.store.db import open_database
-from sluice.store.migrate import migrate
 
 SIZES = tuple(int(n) for n in os.environ.get("SLUICE_BENCH_OPS_SIZES",
                                                "10000,100000,500000").split(","))
 REPEAT = int(os.environ.get("SLUICE_BENCH_OPS_REPEAT", "15"))
-JWT_SECRET = "bench-admin-jwt-secret-0123456789abcdef"
 PATHS = ("/api/admin/jobs", "/api/admin/queues")
 
 SEED_POSTGRES = """
@@ -81,30 +70,11 @@ def _seed(db: Any, start: int, stop: int) -> None:
             conn.close()
 
 
-@contextmanager
-def _client(url: str) -> Iterator[Any]:
-    from fastapi.testclient import TestClient
-
-    from sluice.http.app import create_app
-
-    settings = Settings.from_env({"SLUICE_DATABASE_URL": url,
-                                  "SLUICE_ADMIN_JWT_SECRET": JWT_SECRET})
-    services = Services(settings, open_database(url), Reporter())
-    try:
-        with TestClient(create_app(services)) as client:
-            yield client
-    finally:
-        services.close()
-
-
 def _latencies(url: str, db: Any) -> dict[tuple[str, int], float]:
-    now = int(time.time())
-    token = jwt.encode({"sub": "bench", "roles": ["ops"], "iat": now, "exp": now + 3600},
-                       JWT_SECRET, algorithm="HS256")
-    headers = {"authorization": f"Bearer {token}"}
+    headers = admin_headers()
     found: dict[tuple[str, int], float] = {}
     seeded = 0
-    with _client(url) as client:
+    with admin_client(url) as client:
         for size in SIZES:
             _seed(db, seeded, size)
             seeded = size
@@ -135,14 +105,9 @@ def _rows(backend: str, found: dict[tuple[str, int], float]) -> list[Row]:
 
 def run() -> list[Row]:
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
-        db = open_database(url)
-        migrate(db)
-        rows += _rows("SQLite", _latencies(url, db))
-        db.close()
-    with scratch_database() as pg:
-        rows += _rows("Postgres", _latencies(pg.conninfo, pg))
+    for backend, dialect in (("SQLite", "sqlite"), ("Postgres", "postgres")):
+        with scratch_store(dialect) as (db, url):
+            rows += _rows(backend, _latencies(url, db))
     return rows
 
 

@@ -459,7 +459,9 @@ LIMIT :limit
 SELECT * FROM delivery_destinations WHERE key IN (SELECT value FROM json_each(:keys))
 
 -- name: destinations_among @postgres
-SELECT * FROM delivery_destinations WHERE key IN (SELECT jsonb_array_elements_text(:keys))
+-- = ANY (ARRAY(...)): the primary key finds them, however many rows the table holds
+SELECT * FROM delivery_destinations
+WHERE key = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:keys AS jsonb))))
 
 -- name: receiver_summary @sqlite
 -- The destinations view, for the keys of :keys (a JSON array): per receiver (every entry
