@@ -146,3 +146,21 @@ def admin_client(url: str, **env: str) -> Iterator[Any]:
             yield client
     finally:
         services.close()
+
+
+def median_requests(client: Any, paths: tuple[str, ...], headers: dict[str, str],
+                    repeat: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Median milliseconds of ``repeat`` GETs of each of ``paths`` (interleaved, after an
+    untimed one each that warms the plans and caches), and each path's last JSON answer."""
+    for path in paths:
+        assert client.get(path, headers=headers).status_code == 200
+    samples: dict[str, list[float]] = {path: [] for path in paths}
+    last: dict[str, Any] = {}
+    for _ in range(repeat):
+        for path in paths:
+            start = time.perf_counter()
+            response = client.get(path, headers=headers)
+            samples[path].append(time.perf_counter() - start)
+            assert response.status_code == 200, response.text
+            last[path] = response.json()
+    return {path: median(times) * 1000 for path, times in samples.items()}, last

@@ -13,10 +13,9 @@ flat and 0.01 a hundred times slower (what a view that reads every destination w
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
-from bench.common import Row, admin_client, admin_headers, median, row, scratch_store
+from bench.common import Row, admin_client, admin_headers, median_requests, row, scratch_store
 
 SIZES = tuple(int(n) for n in os.environ.get("SLUICE_BENCH_DESTINATIONS_SIZES",
                                                "1000,100000").split(","))
@@ -83,18 +82,10 @@ def _latencies(url: str, db: Any) -> tuple[dict[tuple[str, int], float], dict[st
         for size in SIZES:
             _seed(db, seeded, size)
             seeded = size
-            for path in PATHS:  # warm the plans and the caches
-                assert client.get(path, headers=headers).status_code == 200
-            samples: dict[str, list[float]] = {path: [] for path in PATHS}
-            for _ in range(REPEAT):
-                for path in PATHS:
-                    start = time.perf_counter()
-                    response = client.get(path, headers=headers)
-                    samples[path].append(time.perf_counter() - start)
-                    assert response.status_code == 200, response.text
-                    shown[path] = len(response.json()["destinations"])
+            medians, last = median_requests(client, PATHS, headers, REPEAT)
             for path in PATHS:
-                found[(path, size)] = median(samples[path]) * 1000
+                found[(path, size)] = medians[path]
+                shown[path] = len(last[path]["destinations"])
     return found, shown
 
 

@@ -11,10 +11,9 @@ history) and 0.5 twice as slow.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
-from bench.common import Row, admin_client, admin_headers, median, row, scratch_store
+from bench.common import Row, admin_client, admin_headers, median_requests, row, scratch_store
 from sluice.jobs.registry import JOBS
 
 SIZES = tuple(int(n) for n in os.environ.get("SLUICE_BENCH_OPS_SIZES",
@@ -78,17 +77,9 @@ def _latencies(url: str, db: Any) -> dict[tuple[str, int], float]:
         for size in SIZES:
             _seed(db, seeded, size)
             seeded = size
+            medians, _ = median_requests(client, PATHS, headers, REPEAT)
             for path in PATHS:
-                assert client.get(path, headers=headers).status_code == 200
-            samples: dict[str, list[float]] = {path: [] for path in PATHS}
-            for _ in range(REPEAT):
-                for path in PATHS:
-                    start = time.perf_counter()
-                    response = client.get(path, headers=headers)
-                    samples[path].append(time.perf_counter() - start)
-                    assert response.status_code == 200, response.text
-            for path in PATHS:
-                found[(path, size)] = median(samples[path]) * 1000
+                found[(path, size)] = medians[path]
     return found
 
 
