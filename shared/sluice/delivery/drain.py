@@ -379,9 +379,12 @@ class _Run:
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
 
     def _lease_short(self, entry: DeliveryEntry) -> bool:
-        """The entry's lease would lapse during its send: it waits for another claim."""
-        return (entry.lease_until is not None and
-                (entry.lease_until - utcnow()).total_seconds() <= self.d.send_timeout_s)
+        """The sends before it in its batch took half its lease (or its whole send's time):
+        it waits for another claim rather than risk a send past its lease."""
+        if entry.lease_until is None:
+            return False
+        left = (entry.lease_until - utcnow()).total_seconds()
+        return left < min(self.d.send_timeout_s, self.d.lease.total_seconds() / 2)
 
     def _idle(self) -> bool:
         """Wait for the next rate slot of a receiver with due entries, if it comes within
@@ -498,10 +501,12 @@ class _Run:
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, receiver: str) -> SendOutcome:
         limiter = self.d.limiter
         if limiter is not None:
-            left = self._time_left()
+            # a run never sleeps for one receiver's slot while others may have work: no
+            # slot now paces the receiver and the run goes on (``_idle`` waits when nothing
+            # else can go); an inline send waits up to the rate wait
             try:
-                wait_s = limiter.acquire(entry, time_left_s=None if left is None
-                                         else left - self.d.send_timeout_s)
+                wait_s = limiter.acquire(entry, time_left_s=None if self.deadline is None
+                                         else 0.0)
             except StoreError as exc:  # the limiter is down: nothing left, nothing counts
                 with self.lock:
                     self.summary["notSent"] += 1
@@ -566,6 +571,9 @@ class _Run:
             with self.lock:  # one worker at a time counts a receiver's failures
                 found = self.destinations.failed(receiver, error, known=known, asked_s=asked)
                 self.failing[receiver] = found
+            if known is None and streak.suspect not in (None, entry.id):
+                assert streak.suspect is not None  # the outage began with another's failure
+                self.destinations.spread(streak.suspect)
             if self.destinations.reported(found):
                 logger.warning(f"[delivery] {receiver} is down ({found.failures} failures in a "
                                f"row; last: {found.last_error}); its entries wait, no attempt "

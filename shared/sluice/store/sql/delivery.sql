@@ -537,6 +537,12 @@ ON CONFLICT (key) DO UPDATE
 SET suspect_entry = COALESCE(delivery_destinations.suspect_entry, excluded.suspect_entry),
     updated_at = excluded.updated_at
 
+-- name: give_back_attempt
+-- The answered failure that began a receiver's streak turned out to be the receiver's (a
+-- second entry failed before any success): the attempt it counted is given back.
+UPDATE delivery_queue SET attempts = attempts - 1, updated_at = :now
+WHERE id = :id AND status = 'pending' AND attempts > 0
+
 -- name: destination_paced
 -- No rate slot for the receiver before :until, or the provider asked to wait until then:
 -- nothing of it is claimed before (a failing receiver's next probe waits for it too).
@@ -599,8 +605,9 @@ WHERE d.disabled_at IS NOT NULL
        OR EXISTS (SELECT 1 FROM delivery_queue q WHERE q.status = 'pending' AND q.receiver = d.key))
 
 -- name: restart_expiry
--- A pause ended (resumed, or its time came): its entries' expiry is read from now.
-UPDATE delivery_queue SET started_at = :now, updated_at = :now
+-- A pause ended (resumed, or its time came): its entries are due at once (a failing
+-- receiver's still wait for its probe: the claim reads it) and their expiry is read from now.
+UPDATE delivery_queue SET started_at = :now, next_attempt_at = :now, updated_at = :now
 WHERE status = 'pending' AND (destination = :key OR receiver = :key)
 
 -- name: destination_pause
