@@ -16,14 +16,6 @@ import sentry_sdk
 # --- the scheduled surface ---------------------------------------------------------------
 
 
-def test_the_pipeline_flag_defaults_off(sqlite_url: str, make_services: Any) -> None:
-    from sluice.store.flags import FLAGS, FlagStore
-
-    services = make_services(sqlite_url)
-    assert FLAGS["rssQueuePipeline"].default is False
-    assert FlagStore(services.state).enabled("rssQueuePipeline") is False
-
-
 @pytest.fixture
 def sentry() -> Iterator[Any]:
     from tests.providers.sentry import SentryIngest

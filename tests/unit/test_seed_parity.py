@@ -52,21 +52,6 @@ FAULTS: dict[str, str] = {
 }
 # "same" rows whose behaviour test is still being written (empty when the work is done).
 AWAITING: tuple[str, ...] = (  # the start of each such row's behaviour cell
-    'Background work runs three ways: cron jobs, work',
-    'The schedules are declared in one file (`vercel.',
-    'One row at a time, one Polar request at a time, ',
-    'ledger-redrive drains AI ledger inserts that fai',
-    'Three lists: queue, processing, dlq',
-    'Each tick first reclaims everything stranded on ',
-    'Persistence is idempotent on a stable client-sup',
-    'Batch size `DEFAULT_REDRIVE_BATCH_SIZE = 100`',
-    '`MAX_ATTEMPTS = 10`, then the entry moves to the',
-    'Upstash lists (REST)',
-    'state-cleanup: reads already filter expired rows',
-    'Deletes `platform_state_hash` rows under `platfo',
-    'Serially, one heavy transaction on the pool at a',
-    'A null confirm (the request stopped being active',
-    'The lifecycle, what a purge deletes and the manu',
     '`runAfterResponse` wraps `after()`: work that mu',
     '...with an error sink (`onError`)',
     'The handler calls `listAggregatedStories({forceR',
