@@ -39,18 +39,6 @@ class _Taking:
 # --- push queues [jobs] ------------------------------------------------------------------
 
 
-def test_the_signing_input_sorts_the_pairs_as_javascripts_default_sort() -> None:
-    from sluice.queues.signing import canonical
-
-    # the fields a message carries (letters): key order
-    message = {"topic": "t", "batchId": "b", "sourceId": "s", "feedUrl": "", "signature": "x"}
-    assert [k for k, _ in json.loads(canonical(message))] == [
-        "batchId", "feedUrl", "sourceId", "topic"]
-    # a key holding a character below ',' sorts before the key it extends, as
-    # Object.entries(msg).sort() compares "a+,2" with "a,1"
-    assert [k for k, _ in json.loads(canonical({"a": "1", "a+": "2"}))] == ["a+", "a"]
-
-
 def test_the_idempotency_key_keeps_the_first_96_utf16_units_of_the_json() -> None:
     from sluice.queues.keys import idempotency_key, js_prefix
     from sluice.queues.signing import js_stringify
