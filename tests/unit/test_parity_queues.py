@@ -304,46 +304,6 @@ def test_a_tenant_override_of_the_pipeline_flag_is_refused_and_never_read(
     assert FlagStore(services.state).describe(PIPELINE_FLAG)["overridesTakeEffect"] is False
 
 
-def test_a_rejection_the_quarantine_cannot_keep_in_an_outage_waits_as_a_delayed_copy(
-        sqlite_url: str, make_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sluice.core.errors import TransientStoreError
-    from sluice.queues.consumer import OUTAGE_DELAY_S, Consumer
-    from sluice.queues.deadletters import Quarantine
-
-    class Copies:
-        """The queue, as far as the consumer uses it here: copies are kept, no visibility."""
-
-        def __init__(self) -> None:
-            self.sent: list[tuple[str, int]] = []
-
-        def url_from_arn(self, arn: str) -> str:
-            return "https://sqs.example/rss-ingest"
-
-        def send(self, url: str, body: str, key: str | None, delay_s: int = 0) -> str:
-            self.sent.append((body, delay_s))
-            return "copy-1"
-
-        def change_visibility(self, url: str, handle: str, seconds: int) -> None:
-            raise AssertionError("held back instead of copied")
-
-    def down(self: Quarantine, *args: Any, **kwargs: Any) -> None:
-        raise TransientStoreError("sqlite: database is locked")
-
-    services = make_services(sqlite_url, SLUICE_QUEUE_SIGNING_SECRET=SECRET)
-    queue = Copies()
-    handled: list[Any] = []
-    consumer = Consumer("rss.ingest", lambda message, inbound: handled.append(message),
-                        services, sqs=queue, registry=None)  # type: ignore[arg-type]
-    monkeypatch.setattr(Quarantine, "add", down)
-    record = {"messageId": "m-forged", "receiptHandle": "rh", "body": "{not json",
-              "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
-              "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
-              "eventSourceARN": "arn:aws:sqs:eu-north-1:123456789012:t-rss-ingest",
-              "awsRegion": "eu-north-1"}
-    assert consumer.lambda_handler({"Records": [record]}) == {"batchItemFailures": []}
-    assert queue.sent == [("{not json", OUTAGE_DELAY_S)] and handled == []
-
-
 # --- deep re-audit of push queues, [queue] and [pipeline] ---------------------------------
 
 
