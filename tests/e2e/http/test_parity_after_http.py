@@ -5,26 +5,14 @@ for the response is shown by ``tests/e2e/alerts/test_after_response.py``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from sluice.core.after import run_after_response
-from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.http.app import create_app
-
-
-class Sink(Reporter):
-    """The error sink, as the reporter the work is given (it keeps what it hears)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.errors: list[tuple[str, str]] = []
-
-    def error(self, context: str, exc: BaseException | None = None, **extra: Any) -> None:
-        self.errors.append((context, str(exc)))
+from tests.e2e.alerts.test_after_response import Sink
 
 
 def client_with_route(services: Services, events: list[str], sink: Sink, *,

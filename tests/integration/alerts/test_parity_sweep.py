@@ -8,17 +8,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from sluice.alerts.rules import RulesStore, rules_key
 from sluice.core.services import Services
 from sluice.jobs.registry import JOBS
-from sluice.jobs.runner import RunOutcome, run_job
 from sluice.rss.store import RssStore
 from sluice.store.state import StateStore
 from tests.integration.alerts.test_sweep import entries, rule
+from tests.integration.rss.test_parity_tick import tick
 from tests.providers.feeds import FeedServer
 from tests.rss_support import feed_services
 
@@ -27,12 +26,6 @@ from tests.rss_support import feed_services
 def feeds() -> Iterator[FeedServer]:
     with FeedServer() as server:
         yield server
-
-
-def tick(svc: Services, trigger: str = "schedule", **kwargs: Any) -> RunOutcome:
-    outcome = run_job(JOBS["rss-refresh"], svc, trigger, **kwargs)  # type: ignore[arg-type]
-    assert outcome.status == 200, outcome.body
-    return outcome
 
 
 def scopes(svc: Services, feeds: FeedServer, *names: str, path: str = "/wire") -> RssStore:

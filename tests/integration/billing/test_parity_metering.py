@@ -37,13 +37,12 @@ def test_a_run_takes_pending_rows_and_failed_rows_with_attempts_left(
         db_url: str, polar: PolarStandIn, make_services: Callable[..., Services]) -> None:
     services = polar_services(make_services, db_url, polar)
     seed(services.db, 4)
+    states = {"use-00001": ("failed", 4), "use-00002": ("failed", 5),
+              "use-00003": ("processed", 1)}  # use-00000 stays pending
     with services.db.transaction() as tx:
-        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 4 "
-                   "WHERE ledger_id = 'use-00001'")
-        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'failed', attempt_count = 5 "
-                   "WHERE ledger_id = 'use-00002'")
-        tx.execute("UPDATE ai_usage_metering_outbox SET status = 'processed' "
-                   "WHERE ledger_id = 'use-00003'")
+        tx.executemany("UPDATE ai_usage_metering_outbox SET status = :status, "
+                       "attempt_count = :attempts WHERE ledger_id = :id",
+                       [{"id": i, "status": st, "attempts": n} for i, (st, n) in states.items()])
     body = run_job(JOBS["metering-flush"], services, "schedule").body
     assert body["processed"] == 2
     assert set(polar.events) == {"use-00000:metering", "use-00001:metering"}
