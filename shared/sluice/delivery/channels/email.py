@@ -47,9 +47,6 @@ class EmailAdapter:
         self.retrier = retrier or Retrier()
         self.deadline = deadline
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        return f"email:{self.server.host}:{self.server.port}"
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         if "@" not in entry.recipient:
