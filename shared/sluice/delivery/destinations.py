@@ -192,6 +192,14 @@ class Destinations:
         assert row is not None
         return FailingDestination.from_row(row)
 
+    def spread(self, suspect: str, *, now: datetime | None = None) -> bool:
+        """A second entry failed at the receiver ``suspect`` named first: the receiver is
+        what fails, so the attempt the suspect's failure counted is given back (while it
+        waits). Whether it was."""
+        with self.db.transaction() as tx:
+            return tx.execute(Q.give_back_attempt, {"id": suspect, "now": now or utcnow()},
+                              final=True) == 1
+
     def up(self, key: str, *, now: datetime | None = None) -> None:
         """``key`` took an entry: no longer failing, no entry suspected."""
         with self.db.transaction() as tx:

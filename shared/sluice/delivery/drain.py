@@ -569,6 +569,9 @@ class _Run:
             with self.lock:  # one worker at a time counts a receiver's failures
                 found = self.destinations.failed(receiver, error, known=known, asked_s=asked)
                 self.failing[receiver] = found
+            if known is None and streak.suspect not in (None, entry.id):
+                assert streak.suspect is not None  # the outage began with another's failure
+                self.destinations.spread(streak.suspect)
             if self.destinations.reported(found):
                 logger.warning(f"[delivery] {receiver} is down ({found.failures} failures in a "
                                f"row; last: {found.last_error}); its entries wait, no attempt "

@@ -78,9 +78,12 @@ class EmailAdapter:
             send_mail(self.server, mail, deadline=self.deadline)
         except SmtpRefused as exc:
             error = f"email: {exc.message}"
-            final = exc.smtp_code >= 500 and exc.stage in ("recipient", "data")
-            raise (PermanentDeliveryError(error) if final
-                   else TransientDeliveryError(error)) from None
+            about_it = exc.stage in ("recipient", "data")  # the relay answered this message
+            if exc.smtp_code >= 500 and about_it:
+                raise PermanentDeliveryError(error) from None
+            # an answer about this message is its own failure; a refused session the relay's
+            raise TransientDeliveryError(
+                error, **({"status": exc.smtp_code} if about_it else {})) from None
         except EgressError as exc:
             raise transport_error("email", exc) from None
 

@@ -457,6 +457,12 @@ ON CONFLICT (key) DO UPDATE
 SET suspect_entry = COALESCE(delivery_destinations.suspect_entry, excluded.suspect_entry),
     updated_at = excluded.updated_at
 
+-- name: give_back_attempt
+-- The answered failure that began a receiver's streak turned out to be the receiver's (a
+-- second entry failed before any success): the attempt it counted is given back.
+UPDATE delivery_queue SET attempts = attempts - 1, updated_at = :now
+WHERE id = :id AND status = 'pending' AND attempts > 0
+
 -- name: destination_paced
 -- No rate slot for the receiver before :until, or the provider asked to wait until then:
 -- nothing of it is claimed before (a failing receiver's next probe waits for it too).
