@@ -70,7 +70,9 @@ def wait_for_a_blocked_purge(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as watcher:
         until = time.monotonic() + WAIT_S
         while time.monotonic() < until:
-            row = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            row = watcher.execute(  # this test's database only: the server is shared
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())").fetchone()
             if row and row[0]:
                 return
             time.sleep(0.05)
