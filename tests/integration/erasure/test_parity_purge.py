@@ -71,8 +71,8 @@ def wait_for_a_blocked_purge(pg_url: str) -> None:
         until = time.monotonic() + WAIT_S
         while time.monotonic() < until:
             row = watcher.execute(  # this test's database only: the server is shared
-                "SELECT count(*) FROM pg_locks WHERE NOT granted AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())").fetchone()
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'").fetchone()
             if row and row[0]:
                 return
             time.sleep(0.05)
