@@ -170,7 +170,7 @@ def test_retrier_is_used_by_the_delivery_sends_only() -> None:
                          for user in users), users
 
 
-def test_a_paused_destinations_entries_count_in_deferred_backoff(sqlite_url: str) -> None:
+def test_a_paused_destinations_entries_count_as_paused_not_in_backoff(sqlite_url: str) -> None:
     from sluice.delivery.destinations import Destinations
     from sluice.delivery.drain import Deliverer
     from sluice.delivery.store import DeliveryStore
@@ -188,8 +188,9 @@ def test_a_paused_destinations_entries_count_in_deferred_backoff(sqlite_url: str
         assert Destinations(db, 3).pause("slack:C0ALERTS", utcnow() + timedelta(hours=1)) == 1
         time.sleep(0.01)
         summary = deliverer.drain(Deadline(30))
-        # not in its backoff (no attempt failed), yet counted there: it waits for the pause
-        assert summary["deferredBackoff"] == 1 and adapter.sent == ["first"]
+        # not in its backoff (no attempt failed): counted as waiting on the pause, not there
+        assert (summary["deferredBackoff"], summary["paused"]) == (0, 1)
+        assert adapter.sent == ["first"]
     finally:
         db.close()
 
@@ -325,7 +326,7 @@ def test_a_retry_after_past_the_in_process_maximum_waits_the_providers_time_not_
     assert calls == [1], "60 s is past the 30 s the retrier waits: not waited in process"
     policy = Policy()
     outcome = policy.after_send("transient", asked, channel="telegram", attempts=1,
-                                unknown_sends=0, destination_healthy=True)
+                                unknown_sends=0)
     decision = policy.decide(outcome, attempts=1, wait=timedelta(seconds=60))
     # the queue holds it for the provider's 60 s (not the schedule's 5 s), no attempt counted
     assert outcome is DeliveryOutcome.PACING
