@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from bench.common import Row, row, scratch_database
+from bench.common import Row, row, scratch_database, scratch_sqlite
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.core.settings import Settings
@@ -36,8 +35,7 @@ from sluice.delivery.channels import Outbound
 from sluice.delivery.drain import Deliverer
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.jobs.registry import Deadline
-from sluice.store.db import Database, open_database
-from sluice.store.migrate import migrate
+from sluice.store.db import Database
 
 QUIET = 20
 PER_QUIET = 5
@@ -135,14 +133,8 @@ def measure(db: Database, url: str, *, noisy: bool
 
 @contextmanager
 def _sqlite() -> Iterator[tuple[Database, str]]:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
-        url = f"sqlite:///{tmp}/fair.db"
-        db = open_database(url)
-        migrate(db)
-        try:
-            yield db, url
-        finally:
-            db.close()
+    with scratch_sqlite("fair") as found:
+        yield found
 
 
 @contextmanager

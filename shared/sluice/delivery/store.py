@@ -259,12 +259,13 @@ class DeliveryStore:
                 found.extend(tx.fetchall(query, {"keys": tx.json(chunk)}))
         return found
 
-    def claim(self, lease: timedelta, *, limit: int = 1, per_round: int = 1,
+    def claim(self, lease: timedelta, *, limit: int = 1, per_round: int | None = None,
               after: str = "", now: datetime | None = None,
               channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
         """Up to ``limit`` due entries taken ``in_flight`` until ``now + lease``, served in
         turns across receivers (at most ``per_round`` of one; one of a failing receiver,
-        its probe, or of one paced in the last minute), receivers after ``after`` first,
+        its probe, or of one paced in the last minute; ``limit`` when not given),
+        receivers after ``after`` first,
         among ``channels`` (the configured ones) when given. Nothing whose destination or
         receiver is paused, disabled, failing before its probe, or without a rate slot is
         taken: a backlog that cannot go now stays where it is."""
@@ -272,7 +273,8 @@ class DeliveryStore:
         with self.db.transaction() as tx:
             claimed = tx.fetchall(Q.claim, {
                 "now": now, "lease_until": now + lease, "limit": limit,
-                "per_round": per_round, "after": after, "paced_since": now - PACED_WINDOW,
+                "per_round": per_round or limit, "after": after,
+                "paced_since": now - PACED_WINDOW,
                 "channels": None if channels is None else tx.json(list(channels))})
             receivers = sorted({row["receiver"] for row in claimed if row["receiver"]})
             if receivers:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 
 import pytest
