@@ -171,7 +171,7 @@ def test_the_failure_lines_are_the_messages_of_json_records_on_stderr() -> None:
 
 
 def test_the_numbers_of_the_four_jobs_rows() -> None:
-    from sluice.erasure.purge import BATCH, MAX_PURGE_ATTEMPTS
+    from sluice.erasure.purge import BATCH
     from sluice.jobs.registry import get_job
     from sluice.store.redis_clients import (
         LEDGER_RETRY_DLQ,
@@ -190,15 +190,12 @@ def test_the_numbers_of_the_four_jobs_rows() -> None:
     base, _, names = lists.partition("{")
     assert [base + n for n in names.rstrip("}").split(",")] == [
         LEDGER_RETRY_QUEUE, LEDGER_RETRY_PROCESSING, LEDGER_RETRY_DLQ]
-    # erasure-purge: hourly, at most BATCH requests a run, MAX_PURGE_ATTEMPTS runs
+    # erasure-purge: hourly, at most BATCH requests a run
     purge = get_job("erasure-purge")
     assert purge.schedule == "rate(1 hour)"
     assert "hourly" in row("erasure-purge runs once a day")[2]
     assert numbers(row("erasure-purge executes the requests")[2],
                    r"at most (\d+) due requests \(`BATCH`\)") == [BATCH]
-    words = {"one": 1, "two": 2, "three": 3, "four": 4}
-    [again] = re.findall(r"the next (\w+) runs try it again", row("A purge that raised")[2])
-    assert words[again] == MAX_PURGE_ATTEMPTS - 1
 
 
 def test_a_run_purges_at_most_batch_due_requests(

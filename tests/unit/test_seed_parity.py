@@ -211,7 +211,6 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
     from sluice.core.settings import Settings
     from sluice.delivery.classify import PERMANENT_PATTERNS
     from sluice.delivery.policy import DEFAULT_SCHEDULE
-    from sluice.erasure.purge import MAX_PURGE_ATTEMPTS
     from sluice.jobs.registry import get_job
     from sluice.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S
 
@@ -223,7 +222,6 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
     drain = get_job("delivery-drain")
     checks = {  # behaviour prefix -> (cell, pattern, the code's values)
         "`flushAiMeteringOutbox": (2, r"limit ([\d,]+) rows", [DEFAULT_FLUSH_LIMIT]),
-        "A purge that raised": (1, r"MAX_PURGE_ATTEMPTS = (\d+)", [MAX_PURGE_ATTEMPTS]),
         "`visibilityTimeoutSeconds": (2, (r"same (\d+) attempts.*visibility is (\d+) s, not "
                                          r"(\d+) s.*timeout \((\d+) s\)"),
                                       [MAX_ATTEMPTS, visibility, VISIBILITY_TIMEOUT_S,
