@@ -22,12 +22,6 @@ SECRET = "queue-secret-for-tests-0123456789"
 CRON = {"authorization": f"Bearer {CRON_SECRET}"}
 
 
-@pytest.fixture
-def feeds() -> Iterator[FeedServer]:
-    with FeedServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def clean_registry() -> Iterator[None]:
     yield

@@ -5,7 +5,7 @@ so an app that renders a title or puts a link in an attribute renders no tag."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -31,12 +31,6 @@ ATOM = (f'<feed xmlns="http://www.w3.org/2005/Atom"><title>x</title><id>urn:x</i
         f'<id>urn:1</id><updated>2025-03-01T12:00:00Z</updated></entry>'
         f'<entry><title></title><link href="{QUOTE}"/><id>urn:2</id>'
         f'<updated>2025-03-01T12:01:00Z</updated></entry></feed>').encode()
-
-
-@pytest.fixture
-def feeds() -> Iterator[FeedServer]:
-    with FeedServer() as server:
-        yield server
 
 
 def ops() -> dict[str, str]:

@@ -5,6 +5,8 @@ through the delivery-drain job; a 403 naming none of them still holds its destin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from sluice.core.services import Services
@@ -14,14 +16,14 @@ from tests.integration.delivery.helpers import Providers, drain_once, seed
 NAMED = ("Conversation not found", "User deactivated", "Message too long", "Invalid format")
 
 
-@pytest.mark.parametrize("status", [400, 403])
-def test_a_named_permanent_refusal_fails_at_once_whatever_the_status(
-        svc: Services, providers: Providers, sleeps: list[float], status: int) -> None:
+def fail_each(svc: Services, channel: str, recipient: str,
+              script: Callable[[str], None]) -> None:
+    """Each named refusal, scripted as the receiver's next answer by ``script``, fails its
+    entry at its first attempt, counted in the drain's ``failed``."""
     store = DeliveryStore(svc.db)
     for text in NAMED:
-        providers.telegram.script.append(
-            (status, {"ok": False, "error_code": status, "description": f"Forbidden: {text}"}))
-        entry, _ = store.enqueue("telegram", "1001", {"text": f"to telegram: {text}"})
+        script(text)
+        entry, _ = store.enqueue(channel, recipient, {"text": f"to {channel}: {text}"})
 
         result = drain_once(svc)
 
@@ -30,19 +32,18 @@ def test_a_named_permanent_refusal_fails_at_once_whatever_the_status(
         assert stored.status is DeliveryStatus.FAILED, (text, stored.status)
         assert (stored.attempts, stored.failure_reason) == (1, "permanent")
         assert text in (stored.last_error or "")
-    assert providers.telegram.messages == [] and sleeps == []
 
-    for text in NAMED:
-        providers.slack.answers.append((status, {"ok": False, "error": text}, {}))
-        entry, _ = store.enqueue("slack", "C0ALERTS", {"text": f"to slack: {text}"})
 
-        result = drain_once(svc)
+@pytest.mark.parametrize("status", [400, 403])
+def test_a_named_permanent_refusal_fails_at_once_whatever_the_status(
+        svc: Services, providers: Providers, sleeps: list[float], status: int) -> None:
+    fail_each(svc, "telegram", "1001", lambda text: providers.telegram.script.append(
+        (status, {"ok": False, "error_code": status, "description": f"Forbidden: {text}"})))
+    fail_each(svc, "slack", "C0ALERTS", lambda text: providers.slack.answers.append(
+        (status, {"ok": False, "error": text}, {})))
 
-        assert seed(result)["failed"] == 1, (text, result)
-        stored = store.get(entry.id)
-        assert stored.status is DeliveryStatus.FAILED, (text, stored.status)
-        assert (stored.attempts, stored.failure_reason) == (1, "permanent")
-    assert providers.slack.messages == [] and sleeps == []
+    assert providers.telegram.messages == providers.slack.messages == []
+    assert sleeps == [], "never retried in process"
 
 
 def test_a_403_naming_no_recipient_problem_still_holds_the_destination(
