@@ -163,8 +163,12 @@ def _time(value: Any) -> datetime | None:
 
 
 def _seen(services: Services, key: str | None = None) -> dict[str, _Seen]:
+    """Per key, what the queue holds: every receiver's entries, and every destination's
+    Sluice holds a state for (both read from the keys each entry carries from its
+    enqueue, so an entry no drain has taken yet is counted)."""
     with services.db.transaction() as tx:
-        rows = tx.fetchall(Q.destination_summary, {"key": key})
+        rows = [*tx.fetchall(Q.receiver_summary, {"key": key}),
+                *tx.fetchall(Q.destination_summary, {"key": key})]
     found: dict[str, _Seen] = {}
     for row in rows:
         seen = found.get(row["key"])
