@@ -34,7 +34,7 @@ State = Literal["ok", "overdue", "never", "disabled"]
 MIN_GRACE = timedelta(minutes=5)
 GRACE_FRACTION = 0.1
 # Runs the scheduler started: EventBridge's invocation, or an external scheduler's cron GET
-# (the filter of last_scheduled_runs in runs.sql and of its index, migration 0029).
+# (the filter of last_scheduled_runs in runs.sql and of its index, migration 0030).
 SCHEDULED_TRIGGERS = ("schedule", "cron_http")
 DISABLED_PREFIX = "job-schedule-disabled:"
 MAX_REASON = 200

@@ -58,7 +58,7 @@ def poison(svc: Services) -> dict[str, str]:
     return ids
 
 
-MIGRATION = "0028_erasure_raised_purges_due"
+MIGRATION = "0029_erasure_raised_purges_due"
 RUNS = 4  # runs the poisoned request fails in, one after another
 
 
@@ -156,7 +156,7 @@ def test_a_store_outage_costs_no_attempt_and_the_next_run_purges(
 
 
 def test_requests_failed_by_the_old_attempt_bound_are_due_again(svc: Services) -> None:
-    """Migration 0028: a request the old bound failed (failed, never purged) is due again and
+    """Migration 0029: a request the old bound failed (failed, never purged) is due again and
     the next run tries it; a request failed after its purge committed is left as it was."""
     store = ErasureStore(svc.db)
     ids = poison(svc)
