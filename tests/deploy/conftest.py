@@ -112,16 +112,20 @@ def package(service: Path, out: Path) -> Packaged:
     )
 
 
-@pytest.fixture(scope="session")
-def packaged(tmp_path_factory: pytest.TempPathFactory) -> Packaged:
-    base = tmp_path_factory.mktemp("osls")
-    service = base / "service"
-    service.mkdir()
+def copy_project(service: Path) -> Path:
+    """Sluice's own deployment folder, copied to ``service``."""
+    service.mkdir(parents=True)
     for name in PROJECT_FILES:
         shutil.copy2(ROOT / name, service / name)
     for name in PROJECT_DIRS:
         shutil.copytree(ROOT / name, service / name, ignore=IGNORED)
-    return package(service, base / "package")
+    return service
+
+
+@pytest.fixture(scope="session")
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> Packaged:
+    base = tmp_path_factory.mktemp("osls")
+    return package(copy_project(base / "service"), base / "package")
 
 
 def lock_step() -> str:

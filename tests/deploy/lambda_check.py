@@ -142,12 +142,10 @@ def invoke(fn: Function, event: Any, *, python: str, site: Path, env: dict[str, 
                 if outcome is None:  # an answer posted just before the process exited
                     outcome = api.outcome(request, 0.5)
             finally:
-                if proc.poll() is None:
-                    api.shutdown(proc.pid)  # SIGTERM, as Lambda sends it with an extension
-                    if not api.sigterm_sent:
-                        proc.kill()
+                if proc.poll() is None:  # the Shutdown phase: SIGTERM when an extension
+                    api.shutdown(proc.pid)  # registered, then SIGKILL after Lambda's 500 ms
                     try:
-                        proc.wait(timeout=10)
+                        proc.wait(timeout=0.5 if api.sigterm_sent else 0)
                     except subprocess.TimeoutExpired:
                         proc.kill()
                         proc.wait(timeout=10)

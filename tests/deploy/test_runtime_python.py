@@ -15,6 +15,9 @@ error, an invocation error or no answer fails the check naming the function.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,16 +136,23 @@ def _event(fn: Function, world: World) -> dict[str, Any]:
 
 
 def _answered(started: Started) -> str | None:
-    """Why ``started`` did not answer as its function should, naming it; None if it did."""
+    """Why ``started`` did not answer as its function should, naming it; None if it did.
+    A reserved topic's consumer fails its message loud: with every record of the batch
+    failed, the invocation fails (Powertools' ``BatchProcessingError``), as designed."""
+    fn, outcome = started.function, started.outcome
+    if fn.kind == "consumers" and _reserved(fn.environment["SLUICE_TOPIC"]) \
+            and outcome is not None and outcome.kind == "error":
+        message = str(outcome.body.get("errorMessage"))
+        return None if "consumer is not implemented" in message else started.failure()
     failure = started.failure()
-    if failure is not None or started.outcome is None:
+    if failure is not None or outcome is None:
         return failure
-    fn, body = started.function, started.outcome.body
+    body = outcome.body
     if fn.kind in ("cron", "http") and body.get("statusCode") != 200:
         return f"{fn.name}: answered {json.dumps(body)[:500]}"
     if fn.kind == "consumers":
         failed = body.get("batchItemFailures")
-        if (failed != []) != _reserved(fn.environment["SLUICE_TOPIC"]):  # a reserved topic's consumer fails its message, loud
+        if failed != [] or _reserved(fn.environment["SLUICE_TOPIC"]):
             return f"{fn.name}: batchItemFailures {failed}"
     return None
 
@@ -208,3 +218,31 @@ def test_the_functions_ship_only_what_runs_on_lambda(packaged: Packaged,
             assert web == (set() if fn.kind != "http" else web | {"fastapi", "jinja2"}), fn.name
             assert ("cryptography" in tops) == (fn.kind != "consumers"), fn.name
             assert unpacked_size(fn.artifact) < (60 if fn.kind == "http" else 50) * 10**6
+
+
+def test_generate_check_starts_each_function_as_its_zip_will(
+        app_deployment: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    app, env = app_deployment
+    folder = tmp_path / "app"
+    shutil.copytree(app, folder, symlinks=True, ignore=shutil.ignore_patterns(".serverless"))
+
+    def generate_check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sluice.cli.main", "generate", "--check",
+                               "--json"], cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    done = generate_check()
+    assert done.returncode == 0, done.stdout + done.stderr
+    started = {s["function"]: s["error"] for s in json.loads(done.stdout)["coldStarts"]}
+    assert {"http", "exampleappDigest", "exampleappSignup"} <= set(started)
+    assert set(started.values()) == {None}
+    serverless = folder / "serverless.yml"
+    serverless.write_text(serverless.read_text().replace(
+        'SLUICE_APP: "exampleapp.sluice_ext"', 'SLUICE_APP: ""'))
+    done = generate_check()
+    assert done.returncode == 2, done.stdout + done.stderr
+    failed = {s["function"]: s["error"] for s in json.loads(done.stdout)["coldStarts"]
+              if s["error"] is not None}
+    assert failed.keys() == {"exampleappDigest", "exampleappSignup"}, failed
+    assert failed["exampleappDigest"].startswith("UnknownJob")
+    assert failed["exampleappSignup"].startswith("UnknownTopic")
