@@ -95,8 +95,6 @@ def _mirror(folder: Path, into: Path) -> Path:
 
 def search_path(root: Path, scratch: Path) -> list[str]:
     """The probe's ``sys.path`` in front of its standard library (see the module's doc)."""
-    import sluice
-
     stdlib, found = _stdlib(), [str(root)]
     seen = {root.resolve()}
     for n, entry in enumerate(sys.path):
@@ -105,8 +103,9 @@ def search_path(root: Path, scratch: Path) -> list[str]:
             continue
         seen.add(folder)
         found.append(str(_mirror(folder, scratch / f"path{n}")))
-    own = Path(sluice.__file__).resolve().parents[1]  # an editable install's finder: not in
-    if own not in seen:                                # sys.path, and .pth files are skipped
+    own = Path(__file__).resolve().parents[2]  # the folder holding sluice/; for an editable
+    # install's finder it is not in sys.path, and .pth files are skipped
+    if own not in seen:
         found.append(str(own))
     return found
 
@@ -152,4 +151,5 @@ def cold_starts(root: Path) -> list[ColdStart]:
         scratch = Path(tmp)
         paths = search_path(root, scratch)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            return list(pool.map(lambda item: _start(*item, paths, scratch), found.items()))
+            return list(pool.map(lambda item: _start(item[0], item[1], paths, scratch),
+                                 found.items()))
