@@ -152,7 +152,3 @@ def invoke(fn: Function, event: Any, *, python: str, site: Path, env: dict[str, 
             log.seek(0)
             return Started(fn, outcome, log.read())
 
-
-def unpacked_size(artifact: Path) -> int:
-    with zipfile.ZipFile(artifact) as archive:
-        return sum(info.file_size for info in archive.infolist())
