@@ -61,7 +61,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           *(f"cannot start {s.function} ({s.handler}): {s.error}"
                             for s in failed),
                           f"{len(b['jobs'])} jobs, {len(b['topics'])} topics"
-                          + (f", {len(body['coldStarts'])} functions started"
+                          + (f"; {len(body['coldStarts']) - len(failed)} of "
+                             f"{len(body['coldStarts'])} functions start"
                              if "coldStarts" in body else "")])
     return EXIT_FAILURES if args.check and (paths or failed) else EXIT_OK
 
