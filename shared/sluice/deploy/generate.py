@@ -41,6 +41,7 @@ PLUGIN_FILES = ("sluice-packaging.js", "inject_deps.py")
 SERVICE = re.compile(r"[a-z][a-z0-9-]{0,30}")
 PACKAGE = re.compile(r"[A-Za-z_]\w*")
 APP_LINE = re.compile(r"^    SLUICE_APP:.*$", re.MULTILINE)
+PROVIDER_ENVIRONMENT = re.compile(r"^provider:\n(?:(?:[ #].*)?\n)*?  environment:\n", re.MULTILINE)
 
 
 class Deployment(NamedTuple):
@@ -108,11 +109,18 @@ def serverless_yml(current: str, jobs: Iterable[Job], topics: Iterable[Topic],
 
 def with_app(current: str, modules: Iterable[str]) -> str:
     """``current`` with its ``SLUICE_APP`` line (under ``provider.environment``) naming
-    ``modules``: on Lambda that line, not an entry point, is how the app is found."""
-    if len(APP_LINE.findall(current)) != 1:
-        raise SystemExit("serverless.yml has no SLUICE_APP line under provider.environment "
-                         '(add `    SLUICE_APP: ""` there, as the template has it)')
-    return APP_LINE.sub(f'    SLUICE_APP: "{",".join(modules)}"', current)
+    ``modules``: on Lambda that line, not an entry point, is how the app is found. A file
+    without the line (an older template's) gets it as the first variable there."""
+    line = f'    SLUICE_APP: "{",".join(modules)}"'
+    found = len(APP_LINE.findall(current))
+    if found == 1:
+        return APP_LINE.sub(line, current)
+    environment = PROVIDER_ENVIRONMENT.search(current)
+    if found or environment is None:
+        raise RequestError("serverless.yml needs one SLUICE_APP line under "
+                           f"provider.environment, has {found}" if found else
+                           "serverless.yml has no provider.environment for SLUICE_APP")
+    return current[:environment.end()] + line + "\n" + current[environment.end():]
 
 
 def check_tables(jobs: Iterable[Job], topics: Mapping[str, Topic]) -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sluice.core.errors import RequestError
-from sluice.deploy.generate import Deployment, outputs, write
+from sluice.deploy.generate import Deployment, outputs, stale, write
 from sluice.jobs.registry import JOBS
 from sluice.queues.topics import TOPICS
 
@@ -37,14 +37,20 @@ def test_the_apps_modules_are_its_functions_sluice_app(tmp_path: Path) -> None:
             if a != b] == ['    SLUICE_APP: "myapp.sluice_ext,myapp.more"']
 
 
-def test_a_serverless_yml_without_the_line_is_refused_not_left_without_it(
-        tmp_path: Path) -> None:
+def test_a_serverless_yml_without_the_line_gets_it(tmp_path: Path) -> None:
     target = Deployment(tmp_path, service="myapp", modules=("myapp.sluice_ext",))
     write(target, dict(JOBS.own), dict(TOPICS.own))
     serverless = tmp_path / "serverless.yml"
     serverless.write_text(serverless.read_text().replace('    SLUICE_APP: "myapp.sluice_ext"\n',
                                                          ""))
-    with pytest.raises(SystemExit, match="no SLUICE_APP line under provider.environment"):
+    assert stale(target, dict(JOBS.own), dict(TOPICS.own)) == [serverless]
+    write(target, dict(JOBS.own), dict(TOPICS.own))
+    environment = _environment(serverless.read_text())
+    assert environment["SLUICE_APP"] == "myapp.sluice_ext"
+    assert environment["SLUICE_QUEUE_MODE"] == "sqs"  # the rest of it as it was
+    serverless.write_text(serverless.read_text().replace("  environment:\n", "  env:\n", 1)
+                          .replace('    SLUICE_APP: "myapp.sluice_ext"\n', ""))
+    with pytest.raises(RequestError, match="no provider.environment"):
         outputs(target, dict(JOBS.own), dict(TOPICS.own))
 
 
