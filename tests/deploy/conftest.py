@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,13 @@ def app_deployment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
 
 @pytest.fixture(scope="session")
 def packaged_app(app_deployment: tuple[Path, dict[str, str]],
-                 tmp_path_factory: pytest.TempPathFactory) -> Packaged:
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packaged]:
     app, _ = app_deployment
-    return package(app, tmp_path_factory.mktemp("app-package"))
+    packaged = package(app, tmp_path_factory.mktemp("app-package"))
+    yield packaged
+    # its requirements name this run's wheel folder, so their installed copy in
+    # serverless-python-requirements' cache is never used again
+    for cached in re.findall(r'Installing requirements from "([^"]+)/requirements.txt"',
+                             packaged.log):
+        if str(app) in Path(cached, "requirements.txt").read_text():
+            shutil.rmtree(cached, ignore_errors=True)
