@@ -39,6 +39,7 @@ from sluice.cli.output import (
 )
 from sluice.core.errors import ConfigurationError, RequestError, SluiceError
 from sluice.core.times import iso_z
+from sluice.core.validate import actor_name
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
@@ -108,11 +109,16 @@ def exit_code(exc: SluiceError) -> int:
 
 
 def operator(by: str | None = None) -> str:
-    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``
+    (as ``actor_name`` stores a name)."""
     if by:
-        return by
+        name = actor_name(by)
+        if not name:
+            raise RequestError("--by must name the operator with a printable character",
+                               field="--by")
+        return name
     try:
-        return f"cli:{getpass.getuser()}"
+        return actor_name(f"cli:{getpass.getuser()}")
     except (KeyError, OSError):  # no user name in a bare container
         return "cli:unknown"
 
