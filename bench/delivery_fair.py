@@ -96,6 +96,14 @@ def measure(db: Database, url: str, *, noisy: bool
         base = hooks.http.url
         hooks.scripts["/hooks/poison"] = [500] * 1_000_000
         hooks.scripts["/hooks/gone"] = [410] * 1_000_000
+        if noisy:  # the noisy tenant's backlog is there first; the quiet entries arrive
+            dead = f"http://127.0.0.1:{_dead_port()}/hook"
+            store.enqueue("webhook", f"{base}/hooks/poison", {"text": "poison"})
+            store.enqueue("webhook", f"{base}/hooks/gone", {"text": "gone"})
+            for n in range(GROUP_BACKLOG):
+                store.enqueue("telegram", GROUP, {"text": f"storm {n}"})
+            for n in range(DEAD):
+                store.enqueue("webhook", dead, {"text": f"dead {n}"})
         quiet: dict[str, float] = {}
         for n in range(PER_QUIET):
             for chat in chats:
@@ -105,14 +113,6 @@ def measure(db: Database, url: str, *, noisy: bool
                 entry, _ = store.enqueue("webhook", f"{base}/hooks/quiet{k}",
                                          {"text": f"quiet {n}"})
                 quiet[entry.id] = time.time()
-        if noisy:
-            dead = f"http://127.0.0.1:{_dead_port()}/hook"
-            store.enqueue("webhook", f"{base}/hooks/poison", {"text": "poison"})
-            store.enqueue("webhook", f"{base}/hooks/gone", {"text": "gone"})
-            for n in range(GROUP_BACKLOG):
-                store.enqueue("telegram", GROUP, {"text": f"storm {n}"})
-            for n in range(DEAD):
-                store.enqueue("webhook", dead, {"text": f"dead {n}"})
         started = time.time()
         runs = _drains(services, store, set(quiet))
         elapsed = time.time() - started
