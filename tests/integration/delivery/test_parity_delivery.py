@@ -308,9 +308,15 @@ def test_best_effort_skips_a_chunk_refused_for_good_and_a_transient_chunk_fails_
 
     providers.telegram.script.extend([None, *[telegram_error(502, "Bad Gateway")] * 3])
     later, _ = store.enqueue("telegram", "1001", {"text": text, "bestEffort": True})
+    before = len(providers.telegram.messages)
     result = drain(svc).body
     assert result["recovered"] == 0
     assert store.get(later.id).status is DeliveryStatus.PENDING, "a transient chunk fails the send"
+    # the next send resumes after the chunk accepted: each chunk arrives once
+    due_now(svc)
+    assert drain(svc).body["recovered"] == 1
+    resent = [m["text"] for m in providers.telegram.messages[before:]]
+    assert len(resent) == 3 and len(set(resent)) == 3
 
 
 @pytest.fixture
