@@ -45,25 +45,31 @@ def telegram() -> Iterator[TelegramStandIn]:
         yield stand_in
 
 
-@pytest.fixture
-def env(db_url: str, webhook: WebhookReceiver, telegram: TelegramStandIn) -> dict[str, str]:
-    return {**BASE_ENV, "SLUICE_DATABASE_URL": db_url,
-            "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
-            "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-            "SLUICE_TELEGRAM_BOT_TOKEN": telegram.token, "SLUICE_TELEGRAM_API_URL": telegram.url,
-            "SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "1000",
-            "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": "10000",
-            "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "5"}
+# rates wide enough never to hold a send back: the limiter has its own tests
+WIDE = {"SLUICE_TELEGRAM_CHAT_RATE_PER_SECOND": "1000",
+        "SLUICE_WEBHOOK_HOST_RATE_PER_SECOND": "10000",
+        "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "5",
+        "SLUICE_WEBHOOK_SIGNING_SECRET": WEBHOOK_SECRET,
+        "SLUICE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1"}
 
 
 @pytest.fixture
-def svc(env: dict[str, str], make_services: Callable[..., Services]) -> Services:
-    return make_services(env["SLUICE_DATABASE_URL"],
-                         **{k: v for k, v in env.items() if k != "SLUICE_DATABASE_URL"})
+def env(db_url: str, telegram: TelegramStandIn) -> dict[str, str]:
+    """The command line's environment: the app's own, plus the database's URL."""
+    return {**BASE_ENV, **WIDE, "SLUICE_DATABASE_URL": db_url,
+            "SLUICE_TELEGRAM_BOT_TOKEN": telegram.token, "SLUICE_TELEGRAM_API_URL": telegram.url}
+
+
+@pytest.fixture
+def svc(db_url: str, telegram: TelegramStandIn,
+        make_services: Callable[..., Services]) -> Services:
+    return make_services(db_url, **WIDE, SLUICE_TELEGRAM_BOT_TOKEN=telegram.token,
+                         SLUICE_TELEGRAM_API_URL=telegram.url)
 
 
 @pytest.fixture
 def client(svc: Services) -> TestClient:
+    """The app in process, its errors answered as a client sees them."""
     return TestClient(create_app(svc), raise_server_exceptions=False)
 
 
