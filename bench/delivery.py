@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import delivery_fair, delivery_held, delivery_replay
+from bench import delivery_destinations, delivery_fair, delivery_held, delivery_replay
 from bench.common import Row, median, row, scratch_database
 from sluice.delivery.store import DeliveryStore
 from sluice.store.db import SqliteDatabase, open_database, utcnow
@@ -260,6 +260,7 @@ def run() -> list[Row]:
         *delivery_held.run(),
         *delivery_fair.run(),
         *delivery_replay.run(),
+        *delivery_destinations.run(),
     ]
 
 

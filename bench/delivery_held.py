@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from bench.common import Row, median, row, scratch_database, scratch_sqlite
+from bench.common import Row, median, row, scratch_store
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.core.settings import Settings
@@ -101,22 +99,10 @@ def measure(db: Database, url: str, held: int, *, paused: bool = False
     return median(times), delivered, touched
 
 
-@contextmanager
-def _sqlite() -> Iterator[tuple[Database, str]]:
-    with scratch_sqlite("held") as found:
-        yield found
-
-
-@contextmanager
-def _postgres() -> Iterator[tuple[Database, str]]:
-    with scratch_database() as pg:
-        yield pg, pg.conninfo
-
-
-def _row(store: str, open_store: Callable[[], Any], *, paused: bool = False) -> Row:
+def _row(store: str, dialect: str, *, paused: bool = False) -> Row:
     found = {}
     for held in HELD:
-        with open_store() as (db, url):
+        with scratch_store(dialect) as (db, url):
             found[held] = measure(db, url, held, paused=paused)
     (small, small_ok, small_rows), (big, big_ok, big_rows) = found[HELD[0]], found[HELD[1]]
     on = "a paused destination" if paused else "a dead destination"
@@ -130,8 +116,8 @@ def _row(store: str, open_store: Callable[[], Any], *, paused: bool = False) -> 
 
 
 def run() -> list[Row]:
-    return [_row("SQLite", _sqlite), _row("Postgres", _postgres),
-            _row("SQLite", _sqlite, paused=True), _row("Postgres", _postgres, paused=True)]
+    return [_row("SQLite", "sqlite"), _row("Postgres", "postgres"),
+            _row("SQLite", "sqlite", paused=True), _row("Postgres", "postgres", paused=True)]
 
 
 __all__ = ["measure", "run"]

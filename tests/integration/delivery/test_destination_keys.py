@@ -47,7 +47,7 @@ def test_one_receiver_named_both_ways_is_one_destination(
         assert (stored.status, stored.attempts, stored.receiver) == (
             DeliveryStatus.PENDING, 0, KEY)
     # one state: the view knows one webhook destination, with both entries waiting on it
-    [only] = [d for d in view(svc) if d["channel"] == "webhook"]
+    [only] = [d for d in view(svc)["destinations"] if d["channel"] == "webhook"]
     assert (only["key"], only["state"], only["waiting"]) == (KEY, "paused", 2)
     # one rate: both sends take their slot on one host key, and an override of it binds both
     override = Override(KEY, 2, "second", until)

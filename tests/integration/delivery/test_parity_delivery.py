@@ -209,6 +209,30 @@ def test_a_permanent_refusal_is_moved_aside_at_once_with_its_reason_and_never_se
     assert {e.status for e in store.list()} == {DeliveryStatus.FAILED}
 
 
+@pytest.mark.parametrize("status", [400, 403])
+def test_the_refusals_the_document_names_fail_at_once_at_any_status(
+        svc: Services, providers: Providers, status: int) -> None:
+    store = DeliveryStore(svc.db)
+    named = ("Conversation not found", "User deactivated", "Message too long", "Invalid format")
+    entries = []
+    for text in named:
+        providers.telegram.script.append(telegram_error(status, f"Forbidden: {text}"))
+        providers.slack.answers.append((status, {"ok": False, "error": text}, {}))
+        entries += [store.enqueue("telegram", "1001", {"text": text})[0],
+                    store.enqueue("slack", "C0ALERTS", {"text": text})[0]]
+
+    outcome = drain(svc)
+
+    assert outcome.body["failed"] == 8 and outcome.body["outages"]["destinations"] == []
+    for entry in entries:
+        stored = store.get(entry.id)
+        assert (stored.status, stored.failure_reason, stored.attempts) == (
+            DeliveryStatus.FAILED, "permanent", 1), stored
+        assert entry.payload["text"] in (stored.last_error or "")
+    # one request each: never retried in process, never held
+    assert len(providers.telegram.http.requests) == len(providers.slack.http.requests) == 4
+
+
 def test_an_entry_is_retried_from_its_stored_payload_with_every_option_it_carries(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
