@@ -41,10 +41,7 @@ BEHAVIOUR = re.compile(r"\b(" + "|".join(SURFACES) + r"): `(tests/[\w/]+\.py::[\
 STUB = re.compile(r"\bmonkeypatch\.set(attr|item)\(|\bregister_catalog_refresh\((?!None)"
                   r"|# type: ignore\[method-assign\]")
 # The helpers of this module that read the page: a test that uses one reads the page.
-PAGE_HELPERS = frozenset({"TABLE", "rows", "row", "same", "numbers", "table_rows"})
-# Sections whose "same" rows are not held to a behaviour test yet: the delivery queue, being
-# rewritten for isolation; its rows get their behaviour tests once that lands.
-PENDING_SECTIONS = ("The job queue [queue]", "The delivery pipeline [pipeline]")
+PAGE_HELPERS = frozenset({"TABLE", "rows", "row", "numbers", "table_rows"})
 # Behaviour tests that replace product code on purpose: the fault each one injects.
 FAULTS: dict[str, str] = {
     "tests/e2e/http/test_http.py::test_a_crashing_job_answers_a_typed_500":
@@ -55,6 +52,10 @@ FAULTS: dict[str, str] = {
         "outage within a second",
     "tests/integration/queues/test_parity_quarantine.py::"
     "test_a_rejection_whose_quarantine_is_locked_waits_as_a_delayed_copy":
+        "shortens SQLite's busy timeout to 1 s, so a lock held by another connection is an "
+        "outage within a second",
+    "tests/integration/delivery/test_parity_delivery.py::"
+    "test_a_locked_sqlite_store_is_an_outage_the_next_run_recovers_from":
         "shortens SQLite's busy timeout to 1 s, so a lock held by another connection is an "
         "outage within a second",
 }
@@ -186,6 +187,27 @@ def _conftests(path: str) -> list[str]:
             if (ROOT / Path(*parts[:n], "conftest.py")).is_file()]
 
 
+def _autouse(node: ast.AST) -> bool:
+    """A fixture every test below its conftest gets without naming it."""
+    return isinstance(node, ast.FunctionDef) and any(
+        isinstance(d, ast.Call) and any(k.arg == "autouse" and isinstance(k.value, ast.Constant)
+                                        and k.value.value is True for k in d.keywords)
+        for d in node.decorator_list)
+
+
+def _autouse_fixtures(path: str) -> list[tuple[str, ast.AST]]:
+    """The autouse fixtures of the conftests above ``path`` that apply to its tests: the
+    nearest definition of each name (the test module's own one overrides them all)."""
+    found: dict[str, tuple[str, ast.AST]] = {}
+    for conftest in _conftests(path):
+        for name, node in _definitions(conftest).items():
+            if _autouse(node) and name not in found:
+                found[name] = (conftest, node)
+    own = _definitions(path)
+    return [(where, node) if name not in own else (path, own[name])
+            for name, (where, node) in found.items()]
+
+
 class Reach(NamedTuple):
     source: str  # the source of everything the test reaches, joined
     reads_page: bool
@@ -193,15 +215,17 @@ class Reach(NamedTuple):
 
 @cache
 def reach(reference: str) -> Reach:
-    """What a collected test runs, as far as its source shows: the test, and (followed
-    through the test modules) the helpers, classes, constants and fixtures it names."""
+    """What a collected test runs, as far as its source shows: the test, the autouse
+    fixtures of the conftests above it, and (followed through the test modules) the
+    helpers, classes, constants and fixtures they name."""
     path, _, name = reference.partition("::")
     *owner, function = name.split("::")
     definitions = _definitions(path)
     start = definitions.get(owner[0] if owner else function)
     if start is None:
         return Reach("", False)
-    pending: list[tuple[str, ast.AST]] = [(path, start)]
+    # the test, and the fixtures it gets without naming them
+    pending: list[tuple[str, ast.AST]] = [(path, start), *_autouse_fixtures(path)]
     seen: set[tuple[str, str]] = set()
     sources, reads_page = [], False
     while pending:
@@ -256,10 +280,6 @@ def behaviour_problems(surface: str, reference: str) -> list[str]:
     return problems
 
 
-def in_scope(row: Row) -> bool:
-    return row.section not in PENDING_SECTIONS
-
-
 def awaiting(row: Row) -> bool:
     return row.behaviour.startswith(AWAITING)
 
@@ -291,7 +311,7 @@ def test_a_same_row_states_no_difference() -> None:
     """"same" means the document's behaviour as it states it; a row whose own text says
     where Sluice differs is a difference, and leads with it."""
     wrong = [f"L{row.line} {row.behaviour[:60]}" for row in table_rows(TABLE.read_text())
-             if row.verdict == "same" and in_scope(row)
+             if row.verdict == "same"
              and re.search(r"\bdiffer(ence|s)?\b", row.parity)]
     assert wrong == []
 
@@ -299,7 +319,7 @@ def test_a_same_row_states_no_difference() -> None:
 def test_every_same_row_names_a_behaviour_test_through_the_product() -> None:
     problems = []
     for row in table_rows(TABLE.read_text()):
-        if row.verdict != "same" or not in_scope(row) or awaiting(row):
+        if row.verdict != "same" or awaiting(row):
             continue
         named = behaviour_tests(row.tests)
         if not named:
@@ -312,7 +332,7 @@ def test_every_same_row_names_a_behaviour_test_through_the_product() -> None:
 def test_no_same_row_names_a_test_that_stubs_the_product() -> None:
     """A supporting test of a "same" row is no stub either, unless ``FAULTS`` says why."""
     stubs = [f"L{row.line}: {reference}" for row in table_rows(TABLE.read_text())
-             if row.verdict == "same" and in_scope(row) and not awaiting(row)
+             if row.verdict == "same" and not awaiting(row)
              for reference in REFERENCE.findall(row.tests)
              if STUB.search(reach(reference).source) and reference not in FAULTS]
     assert stubs == []
@@ -320,7 +340,7 @@ def test_no_same_row_names_a_test_that_stubs_the_product() -> None:
 
 def test_no_row_names_a_test_that_reads_the_page() -> None:
     readers = [f"L{row.line}: {reference}" for row in table_rows(TABLE.read_text())
-               if in_scope(row) for reference in REFERENCE.findall(row.tests)
+               for reference in REFERENCE.findall(row.tests)
                if reach(reference).reads_page]
     assert readers == []
 
@@ -358,8 +378,16 @@ def test_the_behaviour_check_itself() -> None:
     http = "tests/e2e/http/test_http.py::test_admin_post"
     assert behaviour_problems("route", http) == []
     assert behaviour_problems("job", http) == [f"{http} does not reach the job"]
-    reads = "tests/unit/test_parity_queues.py::test_last_error_is_cut_at_2000_characters"
+    reads = "tests/unit/test_seed_parity.py::test_the_row_count_the_page_states_is_the_tables"
     assert reach(reads).reads_page
+    # a stub a conftest applies without the test naming it is the test's own; a module
+    # that overrides the fixture has none
+    recorded = "tests/integration/delivery/test_isolation.py::test_a_preview_counts_entries_no_drain_has_taken"
+    assert behaviour_problems("job", recorded) == [
+        f"{recorded} replaces product code (a stub) and FAULTS says no why"]
+    real = ("tests/integration/delivery/test_parity_delivery.py::"
+            "test_a_redrive_of_an_entry_its_destinations_410_failed_is_sent_by_the_next_run")
+    assert behaviour_problems("job", real) == []
     stub = "tests/e2e/queues/test_consumers_lambda.py::test_ingest_acknowledges_without_work_when_the_flag_is_off"
     assert behaviour_problems("handler", stub) == [
         f"{stub} replaces product code (a stub) and FAULTS says no why"]
@@ -393,9 +421,10 @@ def test_the_active_delivery_index_is_partial_on_status_and_due_time(tmp_path: P
     assert "WHERE status = 'pending' AND held_by IS NULL" in due
 
 
-# --- the numbers of the table against the code ------------------------------------------
-# A "same" row's number is the document's (its behaviour cell) and must be the code's; a
-# difference's number is Sluice's (its where and parity cells) and must be the code's.
+# --- the numbers the differences state against the code -----------------------------------
+# A difference's number is Sluice's (its where and parity cells) and must be the code's; a
+# consistency check of the page, which no row names as its evidence (a "same" row's number
+# is shown by its behaviour test).
 
 
 def row(prefix: str) -> list[str]:
@@ -410,31 +439,6 @@ def numbers(cell: str, pattern: str) -> list[float]:
     match = re.search(pattern, cell)
     assert match, f"{pattern!r} not in {cell[:120]!r}"
     return [float(group.replace(",", "")) for group in match.groups()]
-
-
-def same(prefix: str) -> list[str]:
-    cells = row(prefix)
-    assert cells[2].startswith("same"), f"{prefix!r} is no longer 'same': check its numbers"
-    return cells
-
-
-def test_the_numbers_of_the_delivery_sections_same_rows_are_the_codes() -> None:
-    """Until the delivery sections' rows get behaviour tests (see ``PENDING_SECTIONS``)."""
-    from sluice.delivery.chunking import TELEGRAM_MAX_TEXT
-    from sluice.delivery.classify import MAX_DEPTH
-    from sluice.delivery.retry import DEFAULT_POLICY
-
-    seed = {  # behaviour prefix -> (pattern over the behaviour cell, the code's values)
-        "Depth limit": (r"limit (\d+)", [MAX_DEPTH]),
-        "Defaults: 3 attempts": ((r"(\d+) attempts, (\d+) ms min, (\d+) s max, (\d+) jitter; "
-                                 r"factor (\d+)"),
-                                 [DEFAULT_POLICY.attempts, DEFAULT_POLICY.min_delay_s * 1000,
-                                  DEFAULT_POLICY.max_delay_s, DEFAULT_POLICY.jitter,
-                                  DEFAULT_POLICY.factor]),
-    }
-    for prefix, (pattern, code) in seed.items():
-        assert numbers(same(prefix)[0], pattern) == [float(v) for v in code], prefix
-    assert numbers(same("Chunking")[2], r"Telegram's limit \((\d+)\)") == [TELEGRAM_MAX_TEXT]
 
 
 def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
@@ -480,21 +484,6 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
     waits = [step for _, step in DEFAULT_SCHEDULE.table() if step is not None]
     assert numbers(row("Tiers 5 s")[2], r"\(five attempts in all.* ([\d.]+) min of waits\)") == [
         sum(waits) / 60]
-
-
-def test_the_permanent_patterns_the_document_names_are_permanent_in_any_case() -> None:
-    from sluice.delivery.classify import matches_permanent
-
-    behaviour, _where, parity, _tests = row("Seven permanent patterns")
-    named = re.findall(r"`([^`]+)`", behaviour)
-    assert len(named) == 7
-    for pattern in named:
-        text = pattern.replace(".*", " for this ")
-        assert matches_permanent(text) and matches_permanent(text.upper()), pattern
-    assert not matches_permanent("connection reset by peer")
-    # the one the row says is broader: a kick worded without "Forbidden:"
-    assert parity.startswith("difference in one of the seven: `forbidden: bot was kicked`")
-    assert matches_permanent("Bad Request: bot was kicked from the supergroup chat")
 
 
 def test_the_job_count_is_the_registrys() -> None:
