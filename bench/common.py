@@ -70,6 +70,26 @@ def row(name: str, sluice: float, baseline: float, unit: str, higher_is_better: 
 
 
 @contextmanager
+def scratch_sqlite(name: str) -> Iterator[tuple[Any, str]]:
+    """A migrated SQLite database of the benchmark's own in a temporary directory
+    (``SLUICE_BENCH_TMP`` when set): (database, its URL)."""
+    import os
+    import tempfile
+
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
+        url = f"sqlite:///{tmp}/{name}.db"
+        db = open_database(url)
+        migrate(db)
+        try:
+            yield db, url
+        finally:
+            db.close()
+
+
+@contextmanager
 def scratch_database() -> Iterator[Any]:
     """A migrated Postgres database of the benchmark's own, dropped afterwards."""
     import psycopg

@@ -16,14 +16,13 @@ takes each entry once and holds it): the 20 and nothing else are touched, and no
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from bench.common import Row, median, row, scratch_database
+from bench.common import Row, median, row, scratch_database, scratch_sqlite
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.core.settings import Settings
@@ -32,8 +31,7 @@ from sluice.delivery.destinations import Destinations
 from sluice.delivery.drain import Deliverer
 from sluice.delivery.store import DeliveryStore
 from sluice.jobs.registry import Deadline
-from sluice.store.db import Database, open_database, utcnow
-from sluice.store.migrate import migrate
+from sluice.store.db import Database, utcnow
 
 HELD = (300, 3000)
 HEALTHY = 20
@@ -105,14 +103,8 @@ def measure(db: Database, url: str, held: int, *, paused: bool = False
 
 @contextmanager
 def _sqlite() -> Iterator[tuple[Database, str]]:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
-        url = f"sqlite:///{tmp}/held.db"
-        db = open_database(url)
-        migrate(db)
-        try:
-            yield db, url
-        finally:
-            db.close()
+    with scratch_sqlite("held") as found:
+        yield found
 
 
 @contextmanager

@@ -1,10 +1,9 @@
 """Replay by destination and window: an operator sends again what one destination was sent,
 or should have been, between two instants.
 
-The filter (``parse_filter``, one for the API and the command line): the destination's key
-as the drain names it (its channel adapter's ``outage_key``: ``webhook:<host>:<port>``,
-the port always written,
-``telegram:<chat>``, ``slack:<channel>``, ``email:<SMTP host>:<port>``), optionally its
+The filter (``parse_filter``, one for the API and the command line): a destination or
+receiver key as entries carry it (``sluice.delivery.keys``: ``webhook:<URL>`` or
+``webhook:<host>:<port>``, ``telegram:<chat>``, ``slack:<channel>``, ``email:smtp``), optionally its
 channel, the window of enqueue times ``[since, until)`` (ISO 8601 with an offset; ``until``
 defaults to now, is never in the future, and the window spans at most ``MAX_WINDOW``) and
 the status to replay (``STATUSES``): ``failed`` (the default, every failure reason),
@@ -146,16 +145,6 @@ class Replay:
         return cls(DeliveryStore(services.db), build_adapters(services.settings, client),
                    batch=batch)
 
-    def destination_of(self, entry: DeliveryEntry) -> str | None:
-        """The entry's destination key, as the drain derives it (None: no adapter)."""
-        adapter = self.adapters.get(entry.channel)
-        if adapter is None:
-            return None
-        try:
-            return adapter.outage_key(entry)
-        except Exception:  # noqa: BLE001 - the drain fails such an entry alone, unsent
-            return None
-
     def run(self, flt: ReplayFilter, *, dry_run: bool,
             progress: Callable[[ReplayReport], None] = lambda report: None) -> ReplayReport:
         """Page through ``flt``'s window and restart its destination's entries of the status
@@ -190,7 +179,7 @@ class Replay:
         for entry in page:
             if entry.channel not in self.adapters:
                 report.no_adapter += 1
-            elif self.destination_of(entry) == flt.destination:
+            elif flt.destination in (entry.destination, entry.receiver):
                 mine.append(entry)
         acked_before = self.store.acked_effects(
             [e.idempotency_key for e in mine

@@ -18,7 +18,6 @@ one audit row a change, whose ``detail`` is ``Change.to_json()`` (who is the row
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -135,8 +134,11 @@ def _rate(key: str, body: dict[str, Any], now: datetime) -> Change:
         raise RequestError(f"per must be second or minute, got {per!r}", field="per")
     limit = body["limit"]
     lo, hi = RATE_BOUNDS[per]
+    # The bounds are compared first: Python compares an int of any length with a float
+    # exactly, where converting it to a float overflows; NaN and the infinities fail
+    # the comparison too.
     if (isinstance(limit, bool) or not isinstance(limit, int | float)
-            or not math.isfinite(limit) or not lo <= limit <= hi):
+            or not lo <= limit <= hi):
         raise RequestError(f"limit must be a number from {lo:g} to {hi:g} (per {per})",
                            field="limit")
     return Change("rate", key, until=_until(body["until"], now), limit=float(limit), per=per)
@@ -161,8 +163,12 @@ def _time(value: Any) -> datetime | None:
 
 
 def _seen(services: Services, key: str | None = None) -> dict[str, _Seen]:
+    """Per key, what the queue holds: every receiver's entries, and every destination's
+    Sluice holds a state for (both read from the keys each entry carries from its
+    enqueue, so an entry no drain has taken yet is counted)."""
     with services.db.transaction() as tx:
-        rows = tx.fetchall(Q.destination_summary, {"key": key})
+        rows = [*tx.fetchall(Q.receiver_summary, {"key": key}),
+                *tx.fetchall(Q.destination_summary, {"key": key})]
     found: dict[str, _Seen] = {}
     for row in rows:
         seen = found.get(row["key"])

@@ -17,7 +17,8 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     # No SLUICE_DATABASE_URL: the embedded default ./.sluice/sluice.db. Only migrate (or dev)
     # creates it; any other command refuses to start a new empty store here.
     refused = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
-    assert refused.returncode == 78 and refused.stdout == ""
+    assert refused.returncode == 78
+    assert json.loads(refused.stdout)["error"]["code"] == "configuration_error"
     assert f"no SQLite database at {tmp_path / '.sluice' / 'sluice.db'}" in refused.stderr
     assert "sluice migrate" in refused.stderr
     assert not (tmp_path / ".sluice").exists()

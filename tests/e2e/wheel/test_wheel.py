@@ -16,6 +16,7 @@ venv's site-packages holds, what the app's pager stand-in received, and the file
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -212,7 +213,7 @@ def test_an_app_extends_the_installed_wheel(venv: Venv, app_site: Path, pager: P
     finally:
         proc.terminate()
         output = proc.communicate(timeout=20)[0]
-    assert "[dev] exampleapp-digest next at" in output, output
+    assert re.search(r"^  exampleapp-digest +next at ", output, re.MULTILINE), output
     assert "jobs exampleapp-digest; topics exampleapp.signup; channels exampleapp-pager" in output
     by_pager = {page["pager"]: page for page in pager.pages}
     assert {"team-a", "team-b"} <= set(by_pager), drained.text

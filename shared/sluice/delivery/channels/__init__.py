@@ -1,6 +1,6 @@
 """Channel adapters, one module per channel, and the registry that lists them.
 
-A Sluice channel is one module here (an adapter with ``send`` and ``outage_key``, a
+A Sluice channel is one module here (an adapter with ``send``, a
 ``build(settings, outbound, retrier)`` that returns it when its credential is set, and
 ``CHANNEL = Channel(name, recipient, build)``) plus its name in ``CHANNEL_MODULES``.
 Its settings go in the settings table (credentials marked ``secret``). An app's channel
