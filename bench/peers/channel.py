@@ -24,9 +24,6 @@ NAME = "bench-noop"
 class NoopAdapter:
     name = NAME
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        return NAME
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         return entry.id
 
