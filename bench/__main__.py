@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.mutate.main import main as mutate
 
         return mutate(args[1:])
+    if args and args[0] == "peers":  # the queues Python users pick, side by side
+        from bench.peers.main import main as peers
+
+        return peers(args[1:])
     if args and args[0] == "simulate":  # months of operation on a simulated clock
         from bench.simulate.main import main as simulate
 

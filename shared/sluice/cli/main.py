@@ -39,6 +39,7 @@ from sluice.cli.output import (
 )
 from sluice.core.errors import ConfigurationError, RequestError, SluiceError
 from sluice.core.times import iso_z
+from sluice.core.validate import actor_name
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
@@ -108,11 +109,16 @@ def exit_code(exc: SluiceError) -> int:
 
 
 def operator(by: str | None = None) -> str:
-    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``
+    (as ``actor_name`` stores a name)."""
     if by:
-        return by
+        name = actor_name(by)
+        if not name:
+            raise RequestError("--by must name the operator with a printable character",
+                               field="--by")
+        return name
     try:
-        return f"cli:{getpass.getuser()}"
+        return actor_name(f"cli:{getpass.getuser()}")
     except (KeyError, OSError):  # no user name in a bare container
         return "cli:unknown"
 
@@ -146,13 +152,14 @@ def audited(services: Any, actor: str, action: str, target: str | None,
             detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """An operator's action, audited like the API's: the row is written (outcome
     ``started``) before the block runs and settled after it with ``record["outcome"]``
-    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code.
+    ``record["id"]`` is the row's id (an action may write its progress into it)."""
     from sluice.jobs.runs import RunStore
 
     runs = RunStore(services.db)
-    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
     audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
                           ip=None, detail=detail)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None, "id": audit_id}
     try:
         yield record
     except SluiceError as exc:

@@ -504,10 +504,12 @@ class _Run:
     def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, receiver: str) -> SendOutcome:
         limiter = self.d.limiter
         if limiter is not None:
-            left = self._time_left()
+            # a run never sleeps for one receiver's slot while others may have work: no
+            # slot now paces the receiver and the run goes on (``_idle`` waits when nothing
+            # else can go); an inline send waits up to the rate wait
             try:
-                wait_s = limiter.acquire(entry, time_left_s=None if left is None
-                                         else left - self.d.send_timeout_s)
+                wait_s = limiter.acquire(entry, time_left_s=None if self.deadline is None
+                                         else 0.0)
             except StoreError as exc:  # the limiter is down: nothing left, nothing counts
                 with self.lock:
                     self.summary["notSent"] += 1

@@ -54,12 +54,12 @@ class DeliveryOutcome(StrEnum):
 
     ACKED = "acked"
     PERMANENT = "permanent"
-    TRANSIENT = "transient, destination healthy"
+    TRANSIENT = "transient, the entry's own"
     LAST_ATTEMPT = "transient, last attempt"
-    DESTINATION_FAILING = "destination failing"
-    DESTINATION_HELD = "destination held"
+    DESTINATION_FAILING = "receiver failing"
+    DESTINATION_HELD = "receiver held"
     DESTINATION_GONE = "destination gone"
-    DESTINATION_STALE = "destination failing past the limit"
+    DESTINATION_STALE = "receiver failing past the limit"
     DESTINATION_DISABLED = "destination disabled"
     DESTINATION_PAUSED = "destination paused"
     NO_SLOT = "no rate slot"
@@ -98,14 +98,14 @@ class Due(StrEnum):
     SCHEDULE = "the schedule's next step"
     SLOT = "when a slot frees"
     PROVIDER = "the provider's wait"
-    PROBE = "its destination's next probe"
+    PROBE = "its receiver's next probe"
     CONFIGURED = "once its channel is configured"
     PAUSE_END = "its destination's pause ends"
 
 
 class Sender(StrEnum):
     DRAIN = "the drain"
-    PROBE = "the drain, one probe per destination"
+    PROBE = "the drain, one probe per receiver"
     OPERATOR = "an operator"
     NOBODY = "nobody"
 

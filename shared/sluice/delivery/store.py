@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -39,7 +39,7 @@ from sluice.delivery.policy import (
     Policy,
     RetrySchedule,
 )
-from sluice.store.db import Database, Query, Row, load_queries, utcnow
+from sluice.store.db import Database, Query, Row, Tx, load_queries, utcnow
 
 Q = load_queries("delivery")
 
@@ -234,17 +234,18 @@ class DeliveryStore:
         return {row["idempotency_key"] for row in self._among(Q.effect_keys_among, keys)
                 if row["outcome"] == DeliveryStatus.ACKED}
 
-    def window(self, since: datetime, until: datetime, *, channel: str | None = None,
-               after: tuple[datetime, str] | None = None,
+    def window(self, key: str, since: datetime, until: datetime, *,
+               channel: str | None = None, after: tuple[datetime, str] | None = None,
                limit: int = KEYS_PER_READ) -> list[DeliveryEntry]:
-        """One page of the settled entries (``acked``, ``failed``, ``unknown``) enqueued in
-        ``[since, until)``, oldest first, after ``after`` (the last page's enqueue time and
-        id): a window is read a bounded page at a time, however large."""
+        """One page of the settled entries (``acked``, ``failed``, ``unknown``) of ``key``
+        (those whose destination or receiver it is) enqueued in ``[since, until)``, oldest
+        first, after ``after`` (the last page's enqueue time and id): a window is read a
+        bounded page at a time, however large, and reads no other key's entries."""
         at, after_id = after if after is not None and after[0] >= since else (since, "")
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.replay_window, {"until": until, "channel": channel,
-                                                 "after_at": at, "after_id": after_id,
-                                                 "limit": limit})
+            rows = tx.fetchall(Q.replay_window, {"key": key, "until": until,
+                                                 "channel": channel, "after_at": at,
+                                                 "after_id": after_id, "limit": limit})
         return [DeliveryEntry.from_row(row) for row in rows]
 
     def _among(self, query: Query, keys: list[str]) -> list[Row]:
@@ -258,12 +259,13 @@ class DeliveryStore:
                 found.extend(tx.fetchall(query, {"keys": tx.json(chunk)}))
         return found
 
-    def claim(self, lease: timedelta, *, limit: int = 1, per_round: int = 1,
+    def claim(self, lease: timedelta, *, limit: int = 1, per_round: int | None = None,
               after: str = "", now: datetime | None = None,
               channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
         """Up to ``limit`` due entries taken ``in_flight`` until ``now + lease``, served in
         turns across receivers (at most ``per_round`` of one; one of a failing receiver,
-        its probe, or of one paced in the last minute), receivers after ``after`` first,
+        its probe, or of one paced in the last minute; ``limit`` when not given),
+        receivers after ``after`` first,
         among ``channels`` (the configured ones) when given. Nothing whose destination or
         receiver is paused, disabled, failing before its probe, or without a rate slot is
         taken: a backlog that cannot go now stays where it is."""
@@ -271,7 +273,8 @@ class DeliveryStore:
         with self.db.transaction() as tx:
             claimed = tx.fetchall(Q.claim, {
                 "now": now, "lease_until": now + lease, "limit": limit,
-                "per_round": per_round, "after": after, "paced_since": now - PACED_WINDOW,
+                "per_round": per_round or limit, "after": after,
+                "paced_since": now - PACED_WINDOW,
                 "channels": None if channels is None else tx.json(list(channels))})
             receivers = sorted({row["receiver"] for row in claimed if row["receiver"]})
             if receivers:
@@ -491,17 +494,21 @@ class DeliveryStore:
                              destination=destination)
 
     def restart(self, outcome: DeliveryOutcome, ids: Sequence[str], *,
-                now: datetime | None = None) -> int:
+                now: datetime | None = None,
+                then: Callable[[Tx, int], None] | None = None) -> int:
         """The entries ``ids`` restarted as the operator's ``outcome`` (redrive, send again,
         replay acked) in one statement: how many were still in the status it starts from.
-        An acked entry replayed is sent whole again (its chunk log is forgotten)."""
+        An acked entry replayed is sent whole again (its chunk log is forgotten).
+        ``then(tx, restarted)`` runs in the same transaction (what the operator's audit row
+        says of it commits with it)."""
         if not ids:
             return 0
-        return self._restart(outcome, None, None, now or utcnow(), ids=ids)
+        return self._restart(outcome, None, None, now or utcnow(), ids=ids, then=then)
 
     def _restart(self, outcome: DeliveryOutcome, entry_id: str | None, channel: str | None,
                  now: datetime, *, ids: Sequence[str] | None = None,
-                 destination: str | None = None) -> int:
+                 destination: str | None = None,
+                 then: Callable[[Tx, int], None] | None = None) -> int:
         """The one statement every operator restart goes through: due now, attempts and
         unknown sends reset, and the expiry read from now."""
         decision = self.policy.decide(outcome)
@@ -511,10 +518,13 @@ class DeliveryStore:
             listed = None if ids is None else tx.json(list(ids))
             if listed is not None and from_status == DeliveryStatus.ACKED:
                 tx.execute(Q.forget_chunks, {"ids": listed})
-            return tx.execute(Q.restart, {"id": entry_id, "channel": channel, "now": now,
-                                          "destination": destination,
-                                          "from_status": from_status, "ids": listed},
-                              final=True)
+            restarted = tx.execute(Q.restart, {"id": entry_id, "channel": channel,
+                                               "now": now, "destination": destination,
+                                               "from_status": from_status, "ids": listed},
+                                   final=then is None)
+            if then is not None:
+                then(tx, restarted)
+            return restarted
 
     def purge(self, entry_id: str) -> None:
         """Delete one ``failed`` or ``unknown`` entry: never send it (its effect record, if

@@ -28,8 +28,9 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedFeedCaches",
-                           "deletedBuildLocks", "deletedJobRuns",
-                           "deletedAuditRecords", "processedAt", "failed", "errors"}
+                           "deletedBuildLocks", "deletedJobRuns", "deletedAuditRecords",
+                           "deletedDestinations", "deletedRateLimits", "processedAt", "failed",
+                           "errors"}
     assert done.stderr == "", "logs and metrics only with -v"
     human = run_cli(["run", "state-cleanup"], {}, cwd=tmp_path)
     assert f"database: sqlite {tmp_path / '.sluice' / 'sluice.db'}" in human.stderr

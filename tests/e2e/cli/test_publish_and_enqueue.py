@@ -39,7 +39,7 @@ def _in_process(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any,
 
 def test_publish_reports_a_failed_in_process_consumer_and_exits_2(
         env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    def refresh(services: Any) -> None:
+    def refresh(services: Any, message: Any) -> None:
         raise RuntimeError("catalog store is down")
 
     register_catalog_refresh(refresh)

@@ -47,7 +47,7 @@ def test_one_receiver_named_both_ways_is_one_destination(
         assert (stored.status, stored.attempts, stored.receiver) == (
             DeliveryStatus.PENDING, 0, KEY)
     # one state: the view knows one webhook destination, with both entries waiting on it
-    [only] = [d for d in view(svc) if d["channel"] == "webhook"]
+    [only] = [d for d in view(svc)["destinations"] if d["channel"] == "webhook"]
     assert (only["key"], only["state"], only["waiting"]) == (KEY, "paused", 2)
     # one rate: both sends take their slot on one host key, and an override of it binds both
     override = Override(KEY, 2, "second", until)
@@ -180,3 +180,25 @@ def _time(value: object) -> object:
     from datetime import UTC, datetime
 
     return datetime.fromisoformat(value).astimezone(UTC) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("key", ["telegram:\u0661\u0660\u0660\u0661", "nochannel:foo",
+                                 "slack:not a channel", "webhook:ftp://x.example/",
+                                 "email:not-an-address", "telegram", "webhook:h:99999"])
+def test_a_key_no_entry_can_have_is_refused_naming_destination(key: str) -> None:
+    with pytest.raises(RequestError) as refused:
+        check_key(key)
+    assert refused.value.context["field"] == "destination"
+
+
+@pytest.mark.parametrize(("typed", "read"), [
+    ("webhook:https://Hooks.Example.com/services/A", "webhook:https://hooks.example.com/services/A"),
+    ("email:smtp", "email:smtp"),
+    ("slack:C0ALERTS", "slack:C0ALERTS"),
+    ("telegram:-100500", "telegram:-100500"),
+])
+def test_a_destination_is_read_as_its_entries_carry_it(typed: str, read: str) -> None:
+    assert check_key(typed) == read
+    channel, _, recipient = read.partition(":")
+    if read != "email:smtp":
+        assert keys_for(channel, recipient).destination == read

@@ -82,8 +82,8 @@ class EmailAdapter:
             if exc.smtp_code >= 500 and about_it:
                 raise PermanentDeliveryError(error) from None
             # an answer about this message is its own failure; a refused session the relay's
-            raise TransientDeliveryError(
-                error, **({"status": exc.smtp_code} if about_it else {})) from None
+            raise (TransientDeliveryError(error, status=exc.smtp_code) if about_it
+                   else TransientDeliveryError(error)) from None
         except EgressError as exc:
             raise transport_error("email", exc) from None
 

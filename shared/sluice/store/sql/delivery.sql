@@ -365,14 +365,29 @@ WHERE entry_id IN (SELECT id FROM delivery_queue
                                                 CAST(:ids AS jsonb)))))
 
 -- name: replay_window
--- One page of a replay's window (delivery_queue_window_idx): the settled entries enqueued
--- before :until (of :channel when given) after the last page's (enqueued_at, id), the
--- first page's being (:since, ''): a row comparison, so each page is a range of the
--- index, never a rescan from the window's start.
+-- One page of a replay's window: the settled entries of :key (the destination or the
+-- receiver they name) enqueued before :until (of :channel when given), after the last
+-- page's (enqueued_at, id), the first page's being (:since, :after_id). Each side is one
+-- range of its index (delivery_queue_destination_window_idx,
+-- delivery_queue_receiver_window_idx), so a page reads the key's own entries and no
+-- other's; a chat is its own receiver, so the two sides are merged by id.
 SELECT * FROM delivery_queue
-WHERE status IN ('acked', 'failed', 'unknown')
-  AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
-  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id FROM delivery_queue
+        WHERE destination = :key AND status IN ('acked', 'failed', 'unknown')
+          AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
+          AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+        ORDER BY enqueued_at, id
+        LIMIT :limit) AS of_destination
+    UNION
+    SELECT id FROM (
+        SELECT id FROM delivery_queue
+        WHERE receiver = :key AND status IN ('acked', 'failed', 'unknown')
+          AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
+          AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+        ORDER BY enqueued_at, id
+        LIMIT :limit) AS of_receiver)
 ORDER BY enqueued_at, id
 LIMIT :limit
 
@@ -390,30 +405,95 @@ SELECT * FROM delivery_destinations
 WHERE down_since IS NOT NULL AND disabled_at IS NULL
 ORDER BY down_since, key
 
--- name: destinations_all
-SELECT * FROM delivery_destinations ORDER BY key
-
 -- name: destination_get
 SELECT * FROM delivery_destinations WHERE key = :key
 
--- name: receiver_summary
--- The destinations view: per receiver (every entry has one from its enqueue) and status,
--- how many, one channel and recipient that go there (its rates), and its last delivery.
+-- name: receiver_keys
+-- The destinations view's receivers: the keys entries name as their receiver after
+-- :after, in order, :limit of them, each found by one probe of delivery_queue_receiver_idx
+-- (a skip scan), however many entries each has.
+WITH RECURSIVE found(key, n) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE receiver > CAST(:after AS text)), 1
+    UNION ALL
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE receiver > found.key), found.n + 1
+    FROM found WHERE found.key IS NOT NULL AND found.n < :limit)
+SELECT key FROM found WHERE key IS NOT NULL
+
+-- name: destination_keys
+-- ... and the keys Sluice holds a state for after :after, in order: every one, or those
+-- that may be in :state (the view reads each row's state and keeps those that are).
+SELECT key FROM delivery_destinations
+WHERE key > CAST(:after AS text)
+  AND (CAST(:state AS text) IS NULL
+       OR (:state = 'failing' AND down_since IS NOT NULL)
+       OR (:state = 'paused' AND paused_until > :now)
+       OR (:state = 'disabled' AND disabled_at IS NOT NULL))
+ORDER BY key
+LIMIT :limit
+
+-- name: prune_destinations
+-- state-cleanup: the destination and receiver rows that hold nothing worth keeping (not
+-- paused, disabled or failing, no rate override in force, no pace ahead), untouched since
+-- :before, whose key no entry names any more (their entries pruned by the retention).
+DELETE FROM delivery_destinations
+WHERE key IN (
+    SELECT d.key FROM delivery_destinations d
+    WHERE d.updated_at < :before
+      AND d.disabled_at IS NULL AND d.down_since IS NULL
+      AND (d.paused_until IS NULL OR d.paused_until <= :now)
+      AND (d.rate_until IS NULL OR d.rate_until <= :now)
+      AND (d.ready_at IS NULL OR d.ready_at <= :now)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.destination = d.key)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.receiver = d.key)
+    LIMIT :limit)
+
+-- name: busiest_receivers
+-- The console's busiest receivers: the most entries waiting or failed first.
+SELECT receiver AS key FROM delivery_queue
+WHERE status IN ('pending', 'failed')
+GROUP BY receiver
+ORDER BY count(*) DESC, receiver
+LIMIT :limit
+
+-- name: destinations_among @sqlite
+SELECT * FROM delivery_destinations WHERE key IN (SELECT value FROM json_each(:keys))
+
+-- name: destinations_among @postgres
+-- = ANY (ARRAY(...)): the primary key finds them, however many rows the table holds
+SELECT * FROM delivery_destinations
+WHERE key = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:keys AS jsonb))))
+
+-- name: receiver_summary @sqlite
+-- The destinations view, for the keys of :keys (a JSON array): per receiver (every entry
+-- has one from its enqueue) and status, how many, one channel and recipient that go there
+-- (its rates), and its last delivery.
 SELECT receiver AS key, status, count(*) AS n, min(channel) AS channel,
        min(recipient) AS recipient, max(acked_at) AS last_acked
 FROM delivery_queue
-WHERE (CAST(:key AS text) IS NULL OR receiver = :key)
+WHERE receiver IN (SELECT value FROM json_each(:keys))
 GROUP BY receiver, status
 
--- name: destination_summary
--- ... and per destination Sluice holds a state for that is not a receiver itself (a
--- webhook URL an operator or a 410 disabled, paused or rated).
+-- name: receiver_summary @postgres
+SELECT receiver AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE receiver IN (SELECT jsonb_array_elements_text(:keys))
+GROUP BY receiver, status
+
+-- name: destination_summary @sqlite
+-- ... and per destination of :keys that is not a receiver itself (a webhook URL an
+-- operator or a 410 disabled, paused or rated).
 SELECT destination AS key, status, count(*) AS n, min(channel) AS channel,
        min(recipient) AS recipient, max(acked_at) AS last_acked
 FROM delivery_queue
-WHERE destination <> receiver
-  AND destination IN (SELECT key FROM delivery_destinations
-                      WHERE CAST(:key AS text) IS NULL OR key = :key)
+WHERE destination <> receiver AND destination IN (SELECT value FROM json_each(:keys))
+GROUP BY destination, status
+
+-- name: destination_summary @postgres
+SELECT destination AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE destination <> receiver AND destination IN (SELECT jsonb_array_elements_text(:keys))
 GROUP BY destination, status
 
 -- name: receivers_waiting
