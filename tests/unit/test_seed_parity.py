@@ -603,7 +603,7 @@ def test_an_unknown_entry_is_neither_expired_nor_pruned(sqlite_url: str) -> None
         for text in ("acked", "failed", "unknown"):
             store.enqueue("telegram", "1001", {"text": text}, now=old)
         at = old
-        for entry in store.claim(lease, limit=3, per_round=3, now=at):  # three of one chat
+        for entry in store.claim(lease, limit=3, now=at):
             if entry.payload["text"] == "acked":
                 store.ack(entry, "1", 1, now=at)
             elif entry.payload["text"] == "failed":

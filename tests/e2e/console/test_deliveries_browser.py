@@ -38,8 +38,7 @@ def _seed(services: Services) -> tuple[list[str], list[str]]:
         store.enqueue("webhook", f"https://hooks.example:8443/in/{n}", {"text": f"m{n}"})
     store.enqueue("webhook", "https://other.example/in", {"text": "elsewhere"})
     failed, acked = [], []
-    # a claim serves receivers in turns: sixteen of one receiver in one claim when asked
-    for entry in store.claim(timedelta(seconds=60), limit=16, per_round=16):
+    for entry in store.claim(timedelta(seconds=60), limit=16):
         if entry.payload["text"] in {f"m{n}" for n in range(10, 15)}:
             store.ack(entry, None, 5)
             acked.append(entry.id)

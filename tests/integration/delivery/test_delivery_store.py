@@ -90,8 +90,7 @@ def test_claim_is_two_statements_in_one_transaction_and_two_round_trips_on_postg
         store = DeliveryStore(db)
         stored = [store.enqueue("slack", "C1", {"text": str(n)})[0] for n in range(3)]
         claimed: list[DeliveryEntry] = []
-        flights, trace = round_trips(db, lambda: claimed.extend(store.claim(
-            LEASE, limit=3, per_round=3)))
+        flights, trace = round_trips(db, lambda: claimed.extend(store.claim(LEASE, limit=3)))
         # the claim (nothing read back: RETURNING gives the claimed rows), then the marking
         # of the claimed probes' receivers with the commit
         assert flights == 2, trace
