@@ -270,10 +270,11 @@ def _disable(w: World) -> Walked:
 
 @scenario(DeliveryOutcome.NO_SLOT)
 def _no_slot(w: World) -> Walked:
-    slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.05",
+    # 50 s spacing: past the run's budget, so no run waits for that slot
+    slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.02",
                       SLUICE_DELIVERY_RATE_WAIT_SECONDS="0")
     hook(w, "takes the slot")
-    return drained(w, hook(w, "waits"), slow, wait_s=21.0)  # 20 s spacing, 5% headroom
+    return drained(w, hook(w, "waits"), slow, wait_s=51.0)
 
 
 @scenario(DeliveryOutcome.PACING)
