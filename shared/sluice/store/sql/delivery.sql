@@ -84,8 +84,10 @@ WHERE idempotency_key IN (
 -- served in turns: each receiver's first entry, then each one's second, and so on, up to
 -- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
 -- the last minute), receivers after :after first so that a claim smaller than the
--- receivers waiting goes round them all. What cannot go now is never claimed, so a
--- backlog that waits costs nothing but its reading.
+-- receivers waiting goes round them all; a receiver's due entries oldest first (an entry
+-- set aside for a slot keeps its place), a failing receiver's earliest due first (a failed
+-- probe goes behind the others, so the probes go round them). What cannot go now is never
+-- claimed, so a backlog that waits costs nothing but its reading.
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
@@ -93,7 +95,8 @@ WHERE status = 'pending' AND id IN (
     SELECT id FROM (
         SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
                row_number() OVER (PARTITION BY q.receiver
-                                  ORDER BY q.next_attempt_at, q.enqueued_at, q.id) AS turn,
+                                  ORDER BY CASE WHEN r.down_since IS NULL THEN q.enqueued_at END,
+                                           q.next_attempt_at, q.enqueued_at, q.id) AS turn,
                CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
                     ELSE :per_round END AS share
         FROM delivery_queue q
@@ -134,8 +137,10 @@ WHERE down_since IS NOT NULL AND key IN (SELECT jsonb_array_elements_text(CAST(:
 -- served in turns: each receiver's first entry, then each one's second, and so on, up to
 -- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
 -- the last minute), receivers after :after first so that a claim smaller than the
--- receivers waiting goes round them all. What cannot go now is never claimed, so a
--- backlog that waits costs nothing but its reading.
+-- receivers waiting goes round them all; a receiver's due entries oldest first (an entry
+-- set aside for a slot keeps its place), a failing receiver's earliest due first (a failed
+-- probe goes behind the others, so the probes go round them). What cannot go now is never
+-- claimed, so a backlog that waits costs nothing but its reading.
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
@@ -143,7 +148,8 @@ WHERE status = 'pending' AND id IN (
     SELECT id FROM (
         SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
                row_number() OVER (PARTITION BY q.receiver
-                                  ORDER BY q.next_attempt_at, q.enqueued_at, q.id) AS turn,
+                                  ORDER BY CASE WHEN r.down_since IS NULL THEN q.enqueued_at END,
+                                           q.next_attempt_at, q.enqueued_at, q.id) AS turn,
                CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
                     ELSE :per_round END AS share
         FROM delivery_queue q
