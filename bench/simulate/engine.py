@@ -42,7 +42,7 @@ from bench.simulate.firing import (
     retry_waiting,
     tick_wake,
 )
-from bench.simulate.hosts import hook_host
+from bench.simulate.hosts import hook_url
 from bench.simulate.inline import inline_pools
 from bench.simulate.invariants import (
     BOUNDED_TABLES,
@@ -58,6 +58,7 @@ from bench.simulate.limits import reach_limits
 from bench.simulate.operator import (
     destination_of,
     honoured,
+    keys_of,
     like,
     match_of,
     match_of_like,
@@ -261,9 +262,7 @@ class Simulation:
             keyword = rule.keyword_at(now)
             if keyword is None:
                 continue
-            recipient = (f"http://{hook_host(rule.recipient)}/{rule.recipient}"
-                         if rule.channel == "webhook"
-                         else rule.recipient)
+            recipient = hook_url(rule.recipient) if rule.channel == "webhook" else rule.recipient
             body.append({"id": rule.rule_id, "match": {"keywords": [keyword]},
                          "destination": {"channel": rule.channel, "recipient": recipient}})
         RulesStore(self.services).put(scope, body)
@@ -885,7 +884,8 @@ class Simulation:
             return "refused"
         key = destination_of(match[0], match[1])
         if entry is not None and entry.failure_reason == "destination_disabled":
-            return "disabled" if self._disabled_for_cause(key) else None
+            return "disabled" if any(self._disabled_for_cause(k) for k in
+                                     {entry.destination, entry.receiver} if k) else None
         if published is None or self.clock.now() >= self._expires(key, published):
             return "expired"
         if self._charged(match, published):
@@ -909,14 +909,14 @@ class Simulation:
 
         found = describe(self.services, key)["disabled"]
         return (found is not None and found["reason"].startswith("gone:")
-                and any(destination_of(channel, recipient) == key
+                and any(key in keys_of(channel, recipient)
                         for channel, recipient, _ in self.network.refusals))
 
     def _answers(self, key: str) -> bool:
         """Every peer behind ``key`` answers now."""
         now = self.clock.now()
         peers = [peer for name, peer in self.world.destinations.items()
-                 if destination_of(*name.split(":", 1)) == key]
+                 if key in keys_of(*name.split(":", 1))]
         return bool(peers) and all(peer.behaviour(now) in ("up", "paused") for peer in peers)
 
     def _operator(self) -> None:

@@ -13,6 +13,11 @@ def hook_host(recipient: str) -> str:
     return f"127.0.0.1:{HOOK_PORTS.start + 10 * tenant + rule}"
 
 
+def hook_url(recipient: str) -> str:
+    """The URL of webhook ``hook-<t>-<r>``: its rule's recipient, its path the name."""
+    return f"http://{hook_host(recipient)}/{recipient}"
+
+
 def is_hook_host(host: str) -> bool:
     name, _, port = host.partition(":")
     return name == "127.0.0.1" and port.isdigit() and int(port) in HOOK_PORTS

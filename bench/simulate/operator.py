@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.simulate.hosts import hook_host
+from bench.simulate.hosts import hook_host, hook_url
 from bench.simulate.invariants import Judge, Match
 from bench.simulate.peers import STORY
 from bench.simulate.rogue import Rogue
@@ -38,6 +38,16 @@ def match_of(entry: Any) -> Match:
 def destination_of(channel: str, recipient: str) -> str:
     """The destination's key as Sluice names it (a webhook: its receiver's host and port)."""
     return f"webhook:{hook_host(recipient)}" if channel == "webhook" else f"{channel}:{recipient}"
+
+
+def keys_of(channel: str, recipient: str) -> tuple[str, str]:
+    """The two keys Sluice gives an entry of this match at its enqueue
+    (``sluice.delivery.keys``): its destination (a webhook's exact URL: what a ``410``
+    disables) and its receiver (a webhook's host and port: what an outage holds)."""
+    from sluice.delivery.keys import keys_for
+
+    found = keys_for(channel, hook_url(recipient) if channel == "webhook" else recipient)
+    return found.destination, found.receiver
 
 
 def honoured(judge: Judge, now: datetime, action: str, key: str, took: bool) -> None:
@@ -141,7 +151,7 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
     for entry in failed:
         match = match_of(entry)
         if entry.failure_reason == "destination_disabled" and not refused(match):
-            if entry.destination not in disabled:
+            if not {entry.destination, entry.receiver} & disabled:
                 store.redrive(entry.id)
                 judge.failed_seen.pop(entry.id, None)
                 judge.redriven(match)
@@ -163,7 +173,8 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
             store.redrive(entry.id)
             judge.failed_seen.pop(entry.id, None)
             judge.redriven(match)
-            if entry.failure_reason == "destination_disabled" and entry.destination not in disabled:
+            if entry.failure_reason == "destination_disabled" and not {
+                    entry.destination, entry.receiver} & disabled:
                 owed.append(match)
             faults["operator_redrive"] = faults.get("operator_redrive", 0) + 1
             log(f"operator redrove story-{match[2]} -> {match[0]}:{entry.recipient}")
