@@ -139,6 +139,9 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
     assert key is not None and key.startswith("webhook:127.0.0.1:")
     audit = lambda action: [r for r in RunStore(services.db).recent_audit()
                             if r["action"] == f"delivery:destination_{action}"]
+    # two more wait for it (the page lists an ok receiver while it has entries waiting)
+    waiting = [store.enqueue("webhook", f"{receiver.url}/w{n}", {"text": f"w{n}"})[0]
+               for n in range(2)]
     with logged_in(base, services) as page:
         page.goto(f"{base}/admin/deliveries")
         row = page.locator(f"#destinations tr[data-destination='{key}']")
@@ -149,8 +152,6 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
 
         # Pause for an hour: the preview says what waits; nothing goes out meanwhile
         until = iso_z(utcnow() + timedelta(hours=1))
-        waiting = [store.enqueue("webhook", f"{receiver.url}/w{n}", {"text": f"w{n}"})[0]
-                   for n in range(2)]
         effect = _change(page, key, "pause", until=until, reason="receiver maintenance")
         assert "wait until" in effect and "no attempt counted" in effect, effect
         [paused] = audit("pause")
@@ -171,15 +172,18 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
         assert drain_once(services)["recovered"] == 2
         assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == ["w0", "w1"]
 
-        # Disable: a later entry fails destination_disabled without a request
+        # Disable (an entry waiting again lists it): the waiting one fails at once, a later
+        # one at the next drain, each destination_disabled without a request
+        waiting_one, _ = store.enqueue("webhook", f"{receiver.url}/waiting", {"text": "waiting"})
         _change(page, key, "disable", reason="customer offboarded")
         later, _ = store.enqueue("webhook", f"{receiver.url}/later", {"text": "later"})
         sent = len(receiver.received)
         drain_once(services)
         assert len(receiver.received) == sent
-        failed = store.get(later.id)
-        assert (failed.status, failed.failure_reason, failed.attempts) == (
-            DeliveryStatus.FAILED, "destination_disabled", 0)
+        for entry in (waiting_one, later):
+            failed = store.get(entry.id)
+            assert (failed.status, failed.failure_reason, failed.attempts) == (
+                DeliveryStatus.FAILED, "destination_disabled", 0)
         page.goto(f"{base}/admin/deliveries")
         assert row.locator("[data-state]").inner_text() == "disabled"
         assert "customer offboarded" in row.inner_text()
@@ -190,7 +194,8 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
         page.goto(f"{base}/admin/deliveries?destination={key}&status=failed")
         page.get_by_role("button", name=re.compile("Redrive every failed entry to")).click()
         page.get_by_role("button", name="Confirm redrive").click()
-        page.wait_for_selector("text=Redrive: 1 entry.")
-        assert drain_once(services)["recovered"] == 1
-        assert [r["body"]["text"] for r in receiver.received[sent:]] == ["later"]
+        page.wait_for_selector("text=Redrive: 2 entries.")
+        assert drain_once(services)["recovered"] == 2
+        assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == [
+            "later", "waiting"]
     assert [len(audit(a)) for a in ("pause", "resume", "disable", "enable")] == [1, 1, 1, 1]
