@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
+from bench.simulate.charges import Charges
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.deployment import (
@@ -146,7 +147,7 @@ class Simulation:
         self.story_of = {story.number: (feed.name, story) for feed in self.world.feeds.values()
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
-        self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
+        self.charges = Charges(match_of)  # which entry each delivery crash hit
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
@@ -386,7 +387,7 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), self.outages.installed():
+                inline_pools(), self.outages.installed(), self.charges.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -774,8 +775,9 @@ class Simulation:
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
         Its next send is the documented re-send of an unknown outcome."""
-        if point.startswith(("delivery.", "consumer.")):
-            self.delivery_crashes.append(self.clock.now())
+        last = self.last_request
+        self.charges.hit(point, (last.channel, last.recipient, last.story)
+                         if last is not None else None)
         if point.startswith("metering."):
             self.billing.crashes += 1
         if point == "delivery.after_send" and self.network.receipts:
@@ -820,10 +822,11 @@ class Simulation:
             self._schedule(due, "owed", (match, published, delayed,
                                          self.judge.redrives[match]))
 
-    def _charged(self, match: Match, published: datetime) -> bool:
-        """Whether something outside the entry's destination could have charged its
-        attempts: a timeout after the message arrived, or a crash while it was owed."""
-        return match in self.judge.late or any(at >= published for at in self.delivery_crashes)
+    def _charged(self, match: Match) -> bool:
+        """Whether something outside the entry's destination charged its attempts: a
+        timeout after the message arrived, or a crash that hit this entry (``charges.py``;
+        a crash elsewhere explains nothing about it)."""
+        return match in self.judge.late or self.charges.hits[match] > 0
 
     def _resting(self, match: Match) -> bool:
         """Whether the documented policy may leave the match unsent as an unknown outcome,
@@ -855,23 +858,22 @@ class Simulation:
 
     def _check_attempts(self) -> None:
         """``no_attempt_burned`` for deliveries: no entry (as the API lists it) shows more
-        attempts than its destination saw requests for its match, plus the crashes at a
-        delivery point since its story (an attempt the sender died in, before or after its
-        request). A wait on a down destination or a rate limit gives its attempt back."""
+        attempts than its destination saw requests for its match, plus one while a run
+        that died right after claiming it still holds it (``charges.py``: the lapse gives
+        that attempt back; a crash of another entry explains nothing about this one). A
+        wait on a down destination or a rate limit gives its attempt back."""
         from sluice.delivery.store import DeliveryStore
 
         for entry in DeliveryStore(self.services.db).list(limit=500):
             match = match_of(entry)
-            published = self.published.get(match[2])
-            crashes = sum(1 for at in self.delivery_crashes
-                          if published is None or at >= published)
+            crashes = self.charges.forgiven(entry)
             seen = self.pacing.asked[match]
             if entry.attempts > seen + crashes and match not in self.charged_reported:
                 self.charged_reported.add(match)
                 self.judge.fail("no_attempt_burned", self.clock.now(),
                                 f"story-{match[2]} -> {match[0]}:{match[1]} shows "
                                 f"{entry.attempts} attempts; its destination saw {seen} "
-                                f"requests for it and {crashes} crashes could have charged it")
+                                f"requests for it and {crashes} crash(es) could have charged it")
 
     def _justified(self, match: Match, entry: Any = None) -> str | None:
         """Why an entry may have failed for good, from what the world and the peers know
@@ -888,7 +890,7 @@ class Simulation:
             return "disabled" if self._disabled_for_cause(key) else None
         if published is None or self.clock.now() >= self._expires(key, published):
             return "expired"
-        if self._charged(match, published):
+        if self._charged(match):
             return "charged"
         return None
 

@@ -313,10 +313,13 @@ def _owed_by_next_tick(world: World, rules: Sequence[SimRule], feeds: Sequence[F
     """Whether a lone story at ``at`` matched by each of ``rules`` is owed by the tick after
     it: every rule has a keyword then and stays unchanged from an hour before to four hours
     after, every destination of their channels and the stores are clear from two hours
-    before, ``feeds`` from two days before (their backoff), and no story near matches."""
+    before, no rule's destination is still disabled by an earlier refusal, ``feeds`` are
+    clear from two days before (their backoff), and no story near matches."""
     keywords = [rule.keyword_at(at) for rule in rules]
     channels = {rule.channel for rule in rules}
     return (all(keyword is not None for keyword in keywords)
+            and not any(_held_disabled(world, f"{rule.channel}:{rule.recipient}", at)
+                        for rule in rules)
             and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
                     for rule in rules)
             and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
@@ -404,11 +407,26 @@ def _quiet(world: World, destination: str, day: float) -> datetime | None:
                 and _clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
                 and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
                 and rule.keyword_at(at) is not None
+                and not _held_disabled(world, destination, at)
                 and rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
                 and not _matches_near(world, rule.keyword_at(at), at)):
             return at
         at += TEN_MINUTES
     return None
+
+
+def _held_disabled(world: World, destination: str, at: datetime) -> bool:
+    """Whether Sluice may still hold ``destination`` disabled at ``at``: it refused in a
+    window that began before then (a refusal disables its destination), and no operator
+    visit came between that window's end and ``at`` (only the operator enables it again,
+    at a visit once it answers): a story owed to it then would fail
+    ``destination_disabled``, as it should."""
+    peer = world.destinations.get(destination)
+    if peer is None:
+        return False
+    return any(w.kind == "refuse" and w.start < at
+               and not any(w.end <= visit < at for visit in world.operator_at)
+               for w in peer.windows)
 
 
 def _clear(peer: Peer, start: datetime, end: datetime) -> bool:
