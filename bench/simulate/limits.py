@@ -453,21 +453,22 @@ def _lone(world: World, destination: str, at: datetime, rng: random.Random) -> b
 
 
 def _sqs_throttled(world: World, seed: int) -> None:
-    """From day 5.8, the first moment a tick's every tenant can be owed a lone story (each
-    tenant's feed, every destination of its first rule's channel and the stores clear for
-    hours, no story with the keyword near): SQS answers one send a minute for two hours
-    around it (the tick's global message goes, each per-build message after it times out,
-    so the tick builds them inline), and each tenant gets a lone story on its first feed
-    matched by its first rule, owed to that rule's destination by the tick after it (the
+    """From day 5.8, the first moment a tick's every tenant with an enabled destination can
+    be owed a lone story (each tenant's feed, every destination of the channel of its first
+    rule whose destination no refusal holds disabled, and the stores clear for hours, no
+    story with the keyword near): SQS answers one send a minute for two hours around it
+    (the tick's global message goes, each per-build message after it times out, so the
+    tick builds them inline), and each such tenant gets a lone story on its first feed
+    matched by that rule, owed to its destination by the tick after it (the
     key whose publish timed out included: ``built_in_its_tick``). From a generator of its
     own, after everything else, so the rest of the world is as it was."""
     rng = random.Random(f"limits-sqs-{seed}")
     at = world.start + TEN_MINUTES * -(-timedelta(days=5.8) // TEN_MINUTES) \
         + timedelta(seconds=30)
-    rules = [tenant.rules[0] for tenant in world.tenants]
     feeds = [world.feeds[name] for tenant in world.tenants for name in tenant.feeds]
     while at < _at(world, SPAN_DAYS):
-        if _owed_by_next_tick(world, rules, feeds, at):
+        rules = _enabled_rules(world, at)
+        if rules and _owed_by_next_tick(world, rules, feeds, at):
             break
         at += TEN_MINUTES
     else:
@@ -476,12 +477,23 @@ def _sqs_throttled(world: World, seed: int) -> None:
                                       "sqs_throttled"))
     world.faults["sqs_throttled"] = world.faults.get("sqs_throttled", 0) + 1
     tick = at + TEN_MINUTES - timedelta(seconds=30)  # the first tick after the stories
-    for tenant in world.tenants:
-        rule = tenant.rules[0]
+    for rule in rules:
         destination = f"{rule.channel}:{rule.recipient}"
         if _lone(world, destination, at, rng):
             number = max(s.number for f in world.feeds.values() for s in f.stories)
             world.received_by[(number, destination)] = tick + PROMPT_MARGIN
+
+
+def _enabled_rules(world: World, at: datetime) -> list[SimRule]:
+    """Each tenant's first rule whose destination no earlier refusal still holds disabled at
+    ``at`` (a tenant without one has none)."""
+    found = []
+    for tenant in world.tenants:
+        rule = next((r for r in tenant.rules
+                     if not _held_disabled(world, f"{r.channel}:{r.recipient}", at)), None)
+        if rule is not None:
+            found.append(rule)
+    return found
 
 
 def _notices(world: World) -> None:

@@ -454,8 +454,7 @@ class PushQueue:
                 self.settled.add(batch_id)
                 self._dead_letter_kept(message, batch_id)
                 original = _original_id(message)
-                own = sum(1 for failed, _ in self.failed_at if failed == original)
-                crashed = self.crashed.get(original, 0)
+                own, crashed = receives_charged(original, self.failed_at, self.crashed)
                 if own + crashed < MAX_ATTEMPTS:
                     self.judge.fail("queue_no_attempt_burned", now,
                                     f"{self.TOPIC} message {original} was dead-lettered "
@@ -508,6 +507,16 @@ def _without_signature(body: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if k not in ("signature",)}
+
+
+def receives_charged(message_id: str, failed_at: set[tuple[str, int]],
+                     crashed: dict[str, int]) -> tuple[int, int]:
+    """The receives of SQS message ``message_id`` that may count towards its dead-lettering:
+    those it failed on for its own sake, and those an invocation holding it crashed on (SQS
+    counts a receive the function died in; a crash holding another message explains
+    nothing about this one, and an outage copy is a message of its own)."""
+    own = sum(1 for failed, _ in failed_at if failed == message_id)
+    return own, crashed.get(message_id, 0)
 
 
 def _original_id(message: Message) -> str:
