@@ -45,6 +45,7 @@ from bench.simulate.firing import (
 )
 from bench.simulate.hosts import hook_host
 from bench.simulate.inline import inline_pools
+from bench.simulate.isolation import Isolation
 from bench.simulate.invariants import (
     BOUNDED_TABLES,
     LIVENESS_AFTER,
@@ -89,6 +90,7 @@ TOUCHES = {
     "confirm": ("erasure-purge",),
     "operator": ("delivery-drain",),
     "rogue": ("delivery-drain",),
+    "iso": ("delivery-drain",),  # an app's enqueue, an operator's action (isolation.py)
     "ledger-redrive": ("metering-flush",),
     "consume": ("delivery-drain", "rss-refresh"),  # a consumer's build fetches and enqueues
     # a store or Redis outage begins: the gated jobs with work that can meet it fire on
@@ -148,6 +150,9 @@ class Simulation:
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
         self.charges = Charges(match_of)  # which entry each delivery crash hit
+        self.drain_crashes: list[datetime] = []  # when a crash ended a drain run
+        self.network.poison = self.world.poison
+        self.isolation = Isolation(self, self.world.isolation) if self.world.isolation else None
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
@@ -323,6 +328,8 @@ class Simulation:
         for moment, point in self.crashes.plan:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
+        if self.isolation is not None:
+            self.isolation.schedule()
         self._schedule(start + timedelta(days=30), "measure", None)
         if self.days >= 90:
             self._schedule(self.world.end - timedelta(minutes=1), "bounded", None)
@@ -516,6 +523,8 @@ class Simulation:
             self._built_in_its_tick(*what)
         elif kind == "notice":
             self._notice(*what)
+        elif kind == "iso" and self.isolation is not None:
+            self.isolation.step(what)
 
     def _notice_erased(self, receipt: Receipt) -> None:
         """``nothing_comes_back`` for the app's notices (``--limits``): a notice naming a
@@ -775,6 +784,8 @@ class Simulation:
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
         Its next send is the documented re-send of an unknown outcome."""
+        if point.startswith("delivery."):
+            self.drain_crashes.append(self.clock.now())
         last = self.last_request
         self.charges.hit(point, (last.channel, last.recipient, last.story)
                          if last is not None else None)
@@ -793,6 +804,8 @@ class Simulation:
             self.judge.fail("pause_kept", request.at,
                             f"story-{request.story} -> {request.channel}:{request.recipient} "
                             f"sent while the operator paused {key}")
+        if self.isolation is not None:
+            self.isolation.on_request(request)
 
     def _pause(self, name: str, window: Window) -> None:
         """The operator pauses the destination until the window's end (``pause_kept``)."""
@@ -883,11 +896,13 @@ class Simulation:
         again); it outlived the expiry (a day) from its story's publication, not counting
         a pause (the pause's end restarts it); a timeout or a crash charged its attempts."""
         published = self.published.get(match[2])
-        if match in self.network.refusals:
-            return "refused"
+        if match in self.network.refusals or match in self.network.poison:
+            return "refused"  # by its receiver: permanently, or a 500 to it alone
         key = destination_of(match[0], match[1])
         if entry is not None and entry.failure_reason == "destination_disabled":
-            return "disabled" if self._disabled_for_cause(key) else None
+            by_operator = self.isolation is not None and self.isolation.justified(
+                key, entry.failed_at)
+            return "disabled" if by_operator or self._disabled_for_cause(key) else None
         if published is None or self.clock.now() >= self._expires(key, published):
             return "expired"
         if self._charged(match):

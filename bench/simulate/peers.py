@@ -55,6 +55,7 @@ TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
 POLAR = "127.0.0.1:7005"
 STORY = re.compile(r"story-(\d+)")
+PART = re.compile(r"\[part (\d+) of \d+\]")  # a paragraph of a message sent in chunks
 RETRY_AFTER_MAX_S = 3600
 FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
 
@@ -159,6 +160,11 @@ class Network:
         self.hook_secret = b""
         self.unsigned: list[str] = []
         self.refusals: set[tuple[str, str, int]] = set()  # matches a destination refused
+        # matches a receiver answers 500 to (that entry only: a poison entry)
+        self.poison: set[tuple[str, str, int]] = set()
+        self.receipts_of: dict[tuple[str, str, int], list[Receipt]] = {}
+        # a chunked message's parts each receiver has (``[part k of m]`` paragraphs)
+        self.parts: dict[tuple[str, str, int], set[int]] = {}
         self.polar = Peer("polar")
         self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
         self.on_polar: Callable[[dict[str, Any]], None] = lambda event: None
@@ -290,6 +296,8 @@ class Network:
             kind = "up"
         match = STORY.search(text)
         story = int(match.group(1)) if match else -1
+        if (channel, recipient, story) in self.poison and kind == "up":
+            kind = "error"
         wait_s = None
         if kind == "ratelimit" and window is not None:
             left = (window.end - self.now()).total_seconds()
@@ -305,15 +313,23 @@ class Network:
         if kind == "refuse":
             self.refusals.add((channel, recipient, story))
             return _refused(channel, request)
+        if kind == "error":
+            return httpx.Response(500, text="internal error", request=request)
         if kind == "hang":
             self.sleep(timeout)
             raise httpx.ReadTimeout("simulated: no answer (the message was not taken)",
                                     request=request)
         receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late", text)
+        parts = {int(p) for p in PART.findall(text)}
+        if parts:
+            self.parts.setdefault((channel, recipient, story), set()).update(parts)
+        if parts and 1 not in parts:  # a further chunk of a message already received
+            return _accepted(channel, recipient, len(self.receipts), request)
         if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
             if key is not None:
                 self.hook_keys.add(key)
             self.receipts.append(receipt)
+            self.receipts_of.setdefault((channel, recipient, story), []).append(receipt)
             self.on_receipt(receipt)
         if kind == "late":
             self.sleep(timeout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
 
@@ -111,6 +111,10 @@ class World:
     # its subject, its text marked ``story-<number>`` (no feed's) so the receiver's record
     # names it; --limits
     notices: list[tuple[datetime, ErasureCall, str, int]] = field(default_factory=list)
+    # delivery in production shapes (--limits; isolation.py's Plan), and the matches a
+    # receiver answers 500 to (a poison entry among good ones)
+    isolation: Any = None
+    poison: set[tuple[str, str, int]] = field(default_factory=set)
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

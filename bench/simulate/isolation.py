@@ -1,0 +1,374 @@
+"""Delivery in production shapes (``--limits``): one entry, one URL, one chat or one operator
+action must never hold back another destination.
+
+From ``random.Random("limits-isolation-<seed>")``, after everything else ``--limits`` draws
+(the rest of the world is as it was), at a moment on day ``DAY`` or after with the stores
+clear for ``CLEAR`` (``plan``), an app enqueues through ``sluice.enqueue_delivery``:
+
+- ``BACKLOG`` messages to one Telegram group (20 a minute): an alert storm;
+- beside it, ``QUIET_EACH`` messages to each quiet destination (two private chats, two
+  Slack channels, a webhook receiver of its own) at the start and every ``WAVE`` after,
+  ``WAVES`` times; the first message of each wave to one chat and one Slack channel is long
+  enough to be sent in chunks (the chat's with an idempotency key, the channel's without);
+- ``QUIET_EACH`` messages to each of four URLs on one webhook host (``hosts.SHARED``), one
+  URL answering ``410 Gone`` for hours: only that URL is gone;
+- four messages to one receiver that answers 500 to the first of them only (a poison
+  entry): the three others are the receiver's to take at once.
+
+Operator actions land in the middle of a drain run (the receivers' request handler calls
+them, between two sends of one run; ``TRIGGERS``): the group paused while its backlog is
+being sent, later resumed; a chat the operator disabled before the wave (its entries failed
+``destination_disabled``) enabled and its entries redriven; a chat's delivered window
+replayed. Each falls back to its own moment when no request comes.
+
+``fair_share`` (judged from the receivers' own records): every message to a destination
+whose own state is clear is received within the fairness bound from when it became due (its
+enqueue, or the operator's resume, redrive or replay): one drain interval, plus its own rate
+spacing for each message due before it to the same rate key, plus ``SLACK`` for the run's
+own waits. A crash of a drain run in between adds one drain interval (the entries that run
+had not sent wait for the next), and a crash that hit the entry itself its lease; a store
+outage in between excuses the check. ``resumed``: after a resume (or a pause's end) the
+group's backlog is asked again within the bound. Chunks: a chunked message's receiver
+has every part of it (``chunks_whole``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from bench.simulate.peers import Peer, Window
+
+DAY = 8.8
+CLEAR = timedelta(hours=4)
+BACKLOG = 2000
+QUIET_EACH = 2
+WAVE = timedelta(minutes=10)
+WAVES = 4
+DRAIN_EVERY = timedelta(minutes=1)  # serverless.yml: delivery-drain's rate
+SLACK = timedelta(seconds=30)  # a run's own waits (the limiter's, in-process retries)
+LEASE = timedelta(seconds=120)  # SLUICE_DELIVERY_LEASE_SECONDS' default
+NUMBERS = 2_000_000  # the app's marker numbers here, above every story's and notice's
+PARTS = 4  # paragraphs of a chunked message (two chunks of two)
+PART_FILL = 1500
+
+GROUP = "telegram:-1009001"
+QUIET = ("telegram:9001", "telegram:9002", "slack:C90", "slack:C91", "webhook:hook-7-0")
+CHUNKED = {"telegram:9001": True, "slack:C90": False}  # destination -> with a key
+SHARED_URLS = tuple(f"webhook:hook-9-{r}" for r in range(4))
+GONE_URL = SHARED_URLS[-1]
+POISONED = "webhook:hook-8-0"
+DISABLED = "telegram:9003"  # the operator disables it before the wave, enables mid-run
+REPLAYED = "telegram:9004"  # delivered in the first wave, replayed mid-run
+# (action, destination, the request that triggers it, not before, fallback after)
+TRIGGERS = (("pause", GROUP, GROUP, timedelta(minutes=5), timedelta(minutes=8)),
+            ("enable", DISABLED, "telegram:9001", timedelta(minutes=10),
+             timedelta(minutes=14)),
+            ("replay", REPLAYED, "telegram:9002", timedelta(minutes=20),
+             timedelta(minutes=24)),
+            ("resume", GROUP, "webhook:hook-7-0", timedelta(minutes=30),
+             timedelta(minutes=34)))
+PAUSE_FOR = timedelta(minutes=40)
+
+
+def rate_key(destination: str) -> tuple[str, timedelta]:
+    """The rate key a message counts against, and its interval (sluice's defaults)."""
+    channel, recipient = destination.split(":", 1)
+    if channel == "webhook":
+        from bench.simulate.hosts import hook_host
+
+        return f"webhook:{hook_host(recipient)}", timedelta(milliseconds=100)
+    if channel == "telegram" and recipient.startswith("-"):
+        return destination, timedelta(seconds=3)
+    return destination, timedelta(seconds=1)
+
+
+@dataclass
+class Message:
+    number: int
+    destination: str
+    at: datetime  # when the app enqueues it
+    key: str | None
+    text: str
+    parts: int = 1
+
+
+@dataclass
+class Plan:
+    start: datetime
+    messages: list[Message] = field(default_factory=list)
+    poison: set[int] = field(default_factory=set)
+
+
+def plan(world: Any, seed: int) -> None:
+    """Add the isolation world to ``world`` (``world.isolation``), or nothing when no
+    moment from ``DAY`` on has the stores clear before the run ends."""
+    rng = random.Random(f"limits-isolation-{seed}")
+    at = world.start + DRAIN_EVERY * -(-timedelta(days=DAY) // DRAIN_EVERY) \
+        + timedelta(seconds=30)
+    while at + CLEAR < world.end:
+        if not any(w.start < at + CLEAR and at - timedelta(hours=1) < w.end
+                   for w in world.outages.windows):
+            break
+        at += timedelta(minutes=10)
+    else:
+        return
+    found = Plan(at)
+    numbers = iter(range(NUMBERS, NUMBERS + 100_000))
+
+    def add(destination: str, when: datetime, key: bool, parts: int = 1) -> None:
+        number = next(numbers)
+        if parts > 1:
+            fill = " ".join(rng.choice(("market", "energy", "data")) for _ in range(PART_FILL // 7))
+            text = "\n\n".join(f"story-{number} [part {k} of {parts}] {fill}"
+                               for k in range(1, parts + 1))
+        else:
+            text = f"story-{number}: an alert"
+        found.messages.append(Message(number, destination, when,
+                                      f"iso-{number}" if key else None, text, parts))
+
+    for _ in range(BACKLOG):
+        add(GROUP, at, True)
+    for wave in range(WAVES):
+        when = at + wave * WAVE
+        for destination in QUIET:
+            for n in range(QUIET_EACH):
+                chunked = n == 0 and destination in CHUNKED
+                add(destination, when, CHUNKED.get(destination, True) if chunked
+                    else rng.random() < 0.5, PARTS if chunked else 1)
+    for destination in (*SHARED_URLS, DISABLED, REPLAYED):
+        for _ in range(QUIET_EACH):
+            add(destination, at, True)
+    for n in range(4):
+        add(POISONED, at + timedelta(seconds=n), True)
+        if n == 0:
+            found.poison.add(found.messages[-1].number)
+    world.poison = {(*POISONED.split(":", 1), number) for number in found.poison}
+    for name in (GROUP, *QUIET, *SHARED_URLS, POISONED, DISABLED, REPLAYED):
+        world.destinations.setdefault(name, Peer(name))
+    gone = world.destinations[GONE_URL]
+    gone.windows.append(Window(at - timedelta(minutes=1), at + timedelta(hours=3), "refuse"))
+    world.faults["isolation"] = 1
+    world.faults["backlog"] = BACKLOG
+    world.faults["gone_url"] = world.faults["poison_entry"] = 1
+    world.isolation = found
+
+
+class Isolation:
+    """The isolation world at run time: the app's enqueues, the operator's actions in the
+    middle of drain runs, and the ``fair_share``, ``resumed`` and ``chunks_whole`` checks."""
+
+    def __init__(self, sim: Any, found: Plan) -> None:
+        self.sim, self.plan = sim, found
+        self.by_number = {m.number: m for m in found.messages}
+        self.due: dict[int, datetime] = {}
+        self.pending = {action: (target, trigger, found.start + after)
+                        for action, target, trigger, after, _ in TRIGGERS}
+        self.disabled: list[tuple[str, datetime, datetime | None]] = []  # key, from, to
+        self.resumed_at: datetime | None = None
+        self.group_asked: list[datetime] = []
+        self.acting = False
+
+    def schedule(self) -> None:
+        start = self.plan.start
+        self.sim._schedule(start - timedelta(minutes=2), "iso", ("disable", DISABLED))
+        for moment in sorted({m.at for m in self.plan.messages}):
+            self.sim._schedule(moment, "iso", ("enqueue", moment))
+        for action, target, _, _, fallback in TRIGGERS:
+            self.sim._schedule(start + fallback, "iso", (action, target))
+
+    # --- steps ---------------------------------------------------------------------
+
+    def step(self, what: tuple[str, Any]) -> None:
+        kind, arg = what
+        if kind == "enqueue":
+            self._enqueue(arg)
+        elif kind == "disable":
+            self._act("disable", arg)
+        elif kind == "check":
+            self._fair(arg)
+        elif kind == "resumed":
+            self._resumed()
+        elif kind in self.pending:
+            del self.pending[kind]
+            self._act(kind, arg)
+
+    def on_request(self, request: Any) -> None:
+        """The receivers' request handler: an operator action whose trigger this request is
+        lands now, between this send and the run's next one."""
+        if self.acting:
+            return
+        to = f"{request.channel}:{request.recipient}"
+        if to == GROUP:
+            self.group_asked.append(request.at)
+        for action, (target, trigger, after) in list(self.pending.items()):
+            if trigger == to and request.at >= after:
+                del self.pending[action]
+                self.acting = True
+                try:
+                    with self.sim.outages.harness():
+                        self._act(action, target, mid_run=True)
+                finally:
+                    self.acting = False
+
+    def _enqueue(self, moment: datetime) -> None:
+        from sluice import enqueue_delivery
+
+        sent = 0
+        for message in self.plan.messages:
+            if message.at != moment:
+                continue
+            channel, recipient = message.destination.split(":", 1)
+            if channel == "webhook":
+                from bench.simulate.hosts import hook_host
+
+                recipient = f"http://{hook_host(recipient)}/{recipient}"
+            enqueue_delivery(self.sim.services, channel, recipient,
+                             {"payloads": [message.text], "silent": False},
+                             idempotency_key=message.key)
+            self.sim.published[message.number] = moment
+            sent += 1
+            self._owe(message, moment)
+        self.sim._log(f"app enqueued {sent} message(s) (isolation)")
+
+    def _owe(self, message: Message, due: datetime) -> None:
+        """Schedule ``fair_share``'s check of ``message``, due at ``due``."""
+        if message.destination in (GROUP, GONE_URL) or message.number in self.plan.poison:
+            return
+        if message.destination == DISABLED and due == message.at:
+            return  # failed by the operator's disable; owed from the redrive
+        self.due[message.number] = due
+        key, interval = rate_key(message.destination)
+        before = sum(1 for m in self.plan.messages if m.number < message.number
+                     and self.due.get(m.number) == due and rate_key(m.destination)[0] == key)
+        self.sim._schedule(due + DRAIN_EVERY + before * interval + SLACK, "iso",
+                           ("check", (message.number, due, 0)))
+
+    def _act(self, action: str, target: str, mid_run: bool = False) -> None:
+        from sluice.core.times import iso_z
+        from sluice.ops.destinations import apply, parse_change
+
+        from bench.simulate.operator import destination_of
+
+        sim, now = self.sim, self.sim.clock.now()
+        key = destination_of(*target.split(":", 1))
+        where = " mid-run" if mid_run else ""
+        if action == "pause":
+            until = now + PAUSE_FOR
+            apply(sim.services, parse_change("pause", key, {"until": iso_z(until)}))
+            sim.pauses.setdefault(key, []).append(Window(now + timedelta(microseconds=1),
+                                                         until, "paused"))
+            sim.out.faults["operator_pause"] = sim.out.faults.get("operator_pause", 0) + 1
+        elif action == "resume":
+            apply(sim.services, parse_change("resume", key, {}))
+            sim.pauses[key] = [Window(w.start, min(w.end, now), w.kind)
+                               for w in sim.pauses.get(key, ())]
+            self.resumed_at = now
+            sim._schedule(now + DRAIN_EVERY + SLACK, "iso", ("resumed", None))
+        elif action == "disable":
+            apply(sim.services, parse_change("disable", key, {"reason": "operator"}))
+            self.disabled.append((key, now, None))
+        elif action == "enable":
+            apply(sim.services, parse_change("enable", key, {}))
+            self.disabled = [(k, s, now if k == key and e is None else e)
+                             for k, s, e in self.disabled]
+            self._restart(target, "redrive", now)
+        elif action == "replay":
+            self._restart(target, "replay", now)
+        sim._log(f"operator {action} {key}{where} (isolation)")
+
+    def _restart(self, target: str, how: str, now: datetime) -> None:
+        """Redrive the failed entries of ``target``, or replay its delivered ones, and owe
+        each from now."""
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
+
+        from bench.simulate.operator import match_of
+
+        store = DeliveryStore(self.sim.services.db)
+        wanted = DeliveryStatus.FAILED if how == "redrive" else DeliveryStatus.ACKED
+        for entry in store.list(status=wanted, limit=500):
+            match = match_of(entry)
+            if f"{match[0]}:{match[1]}" != target or match[2] not in self.by_number:
+                continue
+            if how == "redrive":
+                store.redrive(entry.id)
+            else:
+                self._replay(entry, now)
+            self.sim.judge.redriven(match)
+            self.sim.out.faults[f"operator_{how}"] = \
+                self.sim.out.faults.get(f"operator_{how}", 0) + 1
+            self._owe(self.by_number[match[2]], now)
+
+    def _replay(self, entry: Any, now: datetime) -> None:
+        """The operator's replay of the entry's destination window (``sluice delivery
+        replay``), through ``Replay`` as the API and the CLI run it."""
+        from sluice.delivery.replay import Replay, parse_filter
+        from sluice.egress.client import Outbound
+
+        services = self.sim.services
+        with Outbound.open(services.settings) as client:
+            replay = Replay.from_services(services, client)
+            flt = parse_filter({"destination": entry.destination,
+                                "since": entry.enqueued_at.isoformat(),
+                                "until": now.isoformat(), "status": "acked"},
+                               channels=list(replay.adapters), now=now)
+            replay.run(flt, dry_run=False)
+
+    # --- the checks ----------------------------------------------------------------
+
+    def _fair(self, arg: tuple[int, datetime, int]) -> None:
+        number, due, extended = arg
+        message = self.by_number[number]
+        if self.due.get(number) != due:
+            return  # owed again since (a redrive, a replay): that check judges it
+        sim, now = self.sim, self.sim.clock.now()
+        channel, recipient = message.destination.split(":", 1)
+        match = (channel, recipient, number)
+        if any(r.at >= due for r in sim.network.receipts_of.get(match, ())):
+            self._chunks(message, match)
+            return
+        if any(w.start < now and due - timedelta(hours=1) < w.end
+               for w in sim.world.outages.windows):
+            return  # a store outage in between: the bound is not the drain's to keep
+        crashed = sum(1 for at in sim.drain_crashes if due <= at <= now)
+        if crashed > extended:  # each crashed run: one drain interval more; its entry: a lease
+            wait = (crashed - extended) * DRAIN_EVERY + (LEASE if sim.charges.hits[match] else
+                                                         timedelta(0))
+            sim._schedule(now + wait, "iso", ("check", (number, due, crashed)))
+            return
+        key = rate_key(message.destination)[0]
+        sim.judge.fail("fair_share", now,
+                       f"story-{number} -> {message.destination} (due {due:%H:%M:%S}) not "
+                       f"received {now - due} later: one drain interval and {key}'s own "
+                       "spacing; another destination's state held it")
+
+    def _chunks(self, message: Message, match: tuple[str, str, int]) -> None:
+        if message.parts <= 1:
+            return
+        parts = self.sim.network.parts.get(match, set())
+        missing = sorted(set(range(1, message.parts + 1)) - parts)
+        if missing:
+            self.sim.judge.fail("chunks_whole", self.sim.clock.now(),
+                                f"story-{message.number} -> {message.destination} was "
+                                f"received without its part(s) {missing}")
+
+    def _resumed(self) -> None:
+        """After the operator resumed the group mid-run, its backlog is asked again within
+        one drain interval and its spacing."""
+        at = self.resumed_at
+        if at is None:
+            return
+        asked = [t for t in self.group_asked if t >= at]
+        crashed = any(at <= t for t in self.sim.drain_crashes)
+        if not asked and not crashed:
+            self.sim.judge.fail("resumed", self.sim.clock.now(),
+                                f"{GROUP} was resumed at {at:%H:%M:%S} with its backlog "
+                                "waiting, and nothing was sent to it since")
+
+    def justified(self, key: str, failed_at: datetime | None) -> bool:
+        """The operator had ``key`` disabled when its entry failed ``destination_disabled``."""
+        return failed_at is not None and any(
+            k == key and start <= failed_at and (end is None or failed_at < end)
+            for k, start, end in self.disabled)
