@@ -77,6 +77,7 @@ from bench.simulate.peers import (
 )
 from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
+from bench.simulate.stores import Store, database
 from bench.simulate.world import HORIZON_DAYS, ErasureCall, SimRule, UsageCall, World, generate
 
 # The gated jobs whose check a step (its kind, or the job that ran) may change.
@@ -127,8 +128,9 @@ class Outcome:
 class Simulation:
     def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
                  inject: str | None = None, keep_going: bool = False,
-                 limits: bool = False) -> None:
+                 limits: bool = False, store: Store = "sqlite") -> None:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
+        self.store = store
         self.rng = random.Random(seed)
         self.keep_going = keep_going
         self.limits = limits
@@ -170,7 +172,10 @@ class Simulation:
         self.trail: deque[str] = deque(maxlen=TRAIL)
         passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
         self.digest = hashlib.sha256(
-            f"{seed}:{days}{passed}{':limits' if limits else ''}".encode())
+            f"{seed}:{days}{passed}{':limits' if limits else ''}"
+            f"{':postgres' if store == 'postgres' else ''}".encode())
+        if store == "postgres":
+            self.out.faults["postgres"] = 1
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
         self.firings: dict[str, Firing] = {}
@@ -203,14 +208,15 @@ class Simulation:
 
     # --- set-up ---------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, database_url: str) -> None:
         from sluice.core.services import Services
         from sluice.core.settings import Settings
         from sluice.rss.store import RssStore
         from sluice.store.db import open_database
         from sluice.store.migrate import migrate
 
-        env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline)
+        env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline,
+                           database_url=database_url)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
         self.redis = simulated_redis(self.services.settings.redis_key_prefix)
@@ -381,13 +387,14 @@ class Simulation:
 
     def run(self) -> Outcome:
         started = time.perf_counter()
-        with seeded_ids(self.seed):  # the sources' ids too: their order shapes the history
-            self._run()
+        with seeded_ids(self.seed), \
+                database(self.store, self.directory, self.seed) as url:  # the ids: their order
+            self._run(url)                                              # shapes the history
         self.out.wall_s = time.perf_counter() - started
         return self.out
 
-    def _run(self) -> None:
-        self._open()
+    def _run(self, database_url: str) -> None:
+        self._open(database_url)
         self._plan()
         from sluice.jobs.registry import JOBS
 
@@ -859,7 +866,10 @@ class Simulation:
             row = tx.fetchone(
                 "SELECT count(*) AS n, total(attempts) AS a, total(attempts * attempts) AS a2,"
                 " total(status = 'failed') AS f, max(updated_at) AS u, max(rowid) AS r"
-                " FROM delivery_queue", {})
+                " FROM delivery_queue" if tx.dialect == "sqlite" else
+                "SELECT count(*) AS n, sum(attempts) AS a, sum(attempts * attempts) AS a2,"
+                " sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS f,"
+                " max(updated_at) AS u FROM delivery_queue", {})
         seen = tuple(row.values()) if row else None
         if seen == self.entries_seen:
             return False

@@ -49,6 +49,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "(bench/simulate/limits.py; python -m bench mutate uses it)")
     parser.add_argument("--inject", choices=INJECTIONS,
                         help="switch on a known defect, to see the invariants catch it")
+    parser.add_argument("--store", choices=("sqlite", "postgres"),
+                        help="run every seed on this SQL store (default: SQLite, and with "
+                             "--limits Postgres for every third seed; bench/simulate/stores.py)")
     parser.add_argument("--coverage", action="store_true",
                         help="measure the line and branch coverage of sluice the run "
                              "executes (coverage.py) and print it per package")
@@ -142,8 +145,9 @@ class _Discard(io.TextIOBase):
 
 
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
-             keep_going: bool = False, limits: bool = False) -> Any:
+             keep_going: bool = False, limits: bool = False, store: str | None = None) -> Any:
     from bench.simulate.engine import Simulation
+    from bench.simulate.stores import store_of
     from sluice.jobs import runs
 
     clock.reset()
@@ -152,7 +156,7 @@ def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
             contextlib.redirect_stdout(_Discard()), \
             contextlib.redirect_stderr(_Discard()):  # the metrics' EMF lines, the logs
         return Simulation(seed, days, Path(directory), clock, inject, keep_going,
-                          limits).run()
+                          limits, store_of(seed, limits, store)).run()
 
 
 def _fixed_hashes(argv: list[str]) -> None:
@@ -190,10 +194,10 @@ def _worker_setup(measure_in: str | None = None) -> None:
     _WORKER_CLOCK = _setup()
 
 
-def _worker_run(task: tuple[int, int, str | None, bool, bool]) -> Any:
+def _worker_run(task: tuple[int, int, str | None, bool, bool, str | None]) -> Any:
     assert _WORKER_CLOCK is not None
-    seed, days, inject, keep_going, limits = task
-    out = run_seed(seed, days, _WORKER_CLOCK, inject, keep_going, limits)
+    seed, days, inject, keep_going, limits, store = task
+    out = run_seed(seed, days, _WORKER_CLOCK, inject, keep_going, limits, store)
     if _WORKER_MEASURE is not None:  # a pool's worker ends without its exit hooks
         _WORKER_MEASURE.save()
     return out
@@ -204,7 +208,8 @@ def _outcomes(seeds: list[int], args: argparse.Namespace,
     """Each seed's outcome, in seed order: in this process, or on ``--jobs`` processes
     (each with its own clock; a seed's history does not depend on where it ran). With
     ``measure_in``, coverage is measured into that directory."""
-    tasks = [(seed, args.days, args.inject, args.keep_going, args.limits) for seed in seeds]
+    tasks = [(seed, args.days, args.inject, args.keep_going, args.limits, args.store)
+             for seed in seeds]
     if args.jobs <= 1:
         measure = None
         if measure_in is not None:
@@ -279,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line}")
         inject = f" --inject {args.inject}" if args.inject else ""
         inject += " --limits" if args.limits else ""
+        inject += f" --store {args.store}" if args.store else ""
         from bench.simulate.deployment import passed_settings
 
         settings = "".join(f"{k}={shlex.quote(v)} " for k, v in passed_settings().items())

@@ -66,20 +66,28 @@ class Outages:
         from sluice.core.errors import TransientStoreError
         from sluice.store import db
 
-        original = db._SqliteTransaction.__enter__
+        originals = {db._SqliteTransaction: db._SqliteTransaction.__enter__,
+                     db._PgTransaction: db._PgTransaction.__enter__}
         outages = self
 
-        def enter(transaction: Any) -> Any:
-            if outages.down("store_down"):
-                raise TransientStoreError("sqlite: unable to open database file (simulated "
-                                          "outage)")
-            return original(transaction)
+        def patched(original: Any, message: str) -> Any:
+            def enter(transaction: Any) -> Any:
+                if outages.down("store_down"):
+                    raise TransientStoreError(message)
+                return original(transaction)
+            return enter
 
-        db._SqliteTransaction.__enter__ = enter  # type: ignore[method-assign]
+        db._SqliteTransaction.__enter__ = patched(  # type: ignore[method-assign]
+            originals[db._SqliteTransaction],
+            "sqlite: unable to open database file (simulated outage)")
+        db._PgTransaction.__enter__ = patched(  # type: ignore[method-assign]
+            originals[db._PgTransaction],
+            "postgres: connection refused (simulated outage)")
         try:
             yield
         finally:
-            db._SqliteTransaction.__enter__ = original  # type: ignore[method-assign]
+            for kind, original in originals.items():
+                kind.__enter__ = original  # type: ignore[method-assign]
 
 
 class FlakyRedis:
