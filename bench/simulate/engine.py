@@ -45,7 +45,6 @@ from bench.simulate.firing import (
 )
 from bench.simulate.hosts import hook_host
 from bench.simulate.inline import inline_pools
-from bench.simulate.isolation import Isolation
 from bench.simulate.invariants import (
     BOUNDED_TABLES,
     LIVENESS_AFTER,
@@ -56,6 +55,7 @@ from bench.simulate.invariants import (
     may_rest_unknown,
     owed_matches,
 )
+from bench.simulate.isolation import Isolation
 from bench.simulate.limits import reach_limits
 from bench.simulate.operator import (
     destination_of,
@@ -77,6 +77,7 @@ from bench.simulate.peers import (
 )
 from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
+from bench.simulate.rows import Rows
 from bench.simulate.stores import Store, database
 from bench.simulate.world import HORIZON_DAYS, ErasureCall, SimRule, UsageCall, World, generate
 
@@ -123,6 +124,7 @@ class Outcome:
     trail: list[str] = field(default_factory=list)
     digest: str = ""
     wall_s: float = 0.0
+    rows: dict[str, int] = field(default_factory=dict)  # the policy rows reached (rows.py)
 
 
 class Simulation:
@@ -152,8 +154,11 @@ class Simulation:
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
         self.charges = Charges(match_of)  # which entry each delivery crash hit
+        self.rows = Rows()
         self.drain_crashes: list[datetime] = []  # when a crash ended a drain run
         self.network.poison = self.world.poison
+        self.network.rejected = self.world.rejected
+        self.network.oom = set(self.world.oom)
         self.isolation = Isolation(self, self.world.isolation) if self.world.isolation else None
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
@@ -401,7 +406,8 @@ class Simulation:
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), self.outages.installed(), self.charges.installed():
+                inline_pools(), self.outages.installed(), self.charges.installed(), \
+                self.rows.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -428,6 +434,7 @@ class Simulation:
                               for name, firing in sorted(self.firings.items())
                               if firing.gated}
         self.out.violations = list(self.judge.violations)
+        self.out.rows = dict(self.rows.reached)
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
         self.services.close()
@@ -834,6 +841,12 @@ class Simulation:
         self._log(f"operator paused {key} until {window.end:%Y-%m-%d %H:%M}")
 
     def _last_request_to(self, destination: str) -> bool:
+        """Whether the entry the drain holds now (its claim, or its request that just
+        left) is one to ``destination``: a crash targeted at it falls on that entry."""
+        claimed = self.charges.claimed[:1]
+        if claimed:
+            channel, recipient, _ = match_of(claimed[0])
+            return f"{channel}:{recipient}" == destination
         last = self.last_request
         return last is not None and f"{last.channel}:{last.recipient}" == destination
 
@@ -906,7 +919,8 @@ class Simulation:
         again); it outlived the expiry (a day) from its story's publication, not counting
         a pause (the pause's end restarts it); a timeout or a crash charged its attempts."""
         published = self.published.get(match[2])
-        if match in self.network.refusals or match in self.network.poison:
+        if (match in self.network.refusals or match in self.network.poison
+                or match in self.network.rejected):
             return "refused"  # by its receiver: permanently, or a 500 to it alone
         key = destination_of(match[0], match[1])
         if entry is not None and entry.failure_reason == "destination_disabled":
@@ -935,6 +949,11 @@ class Simulation:
         from sluice.ops.destinations import describe
 
         found = describe(self.services, key)["disabled"]
+        if found is not None and found["reason"].startswith("failing without a success"):
+            after = timedelta(seconds=self.services.settings.destination_disable_after_s)
+            return any(w.kind == "down" and w.end - w.start >= after
+                       for name, peer in self.world.destinations.items()
+                       if destination_of(*name.split(":", 1)) == key for w in peer.windows)
         return (found is not None and found["reason"].startswith("gone:")
                 and any(destination_of(channel, recipient) == key
                         for channel, recipient, _ in self.network.refusals))

@@ -59,7 +59,19 @@ QUIET = ("telegram:9001", "telegram:9002", "slack:C90", "slack:C91", "webhook:ho
 CHUNKED = {"telegram:9001": True, "slack:C90": False}  # destination -> with a key
 SHARED_URLS = tuple(f"webhook:hook-9-{r}" for r in range(4))
 GONE_URL = SHARED_URLS[-1]
-POISONED = "webhook:hook-8-0"
+POISONED = "webhook:hook-8-0"  # the poison first: its destination not yet seen healthy
+# three good ones first, then a poison (its failures its own: the destination is healthy)
+# and an entry the receiver refuses for good (422: that entry, not the receiver, is wrong)
+POISONED_LATE = "webhook:hook-8-1"
+STALE = "webhook:hook-8-2"  # down past SLUICE_DESTINATION_DISABLE_AFTER (5 days)
+STALE_FOR = timedelta(days=5, hours=12)
+STALE_EVERY = timedelta(hours=12)  # a message to it on this rhythm, so it is probed
+EMAIL = "email:ops@example.com"  # a channel with no adapter configured: held, then expired
+LONG_PACED = "telegram:9005"  # answers 429 asking for longer than the pacing cap
+UNKNOWN_SENT_AGAIN = "telegram:9006"  # its sender dies right after each of two sends
+UNKNOWN_MARKED = "telegram:9008"  # the same; the operator marks it delivered
+LAPSED = "telegram:9007"  # its sender dies right after each of five claims
+OOM = "telegram:9001"  # its second wave's first send runs out of memory once
 DISABLED = "telegram:9003"  # the operator disables it before the wave, enables mid-run
 REPLAYED = "telegram:9004"  # delivered in the first wave, replayed mid-run
 # (action, destination, the request that triggers it, not before, fallback after)
@@ -100,6 +112,8 @@ class Plan:
     start: datetime
     messages: list[Message] = field(default_factory=list)
     poison: set[int] = field(default_factory=set)
+    rejected: set[int] = field(default_factory=set)
+    oom: int = -1
 
 
 def plan(world: Any, seed: int) -> None:
@@ -145,9 +159,35 @@ def plan(world: Any, seed: int) -> None:
         add(POISONED, at + timedelta(seconds=n), True)
         if n == 0:
             found.poison.add(found.messages[-1].number)
-    world.poison = {(*POISONED.split(":", 1), number) for number in found.poison}
-    for name in (GROUP, *QUIET, *SHARED_URLS, POISONED, DISABLED, REPLAYED):
+    for n in range(5):
+        add(POISONED_LATE, at + timedelta(seconds=n), True)
+        if n == 3:
+            found.poison.add(found.messages[-1].number)
+        elif n == 4:
+            found.rejected.add(found.messages[-1].number)
+    for n in range(int(STALE_FOR / STALE_EVERY) + 1):
+        add(STALE, at + n * STALE_EVERY, True)
+    for destination in (EMAIL, LONG_PACED, UNKNOWN_SENT_AGAIN, UNKNOWN_MARKED, LAPSED):
+        add(destination, at, True)
+    found.oom = next(m.number for m in found.messages
+                     if m.destination == OOM and m.at == at + WAVE)
+    world.poison = {(*m.destination.split(":", 1), m.number) for m in found.messages
+                    if m.number in found.poison}
+    world.rejected = {(*m.destination.split(":", 1), m.number) for m in found.messages
+                      if m.number in found.rejected}
+    world.oom = {(*OOM.split(":", 1), found.oom)}
+    for name in (GROUP, *QUIET, *SHARED_URLS, POISONED, POISONED_LATE, STALE, DISABLED,
+                 REPLAYED, LONG_PACED, UNKNOWN_SENT_AGAIN, UNKNOWN_MARKED, LAPSED):
         world.destinations.setdefault(name, Peer(name))
+    world.destinations[STALE].windows.append(Window(at - timedelta(minutes=1),
+                                                    at + STALE_FOR, "down"))
+    world.destinations[LONG_PACED].windows.append(Window(at - timedelta(minutes=1),
+                                                         at + timedelta(hours=2, minutes=30),
+                                                         "ratelimit_long"))
+    world.isolation_crashes = [
+        *((at, f"delivery.after_send@{UNKNOWN_SENT_AGAIN}") for _ in range(2)),
+        *((at, f"delivery.after_send@{UNKNOWN_MARKED}") for _ in range(2)),
+        *((at, f"delivery.after_claim@{LAPSED}") for _ in range(5))]
     gone = world.destinations[GONE_URL]
     gone.windows.append(Window(at - timedelta(minutes=1), at + timedelta(hours=3), "refuse"))
     world.faults["isolation"] = 1
@@ -178,6 +218,9 @@ class Isolation:
             self.sim._schedule(moment, "iso", ("enqueue", moment))
         for action, target, _, _, fallback in TRIGGERS:
             self.sim._schedule(start + fallback, "iso", (action, target))
+        later = start + timedelta(minutes=50)  # the unknown ones rest by then
+        self.sim._schedule(later, "iso", ("unknown", None))
+        self.sim._schedule(later + timedelta(minutes=10), "iso", ("purge", None))
 
     # --- steps ---------------------------------------------------------------------
 
@@ -191,6 +234,10 @@ class Isolation:
             self._fair(arg)
         elif kind == "resumed":
             self._resumed()
+        elif kind == "unknown":
+            self._unknown()
+        elif kind == "purge":
+            self._purge()
         elif kind in self.pending:
             del self.pending[kind]
             self._act(kind, arg)
@@ -201,6 +248,8 @@ class Isolation:
         if self.acting:
             return
         to = f"{request.channel}:{request.recipient}"
+        if request.answer == "oom":  # the run stops: what it had not sent waits for the next
+            self.sim.drain_crashes.append(request.at)
         if to == GROUP:
             self.group_asked.append(request.at)
         for action, (target, trigger, after) in list(self.pending.items()):
@@ -235,8 +284,10 @@ class Isolation:
 
     def _owe(self, message: Message, due: datetime) -> None:
         """Schedule ``fair_share``'s check of ``message``, due at ``due``."""
-        if message.destination in (GROUP, GONE_URL) or message.number in self.plan.poison:
-            return
+        if (message.destination in (GROUP, GONE_URL, STALE, EMAIL, LONG_PACED, LAPSED,
+                                    UNKNOWN_MARKED)
+                or message.number in self.plan.poison or message.number in self.plan.rejected):
+            return  # its own destination's state, or its own entry's, decides when it goes
         if message.destination == DISABLED and due == message.at:
             return  # failed by the operator's disable; owed from the redrive
         self.due[message.number] = due
@@ -247,10 +298,9 @@ class Isolation:
                            ("check", (message.number, due, 0)))
 
     def _act(self, action: str, target: str, mid_run: bool = False) -> None:
+        from bench.simulate.operator import destination_of
         from sluice.core.times import iso_z
         from sluice.ops.destinations import apply, parse_change
-
-        from bench.simulate.operator import destination_of
 
         sim, now = self.sim, self.sim.clock.now()
         key = destination_of(*target.split(":", 1))
@@ -282,13 +332,12 @@ class Isolation:
     def _restart(self, target: str, how: str, now: datetime) -> None:
         """Redrive the failed entries of ``target``, or replay its delivered ones, and owe
         each from now."""
-        from sluice.delivery.store import DeliveryStatus, DeliveryStore
-
         from bench.simulate.operator import match_of
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
 
         store = DeliveryStore(self.sim.services.db)
         wanted = DeliveryStatus.FAILED if how == "redrive" else DeliveryStatus.ACKED
-        for entry in store.list(status=wanted, limit=500):
+        for entry in store.list(status=wanted, destination=target, limit=500):
             match = match_of(entry)
             if f"{match[0]}:{match[1]}" != target or match[2] not in self.by_number:
                 continue
@@ -304,8 +353,8 @@ class Isolation:
     def _replay(self, entry: Any, now: datetime) -> None:
         """The operator's replay of the entry's destination window (``sluice delivery
         replay``), through ``Replay`` as the API and the CLI run it."""
+        from sluice.delivery.channels import Outbound
         from sluice.delivery.replay import Replay, parse_filter
-        from sluice.egress.client import Outbound
 
         services = self.sim.services
         with Outbound.open(services.settings) as client:
@@ -372,3 +421,47 @@ class Isolation:
         return failed_at is not None and any(
             k == key and start <= failed_at and (end is None or failed_at < end)
             for k, start, end in self.disabled)
+
+    def _unknown(self) -> None:
+        """The operator's two answers to an entry resting ``unknown`` (its sender died after
+        each of its sends): send it again (owed from now), or mark it delivered (final)."""
+        from bench.simulate.operator import match_of
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
+
+        sim, now = self.sim, self.sim.clock.now()
+        store = DeliveryStore(sim.services.db)
+        for target, how in ((UNKNOWN_SENT_AGAIN, "send_again"), (UNKNOWN_MARKED, "mark")):
+            for entry in store.list(status=DeliveryStatus.UNKNOWN, destination=target,
+                                    limit=500):
+                match = match_of(entry)
+                if how == "send_again":
+                    store.send_again(entry.id)
+                    sim.judge.redriven(match)
+                    self._owe(self.by_number[match[2]], now)
+                else:
+                    store.mark_delivered(entry.id)
+                    sim.judge.settled_for_good(match, now, "marked delivered by the operator")
+                sim.out.faults[f"operator_{how}"] = sim.out.faults.get(f"operator_{how}", 0) + 1
+                sim._log(f"operator {how} story-{match[2]} -> {target} (isolation)")
+
+    def _purge(self) -> None:
+        """The operator purges what the poison receiver failed for good."""
+        from bench.simulate.operator import match_of
+        from sluice.delivery.store import DeliveryStatus, DeliveryStore
+
+        sim, now = self.sim, self.sim.clock.now()
+        store = DeliveryStore(sim.services.db)
+        for entry in store.list(status=DeliveryStatus.FAILED, destination=_key(POISONED_LATE),
+                                limit=500):
+            match = match_of(entry)
+            store.purge(entry.id)
+            sim.judge.final[match] = (now, "purged by the operator")
+            sim.judge.failed_seen.pop(entry.id, None)
+            sim.out.faults["operator_purge"] = sim.out.faults.get("operator_purge", 0) + 1
+            sim._log(f"operator purged story-{match[2]} -> {POISONED_LATE} (isolation)")
+
+
+def _key(destination: str) -> str:
+    from bench.simulate.operator import destination_of
+
+    return destination_of(*destination.split(":", 1))

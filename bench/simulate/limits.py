@@ -209,7 +209,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
             # the backlog after the late window: the sender dies right after a send three
             # times in a row, so one entry's lease lapses again and again
             *((back + timedelta(minutes=1 + 3 * n), "delivery.after_send") for n in range(3)),
-            *crashes]
+            *crashes, *world.isolation_crashes]
 
 
 def _burst(world: World, at: datetime, destination: str, numbers: list[int],

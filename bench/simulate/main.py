@@ -20,6 +20,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, int] = {}
     failed = []
     steps = runs = coalesced = deliveries = 0
+    rows_reached: Counter[str] = Counter()
     started = time.perf_counter()
     measured = tempfile.TemporaryDirectory(prefix="sluice-sim-coverage-") \
         if args.coverage else None
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         coalesced += skipped
         for kind, count in out.faults.items():
             totals[kind] = totals.get(kind, 0) + count
+        rows_reached.update(out.rows)
         if out.violations:
             failed.append(out)
         if not args.quiet:
@@ -275,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
               f"days{' --limits' if args.limits else ''}:")
         print(table(combined(measure_in, keep)))
         measured.cleanup()
+        from bench.simulate.rows import unreached
+
+        missing = unreached(rows_reached)
+        print(f"delivery policy rows reached: {len(rows_reached)} of "
+              f"{len(rows_reached) + len(missing)}"
+              + (f"; never: {', '.join(missing)}" if missing else ""))
     for out in failed:
         first = out.violations[0]
         print(f"\nseed {out.seed}: VIOLATION {first.invariant} on day {first.day:.2f} "

@@ -115,6 +115,14 @@ class World:
     # receiver answers 500 to (a poison entry among good ones)
     isolation: Any = None
     poison: set[tuple[str, str, int]] = field(default_factory=set)
+    # a receiver refuses these for good (422), and runs out of memory sending these once
+    rejected: set[tuple[str, str, int]] = field(default_factory=set)
+    oom: set[tuple[str, str, int]] = field(default_factory=set)
+    isolation_crashes: list[tuple[datetime, str]] = field(default_factory=list)
+
+    def isolation_crashes_to(self) -> list[str]:
+        """The destinations the isolation world's targeted crashes fall on."""
+        return [point.split("@", 1)[1] for _, point in self.isolation_crashes if "@" in point]
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]
