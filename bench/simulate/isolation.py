@@ -218,7 +218,7 @@ class Isolation:
             self.sim._schedule(moment, "iso", ("enqueue", moment))
         for action, target, _, _, fallback in TRIGGERS:
             self.sim._schedule(start + fallback, "iso", (action, target))
-        later = start + timedelta(minutes=50)  # the unknown ones rest by then
+        later = start + timedelta(minutes=90)  # the unknown ones rest by then
         self.sim._schedule(later, "iso", ("unknown", None))
         self.sim._schedule(later + timedelta(minutes=10), "iso", ("purge", None))
 
