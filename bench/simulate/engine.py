@@ -57,6 +57,7 @@ from bench.simulate.invariants import (
 )
 from bench.simulate.isolation import Isolation
 from bench.simulate.limits import reach_limits
+from bench.simulate.missed import MissedRuns
 from bench.simulate.operator import (
     destination_of,
     honoured,
@@ -160,6 +161,7 @@ class Simulation:
         self.network.rejected = self.world.rejected
         self.network.oom = set(self.world.oom)
         self.isolation = Isolation(self, self.world.isolation) if self.world.isolation else None
+        self.missed = MissedRuns(self)
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
@@ -172,7 +174,8 @@ class Simulation:
         self.owed_again: dict[Match, int] = {}
         self.entries_seen: tuple[Any, ...] | None = None  # _entries_changed's last reading
         self.network.polar = self.world.polar
-        self.outages = Outages(self.world.outages, clock.now, self.world.armed)
+        self.outages = Outages(self.world.outages, clock.now, self.world.armed,
+                               self.world.hung)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
@@ -341,6 +344,7 @@ class Simulation:
                 self._schedule(moment, "crash", point)
         if self.isolation is not None:
             self.isolation.schedule()
+        self.missed.schedule()
         self._schedule(start + timedelta(days=30), "measure", None)
         if self.days >= 90:
             self._schedule(self.world.end - timedelta(minutes=1), "bounded", None)
@@ -470,6 +474,9 @@ class Simulation:
             firing = what[0]
             if not firing.gated:
                 self._fire_at(firing, firing.after(self.clock.now()))
+            if self.missed.skipped(firing.job, self.clock.now()):
+                self._log(f"{firing.job}: not invoked by the platform (a missed run)")
+                return
             self._job(firing)
         elif kind == "usage":
             self._usage(what)
@@ -539,6 +546,8 @@ class Simulation:
             self._notice(*what)
         elif kind == "iso" and self.isolation is not None:
             self.isolation.step(what)
+        elif kind == "missed-check":
+            self.missed.check()
 
     def _notice_erased(self, receipt: Receipt) -> None:
         """``nothing_comes_back`` for the app's notices (``--limits``): a notice naming a

@@ -83,6 +83,9 @@ TRIGGERS = (("pause", GROUP, GROUP, timedelta(minutes=5), timedelta(minutes=8)),
             ("resume", GROUP, "webhook:hook-7-0", timedelta(minutes=30),
              timedelta(minutes=34)))
 PAUSE_FOR = timedelta(minutes=40)
+HUNG_AFTER = CLEAR + timedelta(minutes=30)  # the store stops answering then, for HUNG_FOR
+HUNG_FOR = timedelta(minutes=10)
+PROBES = (1, 4, 7)  # minutes into it: an app enqueues (a request path's call)
 
 
 def rate_key(destination: str) -> tuple[str, timedelta]:
@@ -114,6 +117,7 @@ class Plan:
     poison: set[int] = field(default_factory=set)
     rejected: set[int] = field(default_factory=set)
     oom: int = -1
+    probes: list[datetime] = field(default_factory=list)
 
 
 def plan(world: Any, seed: int) -> None:
@@ -184,6 +188,7 @@ def plan(world: Any, seed: int) -> None:
     world.destinations[LONG_PACED].windows.append(Window(at - timedelta(minutes=1),
                                                          at + timedelta(hours=2, minutes=30),
                                                          "ratelimit_long"))
+    _hung(world, found, at + HUNG_AFTER)
     world.isolation_crashes = [
         *((at, f"delivery.after_send@{UNKNOWN_SENT_AGAIN}") for _ in range(2)),
         *((at, f"delivery.after_send@{UNKNOWN_MARKED}") for _ in range(2)),
@@ -194,6 +199,26 @@ def plan(world: Any, seed: int) -> None:
     world.faults["backlog"] = BACKLOG
     world.faults["gone_url"] = world.faults["poison_entry"] = 1
     world.isolation = found
+
+
+def _hung(world: Any, found: Plan, at: datetime) -> None:
+    """The store stops answering (a partition: ``outages.py``) for ``HUNG_FOR``, at the
+    first moment from ``at`` that no AI call or erasure request (unbounded calls: they
+    would wait the partition out inside one step) falls within a minute of it; an app's
+    enqueue at each of ``PROBES`` minutes must give up within its request path's bound
+    (``request_path_kept``)."""
+    margin = timedelta(minutes=1)
+    busy = [c.at for c in world.usage] + [e.at for e in world.erasures]
+    while any(at - margin <= t < at + HUNG_FOR + margin for t in busy):
+        at += timedelta(minutes=10)
+    if at + HUNG_FOR + timedelta(hours=1) >= world.end:
+        return
+    window = Window(at, at + HUNG_FOR, "store_down")
+    world.outages.windows.append(window)
+    world.outages.windows.sort()
+    world.hung.add(window)
+    world.faults["store_hung"] = 1
+    found.probes = [at + timedelta(minutes=m) for m in PROBES]
 
 
 class Isolation:
@@ -218,6 +243,8 @@ class Isolation:
             self.sim._schedule(moment, "iso", ("enqueue", moment))
         for action, target, _, _, fallback in TRIGGERS:
             self.sim._schedule(start + fallback, "iso", (action, target))
+        for moment in self.plan.probes:
+            self.sim._schedule(moment, "iso", ("probe", None))
         later = start + timedelta(minutes=90)  # the unknown ones rest by then
         self.sim._schedule(later, "iso", ("unknown", None))
         self.sim._schedule(later + timedelta(minutes=10), "iso", ("purge", None))
@@ -236,6 +263,8 @@ class Isolation:
             self._resumed()
         elif kind == "unknown":
             self._unknown()
+        elif kind == "probe":
+            self._probe()
         elif kind == "purge":
             self._purge()
         elif kind in self.pending:
@@ -421,6 +450,30 @@ class Isolation:
         return failed_at is not None and any(
             k == key and start <= failed_at and (end is None or failed_at < end)
             for k, start, end in self.disabled)
+
+    def _probe(self) -> None:
+        """``request_path_kept``: an app's call into a store that does not answer gives up
+        within the request path's bound (``SLUICE_REQUEST_PATH_TIMEOUT_SECONDS``), in
+        simulated time, however long the partition lasts."""
+        from sluice import enqueue_delivery
+        from sluice.core.errors import StoreError
+
+        sim = self.sim
+        started = sim.clock.now()
+        bound = sim.services.settings.request_path_timeout_s
+        with sim.outages.live():
+            try:
+                enqueue_delivery(sim.services, "telegram", "9001",
+                                 {"payloads": ["a probe (no story)"], "silent": False})
+                answer = "enqueued"
+            except StoreError as exc:
+                answer = type(exc).__name__
+        took = (sim.clock.now() - started).total_seconds()
+        sim._log(f"app enqueue in a partition: {answer} after {took:.1f} s")
+        if took > bound + 0.01:
+            sim.judge.fail("request_path_kept", sim.clock.now(),
+                           f"an app's enqueue_delivery waited {took:.1f} s on a store that "
+                           f"did not answer; its request path allows {bound:g} s")
 
     def _unknown(self) -> None:
         """The operator's two answers to an entry resting ``unknown`` (its sender died after

@@ -67,7 +67,7 @@ import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from bench.simulate import isolation
+from bench.simulate import isolation, missed
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
 from bench.simulate.world import FILLER, ErasureCall, RuleVersion, SimRule, UsageCall, World
 
@@ -201,6 +201,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     _notices(world)
     _sqs_throttled(world, seed)
     isolation.plan(world, seed)  # last: it adds destinations the worlds above do not pick
+    missed.plan(world)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),

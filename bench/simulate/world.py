@@ -119,6 +119,10 @@ class World:
     rejected: set[tuple[str, str, int]] = field(default_factory=set)
     oom: set[tuple[str, str, int]] = field(default_factory=set)
     isolation_crashes: list[tuple[datetime, str]] = field(default_factory=list)
+    # store outages that are partitions (the server never answers: outages.py), and the
+    # days the platform does not invoke state-cleanup (missed runs; --limits)
+    hung: set[Window] = field(default_factory=set)
+    missed: list[Window] = field(default_factory=list)
 
     def isolation_crashes_to(self) -> list[str]:
         """The destinations the isolation world's targeted crashes fall on."""

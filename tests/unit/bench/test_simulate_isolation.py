@@ -43,6 +43,15 @@ def test_the_reduced_runs_seeds_hold_every_production_shape() -> None:
         # operator actions land mid-run, each with its own trigger and a fallback
         assert {t[0] for t in iso.TRIGGERS} == {"pause", "resume", "enable", "replay"}
         assert len(world.isolation_crashes) == 9
+        # a partition later (the store never answers), no unbounded call inside it, and an
+        # app's enqueue at each probe; and two days of state-cleanup the platform leaves out
+        (hung,) = world.hung
+        assert hung in world.outages.windows and hung.kind == "store_down"
+        margin = timedelta(minutes=1)
+        assert not any(hung.start - margin <= c.at < hung.end + margin for c in world.usage)
+        assert found.probes and all(hung.start < p < hung.end for p in found.probes)
+        (missed,) = world.missed
+        assert missed.end - missed.start == timedelta(days=2) and missed.end < world.end
 
 
 def test_the_fairness_bound_is_one_interval_and_the_destinations_own_spacing() -> None:
