@@ -34,6 +34,7 @@ from bench.simulate.deployment import (
     simulated_redis,
 )
 from bench.simulate.erasure import Erasures
+from bench.simulate.fairness import Isolation
 from bench.simulate.firing import (
     IDLE_EVERY,
     Firing,
@@ -55,7 +56,6 @@ from bench.simulate.invariants import (
     may_rest_unknown,
     owed_matches,
 )
-from bench.simulate.isolation import Isolation
 from bench.simulate.limits import reach_limits
 from bench.simulate.missed import MissedRuns
 from bench.simulate.operator import (
