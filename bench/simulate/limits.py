@@ -57,8 +57,8 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   (``nothing_comes_back``, judged from the chat's record);
 - SQS throttled for two hours from day 5.8 on (one send a minute answered, the rest time
   out): the tick's global message goes and its first per-build message does not, so the
-  tick builds that key inline; a lone story per tenant inside it, each owed to its first
-  rule's destination by the tick after it (``built_in_its_tick``, engine);
+  tick builds that key inline; a lone story per tenant inside it, each owed to the
+  destination of its first rule no earlier refusal still holds disabled by the tick after it (``built_in_its_tick``, engine);
 - delivery in production shapes (``isolation.py``: a backlog of thousands to one group
   beside quiet destinations, URLs of one host with one gone, poison entries, chunked
   messages, operator actions in the middle of a drain run, a partition of the store) and
