@@ -279,10 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         print(table(combined(measure_in, keep)))
         measured.cleanup()
         from bench.simulate.rows import unreached
+        from sluice.delivery.policy import TABLE
 
         missing = unreached(rows_reached)
-        print(f"delivery policy rows reached: {len(rows_reached)} of "
-              f"{len(rows_reached) + len(missing)}"
+        print(f"delivery policy rows reached: {len(TABLE) - len(missing)} of {len(TABLE)}"
               + (f"; never: {', '.join(missing)}" if missing else ""))
     for out in failed:
         first = out.violations[0]

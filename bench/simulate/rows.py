@@ -5,7 +5,8 @@ Every decision of the drain, the store and the operator's restarts goes through
 whatever it finds, so its row counts the entries ``DeliveryStore.expire`` failed; the
 operator's pause, resume and disable (``sluice.ops.destinations.apply``), a pause's end
 (``Destinations.lapse``), a purge (``DeliveryStore.purge``) and the entries of a channel
-without an adapter set aside (``DeliveryStore.hold_unconfigured``) decide nothing by the
+without an adapter set aside (``DeliveryStore.hold_unconfigured``) and an entry marked
+delivered (``DeliveryStore.mark_delivered``) decide nothing by the
 table, and are counted where they are done. ``--coverage`` prints the rows never reached.
 """
 
@@ -32,8 +33,9 @@ class Rows:
 
         reached = self.reached
         saved = (Policy.decide, DeliveryStore.expire, DeliveryStore.purge, ops.apply,
-                 Destinations.lapse, DeliveryStore.hold_unconfigured)
-        decide, expire, purge, apply, lapse, hold = saved
+                 Destinations.lapse, DeliveryStore.hold_unconfigured,
+                 DeliveryStore.mark_delivered)
+        decide, expire, purge, apply, lapse, hold, mark = saved
 
         def counted_decide(policy: Policy, outcome: DeliveryOutcome, **kwargs: Any) -> Any:
             if outcome is not DeliveryOutcome.EXPIRED:
@@ -65,7 +67,13 @@ class Rows:
             reached[DeliveryOutcome.NO_ADAPTER.value] += sum(found.values())
             return found
 
+        def counted_mark(store: DeliveryStore, *args: Any, **kwargs: Any) -> Any:
+            marked = mark(store, *args, **kwargs)  # one UPDATE, not by decide
+            reached[DeliveryOutcome.MARK_DELIVERED.value] += 1
+            return marked
+
         DeliveryStore.hold_unconfigured = counted_hold  # type: ignore[method-assign]
+        DeliveryStore.mark_delivered = counted_mark  # type: ignore[method-assign]
         Policy.decide = counted_decide  # type: ignore[method-assign,assignment]
         DeliveryStore.expire = counted_expire  # type: ignore[method-assign]
         DeliveryStore.purge = counted_purge  # type: ignore[method-assign]
@@ -75,7 +83,8 @@ class Rows:
             yield
         finally:
             (Policy.decide, DeliveryStore.expire, DeliveryStore.purge, ops.apply,  # type: ignore[method-assign]
-             Destinations.lapse, DeliveryStore.hold_unconfigured) = saved
+             Destinations.lapse, DeliveryStore.hold_unconfigured,
+             DeliveryStore.mark_delivered) = saved
 
 
 def unreached(reached: Counter[str]) -> list[str]:

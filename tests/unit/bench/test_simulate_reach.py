@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.simulate.reach import PACKAGE, per_package, table
 
 
@@ -24,3 +26,30 @@ def test_files_are_summed_per_package_and_a_top_module_counts_as_sluice() -> Non
     printed = table(rows)
     assert printed.splitlines()[-1].split() == ["total", "4", "164", "94", "57.3", "32", "11",
                                                 "34.4"]
+
+
+def test_the_policy_rows_a_run_took_are_counted_where_they_are_decided(tmp_path: Path) -> None:
+    """Rows decided by ``Policy.decide`` and those done by a statement of their own (a
+    mark delivered) are both counted; the rest are listed as never reached."""
+    from datetime import timedelta
+
+    from bench.simulate.rows import Rows, unreached
+    from sluice.delivery.policy import TABLE, DeliveryOutcome
+    from sluice.delivery.store import DeliveryStore
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
+
+    db = open_database(f"sqlite:///{tmp_path}/rows.db")
+    migrate(db)
+    store = DeliveryStore(db)
+    rows = Rows()
+    with rows.installed():
+        entry, _ = store.enqueue("telegram", "1001", {"payloads": ["hi"]},
+                                 lease=timedelta(minutes=2))
+        store.apply(entry, store.policy.decide(DeliveryOutcome.UNKNOWN_RESTS))
+        store.mark_delivered(entry.id)
+    assert rows.reached[DeliveryOutcome.UNKNOWN_RESTS.value] == 1
+    assert rows.reached[DeliveryOutcome.MARK_DELIVERED.value] == 1
+    missing = unreached(rows.reached)
+    assert DeliveryOutcome.MARK_DELIVERED.value not in missing
+    assert len(missing) == len(TABLE) - 2
