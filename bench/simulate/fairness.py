@@ -185,6 +185,7 @@ class Isolation:
             else:
                 self._replay(entry, now)
             self.sim.judge.redriven(match)
+            self.sim.judge.failed_seen.pop(entry.id, None)
             self.sim.out.faults[f"operator_{how}"] = \
                 self.sim.out.faults.get(f"operator_{how}", 0) + 1
             self._owe(self.by_number[match[2]], now)

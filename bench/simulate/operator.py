@@ -22,6 +22,7 @@ from bench.simulate.rogue import Rogue
 
 RETENTION_SLACK = timedelta(hours=1)
 PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are redriven
+LISTED = 500  # the listing's longest page (``GET /api/delivery/entries?limit=``)
 
 
 def match_of(entry: Any) -> Match:
@@ -120,9 +121,10 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
         else:
             disabled.add(key)
     store = DeliveryStore(services.db)
-    failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
-    retention_kept(judge, now, {entry.id for entry in failed},
-                   timedelta(days=services.settings.delivery_retention_days))
+    failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=LISTED), key=match_of)
+    if len(failed) < LISTED:  # a full page shows the newest only: the rest are not gone
+        retention_kept(judge, now, {entry.id for entry in failed},
+                       timedelta(days=services.settings.delivery_retention_days))
     owed: list[Match] = []
     for entry in failed:
         match = match_of(entry)
