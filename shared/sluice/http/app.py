@@ -10,7 +10,7 @@ import importlib
 import ipaddress
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute, Route
 
 from sluice.core.auth import (
     SESSION_COOKIE,
@@ -27,7 +28,15 @@ from sluice.core.auth import (
     check_same_origin,
     is_authorized_cron,
 )
-from sluice.core.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
+from sluice.core.errors import (
+    ConfigurationError,
+    RequestError,
+    SluiceError,
+    Unauthorized,
+    UpstreamUnavailable,
+)
+from sluice.core.extensions import packs_on
+from sluice.core.packs import owner
 from sluice.core.observe import logger
 from sluice.core.query import QueryParam
 from sluice.core.services import Services
@@ -291,6 +300,29 @@ def _job_routes(job: Job) -> APIRouter:
     return router
 
 
+def served(router: APIRouter) -> APIRouter:
+    """``router`` without the routes of the packs this deployment leaves out
+    (``sluice.core.packs``: each pack owns its paths)."""
+    on = packs_on()
+    kept = [route for route in router.routes
+            if (pack := owner(getattr(route, "path", ""))) is None or pack in on]
+    return router if len(kept) == len(router.routes) else APIRouter(routes=kept)
+
+
+def refuse_taken_routes(jobs: Iterable[Job], routes: Iterable[BaseRoute]) -> None:
+    """A job whose route Sluice already serves (same method, and a path that route
+    matches) would take it over unseen: a ``ConfigurationError`` naming both."""
+    served_routes = [r for r in routes if isinstance(r, Route)]
+    for job in jobs:
+        for method in ("GET", "POST"):
+            for route in served_routes:
+                if method in (route.methods or ()) and route.path_regex.fullmatch(job.route):
+                    raise ConfigurationError(
+                        f"job {job.name!r} declares the route {method} {job.route}, which "
+                        f"Sluice serves as {route.name!r} ({route.path}); give the job "
+                        "another route")
+
+
 def _remaining(request: Request) -> Any:
     context = request.scope.get("aws.context")
     return getattr(context, "get_remaining_time_in_millis", None)
@@ -398,15 +430,21 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
             for job in JOBS.values()
         ]}
 
-    for job in JOBS.values():
-        app.include_router(_job_routes(job))
+    own = []
     for target in ROUTERS:
         module, _, attr = target.partition(":")
-        app.include_router(getattr(importlib.import_module(module), attr))
+        own.append(served(getattr(importlib.import_module(module), attr)))
     if push:
         from sluice.http.push import push_router
 
-        app.include_router(push_router(services))
+        own.append(push_router(services))
+    # Sluice's own routes, which no job may take: the app's above, the routers' below
+    refuse_taken_routes(JOBS.values(), [*app.router.routes,
+                                        *(route for router in own for route in router.routes)])
+    for job in JOBS.values():
+        app.include_router(_job_routes(job))
+    for router in own:
+        app.include_router(router)
     install_after_response(app)
     from sluice.http.apidocs import describe
 
