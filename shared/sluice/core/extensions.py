@@ -89,7 +89,7 @@ def with_packs(apps: Iterable[Extension]) -> tuple[Extension, ...]:
     apps = tuple(apps)
     names = packs_of(apps)
     for app in apps:
-        if CHANNELS_PACK not in names and getattr(app.module, "CHANNELS", ()):
+        if CHANNELS_PACK not in names and getattr(app.module, "CHANNELS", None):
             raise ConfigurationError(f"{app.source}: CHANNELS needs the {CHANNELS_PACK} pack, "
                                      "which PACKS leaves out")
     packs = tuple(_load(BY_NAME[name].module, f"pack {name!r}", ("sluice",)) for name in names)

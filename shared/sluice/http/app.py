@@ -36,8 +36,8 @@ from sluice.core.errors import (
     UpstreamUnavailable,
 )
 from sluice.core.extensions import packs_on
-from sluice.core.packs import owner
 from sluice.core.observe import logger
+from sluice.core.packs import owner
 from sluice.core.query import QueryParam
 from sluice.core.services import Services
 from sluice.core.surfaces import Surface

@@ -18,7 +18,7 @@ from sluice.core.observe import logger
 from sluice.core.settings import Settings
 from sluice.core.times import iso_z
 from sluice.queues.keys import idempotency_key
-from sluice.queues.signing import SIGNATURE_FIELD, Signer
+from sluice.queues.signing import Signer
 from sluice.queues.sqs import Sqs
 from sluice.queues.topics import check_topic, get_topic
 from sluice.store.db import utcnow

@@ -12,6 +12,7 @@ from sluice.extend import (
     NO_PROGRESS,
     ChannelAdapter,
     DeliveryEntry,
+    EgressError,
     Outbound,
     Progress,
     Retrier,
@@ -40,8 +41,6 @@ class PagerAdapter:
         return self.retrier.call(lambda: self._post(entry, text), label=f"pager {entry.id}")
 
     def _post(self, entry: DeliveryEntry, text: str) -> str:
-        from sluice.egress import EgressError
-
         try:
             answer = self.client.request(
                 "POST", f"{self.base_url}/pages/{entry.recipient}", json={"text": text},
@@ -51,7 +50,7 @@ class PagerAdapter:
         if answer.status >= 500:
             raise TransientDeliveryError(f"pager answered {answer.status}")
         if answer.status >= 400:
-            raise refused(f"pager: {answer.text()[:200]}", status=answer.status)
+            raise refused(f"pager: {answer.text[:200]}", status=answer.status)
         return str(answer.json().get("id"))
 
 
