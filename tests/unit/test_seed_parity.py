@@ -269,12 +269,12 @@ def test_the_permanent_patterns_the_document_names_are_permanent_in_any_case() -
 
 
 def test_the_job_count_is_the_registrys() -> None:
-    from sluice.jobs.registry import SLUICE_JOBS
+    from sluice.jobs.registry import JOBS
 
     words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
     seed_count = words[numbers_word(row("Five cron jobs")[0])]
     sluice_count = words[numbers_word(row("Five cron jobs")[2].removeprefix("addition: "))]
-    assert seed_count == 5 and sluice_count == len(SLUICE_JOBS)
+    assert seed_count == 5 and sluice_count == len(JOBS.using(()))
 
 
 def numbers_word(cell: str) -> str:
@@ -285,10 +285,10 @@ def numbers_word(cell: str) -> str:
 
 
 def test_the_four_topics_are_the_tables() -> None:
-    from sluice.queues.topics import SLUICE_TOPICS
+    from sluice.queues.topics import TOPICS
 
     named = re.findall(r"`([^`]+)`", same("Four topics in one table")[0])
-    assert named == [topic.name for topic in SLUICE_TOPICS]
+    assert named == list(TOPICS.using(()))
 
 
 class _Refusing:
