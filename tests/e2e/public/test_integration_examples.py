@@ -116,6 +116,41 @@ def test_a_javascript_message_is_what_sluice_publishes() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message["publishedAt"])
 
 
+def test_javascript_keys_every_topic_as_sluice_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rss.ingest``'s reference key counting UTF-16 units (an emoji inside the first 96),
+    an app topic keyed by a field (the example's, by its user) and one keyed by content."""
+    import types
+
+    import sluice.queues.topics as topics
+    from sluice.core.extensions import load
+    from sluice.extend import Topic
+
+    monkeypatch.syspath_prepend(str(EXAMPLES / "exampleapp"))
+    acme = types.ModuleType("acme_ext")
+    acme.TOPICS = [Topic("acme.invoice", "acme.work:handler", fields=("invoiceId",))]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "acme_ext", acme)
+    cases = [["rss.ingest", {"batchId": "b\U0001f600", "sourceId": "s\U0001f600" * 30}, []],
+             ["exampleapp.signup", {"userId": "u-\u00e9", "name": "Ada", "pager": "p"},
+              ["userId"]],
+             ["acme.invoice", {"invoiceId": "inv-\U0001f600"}, []]]
+    sent = node("console.log(JSON.stringify(input.map(([topic, fields, keyed]) => "
+                "app.sendMessageInput('https://sqs/q', app.buildMessage(topic, fields, "
+                + json.dumps(SECRET) + "), keyed))));", cases)
+    keys = []
+    for n, answer in enumerate(sent):
+        if n == 1:  # the app's topics: the tables as the two app modules make them
+            monkeypatch.setattr(topics, "TOPICS", topics.TOPICS.using(
+                load(["exampleapp.sluice_ext", "acme_ext"], group=None)))
+        message = json.loads(answer["MessageBody"])
+        assert Signer([SECRET]).check(message) is None
+        keys.append(answer["MessageAttributes"]["idempotencyKey"]["StringValue"])
+        assert keys[-1] == idempotency_key(message), message
+    assert keys[1] == "exampleapp.signup:u-\u00e9"
+    tail = keys[0].split(":", 2)[2]  # an emoji is two UTF-16 units, so two _
+    assert len(tail) == 96 and "s__s__s" in tail
+    assert keys[2].startswith("acme.invoice:") and len(keys[2]) == len("acme.invoice:") + 64
+
+
 def run_statements(url: str, statements: list[dict[str, Any]]) -> None:
     """Run the example's statements as an app's driver would, in one transaction: psycopg
     for Postgres (node-postgres numbers its parameters $1…, psycopg names them), sqlite3
