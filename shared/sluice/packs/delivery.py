@@ -5,9 +5,12 @@ where a delivery is sent; its recipient check from ``sluice.core.validate``)."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sluice.extend import Channel, ChannelAdapter, Job, Outbound, Retrier, Settings
+from sluice.extend import Channel, Job
+
+if TYPE_CHECKING:  # what a build is given, named for its signature only: loaded where it runs
+    from sluice.extend import ChannelAdapter, Outbound, Retrier, Settings
 
 JOBS = [
     Job(name="delivery-drain", route="/api/admin/delivery/drain", schedule="rate(1 minute)",
