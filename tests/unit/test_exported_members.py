@@ -53,10 +53,10 @@ def test_the_package_is_typed() -> None:
 
 def test_docs_api_documents_exactly_the_public_names() -> None:
     text = (ROOT / "docs" / "api.md").read_text()
-    sections = dict(re.findall(r"^## `([\w.]+)`\n(.*?)(?=^## |\Z)", text, re.S | re.M))
+    sections = dict(re.findall(r"^## `([\w.]+)`\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE))
     assert set(sections) == PUBLIC
     for module, names in (("sluice", SLUICE), ("sluice.extend", EXTEND)):
-        documented = re.findall(r"^### `(\w+)`$", sections[module], re.M)
+        documented = re.findall(r"^### `(\w+)`$", sections[module], re.MULTILINE)
         assert sorted(documented) == sorted(names), module
 
 

@@ -41,13 +41,13 @@ def module(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
 
 
 @pytest.mark.parametrize(("route", "taken"), [
-    ("/api/admin/delivery/replay", "POST /api/admin/delivery/replay, which Sluice serves as "
-                                   "'delivery:replay' (/api/admin/delivery/replay)"),
-    ("/api/queue/status", "GET /api/queue/status, which Sluice serves as "
-                          "'delivery:queue_status' (/api/queue/status)"),
+    ("/api/admin/delivery/replay", ("POST /api/admin/delivery/replay, which Sluice serves as "
+                                   "'delivery:replay' (/api/admin/delivery/replay)")),
+    ("/api/queue/status", ("GET /api/queue/status, which Sluice serves as "
+                          "'delivery:queue_status' (/api/queue/status)")),
     ("/api/admin/jobs", "GET /api/admin/jobs, which Sluice serves as 'jobs'"),
-    ("/api/admin/dlq/quarantine", "GET /api/admin/dlq/quarantine, which Sluice serves as "
-                                  "'dlq:list' (/api/admin/dlq/{name})"),
+    ("/api/admin/dlq/quarantine", ("GET /api/admin/dlq/quarantine, which Sluice serves as "
+                                  "'dlq:list' (/api/admin/dlq/{name})")),
 ])
 def test_a_job_on_a_route_sluice_serves_is_refused_at_start_up(
         module: types.ModuleType, monkeypatch: pytest.MonkeyPatch, services: Services,

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import BASE_ENV, ROOT, admin_token, free_port, run_cli
+from tests.conftest import BASE_ENV, ROOT, admin_token, run_cli, start_dev
 
 APP = ROOT / "docs" / "examples" / "exampleapp"
 APP_ENV = {"SLUICE_APP": "exampleapp.sluice_ext", "PYTHONPATH": str(APP)}
@@ -130,22 +129,10 @@ def test_the_app_api_refuses_what_a_pack_that_is_off_would_do(tmp_path: Path) ->
 @pytest.fixture
 def dev_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``sluice dev`` for the example app, delivery pack alone."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
-    env.update({**BASE_ENV, **APP_ENV, "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/dev.db"})
-    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--no-scheduler",
-                             "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    base, proc = start_dev({**BASE_ENV, **APP_ENV,
+                            "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/dev.db"},
+                           tmp_path, "--no-scheduler")
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("sluice dev did not start")
         yield base, proc
     finally:
         proc.terminate()

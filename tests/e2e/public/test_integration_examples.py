@@ -4,14 +4,12 @@ JavaScript one under Node, each checked against what Sluice itself does."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +29,7 @@ from sluice.queues.keys import idempotency_key
 from sluice.queues.signing import Signer, canonical
 from sluice.store.db import open_database
 from sluice.store.redis_clients import connect
-from tests.conftest import BASE_ENV, ROOT, free_port
+from tests.conftest import BASE_ENV, ROOT, free_port, start_dev
 from tests.unit.queues.test_signing import VECTORS
 
 EXAMPLES = ROOT / "docs" / "examples"
@@ -121,9 +119,9 @@ def test_javascript_keys_every_topic_as_sluice_does(monkeypatch: pytest.MonkeyPa
     an app topic keyed by a field (the example's, by its user) and one keyed by content."""
     import types
 
-    import sluice.queues.topics as topics
     from sluice.core.extensions import load
     from sluice.extend import Topic
+    from sluice.queues import topics
 
     monkeypatch.syspath_prepend(str(EXAMPLES / "exampleapp"))
     acme = types.ModuleType("acme_ext")
@@ -260,23 +258,9 @@ def test_the_guide_names_only_the_stable_api() -> None:
 @pytest.fixture
 def sluice_dev(sqlite_url: str) -> Iterator[str]:
     """``sluice dev`` as a developer runs it, on its own port and database."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
-    env.update({**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url,
-                "SLUICE_QUEUE_SIGNING_SECRET": SECRET})
-    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--no-scheduler",
-                             "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    base, proc = start_dev({**BASE_ENV, "SLUICE_DATABASE_URL": sqlite_url,
+                            "SLUICE_QUEUE_SIGNING_SECRET": SECRET}, ROOT, "--no-scheduler")
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("sluice dev did not start")
         yield base
     finally:
         proc.terminate()

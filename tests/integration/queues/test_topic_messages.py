@@ -51,8 +51,8 @@ def test_an_app_topics_message_is_its_declared_fields_keyed_by_them(
     for given, refusal in (({"userId": "u-2", "name": "Bo"},
                             "fields.pager is required by topic exampleapp.signup"),
                            ({**fields, "batchId": "b-1"},
-                            "topic exampleapp.signup has no field 'batchId'; its fields: "
-                            "userId, name, pager")):
+                            ("topic exampleapp.signup has no field 'batchId'; its fields: "
+                            "userId, name, pager"))):
         refused = run_cli(["publish", "exampleapp.signup", "--json"], env,
                           stdin=json.dumps(given))
         assert refused.returncode == 64, refused.stderr

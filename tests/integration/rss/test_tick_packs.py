@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
-from sluice.alerts.rules import RulesStore
 from sluice.core.services import Services
 from sluice.delivery.store import DeliveryStore
 from sluice.jobs.registry import Deadline
 from sluice.rss import sweep as rss_sweep
-from sluice.rss.store import RssStore
 from sluice.rss.tick import refresh_tick
 from tests.providers.feeds import FeedServer
-from tests.rss_support import FakeClock, catalog, feed_services
+from tests.rss_support import FakeClock, catalog, feed_services, scope_with_a_rule
 
 
 @pytest.fixture
@@ -39,19 +37,13 @@ def _tick(svc: Services, clock: FakeClock) -> dict[str, Any]:
 def test_without_the_alerts_pack_the_tick_sweeps_and_announces_nothing(
         sqlite_url: str, make_services: Callable[..., Services], feeds: FeedServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The alerts listener is registered in this process (this module imports
-    ``sluice.alerts``, as the HTTP app does); with the pack off it still hears nothing."""
+    """The alerts listener is registered in this process (as the HTTP app's import of
+    ``sluice.alerts`` does); with the pack off it still hears nothing."""
+    import sluice.alerts  # noqa: F401 - registers the listener, as the HTTP app's import does
+
     svc = feed_services(make_services, sqlite_url)
-    store = RssStore(svc.db)
-    source = store.add_source(feeds.add_rss("/t/live", items=2))
-    store.put_scope("scope-a", "tenant-a", (source.id,), "en", True)
     clock = FakeClock()
-    with catalog(svc, clock) as cat:
-        cat.refresh_scope("scope-a")
-    RulesStore(svc).put("scope-a", [{"id": "r1", "match": {"keywords": ["story"]},
-                                     "destination": {"channel": "slack",
-                                                     "recipient": "C0ALERTS"}}])
-    feeds.add_rss("/t/live", items=4)  # two new stories for the next build
+    scope_with_a_rule(svc, feeds, clock)  # two new stories for the next build
     monkeypatch.setattr(rss_sweep, "packs_on", lambda: ("delivery", "rss"))
     off = _tick(svc, clock)
     assert "alertSweep" not in off and off["tenantIngestion"]["refreshed"] == 1
