@@ -10,7 +10,7 @@ import importlib
 import ipaddress
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -19,7 +19,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import BaseRoute, Route
 
 from sluice.core.auth import (
     SESSION_COOKIE,
@@ -29,15 +28,12 @@ from sluice.core.auth import (
     is_authorized_cron,
 )
 from sluice.core.errors import (
-    ConfigurationError,
     RequestError,
     SluiceError,
     Unauthorized,
     UpstreamUnavailable,
 )
-from sluice.core.extensions import packs_on
 from sluice.core.observe import logger
-from sluice.core.packs import owner
 from sluice.core.query import QueryParam
 from sluice.core.services import Services
 from sluice.core.surfaces import Surface
@@ -46,6 +42,7 @@ from sluice.core.validate import load_json
 from sluice.http.after import install as install_after_response
 from sluice.http.guard import InputGuard
 from sluice.http.params import openapi_query, strict_query
+from sluice.http.served import refuse_taken_routes, served
 from sluice.jobs.handoff import hand_off, hands_off
 from sluice.jobs.overdue import DisabledMarks, statuses
 from sluice.jobs.registry import JOBS, Job
@@ -298,29 +295,6 @@ def _job_routes(job: Job) -> APIRouter:
     router.add_api_route(job.route, admin, methods=["POST"], name=f"{job.name}:admin",
                          openapi_extra=openapi_query(_query_params(job, cron=False)))
     return router
-
-
-def served(router: APIRouter) -> APIRouter:
-    """``router`` without the routes of the packs this deployment leaves out
-    (``sluice.core.packs``: each pack owns its paths)."""
-    on = packs_on()
-    kept = [route for route in router.routes
-            if (pack := owner(getattr(route, "path", ""))) is None or pack in on]
-    return router if len(kept) == len(router.routes) else APIRouter(routes=kept)
-
-
-def refuse_taken_routes(jobs: Iterable[Job], routes: Iterable[BaseRoute]) -> None:
-    """A job whose route Sluice already serves (same method, and a path that route
-    matches) would take it over unseen: a ``ConfigurationError`` naming both."""
-    served_routes = [r for r in routes if isinstance(r, Route)]
-    for job in jobs:
-        for method in ("GET", "POST"):
-            for route in served_routes:
-                if method in (route.methods or ()) and route.path_regex.fullmatch(job.route):
-                    raise ConfigurationError(
-                        f"job {job.name!r} declares the route {method} {job.route}, which "
-                        f"Sluice serves as {route.name!r} ({route.path}); give the job "
-                        "another route")
 
 
 def _remaining(request: Request) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import sluice.http.app as http_app
+import sluice.http.served as http_served
 from sluice.core.errors import ConfigurationError
 from sluice.core.extensions import load
 from sluice.core.services import Services
@@ -64,13 +65,13 @@ def test_a_route_of_a_pack_that_is_off_is_free(module: types.ModuleType,
                                                services: Services) -> None:
     module.JOBS, module.PACKS = [_job("/api/admin/erasure/summary")], ["delivery"]
     monkeypatch.setattr(http_app, "JOBS", JOBS.using(load(["acme_ext"], group=None)))
-    monkeypatch.setattr(http_app, "packs_on", lambda: ("delivery",))
+    monkeypatch.setattr(http_served, "packs_on", lambda: ("delivery",))
     app = create_app(services)
     assert "/api/admin/erasure/summary" in app.openapi()["paths"]
     # and with the erasure pack on it is taken
     module.PACKS = ["delivery", "erasure"]
     monkeypatch.setattr(http_app, "JOBS", JOBS.using(load(["acme_ext"], group=None)))
-    monkeypatch.setattr(http_app, "packs_on", lambda: ("erasure", "delivery"))
+    monkeypatch.setattr(http_served, "packs_on", lambda: ("erasure", "delivery"))
     with pytest.raises(ConfigurationError, match="'erasure:summary'"):
         create_app(services)
 
