@@ -9,13 +9,14 @@ read here and nowhere else:
   app's pyproject: ``[project.entry-points."sluice.extensions"] myapp = "myapp.sluice_ext"``);
 - ``SLUICE_APP``: comma-separated module names (``SLUICE_APP=myapp.sluice_ext``).
 
-Sluice's own capabilities are packs (``sluice.core.packs``), each a module declared the same
-way and loaded the same way, as an extension of its own; the app's ``PACKS`` says which are
-on. Each table (``sluice.jobs.registry.JOBS``, ``sluice.queues.topics.TOPICS``,
+Sluice's own capabilities are packs (``sluice.core.packs``), each a module declared and
+loaded the same way, as an extension of its own; the app's ``PACKS`` says which are on.
+Each table (``sluice.jobs.registry.JOBS``, ``sluice.queues.topics.TOPICS``,
 ``sluice.delivery.channels.channels()``) is Sluice's core entries, then the packs that are
-on, then the app's declarations, merged on first use. A module that fails to import, an attribute that is not a sequence of
-the right type, or a name Sluice (or another extension) already uses is a
-``ConfigurationError`` naming the module: a Lambda fails at cold start, not on a message.
+on, then the app's declarations, merged on first use. A module that fails to import, an
+attribute that is not a sequence of the right type, or a name Sluice (or another
+extension) already uses is a ``ConfigurationError`` naming the module: a Lambda fails at
+cold start, not on a message.
 """
 
 from __future__ import annotations
