@@ -150,6 +150,7 @@ def test_the_console_shows_only_the_delivery_pack(
         "/admin/queues", "/admin/dlq", "/admin/jobs", "/admin/deliveries", "/admin/audit"]
     assert re.findall(r'data-card="([^"]+)"', page.text) == [
         "exampleapp.signup", "exampleapp.signup-dlq", "quarantine", "delivery"]
+    assert "depth over 24 h" not in page.text  # no history pack, no depth sampled to draw
     overview = httpx.get(f"{base}/api/admin/console/overview", cookies=cookies, timeout=30)
     assert [card["key"] for card in overview.json()["cards"]] == [
         "exampleapp.signup", "exampleapp.signup-dlq", "quarantine", "delivery"]

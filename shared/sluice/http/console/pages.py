@@ -287,8 +287,9 @@ async def overview_page(request: Request, identity: Identity) -> Response:
     services = _services(request)
     data = await run_in_threadpool(overview_model, services)
     history = await run_in_threadpool(model.history, services)
+    # depth over time is sampled by the history pack's job: without it there is none to draw
     return _page(request, "overview.html", identity=identity, title="Queue health",
-                 data=data, history=history, refresh=True)
+                 data=data, history=history, depths="history" in packs_on(), refresh=True)
 
 
 @router.get("/api/admin/console/overview", name="console:overview.json")
