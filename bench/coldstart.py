@@ -1,15 +1,22 @@
-"""Cold start per Lambda function as deployed: its handler module's import-and-init time in
-fresh interpreters, secrets read from SSM, next to the libraries that handler truly loads.
+"""Cold start per Lambda function as packaged: its handler module's import-and-init time in
+fresh interpreters of the runtime's Python, from its own unpacked zip, secrets read from
+SSM, next to the libraries that handler truly loads; and each zip's size.
 
-Each function gets the environment serverless.yml gives it: its secrets (the cron and
-signing secrets, and a Postgres ``SLUICE_DATABASE_URL`` pointing at a scratch database on
-the local Postgres) live only in SSM under ``SLUICE_SECRETS_PATH`` as SecureStrings, on a
-moto server on 127.0.0.1 that ``AWS_ENDPOINT_URL_SSM`` points at, with fake credentials.
+The deployment is packaged with the project's own command (``npx osls package``, as
+tests/deploy does; ``SLUICE_BENCH_PACKAGE=DIR`` reuses an osls ``--package`` output
+instead, e.g. one made on another commit for a before/after). Each function's zip is
+unpacked into a folder of its own and runs under CPython 3.12 started with ``-I -S``, its
+``sys.path`` the unpacked zip and then what the python3.12 runtime provides (boto3 and
+botocore: tests/deploy/lambda_check.py), as Lambda's bootstrap sets it. Each function gets
+the environment the packaged template gives it: its secrets (the cron and signing
+secrets, and a Postgres ``SLUICE_DATABASE_URL`` pointing at a scratch database on the
+local Postgres) live only in SSM under ``SLUICE_SECRETS_PATH`` as SecureStrings, on a moto
+server on 127.0.0.1 that ``AWS_ENDPOINT_URL_SSM`` points at, with fake credentials.
 A fresh interpreter imports the handler module: the functions package first loads the
 secrets through the real code path, then module-scope init runs (settings, services, the
 job's drain); it reports the time and every module the import added. Another fresh
 interpreter then imports just those modules (submodules included, in the same order), less
-Sluice's own (``shared``, ``functions``), and makes the minimal SSM fetch any function
+Sluice's own (``sluice``, ``functions``), and makes the minimal SSM fetch any function
 would need: the same two signed GetParameters POSTs over ``http.client`` that the handler
 makes (``sluice.core.awsjson``, whose imports are all stdlib), since with credentials in
 the environment no SDK is needed. That is the floor no handler built on these libraries
@@ -24,8 +31,8 @@ machine, and moto's own work in this process, do not swell them; medians over
 
 A function row's ratio is libraries / handler (>1 would mean faster than its own
 libraries); the target is a ratio of at least 1/1.15 = 0.87, and the note gives each
-function's time as a share of the HTTP function's. The secret row's ratio is
-budget / measured (at least 1 meets the budget).
+function's time as a share of the HTTP function's and its zip's size, unpacked and zipped.
+The secret row's ratio is budget / measured (at least 1 meets the budget).
 """
 
 from __future__ import annotations
@@ -35,17 +42,17 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, NamedTuple
 
 from bench.common import Row, median, row, scratch_database
+from tests.deploy.lambda_check import Function, functions, runtime_python, runtime_site
 
-ROOT = Path(__file__).resolve().parent.parent
-OWN = ("sluice", "functions", "bench", "tests")
+OWN = ("sluice", "functions")
 SECRET_BUDGET_MS = 100.0
 SECRETS_PATH = "/sluice/bench/"
 REGION = "eu-north-1"
@@ -102,14 +109,34 @@ print(json.dumps({"module": t1 - t0, "tls": t2 - t1, "client": t3 - t2, "fetch":
 """
 
 
-def _functions() -> dict[str, dict[str, Any]]:
-    class Loader(yaml.SafeLoader):
-        pass
+class Runtime(NamedTuple):
+    """The runtime's Python and the folder of what the runtime provides beside a function."""
 
-    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    data = yaml.load((ROOT / "serverless.yml").read_text(), Loader=Loader)
-    functions: dict[str, dict[str, Any]] = data["functions"]
-    return functions
+    python: str
+    site: Path
+
+
+def packaged_functions(scratch: Path) -> list[Function]:
+    """The deployment's functions as osls packages them (or as ``SLUICE_BENCH_PACKAGE``
+    holds them)."""
+    from tests.deploy.conftest import Packaged, copy_project, package
+
+    reuse = os.environ.get("SLUICE_BENCH_PACKAGE")
+    if reuse:
+        out = Path(reuse)
+        template = json.loads((out / "cloudformation-template-update-stack.json").read_text())
+        return functions(Packaged(out, out, template, {}, ""))
+    service = scratch / "service"
+    copy_project(service)
+    return functions(package(service, scratch / "package"))
+
+
+def unpack(fn: Function, scratch: Path) -> tuple[Path, int]:
+    """``fn``'s zip unpacked into a folder of its own; that folder and the unpacked size."""
+    task = scratch / fn.name
+    with zipfile.ZipFile(fn.artifact) as archive:
+        archive.extractall(task)
+        return task, sum(info.file_size for info in archive.infolist())
 
 
 def _free_port() -> int:
@@ -147,59 +174,58 @@ def ssm_with_secrets(database_url: str) -> Iterator[str]:
         server.stop()
 
 
-def _env(fn: dict[str, Any], ssm_endpoint: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLUICE_", "CRON_", "AWS_", "POLAR_", "SENTRY_", "PYTHON"))}
-    env.update({
+def _env(environment: dict[str, str], ssm_endpoint: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""), "LANG": "en_US.UTF-8", "TZ": ":UTC",
+        **environment,
         "SLUICE_STAGE": "bench",
-        "SLUICE_QUEUE_MODE": "sqs",
-        "SLUICE_QUEUE_PREFIX": "sluice-bench-",
         "SLUICE_SECRETS_PATH": SECRETS_PATH,
         "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_SESSION_TOKEN": "bench",
         "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION,
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # any other AWS call: refused, on loopback
         "AWS_ENDPOINT_URL_SSM": ssm_endpoint,
-        "PYTHONDONTWRITEBYTECODE": "",
-        **{k: str(v) for k, v in (fn.get("environment") or {}).items()},
-    })
-    return env
+        "PYTHONDONTWRITEBYTECODE": "1",  # a read-only /var/task: the zip's own .pyc only
+    }
 
 
-def _child(code: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+def _child(code: str, args: list[str], env: dict[str, str], runtime: Runtime,
+           task: Path) -> dict[str, Any]:
+    """``code`` in a fresh runtime interpreter whose path is ``task`` then the runtime's."""
+    preamble = f"import sys; sys.path[:0] = [{str(task)!r}, {str(runtime.site)!r}]\n"
+    done = subprocess.run([runtime.python, "-I", "-S", "-c", preamble + code, *args], env=env,
+                          cwd=task, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{args[0] if args else 'child'}: {done.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def measure(fn: dict[str, Any], repeat: int, ssm_endpoint: str
+def measure(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime: Runtime
             ) -> tuple[float, float, list[str]]:
     from sluice.core.secrets import SECRET_NAMES
 
-    module, _, attr = fn["handler"].rpartition(".")
+    module, _, attr = fn.handler.rpartition(".")
     module = module.replace("/", ".")
-    env = _env(fn, ssm_endpoint)
+    env = _env(fn.environment, ssm_endpoint)
     parameters = json.dumps([SECRETS_PATH + name for name in SECRET_NAMES])
-    _child(HANDLER, [module, attr], env)  # warm the bytecode cache, as a deployed zip has it
+    _child(HANDLER, [module, attr], env, runtime, task)  # the page cache, as a warm host has it
     handler_runs, library_runs = [], []
     libraries: list[str] = []
     for _ in range(repeat):
-        probe = _child(HANDLER, [module, attr], env)
+        probe = _child(HANDLER, [module, attr], env, runtime, task)
         handler_runs.append(probe["seconds"])
         libraries = [m for m in probe["added"]
                      if m.split(".")[0] not in OWN and not m.startswith("__")]
         library_runs.append(
-            _child(LIBRARIES, [json.dumps(libraries), parameters], env)["seconds"])
+            _child(LIBRARIES, [json.dumps(libraries), parameters], env, runtime, task)["seconds"])
     return median(handler_runs), median(library_runs), libraries
 
 
-def secret_load(repeat: int, ssm_endpoint: str) -> Row:
+def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) -> Row:
     env = _env({}, ssm_endpoint)
-    _child(SECRET_LOAD, [], env)
-    runs = [_child(SECRET_LOAD, [], env) for _ in range(repeat)]
+    _child(SECRET_LOAD, [], env, runtime, task)
+    runs = [_child(SECRET_LOAD, [], env, runtime, task) for _ in range(repeat)]
     if any(len(run["loaded"]) != 3 for run in runs):
         raise RuntimeError(f"secret load: expected 3 secrets, got {runs[0]['loaded']}")
     if any(run["sdk"] for run in runs):
@@ -215,20 +241,30 @@ def secret_load(repeat: int, ssm_endpoint: str) -> Row:
 
 def run() -> list[Row]:
     repeat = int(os.environ.get("SLUICE_BENCH_REPEAT", "7"))
-    functions = _functions()
     measured: dict[str, tuple[float, float, list[str]]] = {}
-    with scratch_database() as db, ssm_with_secrets(db.conninfo) as ssm_endpoint:
-        for name, fn in functions.items():
-            measured[name] = measure(fn, repeat, ssm_endpoint)
-        secrets_row = secret_load(repeat, ssm_endpoint)
-    http = next((measured[n][0] for n, fn in functions.items()
-                 if any("httpApi" in e for e in fn.get("events") or [])), None)
+    sizes: dict[str, tuple[int, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="sluice-coldstart-") as tmp:
+        scratch = Path(tmp)
+        found = packaged_functions(scratch)
+        runtime = Runtime(runtime_python(), runtime_site(scratch / "var-runtime"))
+        tasks = {}
+        for fn in found:
+            tasks[fn.name], unpacked = unpack(fn, scratch / "task")
+            sizes[fn.name] = unpacked, fn.artifact.stat().st_size
+        with scratch_database() as db, ssm_with_secrets(db.conninfo) as ssm_endpoint:
+            for fn in found:
+                measured[fn.name] = measure(fn, tasks[fn.name], repeat, ssm_endpoint, runtime)
+            secrets_row = secret_load(repeat, ssm_endpoint, runtime, tasks[found[0].name])
+    http = next((measured[fn.name][0] for fn in found if fn.kind == "http"), None)
     rows = []
-    for name, (handler_s, libraries_s, libraries) in measured.items():
+    for fn in found:
+        handler_s, libraries_s, libraries = measured[fn.name]
         third_party = {m.split(".")[0] for m in libraries} - set(sys.stdlib_module_names)
         share = f"{handler_s / http:.0%} of http; " if http else ""
-        rows.append(row(f"coldstart {name}", handler_s * 1000, libraries_s * 1000, "ms",
+        unpacked, zipped = sizes[fn.name]
+        rows.append(row(f"coldstart {fn.name}", handler_s * 1000, libraries_s * 1000, "ms",
                         higher_is_better=False,
-                        note=f"{share}libs: {', '.join(sorted(third_party)) or 'stdlib only'}"))
+                        note=f"{share}{unpacked / 1e6:.1f} MB unpacked, {zipped / 1e6:.1f} MB "
+                             f"zipped; libs: {', '.join(sorted(third_party)) or 'stdlib only'}"))
     rows.append(secrets_row)
     return rows

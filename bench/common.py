@@ -70,6 +70,26 @@ def row(name: str, sluice: float, baseline: float, unit: str, higher_is_better: 
 
 
 @contextmanager
+def scratch_sqlite(name: str) -> Iterator[tuple[Any, str]]:
+    """A migrated SQLite database of the benchmark's own in a temporary directory
+    (``SLUICE_BENCH_TMP`` when set): (database, its URL)."""
+    import os
+    import tempfile
+
+    from sluice.store.db import open_database
+    from sluice.store.migrate import migrate
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
+        url = f"sqlite:///{tmp}/{name}.db"
+        db = open_database(url)
+        migrate(db)
+        try:
+            yield db, url
+        finally:
+            db.close()
+
+
+@contextmanager
 def scratch_database() -> Iterator[Any]:
     """A migrated Postgres database of the benchmark's own, dropped afterwards."""
     import psycopg
@@ -88,3 +108,68 @@ def scratch_database() -> Iterator[Any]:
         db.close()
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def scratch_store(dialect: str) -> Iterator[tuple[Any, str]]:
+    """A migrated database of the benchmark's own and its URL: SQLite (``scratch_sqlite``)
+    or Postgres (``scratch_database``); gone afterwards."""
+    if dialect == "postgres":
+        with scratch_database() as pg:
+            yield pg, pg.conninfo
+        return
+    with scratch_sqlite("bench") as found:
+        yield found
+
+
+ADMIN_JWT_SECRET = "bench-admin-jwt-secret-0123456789abcdef"
+
+
+def admin_headers() -> dict[str, str]:
+    """An ``ops`` admin's bearer token, signed with ``ADMIN_JWT_SECRET``, for an hour."""
+    import jwt
+
+    now = int(time.time())
+    token = jwt.encode({"sub": "bench", "roles": ["ops"], "iat": now, "exp": now + 3600},
+                       ADMIN_JWT_SECRET, algorithm="HS256")
+    return {"authorization": f"Bearer {token}"}
+
+
+@contextmanager
+def admin_client(url: str, **env: str) -> Iterator[Any]:
+    """The HTTP app on the database at ``url`` (settings ``env`` besides), through one
+    in-process client; an admin's requests carry ``admin_headers()``."""
+    from fastapi.testclient import TestClient
+
+    from sluice.core.observe import Reporter
+    from sluice.core.services import Services
+    from sluice.core.settings import Settings
+    from sluice.http.app import create_app
+    from sluice.store.db import open_database
+
+    settings = Settings.from_env({"SLUICE_DATABASE_URL": url,
+                                  "SLUICE_ADMIN_JWT_SECRET": ADMIN_JWT_SECRET, **env})
+    services = Services(settings, open_database(url), Reporter())
+    try:
+        with TestClient(create_app(services)) as client:
+            yield client
+    finally:
+        services.close()
+
+
+def median_requests(client: Any, paths: tuple[str, ...], headers: dict[str, str],
+                    repeat: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Median milliseconds of ``repeat`` GETs of each of ``paths`` (interleaved, after an
+    untimed one each that warms the plans and caches), and each path's last JSON answer."""
+    for path in paths:
+        assert client.get(path, headers=headers).status_code == 200
+    samples: dict[str, list[float]] = {path: [] for path in paths}
+    last: dict[str, Any] = {}
+    for _ in range(repeat):
+        for path in paths:
+            start = time.perf_counter()
+            response = client.get(path, headers=headers)
+            samples[path].append(time.perf_counter() - start)
+            assert response.status_code == 200, response.text
+            last[path] = response.json()
+    return {path: median(times) * 1000 for path, times in samples.items()}, last

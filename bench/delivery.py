@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import delivery_held, delivery_replay
+from bench import delivery_destinations, delivery_fair, delivery_held, delivery_replay
 from bench.common import Row, median, row, scratch_database
 from sluice.delivery.store import DeliveryStore
 from sluice.store.db import SqliteDatabase, open_database, utcnow
@@ -258,7 +258,9 @@ def run() -> list[Row]:
              f"{each}; 2 round trips a message each (Sluice: autocommit INSERT, autocommit "
              "UPDATE; plain: the same, prepared)"),
         *delivery_held.run(),
+        *delivery_fair.run(),
         *delivery_replay.run(),
+        *delivery_destinations.run(),
     ]
 
 

@@ -16,14 +16,11 @@ takes each entry once and holds it): the 20 and nothing else are touched, and no
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from bench.common import Row, median, row, scratch_database
+from bench.common import Row, median, row, scratch_store
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
 from sluice.core.settings import Settings
@@ -32,8 +29,7 @@ from sluice.delivery.destinations import Destinations
 from sluice.delivery.drain import Deliverer
 from sluice.delivery.store import DeliveryStore
 from sluice.jobs.registry import Deadline
-from sluice.store.db import Database, open_database, utcnow
-from sluice.store.migrate import migrate
+from sluice.store.db import Database, utcnow
 
 HELD = (300, 3000)
 HEALTHY = 20
@@ -103,28 +99,10 @@ def measure(db: Database, url: str, held: int, *, paused: bool = False
     return median(times), delivered, touched
 
 
-@contextmanager
-def _sqlite() -> Iterator[tuple[Database, str]]:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SLUICE_BENCH_TMP")) as tmp:
-        url = f"sqlite:///{tmp}/held.db"
-        db = open_database(url)
-        migrate(db)
-        try:
-            yield db, url
-        finally:
-            db.close()
-
-
-@contextmanager
-def _postgres() -> Iterator[tuple[Database, str]]:
-    with scratch_database() as pg:
-        yield pg, pg.conninfo
-
-
-def _row(store: str, open_store: Callable[[], Any], *, paused: bool = False) -> Row:
+def _row(store: str, dialect: str, *, paused: bool = False) -> Row:
     found = {}
     for held in HELD:
-        with open_store() as (db, url):
+        with scratch_store(dialect) as (db, url):
             found[held] = measure(db, url, held, paused=paused)
     (small, small_ok, small_rows), (big, big_ok, big_rows) = found[HELD[0]], found[HELD[1]]
     on = "a paused destination" if paused else "a dead destination"
@@ -138,8 +116,8 @@ def _row(store: str, open_store: Callable[[], Any], *, paused: bool = False) -> 
 
 
 def run() -> list[Row]:
-    return [_row("SQLite", _sqlite), _row("Postgres", _postgres),
-            _row("SQLite", _sqlite, paused=True), _row("Postgres", _postgres, paused=True)]
+    return [_row("SQLite", "sqlite"), _row("Postgres", "postgres"),
+            _row("SQLite", "sqlite", paused=True), _row("Postgres", "postgres", paused=True)]
 
 
 __all__ = ["measure", "run"]

@@ -185,12 +185,18 @@ def services(db_url: str, make_services: Callable[..., Services]) -> Services:
 # --- Subprocesses -------------------------------------------------------------
 
 
+def process_env(env: dict[str, str]) -> dict[str, str]:
+    """A child process's environment: this one's without Sluice's settings, then ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
+    full_env.update(env)
+    return full_env
+
+
 def run_cli(args: list[str], env: dict[str, str], *, timeout: float = 120,
             stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run ``sluice`` in a fresh interpreter (so crash points can kill it for real)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args], env=full_env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args],
+                          env=process_env(env), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, input=stdin,
                           check=False)
 

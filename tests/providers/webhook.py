@@ -15,6 +15,7 @@ import base64
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -40,6 +41,11 @@ class WebhookReceiver(StandIn):
         self.received: list[dict[str, Any]] = []
         self.delivered: dict[str, dict[str, Any]] = {}
         self.rejected = 0
+        # per path (``/hooks/<name>``), answers scripted for that URL alone (before ``answers``)
+        self.scripts: dict[str, list[int | tuple[int, dict[str, str]]]] = {}
+        # called with (path, key) as each request arrives, before it is answered: an
+        # operator acting in the middle of a drain run
+        self.on_request: Callable[[str, str], None] | None = None
         self.slow = 0  # how many of the next requests answer only after ``release`` is set
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -56,13 +62,16 @@ class WebhookReceiver(StandIn):
                 self.rejected += 1
             return json_response(401, {"error": "bad signature"})
         key = {k.lower(): v for k, v in headers.items()}.get("webhook-id", "")
+        if self.on_request is not None:
+            self.on_request(path, key)
         with self._lock:
             self.received.append({"key": key, "headers": headers, "body": json.loads(body),
-                                  "at": time.time()})
+                                  "at": time.time(), "path": path})
             slow = self.slow > 0
             self.slow -= 1 if slow else 0
-            if self.answers and not slow:
-                answer = self.answers.pop(0)
+            script = self.scripts.get(path)
+            if (script or self.answers) and not slow:
+                answer = script.pop(0) if script else self.answers.pop(0)
                 status, extra = answer if isinstance(answer, tuple) else (answer, {})
                 return json_response(status, {"error": "scripted"}, **extra)
             self.delivered.setdefault(key, json.loads(body))

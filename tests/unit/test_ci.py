@@ -31,8 +31,10 @@ def test_the_test_command_sets_up_then_lints_then_tests() -> None:
     for needed in ("answers 5432", "pg_ctlcluster", "answers 6379", "redis-server --daemonize",
                    "command -v chromium", "apt-get install -y -q chromium"):
         assert needed in text, needed
-    tail = steps[-6:]
-    assert tail == ["python3 -m venv .venv", ".venv/bin/pip install -q -e '.[dev]'",
+    tail = steps[-7:]
+    assert tail == ["python3 -m venv .venv",
+                    ".venv/bin/pip uninstall -y -q sluice >/dev/null 2>&1 || true",
+                    ".venv/bin/pip install -q -e '.[dev]'",
                     ".venv/bin/ruff check .", ".venv/bin/lint-imports", ".venv/bin/mypy",
                     '.venv/bin/python -m pytest -n 2 "$@"']
     assert text.index("chromium") < text.index("python3 -m venv .venv")

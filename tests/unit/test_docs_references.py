@@ -157,3 +157,48 @@ def test_the_test_check_itself() -> None:
     assert named == [("tests/unit/test_docs_references.py", "test_every_named_test_exists"),
                      ("tests/unit/test_docs_references.py", "test_no_such_test")]
     assert [n in collected(p) for p, n in named] == [True, False]
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+# The front page and the pages that point readers at it and at the record of past runs.
+LINKED = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "docs" / "README.md",
+          ROOT / "docs" / "reliability.md", ROOT / "docs" / "cli.md",
+          ROOT / "docs" / "contributing.md", *sorted((ROOT / "docs" / "history").glob("*.md"))]
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (lower case, punctuation dropped, spaces
+    as hyphens); headings inside code blocks are not headings."""
+    found, fenced = set(), False
+    for line in page.read_text().splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and (heading := re.match(r"#+ (.+)", line)):
+            found.add(re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-"))
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no such heading")
+    return broken
+
+
+@pytest.mark.parametrize("page", LINKED, ids=[p.relative_to(ROOT).as_posix() for p in LINKED])
+def test_every_link_and_anchor_of_the_front_page_and_its_record_resolves(page: Path) -> None:
+    assert broken_links(page) == []
+
+
+def test_the_link_check_itself(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# What it `guarantees`: today\n```\n# not a heading\n```\n")
+    page = tmp_path / "b.md"
+    page.write_text("[ok](a.md#what-it-guarantees-today) [gone](c.md) "
+                    "[code](a.md#not-a-heading) [web](https://example.com/x#y)")
+    assert broken_links(page) == ["c.md: no such file", "a.md#not-a-heading: no such heading"]

@@ -7,12 +7,14 @@ import json
 import re
 import subprocess
 import tomllib
+from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
+from tests.deploy.conftest import ensure_node_modules
 
 LOCK = ROOT / "infra" / "requirements.lock"
 PLUGIN = ROOT / "infra" / "plugins" / "sluice-packaging.js"
@@ -52,21 +54,41 @@ def test_the_lock_says_how_it_was_made_and_the_deployment_installs_from_it() -> 
     assert "    lock: requirements.lock" in template
 
 
-def test_the_plugin_reads_the_same_pins() -> None:
-    # the plugin's own line pattern, run by Node over the lock
-    pattern = re.search(r"^const PINNED = (/.*/);$", PLUGIN.read_text(), re.MULTILINE)
-    assert pattern is not None
-    script = (f"const PINNED = {pattern.group(1)};"
-              "const text = require('fs').readFileSync(0, 'utf8');"
-              "console.log(JSON.stringify(text.split('\\n').map((l) => l.match(PINNED))"
-              ".filter(Boolean).map((m) => [m[1], m[2]])));")
-    # an app's lock names Sluice's wheel by its file: a pin too
-    wheel = "sluice @ file:///build/sluice-0.1.0-py3-none-any.whl\n    # via myapp\n"
-    done = subprocess.run(["node", "-e", script], input=LOCK.read_text() + wheel,
-                          capture_output=True, text=True, timeout=60, check=True)
-    read = {canonicalize_name(name): version for name, version in json.loads(done.stdout)}
-    assert read.pop("sluice") == "@ file:///build/sluice-0.1.0-py3-none-any.whl"
-    assert read == {name: f"=={version}" for name, version in pins().items()}
+def _plugin_requirements(service: Path, lock: str, local_only: list[str]) -> list[str]:
+    """The Lambda requirements the packaging plugin writes from ``lock`` (its own code, run
+    by Node on a stand-in of the osls service it gets)."""
+    (service / "requirements.lock").write_text(lock)
+    config = {"lock": "requirements.lock", "localOnly": local_only}
+    script = (f"const Plugin = require({json.dumps(str(PLUGIN))});"
+              "class Failed extends Error {};"
+              f"const serverless = {{serviceDir: {json.dumps(str(service))}, classes: {{Error: Failed}},"
+              f" service: {{custom: {{packaging: {json.dumps(config)}}}}}}};"
+              "const log = {info() {}, warning() {}};"
+              "new Plugin(serverless, {}, {log}).writeRequirements();")
+    subprocess.run(["node", "-e", script], cwd=ROOT, capture_output=True, text=True,
+                   timeout=60, check=True)
+    return (service / ".serverless" / "sluice-requirements.txt").read_text().splitlines()
+
+
+def test_the_plugin_installs_the_same_pins_less_what_only_sluice_dev_needs(
+        tmp_path: Path) -> None:
+    ensure_node_modules()
+    written = _plugin_requirements(tmp_path, LOCK.read_text(), ["uvicorn", "pyyaml"])
+    read = {canonicalize_name(line.split("==")[0]): line.split("==")[1] for line in written}
+    # click is in the lock only for uvicorn; h11 for uvicorn and httpcore, so it stays
+    left_out = {"uvicorn", "pyyaml", "click"}
+    assert read == {name: version for name, version in pins().items() if name not in left_out}
+    assert "h11" in read
+
+
+def test_an_apps_lock_names_sluices_wheel_and_where_it_is(tmp_path: Path) -> None:
+    ensure_node_modules()
+    lock = ("--find-links wheels\n\nsluice-lambda @ file:///build/sluice_lambda-0.1.0-py3-none-any.whl\n"
+            "    # via myapp (pyproject.toml)\nuvicorn==0.55.0\n    # via sluice-lambda\n"
+            "click==8.5.1\n    # via uvicorn\n")
+    written = _plugin_requirements(tmp_path, lock, ["uvicorn"])
+    assert written == [f"--find-links {tmp_path / 'wheels'}",
+                       "sluice-lambda @ file:///build/sluice_lambda-0.1.0-py3-none-any.whl"]
 
 
 class _Loader(yaml.SafeLoader):

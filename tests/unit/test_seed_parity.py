@@ -1,7 +1,12 @@
 """The seed-parity table is checked: every row names the tests that show it, and every name
 is a test function pytest collects (``tests/<path>.py::test_name`` or
 ``tests/<path>.py::TestClass::test_name``). A row says "same", or what differs and why.
-The few facts no other test covers are checked here."""
+
+A "same" row names its behaviour test as ``<surface>: `tests/…::test_…```: a test that
+drives the behaviour through the product's own surface, read here from the test's source
+(the test, the helpers and fixtures it names, followed through the test modules): it must
+reach that surface, must not read this page, and must not replace product code with a
+stub unless ``FAULTS`` says which fault it injects and why."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import re
 import sqlite3
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from sluice.store.db import open_database
 from sluice.store.migrate import migrate
@@ -20,29 +25,109 @@ TABLE = ROOT / "docs" / "seed-parity.md"
 REFERENCE = re.compile(r"tests/[\w/]+\.py::[\w:]+")
 VERDICTS = ("same", "difference", "addition", "not built", "not applicable")
 
+# How a behaviour test reaches each surface, as its source shows it.
+SURFACES = {
+    "route": r"\bTestClient\(|\bcreate_app\(",  # the FastAPI app, in process
+    "handler": r"\bload_event\(",  # a Lambda entry point with an event from tests/events
+    "job": r"\brun_job\(",  # a registered job through the job runner
+    "consumer": r"\.lambda_handler\b|\.deliver_local\(",  # a consumer with SQS-shaped input
+    "cli": r"\brun_cli\(|\bmain\(\[",  # the command line
+    "page": r"\bpage\.goto\(",  # the console in Chromium
+    "deploy": r"\bpackaged\b",  # the template osls packages
+}
+BEHAVIOUR = re.compile(r"\b(" + "|".join(SURFACES) + r"): `(tests/[\w/]+\.py::[\w:]+)`")
+# Product code replaced inside a test: monkeypatching, a method assigned over, or a stand-in
+# registered as the refresh.
+STUB = re.compile(r"\bmonkeypatch\.set(attr|item)\(|\bregister_catalog_refresh\((?!None)"
+                  r"|# type: ignore\[method-assign\]")
+# The helpers of this module that read the page: a test that uses one reads the page.
+PAGE_HELPERS = frozenset({"TABLE", "rows", "row", "numbers", "table_rows"})
+# Behaviour tests that replace product code on purpose: the fault each one injects.
+FAULTS: dict[str, str] = {
+    "tests/e2e/http/test_http.py::test_a_crashing_job_answers_a_typed_500":
+        "puts a job that raises where state-cleanup was: the unexpected throw itself",
+    "tests/integration/rss/test_store_outage.py::"
+    "test_a_sqlite_lock_past_the_busy_timeout_in_one_tenants_refresh_is_its_failure":
+        "shortens SQLite's busy timeout to 1 s, so a lock held by another connection is an "
+        "outage within a second",
+    "tests/integration/queues/test_parity_quarantine.py::"
+    "test_a_rejection_whose_quarantine_is_locked_waits_as_a_delayed_copy":
+        "shortens SQLite's busy timeout to 1 s, so a lock held by another connection is an "
+        "outage within a second",
+    "tests/integration/delivery/test_parity_delivery.py::"
+    "test_a_locked_sqlite_store_is_an_outage_the_next_run_recovers_from":
+        "shortens SQLite's busy timeout to 1 s, so a lock held by another connection is an "
+        "outage within a second",
+}
+# "same" rows whose behaviour test is still being written (empty when the work is done).
+AWAITING: tuple[str, ...] = ()  # the start of each such row's behaviour cell
 
-def rows(text: str) -> list[list[str]]:
-    """The body rows of every table: cells split on unescaped pipes, header and rule skipped."""
-    found = []
+
+class Row(NamedTuple):
+    line: int
+    section: str
+    behaviour: str
+    where: str
+    parity: str
+    tests: str
+
+    @property
+    def verdict(self) -> str | None:
+        return next((v for v in VERDICTS if self.parity.lower().startswith(v)), None)
+
+
+def cells_of(line: str) -> list[str]:
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def table_rows(text: str) -> list[Row]:
+    """The body rows of every table, with their line and section; header and rule skipped."""
+    found, section = [], ""
     lines = text.splitlines()
     for index, line in enumerate(lines):
+        if line.startswith("## "):
+            section = line[3:].strip()
         if not line.startswith("|") or set(line) <= set("|-: "):
             continue
         if index + 1 < len(lines) and set(lines[index + 1]) <= set("|-: ") and \
                 lines[index + 1].startswith("|"):
             continue  # a header row
-        found.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+        cells = cells_of(line)
+        cells += [""] * (4 - len(cells))
+        found.append(Row(index + 1, section, *cells[:4]))
     return found
+
+
+def rows(text: str) -> list[list[str]]:
+    """The body rows of every table: cells split on unescaped pipes."""
+    return [cells_of(line) for line in (text.splitlines()[r.line - 1]
+                                        for r in table_rows(text))]
+
+
+@cache
+def _text(path: str) -> str:
+    file = ROOT / path
+    return file.read_text() if file.is_file() else ""
+
+
+@cache
+def _lines(path: str) -> list[str]:
+    return _text(path).splitlines()
+
+
+@cache
+def _module(path: str) -> ast.Module | None:
+    return ast.parse(_text(path)) if (ROOT / path).is_file() else None
 
 
 @cache
 def collected(path: str) -> frozenset[str]:
     """The test functions pytest collects from one module: ``name`` or ``Class::name``."""
-    file = ROOT / path
-    if not file.is_file():
+    module = _module(path)
+    if module is None:
         return frozenset()
     names = set()
-    for node in ast.parse(file.read_text()).body:
+    for node in module.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
                 node.name.startswith("test"):
             names.add(node.name)
@@ -66,6 +151,139 @@ def unresolved(cell: str) -> list[str]:
     return missing
 
 
+# --- what a test reaches ------------------------------------------------------------------
+
+
+@cache
+def _definitions(path: str) -> dict[str, ast.AST]:
+    module = _module(path)
+    found: dict[str, ast.AST] = {}
+    for node in module.body if module else ():
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found.update((t.id, node) for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+@cache
+def _test_imports(path: str) -> dict[str, tuple[str, str]]:
+    """Names this module imports from other test modules: name -> (their path, their name)."""
+    module = _module(path)
+    found = {}
+    for node in ast.walk(module) if module else ():
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+            other = node.module.replace(".", "/") + ".py"  # type: ignore[union-attr]
+            for alias in node.names:
+                found[alias.asname or alias.name] = (other, alias.name)
+    return found
+
+
+@cache
+def _conftests(path: str) -> list[str]:
+    parts = Path(path).parent.parts
+    return [str(Path(*parts[:n], "conftest.py")) for n in range(len(parts), 0, -1)
+            if (ROOT / Path(*parts[:n], "conftest.py")).is_file()]
+
+
+def _autouse(node: ast.AST) -> bool:
+    """A fixture every test below its conftest gets without naming it."""
+    return isinstance(node, ast.FunctionDef) and any(
+        isinstance(d, ast.Call) and any(k.arg == "autouse" and isinstance(k.value, ast.Constant)
+                                        and k.value.value is True for k in d.keywords)
+        for d in node.decorator_list)
+
+
+def _autouse_fixtures(path: str) -> list[tuple[str, ast.AST]]:
+    """The autouse fixtures of the conftests above ``path`` that apply to its tests: the
+    nearest definition of each name (the test module's own one overrides them all)."""
+    found: dict[str, tuple[str, ast.AST]] = {}
+    for conftest in _conftests(path):
+        for name, node in _definitions(conftest).items():
+            if _autouse(node) and name not in found:
+                found[name] = (conftest, node)
+    own = _definitions(path)
+    return [(where, node) if name not in own else (path, own[name])
+            for name, (where, node) in found.items()]
+
+
+class Reach(NamedTuple):
+    source: str  # the source of everything the test reaches, joined
+    reads_page: bool
+
+
+@cache
+def reach(reference: str) -> Reach:
+    """What a collected test runs, as far as its source shows: the test, the autouse
+    fixtures of the conftests above it, and (followed through the test modules) the
+    helpers, classes, constants and fixtures they name."""
+    path, _, name = reference.partition("::")
+    *owner, function = name.split("::")
+    definitions = _definitions(path)
+    start = definitions.get(owner[0] if owner else function)
+    if start is None:
+        return Reach("", False)
+    # the test, and the fixtures it gets without naming them
+    pending: list[tuple[str, ast.AST]] = [(path, start), *_autouse_fixtures(path)]
+    seen: set[tuple[str, str]] = set()
+    sources, reads_page = [], False
+    while pending:
+        where, node = pending.pop()
+        key = (where, str(getattr(node, "lineno", 0)))
+        if key in seen:
+            continue
+        seen.add(key)
+        sources.append("\n".join(_lines(where)[node.lineno - 1:node.end_lineno]))  # type: ignore[attr-defined]
+        if "seed-parity" in sources[-1]:
+            reads_page = True
+        named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        named |= {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+        local, imported = _definitions(where), _test_imports(where)
+        for word in named:
+            if where == "tests/unit/test_seed_parity.py" and word in PAGE_HELPERS:
+                reads_page = True
+            elif word in local and local[word] is not node:
+                pending.append((where, local[word]))
+            elif word in imported:
+                other, original = imported[word]
+                if other == "tests/unit/test_seed_parity.py" and original in PAGE_HELPERS:
+                    reads_page = True
+                elif (found := _definitions(other).get(original)) is not None:
+                    pending.append((other, found))
+            else:
+                for conftest in _conftests(where):
+                    if (fixture := _definitions(conftest).get(word)) is not None:
+                        pending.append((conftest, fixture))
+                        break
+    return Reach("\n".join(sources), reads_page)
+
+
+def behaviour_tests(cell: str) -> list[tuple[str, str]]:
+    """The (surface, reference) pairs a tests cell names as behaviour tests."""
+    return BEHAVIOUR.findall(cell)
+
+
+def behaviour_problems(surface: str, reference: str) -> list[str]:
+    """Why ``reference`` is not a behaviour test through ``surface`` (none: it is one)."""
+    path, _, name = reference.partition("::")
+    if name not in collected(path):
+        return [f"{reference} is not a collected test"]
+    reached = reach(reference)
+    problems = []
+    if not re.search(SURFACES[surface], reached.source):
+        problems.append(f"{reference} does not reach the {surface}")
+    if reached.reads_page:
+        problems.append(f"{reference} reads the parity page")
+    if STUB.search(reached.source) and reference not in FAULTS:
+        problems.append(f"{reference} replaces product code (a stub) and FAULTS says no why")
+    return problems
+
+
+def awaiting(row: Row) -> bool:
+    return row.behaviour.startswith(AWAITING)
+
+
 def test_every_row_names_tests_that_exist() -> None:
     body = rows(TABLE.read_text())
     assert body, "the table has rows"
@@ -80,13 +298,60 @@ def test_every_row_names_tests_that_exist() -> None:
 
 def test_every_row_says_same_or_what_differs_and_why() -> None:
     problems = []
-    for behaviour, _where, parity, _tests in rows(TABLE.read_text()):
-        verdict = next((v for v in VERDICTS if parity.lower().startswith(v)), None)
+    for row in table_rows(TABLE.read_text()):
+        verdict = row.verdict
         if verdict is None:
-            problems.append(f"{behaviour[:60]}: parity {parity[:40]!r}")
-        elif verdict != "same" and len(parity) < len(verdict) + 20:
-            problems.append(f"{behaviour[:60]}: a {verdict} without its reason")
+            problems.append(f"L{row.line} {row.behaviour[:60]}: parity {row.parity[:40]!r}")
+        elif verdict != "same" and len(row.parity) < len(verdict) + 20:
+            problems.append(f"L{row.line} {row.behaviour[:60]}: a {verdict} without its reason")
     assert problems == []
+
+
+def test_a_same_row_states_no_difference() -> None:
+    """"same" means the document's behaviour as it states it; a row whose own text says
+    where Sluice differs is a difference, and leads with it."""
+    wrong = [f"L{row.line} {row.behaviour[:60]}" for row in table_rows(TABLE.read_text())
+             if row.verdict == "same"
+             and re.search(r"\bdiffer(ence|s)?\b", row.parity)]
+    assert wrong == []
+
+
+def test_every_same_row_names_a_behaviour_test_through_the_product() -> None:
+    problems = []
+    for row in table_rows(TABLE.read_text()):
+        if row.verdict != "same" or awaiting(row):
+            continue
+        named = behaviour_tests(row.tests)
+        if not named:
+            problems.append(f"L{row.line} {row.behaviour[:60]}: no behaviour test")
+        problems += [f"L{row.line}: {why}" for surface, reference in named
+                     for why in behaviour_problems(surface, reference)]
+    assert problems == []
+
+
+def test_no_same_row_names_a_test_that_stubs_the_product() -> None:
+    """A supporting test of a "same" row is no stub either, unless ``FAULTS`` says why."""
+    stubs = [f"L{row.line}: {reference}" for row in table_rows(TABLE.read_text())
+             if row.verdict == "same" and not awaiting(row)
+             for reference in REFERENCE.findall(row.tests)
+             if STUB.search(reach(reference).source) and reference not in FAULTS]
+    assert stubs == []
+
+
+def test_no_row_names_a_test_that_reads_the_page() -> None:
+    readers = [f"L{row.line}: {reference}" for row in table_rows(TABLE.read_text())
+               for reference in REFERENCE.findall(row.tests)
+               if reach(reference).reads_page]
+    assert readers == []
+
+
+def test_awaiting_and_faults_name_what_is_there() -> None:
+    for start in AWAITING:
+        [found] = [r for r in table_rows(TABLE.read_text()) if r.behaviour.startswith(start)]
+        assert found.verdict == "same" and not behaviour_tests(found.tests), start
+    named = {reference for row in table_rows(TABLE.read_text())
+             for reference in REFERENCE.findall(row.tests)}
+    assert set(FAULTS) <= named
 
 
 def test_the_row_count_the_page_states_is_the_tables() -> None:
@@ -104,6 +369,29 @@ def test_the_check_itself() -> None:
         "tests/unit/no_such_file.py::test_x"]
     assert unresolved("same, no test") == ["no test named in 'same, no test'"]
     assert rows("| a | b |\n|---|---|\n| c \\| d | e |\n") == [["c \\| d", "e"]]
+    assert behaviour_tests(f"route: `{this}::test_a`, `{this}::test_b`; job: `{this}::t`") == [
+        ("route", f"{this}::test_a"), ("job", f"{this}::t")]
+
+
+def test_the_behaviour_check_itself() -> None:
+    """The check tells a behaviour test from a test that reads the page or stubs the code."""
+    http = "tests/e2e/http/test_http.py::test_admin_post"
+    assert behaviour_problems("route", http) == []
+    assert behaviour_problems("job", http) == [f"{http} does not reach the job"]
+    reads = "tests/unit/test_seed_parity.py::test_the_row_count_the_page_states_is_the_tables"
+    assert reach(reads).reads_page
+    # a stub a conftest applies without the test naming it is the test's own; a module
+    # that overrides the fixture has none
+    recorded = "tests/integration/delivery/test_isolation.py::test_a_preview_counts_entries_no_drain_has_taken"
+    assert behaviour_problems("job", recorded) == [
+        f"{recorded} replaces product code (a stub) and FAULTS says no why"]
+    real = ("tests/integration/delivery/test_parity_delivery.py::"
+            "test_a_redrive_of_an_entry_its_destinations_410_failed_is_sent_by_the_next_run")
+    assert behaviour_problems("job", real) == []
+    stub = "tests/e2e/queues/test_consumers_lambda.py::test_ingest_acknowledges_without_work_when_the_flag_is_off"
+    assert behaviour_problems("handler", stub) == [
+        f"{stub} replaces product code (a stub) and FAULTS says no why"]
+    assert not reach(http).reads_page
 
 
 # --- facts of the table that no other test covers ---------------------------------------
@@ -133,9 +421,10 @@ def test_the_active_delivery_index_is_partial_on_status_and_due_time(tmp_path: P
     assert "WHERE status = 'pending' AND held_by IS NULL" in due
 
 
-# --- the numbers of the table against the code ------------------------------------------
-# A "same" row's number is the document's (its behaviour cell) and must be the code's; a
-# difference's number is Sluice's (its where and parity cells) and must be the code's.
+# --- the numbers the differences state against the code -----------------------------------
+# A difference's number is Sluice's (its where and parity cells) and must be the code's; a
+# consistency check of the page, which no row names as its evidence (a "same" row's number
+# is shown by its behaviour test).
 
 
 def row(prefix: str) -> list[str]:
@@ -152,66 +441,11 @@ def numbers(cell: str, pattern: str) -> list[float]:
     return [float(group.replace(",", "")) for group in match.groups()]
 
 
-def same(prefix: str) -> list[str]:
-    cells = row(prefix)
-    assert cells[2].startswith("same"), f"{prefix!r} is no longer 'same': check its numbers"
-    return cells
-
-
-def test_the_numbers_of_same_rows_are_the_codes() -> None:
-    from sluice.alerts.sweep import SWEEP_CONCURRENCY
-    from sluice.billing.ledger_redrive import DEFAULT_REDRIVE_BATCH_SIZE, MAX_ATTEMPTS
-    from sluice.billing.usage import MAX_METERING_ATTEMPTS
-    from sluice.core.settings import Settings
-    from sluice.delivery.classify import MAX_DEPTH
-    from sluice.delivery.retry import DEFAULT_POLICY
-    from sluice.jobs.cleanup import THRESHOLD_FIRING_PREFIX, THRESHOLD_FIRING_RETENTION_DAYS
-    from sluice.jobs.registry import get_job
-    from sluice.queues.consumer import ERROR_MESSAGE_LIMIT, backoff_s
-    from sluice.rss.tick import ROTATION_WINDOW_MS
-
-    defaults = Settings._field_defaults
-    seed = {  # behaviour prefix -> (pattern over the behaviour cell, the code's values)
-        "The tick's time is": (r"maxDuration = (\d+)", [get_job("rss-refresh").timeout_s]),
-        "Under `ERMIS_TENANT": (r"default (\d+)", [defaults["tenant_ingestion_budget_ms"]]),
-        "Rotation offset": (r"/ (\d+)\)", [ROTATION_WINDOW_MS]),
-        "The sweep runs in batches": (r"= (\d+)", [SWEEP_CONCURRENCY]),
-        "Eligible rows:": (r"attempt_count < (\d+)", [MAX_METERING_ATTEMPTS]),
-        "Batch size `DEFAULT_REDRIVE": (r"= (\d+)", [DEFAULT_REDRIVE_BATCH_SIZE]),
-        "`MAX_ATTEMPTS = 10`": (r"MAX_ATTEMPTS = (\d+)", [MAX_ATTEMPTS]),
-        "Deletes `platform_state_hash`": (r"older than (\d+) days",
-                                          [THRESHOLD_FIRING_RETENTION_DAYS]),
-        "`errorMessage` truncated": (r"to (\d+) characters", [ERROR_MESSAGE_LIMIT]),
-        "Depth limit": (r"limit (\d+)", [MAX_DEPTH]),
-        "Defaults: 3 attempts": ((r"(\d+) attempts, (\d+) ms min, (\d+) s max, (\d+) jitter; "
-                                 r"factor (\d+)"),
-                                 [DEFAULT_POLICY.attempts, DEFAULT_POLICY.min_delay_s * 1000,
-                                  DEFAULT_POLICY.max_delay_s, DEFAULT_POLICY.jitter,
-                                  DEFAULT_POLICY.factor]),
-    }
-    for prefix, (pattern, code) in seed.items():
-        assert numbers(same(prefix)[0], pattern) == [float(v) for v in code], prefix
-    assert f"under `{THRESHOLD_FIRING_PREFIX}`" in row("Deletes `platform_state_hash`")[0]
-    [cap] = numbers(same("Retry backoff")[0], r"Math\.min\((\d+), 2 \*\* deliveryCount\)")
-    assert [backoff_s(n) for n in range(12)] == [min(int(cap), 2 ** n) for n in range(12)]
-    # numbers Sluice states in same rows' parity cells
-    from sluice.core.settings import fields
-    from sluice.delivery.chunking import TELEGRAM_MAX_TEXT
-
-    batch = fields()["metering_events_per_request"]
-    assert numbers(same("One row at a time")[2], r"\((\d+)\u2013(\d+)\)") == [batch.lo, batch.hi]
-    assert numbers(same("Chunking")[2], r"Telegram's limit \((\d+)\)") == [TELEGRAM_MAX_TEXT]
-    # the rss-refresh budget the where cell names
-    assert numbers(row("The tick's time is")[1], r"timeout (\d+) s, budget (\d+) s") == [
-        get_job("rss-refresh").timeout_s, get_job("rss-refresh").budget_s]
-
-
 def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
     from sluice.billing.metering import DEFAULT_FLUSH_LIMIT
     from sluice.core.settings import Settings
     from sluice.delivery.classify import PERMANENT_PATTERNS
     from sluice.delivery.policy import DEFAULT_SCHEDULE
-    from sluice.erasure.purge import MAX_PURGE_ATTEMPTS
     from sluice.jobs.registry import get_job
     from sluice.queues.topics import MAX_ATTEMPTS, VISIBILITY_TIMEOUT_S
 
@@ -223,7 +457,6 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
     drain = get_job("delivery-drain")
     checks = {  # behaviour prefix -> (cell, pattern, the code's values)
         "`flushAiMeteringOutbox": (2, r"limit ([\d,]+) rows", [DEFAULT_FLUSH_LIMIT]),
-        "A purge that raised": (1, r"MAX_PURGE_ATTEMPTS = (\d+)", [MAX_PURGE_ATTEMPTS]),
         "`visibilityTimeoutSeconds": (2, (r"same (\d+) attempts.*visibility is (\d+) s, not "
                                          r"(\d+) s.*timeout \((\d+) s\)"),
                                       [MAX_ATTEMPTS, visibility, VISIBILITY_TIMEOUT_S,
@@ -253,21 +486,6 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
         sum(waits) / 60]
 
 
-def test_the_permanent_patterns_the_document_names_are_permanent_in_any_case() -> None:
-    from sluice.delivery.classify import matches_permanent
-
-    behaviour, _where, parity, _tests = row("Seven permanent patterns")
-    named = re.findall(r"`([^`]+)`", behaviour)
-    assert len(named) == 7
-    for pattern in named:
-        text = pattern.replace(".*", " for this ")
-        assert matches_permanent(text) and matches_permanent(text.upper()), pattern
-    assert not matches_permanent("connection reset by peer")
-    # the one the row says is broader: a kick worded without "Forbidden:"
-    assert parity.startswith("difference in one of the seven: `forbidden: bot was kicked`")
-    assert matches_permanent("Bad Request: bot was kicked from the supergroup chat")
-
-
 def test_the_job_count_is_the_registrys() -> None:
     from sluice.jobs.registry import JOBS
 
@@ -282,13 +500,6 @@ def numbers_word(cell: str) -> str:
 
 
 # --- facts of rows whose tests elsewhere do not show them --------------------------------
-
-
-def test_the_four_topics_are_the_tables() -> None:
-    from sluice.queues.topics import TOPICS
-
-    named = re.findall(r"`([^`]+)`", same("Four topics in one table")[0])
-    assert named == list(TOPICS.using(()))
 
 
 class _Refusing:
@@ -425,21 +636,3 @@ def test_the_simulator_bounds_the_delivery_queue() -> None:
     assert [v.invariant for v in judge.violations] == ["bounded_tables"]
 
 
-def test_a_tenant_without_a_rules_row_is_invisible_to_the_sweep(
-        sqlite_url: str, make_services: Any, monkeypatch: Any) -> None:
-    from sluice.alerts.rules import RulesStore, rules_key
-    from sluice.alerts.sweep import run_alert_sweep
-    from sluice.jobs.registry import Deadline
-    from sluice.rss.store import RssStore
-    from sluice.store.state import StateStore
-
-    svc = make_services(sqlite_url)
-    RssStore(svc.db).put_scope("quiet", "tenant-quiet", (), "en", True)
-    StateStore(svc.db).put(rules_key("loud"), {"rules": []})
-    asked: list[str] = []
-    read = RulesStore.get
-    monkeypatch.setattr(RulesStore, "get",
-                        lambda self, scope_id: asked.append(scope_id) or read(self, scope_id))
-    run_alert_sweep(svc, Deadline(30))
-    assert "quiet" in RssStore(svc.db).completed_scope_ids()
-    assert asked == ["loud"], "only the scopes with a rules row are read"

@@ -126,11 +126,12 @@ def cmd_settle_unknown(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from sluice.delivery.channels import Outbound, channels
-    from sluice.delivery.replay import Replay, parse_filter
+    from sluice.delivery.replay import AuditRow, Replay, parse_filter
+    from sluice.jobs.runs import RunStore
 
     flt = parse_filter({"destination": args.destination, "channel": args.channel,
-                        "since": args.since, "until": args.until, "status": args.status},
-                       channels=list(channels()))
+                        "since": args.since, "until": args.until, "status": args.status,
+                        "after": args.after}, channels=list(channels()))
     if args.dry_run and args.by:
         raise RequestError("--by names the operator in the audit row, and a dry run writes "
                            "none: leave one of them out", field="--by")
@@ -142,8 +143,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         else:
             with audited(services, _operator(args), "delivery:replay", flt.destination,
                          {"filter": flt.to_json()}) as record:
-                report = replay.run(flt, dry_run=False, progress=lambda done: record.update(
-                    detail=done.to_json()))
+                report = replay.run(flt, dry_run=False,
+                                    audit=AuditRow(RunStore(services.db), record["id"]),
+                                    progress=lambda done: record.update(detail=done.to_json()))
                 record["outcome"] = f"replayed={report.count}"
     emit(report.to_json(), _replay_lines)
     return EXIT_OK
@@ -170,10 +172,18 @@ def _replay_lines(body: Any) -> Iterator[str]:
 
 
 def cmd_destinations(args: argparse.Namespace) -> int:
-    from sluice.ops.destinations import view
+    from sluice.ops.destinations import parse_page, view
 
-    emit(view(_services(), state=args.state), _destination_lines)
+    page = parse_page({"state": args.state, "after": args.after,
+                       "limit": None if args.limit is None else str(args.limit)})
+    emit(view(_services(), page), _destinations_page)
     return EXIT_OK
+
+
+def _destinations_page(body: Any) -> Iterator[str]:
+    yield from _destination_lines(body["destinations"])
+    if body["next"]:
+        yield f"(more: sluice delivery destinations --after {body['next']})"
 
 
 def _destination_lines(body: Any) -> Iterator[str]:
@@ -289,14 +299,16 @@ def register(sub: Any) -> None:
     p = add("replay", cmd_replay, "a destination's window sent again: its entries of one "
             "status made due for the drain, afresh (audited)")
     p.add_argument("--destination", required=True,
-                   help="the destination's key: webhook:HOST:PORT (the port always "
-                        "written: 443, 80), telegram:CHAT, "
-                        "slack:CHANNEL, email:SMTPHOST:PORT")
+                   help="a destination's key (webhook:URL, telegram:CHAT, slack:CHANNEL, "
+                        "email:ADDRESS) or a receiver's (webhook:HOST:PORT, the port always "
+                        "written: 443, 80; email:smtp)")
     p.add_argument("--channel", help="only this channel's entries")
     p.add_argument("--since", required=True, help="ISO 8601 with offset (2026-12-01T10:00Z)")
     p.add_argument("--until", help="ISO 8601 with offset (default now; at most 31 days)")
     p.add_argument("--status", choices=STATUSES,
                    help="what to replay (default failed; acked ones only when asked)")
+    p.add_argument("--after", help="an entry's id: of the entries enqueued at --since, only "
+                                   "those after it (a replay's next.after)")
     p.add_argument("--dry-run", action="store_true",
                    help="count what would go and what the receiver already has")
     _register_destinations(add)
@@ -315,12 +327,15 @@ def register(sub: Any) -> None:
 
 
 def _register_destinations(add: Any) -> None:
-    from sluice.ops.destinations import ACTIONS, STATES
+    from sluice.ops.destinations import ACTIONS, DEFAULT_LIMIT, MAX_LIMIT, STATES
 
     p = add("destinations", cmd_destinations,
             "every destination: its state, entries waiting, last error and success, rates",
             by=False)
     p.add_argument("--state", choices=STATES)
+    p.add_argument("--limit", type=int, help=f"at most this many (1 to {MAX_LIMIT}, "
+                                             f"default {DEFAULT_LIMIT})")
+    p.add_argument("--after", help="the key a page ends with: the next page")
     p = add("destination", cmd_destination,
             "change one destination: " + "; ".join(f"{a.name}: {a.help}"
                                                    for a in ACTIONS.values()))

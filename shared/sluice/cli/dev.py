@@ -1,18 +1,29 @@
 """``sluice dev``: the app on 127.0.0.1 and a scheduler firing every job (those of Sluice's
 core and of the packs that are on, and the app's: ``sluice.core.extensions``) on its table
-entry's schedule."""
+entry's schedule.
+
+What it prints is for a person: the banner (what is configured, each job's next run), then
+one line per job run it fires on stdout, and on stderr one line per warning or error. The
+structured logs, their tracebacks, the metric blobs and uvicorn's request lines come with
+``-v`` (``-vv``: debug), as for every command.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from types import FrameType
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
-from sluice.core.observe import logger
+from sluice.cli.output import redacted, terminal_safe
+from sluice.core import observe
 from sluice.core.services import Services
 from sluice.jobs.registry import JOBS, get_job
-from sluice.jobs.runner import run_job
+from sluice.jobs.runner import RunOutcome, run_job
 from sluice.jobs.schedule import Schedule, job_schedules, parse
 from sluice.store.db import utcnow
 
@@ -21,12 +32,45 @@ from sluice.store.db import utcnow
 STARTUP_JOBS: tuple[str, ...] = ("delivery-drain",)
 
 
-class Scheduler:
-    """Fires each job when its next time comes; runs are single-flight through the job lease."""
+def clock(moment: datetime | float) -> str:
+    """A time as a person reads it, in the machine's own zone: the time of day, with the
+    date when it is not today."""
+    stamp = time.localtime(moment.timestamp() if isinstance(moment, datetime) else moment)
+    today = time.localtime()[:3] == stamp[:3]
+    return time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", stamp)
 
-    def __init__(self, services: Services, schedules: dict[str, list[Schedule]]) -> None:
+
+def job_line(name: str, outcome: RunOutcome, seconds: float, trigger: str = "") -> str:
+    """One run as one line: when it ended, the job, its outcome and time, and the counts of
+    its result that are not zero (the whole result is in the console and, with -v, the log)."""
+    body = outcome.body
+    if outcome.outcome == "error":
+        error = body.get("error", {}) if isinstance(body.get("error"), dict) else {}
+        said = str(error.get("message") or "see the error above; -v for its traceback")
+    elif outcome.outcome == "skipped":
+        said = "already running"
+    else:
+        said = ", ".join(f"{key} {value}" for key, value in body.items()
+                         if isinstance(value, int | float) and not isinstance(value, bool)
+                         and value)
+    return terminal_safe(f"{clock(time.time())} {name}{f' {trigger}' if trigger else ''}: "
+                         f"{outcome.outcome} in {seconds * 1000:.0f} ms"
+                         f"{f' ({said})' if said else ''}")
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+class Scheduler:
+    """Fires each job when its next time comes; runs are single-flight through the job lease.
+    Each run it fires is ``report``ed as one line (``job_line``)."""
+
+    def __init__(self, services: Services, schedules: dict[str, list[Schedule]],
+                 report: Callable[[str], None] = _print) -> None:
         self.services = services
         self.schedules = schedules
+        self.report = report
         self.stop = threading.Event()
         now = utcnow()
         self.next_due: dict[tuple[str, int], datetime] = {
@@ -44,27 +88,50 @@ class Scheduler:
                                  name=f"job-{job}").start()
         return fired
 
-    def _fire(self, name: str) -> None:
+    def _fire(self, name: str, trigger: str = "") -> None:
+        started = time.monotonic()
         outcome = run_job(get_job(name), self.services, "schedule")
-        logger.info(f"[dev] {name} -> {outcome.outcome}", extra={"result": outcome.body})
+        self.report(job_line(name, outcome, time.monotonic() - started, trigger))
+
+    def plan(self) -> list[str]:
+        """Each job's next run, soonest first, for the banner."""
+        lines = [f"  {job:<16} next at {clock(due)}  {self.schedules[job][i].expression}"
+                 + ("  (and now, on start-up)" if job in STARTUP_JOBS else "")
+                 for (job, i), due in sorted(self.next_due.items(), key=lambda item: item[1])]
+        return ["jobs (a line per run below):", *lines]
 
     def run(self) -> None:
         for job in (name for name in STARTUP_JOBS if name in self.schedules):
-            logger.info(f"[dev] {job} on start-up")
-            threading.Thread(target=self._fire, args=(job,), daemon=True,
+            threading.Thread(target=self._fire, args=(job, "on start-up"), daemon=True,
                              name=f"job-{job}-startup").start()
-        for (job, _), due in sorted(self.next_due.items(), key=lambda item: item[1]):
-            logger.info(f"[dev] {job} next at {due.isoformat()}")
         while not self.stop.wait(1.0):
             self.tick(utcnow())
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@",
-                                                                  ":***@")))
+class OneLine(logging.Formatter):
+    """A log record as a person reads it: time, level and message on one line, without
+    the structured fields or a traceback (those are ``-v``'s)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(f"{clock(record.created)} {record.levelname.lower()}: "
+                             f"{record.getMessage()}")
+
+
+@contextmanager
+def person_logs() -> Iterator[None]:
+    """Warnings and errors only, each as one ``OneLine``, while the server runs."""
+    handler = getattr(observe.logger, "logger_handler", None)
+    if not isinstance(handler, logging.Handler):
+        yield
+        return
+    formatter, level = handler.formatter, observe.logger.log_level
+    handler.setFormatter(OneLine())
+    observe.logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        handler.setFormatter(formatter)
+        observe.logger.setLevel(level)
 
 
 def app_summary() -> list[str]:
@@ -90,8 +157,8 @@ def startup_summary(services: Services, base_url: str) -> str:
     from sluice.ops.access import ROLES, create_login_nonce, login_links_allowed
 
     s = services.settings
-    redis = ("REST " + _redacted(s.upstash_redis_rest_url) if s.upstash_redis_rest_url
-             else _redacted(s.redis_url) if s.redis_url else "not configured (ledger lists off)")
+    redis = ("REST " + redacted(s.upstash_redis_rest_url) if s.upstash_redis_rest_url
+             else redacted(s.redis_url) if s.redis_url else "not configured (ledger lists off)")
     admin = ", ".join(name for name, on in (("HS256 secret", s.admin_jwt_secret),
                                               ("JWKS " + (s.admin_jwks_url or ""),
                                                s.admin_jwks_url)) if on) or "not configured"
@@ -100,7 +167,7 @@ def startup_summary(services: Services, base_url: str) -> str:
         ("telegram", s.telegram_bot_token), ("email", s.smtp_host)) if on]
     lines = [
         "configured:",
-        f"  database     {s.database_backend}: {_redacted(s.database_url)}",
+        f"  database     {s.database_backend}: {redacted(s.database_url)}",
         f"  redis        {redis}",
         f"  queues       {s.queue_mode} mode"
         + (f", prefix {s.queue_prefix}" if s.queue_mode == "sqs" else "")
@@ -121,21 +188,26 @@ def startup_summary(services: Services, base_url: str) -> str:
     return "\n".join(lines)
 
 
-def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -> None:
+def serve(services: Services, *, host: str, port: int, scheduler: bool = True,
+          verbose: int = 0) -> None:
+    """Serve until interrupted; ``verbose`` as ``-v`` counts (0: lines for a person only)."""
     import uvicorn
 
     from sluice.http.app import create_app
 
-    # Built before the scheduler starts, so the server is up as early as before it.
     app = create_app(services, push=True)  # with a push route per topic (sluice.http.push)
     summary = startup_summary(services, f"http://{host}:{port}")
+    worker: Scheduler | None = None
     if scheduler:
         schedules = {job: [parse(e) for e in exprs] for job, exprs in job_schedules(JOBS).items()}
         worker = Scheduler(services, schedules)
-        threading.Thread(target=worker.run, daemon=True, name="scheduler").start()
     print(f"sluice dev: http://{host}:{port}  (database: {services.db.dialect}; "
           f"docs at /api/docs; push signed messages to /api/queues/<topic>)", flush=True)
     print(summary, flush=True)
+    print("\n".join(worker.plan() if worker else ["jobs: not fired (--no-scheduler)"]),
+          flush=True)
+    if worker:  # after the banner, so the start-up run's line comes below it
+        threading.Thread(target=worker.run, daemon=True, name="scheduler").start()
     from sluice.core.shutdown import SHUTDOWN
 
     class Server(uvicorn.Server):
@@ -145,6 +217,9 @@ def serve(services: Services, *, host: str, port: int, scheduler: bool = True) -
             super().handle_exit(sig, frame)
 
     # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from any local caller as
-    # the client; client_ip trusts it only from SLUICE_TRUSTED_PROXIES.
-    Server(uvicorn.Config(app, host=host, port=port, log_level="info",
-                          proxy_headers=False)).run()
+    # the client; client_ip trusts it only from SLUICE_TRUSTED_PROXIES. Its start-up and
+    # request lines are logs (-v); its warnings and errors (a port in use) always show.
+    config: dict[str, Any] = {"log_level": ("warning", "info", "debug")[min(verbose, 2)],
+                              "access_log": verbose > 0}
+    with person_logs() if verbose == 0 else nullcontext():
+        Server(uvicorn.Config(app, host=host, port=port, proxy_headers=False, **config)).run()

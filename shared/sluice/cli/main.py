@@ -17,16 +17,20 @@ import argparse
 import getpass
 import importlib
 import json
+import re
 import sys
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from sluice.cli.output import (
+    InternalError,
     Mode,
     check_database,
     emit,
+    failed,
     mode,
     note,
     speaking,
@@ -35,6 +39,7 @@ from sluice.cli.output import (
 )
 from sluice.core.errors import ConfigurationError, RequestError, SluiceError
 from sluice.core.times import iso_z
+from sluice.core.validate import actor_name
 
 # Feature command modules, each with register(subparsers).
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
@@ -49,13 +54,50 @@ CREATES_DATABASE = frozenset({"migrate", "dev"})
 NO_JSON = frozenset({"dev"})
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with the usage exit code of the table above (argparse's own is 2)."""
+class UsageError(RequestError):
+    """The command line is not one this command takes."""
 
-    def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        # before speaking() guards stderr: an argument argparse quotes back is escaped here
-        self.exit(EXIT_USAGE, terminal_safe(f"{self.prog}: error: {message}") + "\n")
+    code = "usage"
+
+    def __init__(self, message: str, *, prog: str, usage: str) -> None:
+        # The argument argparse names ("argument --limit: ..."), as the API names a field.
+        named = re.match(r"argument ([^:]+):|the following arguments are required: ([^,]+)",
+                         message)
+        field = (named.group(1) or named.group(2)).split("/")[-1] if named else None
+        super().__init__(message, **({"field": field} if field else {}))
+        self.prog = prog
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are a ``UsageError`` (exit 64, argparse's own is 2), so ``main``
+    reports them like every other error, as JSON too with ``--json``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, prog=self.prog, usage=self.format_usage())
+
+
+class ShowVersion(argparse.Action):
+    """``--version``: looked up only when asked (reading every distribution's metadata)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(installed_version())
+        parser.exit()
+
+
+def installed_version() -> str:
+    """The name and version of the installed distribution that provides the ``sluice``
+    package, whatever that distribution is called."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    package = (__package__ or "sluice").partition(".")[0]  # __name__ is __main__ under -m
+    for name in dict.fromkeys(packages_distributions().get(package, [])):
+        try:
+            return f"{name} {version(name)}"
+        except PackageNotFoundError:  # metadata listed but unreadable: try the next one
+            continue
+    return f"{package} (not installed: no distribution provides the {package} package)"
 
 
 def exit_code(exc: SluiceError) -> int:
@@ -67,11 +109,16 @@ def exit_code(exc: SluiceError) -> int:
 
 
 def operator(by: str | None = None) -> str:
-    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``."""
+    """Who an admin action from the command line is audited as: ``--by``, else ``cli:$USER``
+    (as ``actor_name`` stores a name)."""
     if by:
-        return by
+        name = actor_name(by)
+        if not name:
+            raise RequestError("--by must name the operator with a printable character",
+                               field="--by")
+        return name
     try:
-        return f"cli:{getpass.getuser()}"
+        return actor_name(f"cli:{getpass.getuser()}")
     except (KeyError, OSError):  # no user name in a bare container
         return "cli:unknown"
 
@@ -105,13 +152,14 @@ def audited(services: Any, actor: str, action: str, target: str | None,
             detail: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """An operator's action, audited like the API's: the row is written (outcome
     ``started``) before the block runs and settled after it with ``record["outcome"]``
-    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code."""
+    (default ``ok``), ``record["detail"]`` and ``record["target"]``, or the error's code.
+    ``record["id"]`` is the row's id (an action may write its progress into it)."""
     from sluice.jobs.runs import RunStore
 
     runs = RunStore(services.db)
-    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None}
     audit_id = runs.audit(actor=actor, action=action, target=target, outcome="started",
                           ip=None, detail=detail)
+    record: dict[str, Any] = {"outcome": "ok", "detail": detail, "target": None, "id": audit_id}
     try:
         yield record
     except SluiceError as exc:
@@ -132,7 +180,7 @@ def _services(args: argparse.Namespace, *, migrate_embedded: bool = False) -> An
     settings = Settings.from_env()
     shown = check_database(settings.database_url,
                            may_create=mode().command in CREATES_DATABASE)
-    if not mode().json:
+    if not mode().json and mode().command != "dev":  # dev's banner names it
         print(f"database: {shown}", file=sys.stderr)
     services = Services.from_settings(settings)
     if migrate_embedded and services.db.dialect == "sqlite":
@@ -261,7 +309,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from sluice.cli.dev import serve
 
     services = _services(args, migrate_embedded=True)
-    serve(services, host=args.host, port=args.port, scheduler=not args.no_scheduler)
+    serve(services, host=args.host, port=args.port, scheduler=not args.no_scheduler,
+          verbose=mode().verbose)
     return 0
 
 
@@ -269,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sluice", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="logs and metrics on stderr (-vv: debug)")
+    parser.add_argument("--version", action=ShowVersion, nargs=0,
+                        help="print the installed distribution's name and version")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("dev", help="serve the app locally and fire jobs on their schedules")
@@ -326,18 +377,29 @@ def leaf_commands(parser: argparse.ArgumentParser) -> dict[tuple[str, ...],
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # A server's logs are its output: `sluice dev` logs as if given -v.
-    verbose = max(args.verbose, 1) if args.command == "dev" else args.verbose
-    with speaking(Mode(json=bool(getattr(args, "json", False)), verbose=verbose,
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        # Not parsed, so --json is read from the words given.
+        with speaking(Mode(json="--json" in argv)):
+            failed(exc, exc.usage + terminal_safe(f"{exc.prog}: error: {exc.message}"))
+        return EXIT_USAGE
+    with speaking(Mode(json=bool(getattr(args, "json", False)), verbose=args.verbose,
                        command=args.command)):
         try:
             code: int = args.func(args)
             return code
         except SluiceError as exc:
-            print(f"sluice: {exc.code}: {exc.message}", file=sys.stderr)
+            failed(exc, f"sluice: {exc.code}: {exc.message}")
             return exit_code(exc)
+        except Exception as exc:
+            if not mode().json:
+                raise  # a defect: Python's own traceback and exit 1
+            traceback.print_exc()
+            failed(InternalError(f"{type(exc).__name__}: {exc}"), "sluice: internal_error")
+            return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 - ``--json`` (added to every command that prints data): one JSON document on stdout and
   nothing else; without it, text for a person.
-- stderr stays empty at the default verbosity unless something went wrong: logs and metric
-  blobs only with ``-v``, the database in use only in human mode.
+- stderr stays empty at the default verbosity unless something went wrong: logs (errors
+  logged on the way included: a failing handler's traceback) and metric blobs only with
+  ``-v``, the database in use only in human mode. An error is one line on stderr and, with
+  ``--json``, a JSON document on stdout too, with the same exit code (``failed``).
 - A command other than ``migrate`` and ``dev`` never creates an SQLite database: a missing
   file is a configuration error naming the path, not a silent new empty store.
 - Nothing a peer stored can drive the terminal: every character a terminal acts on (C0 and
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
+from sluice.core.errors import SluiceError
 from sluice.core.times import json_default, jsonable
 from sluice.store.db import require_existing, sqlite_path
 
@@ -43,6 +46,9 @@ class Mode:
 
 
 _MODE = Mode()
+# The log level at the default verbosity: Sluice logs nothing at CRITICAL, so no log line
+# at all (a command's own error is its one line on stderr; the logs, errors too, need -v).
+QUIET = logging.CRITICAL
 
 
 def mode() -> Mode:
@@ -127,8 +133,14 @@ def speaking(new: Mode) -> Iterator[None]:
     before = (_MODE, observe.logger.log_level, observe.metrics_quiet(), sys.stdout, sys.stderr)
     _MODE = new
     observe.logger.setLevel(logging.DEBUG if new.verbose > 1 else
-                            logging.INFO if new.verbose == 1 else logging.ERROR)
+                            logging.INFO if new.verbose == 1 else QUIET)
     observe.quiet_metrics(new.verbose == 0)
+    # Libraries' own log records (psycopg's pool retrying a connection) reach stderr through
+    # logging's last-resort handler when no handler takes them: at the default verbosity, one
+    # that drops them does.
+    dropped = logging.NullHandler() if new.verbose == 0 else None
+    if dropped is not None:
+        logging.getLogger().addHandler(dropped)
     sys.stdout = Guarded(before[3], as_json=new.json)
     sys.stderr = Guarded(before[4], as_json=False)
     # The log handler holds the stream it was built with; its lines are JSON (written
@@ -141,6 +153,8 @@ def speaking(new: Mode) -> Iterator[None]:
     finally:
         if logs is not None and logged_to is not None:
             logs.setStream(logged_to)
+        if dropped is not None:
+            logging.getLogger().removeHandler(dropped)
         sys.stdout, sys.stderr = before[3], before[4]
         _MODE = before[0]
         observe.logger.setLevel(before[1])
@@ -151,6 +165,22 @@ def note(message: str) -> None:
     """Progress a person may want (``-v``): never on stderr by default."""
     if _MODE.verbose:
         print(message, file=sys.stderr)
+
+
+class InternalError(SluiceError):
+    """The command failed on a defect (its traceback is on stderr)."""
+
+    code = "internal_error"
+
+
+def failed(exc: SluiceError, line: str) -> None:
+    """An error, reported alike by every command: ``line`` on stderr for a person and, with
+    ``--json``, the error as one JSON document on stdout too (the HTTP API's error body:
+    ``{"error": {"code", "message", "field"…}}``); the exit code is the caller's, the same
+    in both modes."""
+    if _MODE.json:
+        emit_json(exc.to_body())
+    print(line, file=sys.stderr)
 
 
 def emit(body: Any, human: Callable[[Any], Iterable[str]] | None = None) -> None:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from sluice.core.errors import Forbidden, Unauthorized, UpstreamUnavailable
 from sluice.core.settings import Settings
 from sluice.core.surfaces import SURFACE_ROLES, Surface
+from sluice.core.validate import actor_name
 
 SESSION_COOKIE = "__session"
 
@@ -114,8 +115,10 @@ class AdminVerifier:
         except jwt.InvalidTokenError as exc:
             raise Unauthorized(f"invalid admin token: {exc}") from exc
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject.strip():
-            raise Unauthorized("invalid admin token: the sub claim must be a non-empty string")
+        subject = actor_name(subject) if isinstance(subject, str) else ""
+        if not subject:
+            raise Unauthorized("invalid admin token: the sub claim must be a non-empty string "
+                               "with a printable character")
         roles = claims.get("roles", [])
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise Unauthorized("the roles claim must be a list of strings")

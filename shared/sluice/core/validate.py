@@ -34,6 +34,7 @@ MAX_LOCALE = 35
 MAX_DEPTH = 64
 MAX_EMAIL = 254
 MAX_SCOPE_ID = 200
+MAX_ACTOR = 200
 
 _SCHEMES = ("http", "https")
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
@@ -71,6 +72,16 @@ def has_control(text: str, allowed: frozenset[str] = frozenset()) -> bool:
     """True when ``text`` holds a control, format or separator character not in ``allowed``."""
     return any(c not in allowed and (c < " " or unicodedata.category(c) in _INVISIBLE)
                for c in text)
+
+
+def actor_name(value: str) -> str:
+    """Who did an action, as every record of it stores the name (the audit trail, a
+    schedule's mark, an erasure request): its text with the control, format and separator
+    characters removed (an escape sequence, a bidi override, a line break), trimmed, at most
+    ``MAX_ACTOR`` characters. Applied where Sluice learns who acts (a verified token's
+    ``sub``, the command line's operator), so every row names them alike; empty when
+    nothing printable is left, which the caller refuses."""
+    return "".join(c for c in value if not has_control(c)).strip()[:MAX_ACTOR]
 
 
 # --- URLs --------------------------------------------------------------------------

@@ -56,8 +56,6 @@ class ChannelAdapter(Protocol):
 
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str: ...
 
-    def outage_key(self, entry: DeliveryEntry) -> str: ...
-
 
 def webhook_guard(allow_hosts: Sequence[str] = ()) -> AddressGuard:
     """Webhook recipients come from rules: public addresses only, unless the host is in

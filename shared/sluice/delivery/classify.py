@@ -96,18 +96,21 @@ class FatalDeliveryError(DeliveryError):
     code = "delivery_fatal"
 
 
-# Case-insensitive; matched anywhere in an error's text. Telegram phrases its errors
-# "Forbidden: bot was blocked by the user", Slack as codes ("channel_not_found").
+# Case-insensitive; matched anywhere in an error's text, whatever status came with it (a
+# 403 "Forbidden: user deactivated" names the recipient, not Sluice's credentials).
+# Telegram phrases its errors "Forbidden: bot was blocked by the user", Slack as codes
+# ("channel_not_found").
 PERMANENT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"chat not found",
+    r"(chat|conversation) not found",
     r"user not found",
     r"bot was blocked",
     r"bot was kicked",
     r"chat_id is empty",
     r"no conversation reference found",
     r"ambiguous.*recipient",
-    r"user is deactivated",
-    r"message is too long",
+    r"user (is )?deactivated",
+    r"message (is )?too long",
+    r"invalid format",
     r"bot can't initiate conversation",
     r"bot is not a member",
     r"have no rights to send",

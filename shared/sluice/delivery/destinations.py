@@ -1,34 +1,35 @@
-"""Destinations: a webhook's host and port, a Telegram chat, a Slack channel, the SMTP server.
+"""What Sluice knows of each destination and receiver, and what an operator sets on them.
 
-A destination's key is its adapter's ``outage_key``; the drain writes it on each entry it
-takes (``delivery_queue.destination``), and ``delivery_destinations`` holds what Sluice
-knows of it. A webhook's is ``webhook:<host>:<port>`` in one form however its URL writes
-the receiver (``webhook_receiver``: the port always written out), and a key an operator
-types is read into that form (``check_key``). Its state, read by the drain and shown by ``view``:
+Every entry names its destination (the exact URL or chat) and its receiver (where its rates
+and outages live) from its enqueue (``sluice.delivery.keys``); ``delivery_destinations``
+holds a row for a key Sluice knows a state of. The claim reads these rows for every entry
+it takes (``sluice.delivery.store``), so a state holds from the moment it is written and
+no entry is moved to hold it:
 
-- *failing* from its first transient failure (not connected, a 5xx, a 429, credentials
-  refused) until its next success. Its entries wait in ``pending`` without counting
-  attempts (``held_by`` names it) and out of the claim's index; the claim takes one of them
-  as its probe at each step (``Policy.probe_wait``: the retry schedule's 5 s, 25 s, 2 min,
-  10 min, then every 10 min, or the provider's honoured wait when longer); they expire as
-  usual. Its next success unholds them all at once. It is *reported* (run summary,
-  ``/api/queue/status``, the console, the ``DeliveryDestinationsDown`` metric and its
-  alarm) once ``threshold`` probes in a row failed, so one blip does not page anyone. A
-  destination's failures are kept across runs, so a low-volume destination (one alert an
-  hour) is recognised as down as surely as a busy one.
-- *paused* until a time by an operator: its entries wait out of the claim's index, nothing
-  counted, nothing expires; at the pause's end (``lapse``, each drain) they are due at
-  once, their expiry read from then.
-- *disabled* (a ``410 Gone``, a chat that blocked or removed the bot, days failing without a
-  success, or an operator): its entries fail ``destination_disabled`` at once, attempts
-  untouched, no request made; it is never probed. Enabled again, it starts afresh, and
-  its failed entries are redriven (or sent again) by an operator.
-- *ok* otherwise.
+- *failing* (a receiver): from a failure that is the receiver's (not reached, refusing
+  Sluice's credentials, or a second entry failing before a success: ``Policy.after_send``)
+  until its next success. Its entries stay pending, attempts untouched, and only its probe
+  is claimed, when due (``Policy.probe_wait``: the retry schedule's 5 s, 25 s, 2 min, 10 min,
+  then every 10 min, or the provider's honoured wait when longer); the probe is the entry
+  due first, and a failed probe goes behind the others, so the probes go round them. It is
+  *reported* (run summary, ``/api/queue/status``, the console, the
+  ``DeliveryDestinationsDown`` metric and its alarm) once ``threshold`` probes in a row
+  failed. An answered failure of one entry alone only names that entry (``suspect_entry``):
+  it is the entry's own, counted on the schedule.
+- *paced* (a receiver) until ``ready_at``: no rate slot before then, or the provider asked
+  to wait; nothing of it is claimed before.
+- *paused* until a time by an operator (a destination or a receiver): nothing of it is
+  claimed, nothing counted, nothing expires; at the pause's end (``resume`` or ``lapse``)
+  its entries' expiry is read from then.
+- *disabled* (a ``410 Gone`` or a chat gone disables that destination; days failing
+  without a success disable the receiver; an operator either): its pending entries fail
+  ``destination_disabled`` at once, attempts untouched, no request made, and so does each
+  later one at the next drain; an entry an operator restarts after the disable goes once,
+  as asked. Enabled again, it starts afresh.
 
-An operator may also override its rate until a time (``sluice.delivery.ratelimit`` reads
-the overrides in force). What each state means for an entry is the policy's
-(``sluice.delivery.policy``); this module keeps the states and moves the entries as it
-says.
+An operator may also override a receiver's rate until a time (``sluice.delivery.ratelimit``
+reads the overrides in force). What each state means for an entry is the policy's
+(``sluice.delivery.policy``); this module keeps the states.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ from typing import Any, NamedTuple
 
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z_or_none
+from sluice.delivery.channels import channels, check_recipient
+from sluice.delivery.keys import SMTP_RECEIVER, webhook_receiver
 from sluice.delivery.policy import DELIVERY_POLICY, Policy
-from sluice.egress.errors import DestinationRefused
-from sluice.egress.urls import receiver
-from sluice.store.db import Database, Row, Tx, load_queries, utcnow
+from sluice.delivery.store import DeliveryEntry
+from sluice.store.db import Database, Row, load_queries, utcnow
 
 Q = load_queries("delivery")
 
-MAX_KEY_LENGTH = 512
+MAX_KEY_LENGTH = 2100  # a webhook destination is its URL
 
 
 def _time(value: Any) -> datetime:
@@ -59,49 +61,47 @@ def _time_or_none(value: Any) -> datetime | None:
     return None if value is None else _time(value)
 
 
-def webhook_receiver(url: str) -> str | None:
-    """``<host>:<port>`` of the receiver a webhook URL reaches (``receiver``: lower case,
-    IDNA, no trailing dot, the scheme's default port written out), the one name its
-    destination key and its rate key use; None when the URL cannot be parsed."""
-    try:
-        host, port = receiver(url)
-    except DestinationRefused:
-        return None
-    return f"{host}:{port}"
-
-
 def check_key(key: str) -> str:
-    """A destination key as an operator gives it (``webhook:hooks.example.com:443``,
-    ``telegram:1001``): printable, bounded; 400 naming ``destination`` otherwise. A
-    webhook's is read into the form the drain gives it (host in lower case, IDNA, no
-    trailing dot); one without its port (``webhook:hooks.example.com:``, the form before
-    the port was always written) is refused, naming the keys it may mean."""
+    """A destination or receiver key as an operator gives it, read into the form entries
+    carry (``sluice.delivery.keys``): ``<channel>:<recipient>`` with the recipient as the
+    channel checks it (``webhook:https://hooks.example.com/a``, ``telegram:-1001``), or a
+    receiver (``webhook:hooks.example.com:443``, ``email:smtp``); a 400 naming
+    ``destination`` for a key no entry can have."""
     if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable():
         raise RequestError(f"a destination is its key (such as telegram:1001 or "
                            f"webhook:hooks.example.com:443), 1 to {MAX_KEY_LENGTH} printable "
                            "characters", field="destination")
-    channel, _, rest = key.partition(":")
-    return _webhook_key(rest) if channel == "webhook" and rest else key
+    channel, colon, rest = key.partition(":")
+    if not colon or channel not in channels():
+        raise RequestError(f"{key!r} names no channel Sluice has: a key is <channel>:<recipient>"
+                           f" with channel one of {', '.join(sorted(channels()))}",
+                           field="destination")
+    if channel == "webhook" and not rest.lower().startswith(("https://", "http://")):
+        return _webhook_receiver_key(rest)
+    if key == SMTP_RECEIVER:
+        return key
+    return f"{channel}:{check_recipient(channel, rest, field='destination')}"
 
 
-def _webhook_key(rest: str) -> str:
+def _webhook_receiver_key(rest: str) -> str:
     host, colon, port = rest.rpartition(":")
-    if host == "invalid":  # an entry whose URL does not parse: its own key, as given
-        return f"webhook:{rest}"
     if not colon or not host:
-        raise RequestError(f"a webhook destination is webhook:<host>:<port>, such as "
-                           f"webhook:{rest}:443", field="destination")
+        raise RequestError(f"a webhook destination is its URL, or its receiver "
+                           f"webhook:<host>:<port> (such as webhook:{rest}:443)",
+                           field="destination")
     if not port:
-        raise RequestError(f"webhook:{rest} names no port: a webhook destination's key "
+        raise RequestError(f"webhook:{rest} names no port: a webhook receiver's key "
                            f"always names it, webhook:{host}:443 for https or "
                            f"webhook:{host}:80 for http", field="destination")
     if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise RequestError(f"webhook:{rest}: the port must be a number from 1 to 65535",
                            field="destination")
-    # read as the drain reads a URL (``webhook_receiver``), so the two never disagree
+    # read as an entry's URL is read (``webhook_receiver``), so the two never disagree
     found = webhook_receiver(f"https://{f'[{host}]' if ':' in host else host}:{int(port)}/")
-    # None: no URL names it so: matches nothing, refused by nothing
-    return f"webhook:{found}" if found else f"webhook:{rest}"
+    if found is None:
+        raise RequestError(f"webhook:{rest}: {host!r} is not a host name or address",
+                           field="destination")
+    return f"webhook:{found}"
 
 
 class FailingDestination(NamedTuple):
@@ -128,10 +128,26 @@ class Control(NamedTuple):
     def paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
 
+    def stops(self, entry: DeliveryEntry, now: datetime) -> bool:
+        """Whether it stops ``entry`` now (a disable lets through an entry an operator
+        restarted after it)."""
+        if self.paused(now):
+            return True
+        return self.disabled_at is not None and (entry.restarted_at is None
+                                                 or entry.restarted_at <= self.disabled_at)
+
     @classmethod
     def from_row(cls, row: Row) -> Control:
         return cls(row["key"], _time_or_none(row["paused_until"]),
                    _time_or_none(row["disabled_at"]), row["disabled_reason"])
+
+
+class Streak(NamedTuple):
+    """A receiver's failures since its last success: held as failing, or an answered
+    failure of one entry (``suspect``) alone so far."""
+
+    failing: FailingDestination | None
+    suspect: str | None
 
 
 class Destinations:
@@ -143,48 +159,72 @@ class Destinations:
     # --- failing --------------------------------------------------------------------
 
     def load(self) -> dict[str, FailingDestination]:
-        """The destinations failing now (a disabled one is not probed, so not among them)."""
+        """The receivers failing now (a disabled one is not probed, so not among them)."""
         with self.db.transaction() as tx:
             return {row["key"]: FailingDestination.from_row(row)
                     for row in tx.fetchall(Q.destinations_failing)}
 
+    def streak(self, key: str) -> Streak:
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.destination_get, {"key": key})
+        if row is None:
+            return Streak(None, None)
+        failing = (FailingDestination.from_row(row)
+                   if row["down_since"] is not None and row["disabled_at"] is None else None)
+        return Streak(failing, row["suspect_entry"])
+
+    def suspect(self, key: str, entry_id: str, *, now: datetime | None = None) -> None:
+        """``entry_id``'s own failure at ``key``: named, unless an earlier one is."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.destination_suspect, {"key": key, "entry": entry_id,
+                                               "now": now or utcnow()}, final=True)
+
     def failed(self, key: str, error: str, *, known: FailingDestination | None,
-               asked_s: float | None = None, alike: tuple[str, str] | None = None,
-               now: datetime | None = None) -> tuple[FailingDestination, int]:
-        """One more failed probe of ``key``: the next one when the policy says. The pending
-        entries ``alike`` (channel, recipient) are held on it at once, in the same
-        transaction, so a backlog is not claimed an entry at a time to learn it. The
-        destination, and how many entries it newly holds so."""
+               asked_s: float | None = None,
+               now: datetime | None = None) -> FailingDestination:
+        """One more failure of ``key`` as a whole: its next probe when the policy says."""
         now = now or utcnow()
         wait = self.policy.probe_wait((known.failures if known else 0) + 1, asked_s)
-        held = 0
         with self.db.transaction() as tx:
-            if alike is not None:
-                held = tx.execute(Q.hold_alike, {"key": key, "channel": alike[0], "now": now,
-                                          "recipient": alike[1],
-                                          "error": f"waiting: {key} is failing; last: "
-                                                   f"{error[:400]}"})
             row = tx.fetchone(Q.destination_failed, {
                 "key": key, "now": now, "error": error[:500],
                 "next_probe_at": now + wait}, final=True)
         assert row is not None
-        return FailingDestination.from_row(row), held
+        return FailingDestination.from_row(row)
+
+    def spread(self, suspect: str, *, now: datetime | None = None) -> bool:
+        """A second entry failed at the receiver ``suspect`` named first: the receiver is
+        what fails, so the attempt the suspect's failure counted is given back (while it
+        waits). Whether it was."""
+        with self.db.transaction() as tx:
+            return tx.execute(Q.give_back_attempt, {"id": suspect, "now": now or utcnow()},
+                              final=True) == 1
 
     def up(self, key: str, *, now: datetime | None = None) -> None:
-        """``key`` took an entry: what it held is due at once."""
-        now = now or utcnow()
+        """``key`` took an entry: no longer failing, no entry suspected."""
         with self.db.transaction() as tx:
-            tx.execute(Q.unhold, {"key": key, "now": now})
-            tx.execute(Q.destination_up, {"key": key, "now": now}, final=True)
+            tx.execute(Q.destination_up, {"key": key, "now": now or utcnow()}, final=True)
+
+    def paced(self, key: str, until: datetime, *, now: datetime | None = None) -> None:
+        """No slot for ``key`` before ``until`` (or its provider asked to wait so long)."""
+        with self.db.transaction() as tx:
+            tx.execute(Q.destination_paced, {"key": key, "until": until,
+                                             "now": now or utcnow()}, final=True)
+
+    def next_ready(self, *, now: datetime | None = None) -> datetime | None:
+        """When the first receiver whose due entries wait only for a rate slot has one."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.next_ready, {"now": now or utcnow()})
+        return _time_or_none(row["at"]) if row else None
 
     def reported(self, destination: FailingDestination) -> bool:
         return destination.failures >= self.threshold
 
     def status(self) -> list[dict[str, Any]]:
-        """Every destination known to be failing, with how many entries wait on it."""
+        """Every receiver known to be failing, with how many entries wait on it."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.destinations_failing)
-            waiting = {row["held_by"]: int(row["n"]) for row in tx.fetchall(Q.held_counts)}
+            waiting = {row["key"]: int(row["n"]) for row in tx.fetchall(Q.receivers_waiting)}
         out = []
         for row in rows:
             found = FailingDestination.from_row(row)
@@ -195,22 +235,22 @@ class Destinations:
                         "lastError": found.last_error})
         return out
 
+    def paused_waiting(self, *, now: datetime | None = None) -> int:
+        """Pending entries whose destination or receiver is paused now."""
+        with self.db.transaction() as tx:
+            row = tx.fetchone(Q.paused_waiting, {"now": now or utcnow()})
+        return int(row["n"]) if row else 0
+
     # --- what stops sends -------------------------------------------------------------
 
-    def controls(self, *, now: datetime | None = None) -> dict[str, Control]:
-        """The destinations disabled, or paused now."""
+    def control(self, entry: DeliveryEntry, *, now: datetime | None = None) -> Control | None:
+        """What stops ``entry`` now: its destination's or its receiver's pause or disable."""
+        now = now or utcnow()
         with self.db.transaction() as tx:
-            return {row["key"]: Control.from_row(row) for row in tx.fetchall(
-                Q.destination_controls, {"now": now or utcnow()})}
-
-    def control(self, key: str, *, now: datetime | None = None) -> Control | None:
-        """``controls`` for one destination (the inline path reads only its own)."""
-        with self.db.transaction() as tx:
-            row = tx.fetchone(Q.destination_get, {"key": key})
-        if row is None:
-            return None
-        found = Control.from_row(row)
-        return found if found.disabled_at is not None or found.paused(now or utcnow()) else None
+            rows = [tx.fetchone(Q.destination_get, {"key": key})
+                    for key in dict.fromkeys((entry.destination, entry.receiver)) if key]
+        found = [Control.from_row(row) for row in rows if row is not None]
+        return next((c for c in found if c.stops(entry, now)), None)
 
     def disable(self, key: str, reason: str, *, now: datetime | None = None) -> int:
         """Disable ``key`` (a destination disabled already keeps its first reason): its
@@ -219,8 +259,22 @@ class Destinations:
         now = now or utcnow()
         with self.db.transaction() as tx:
             tx.execute(Q.destination_disable, {"key": key, "now": now, "reason": reason[:500]})
-            return tx.execute(Q.fail_destination, {"key": key, "now": now,
+            return tx.execute(Q.fail_destination, {"key": key, "now": now, "disabled_at": now,
                                                    "reason": reason[:500]}, final=True)
+
+    def fail_disabled(self, *, now: datetime | None = None) -> dict[str, int]:
+        """Entries enqueued for a disabled destination or receiver since its disable (or
+        left when it began): failed ``destination_disabled``, per key."""
+        now = now or utcnow()
+        failed: dict[str, int] = {}
+        with self.db.transaction() as tx:
+            for row in tx.fetchall(Q.disabled_with_pending):
+                n = tx.execute(Q.fail_destination, {
+                    "key": row["key"], "now": now, "disabled_at": row["disabled_at"],
+                    "reason": row["disabled_reason"] or "disabled"})
+                if n:
+                    failed[row["key"]] = n
+        return failed
 
     def enable(self, key: str, *, now: datetime | None = None) -> bool:
         """Enable ``key`` afresh (no failures counted); False when it was not disabled."""
@@ -229,26 +283,23 @@ class Destinations:
                               final=True) == 1
 
     def pause(self, key: str, until: datetime, *, now: datetime | None = None) -> int:
-        """Pause ``key`` until ``until``: its pending entries wait held on it. How many."""
+        """Pause ``key`` until ``until``: nothing of it is claimed from now. How many of its
+        entries are pending or in flight (those in flight whose request has not left are
+        not sent: ``request_left`` reads the pause)."""
         now = now or utcnow()
         with self.db.transaction() as tx:
             tx.execute(Q.destination_pause, {"key": key, "until": until, "now": now})
-            return tx.execute(Q.hold_destination, {"key": key, "now": now, "until_at": until,
-                                                   "until": iso_z_or_none(until)}, final=True)
+            rows = tx.fetchall(Q.destination_entries, {"key": key})
+        return sum(int(row["n"]) for row in rows)
 
     def resume(self, key: str, *, now: datetime | None = None) -> int:
-        """End ``key``'s pause now: its entries are due at once (held still for the probe if
-        it is failing), their expiry read from now. How many entries it released."""
+        """End ``key``'s pause now: its entries may be claimed at once, their expiry read
+        from now. How many pending entries it released (0 when it was not paused)."""
         now = now or utcnow()
         with self.db.transaction() as tx:
-            row = tx.fetchone(Q.destination_resume, {"key": key, "now": now})
-            if row is None:
+            if tx.fetchone(Q.destination_resume, {"key": key, "now": now}) is None:
                 return 0
-            return self._release(tx, key, failing=row["down_since"] is not None, now=now)
-
-    def _release(self, tx: Tx, key: str, *, failing: bool, now: datetime) -> int:
-        return tx.execute(Q.release_destination, {"key": key, "now": now,
-                                                  "failing": int(failing)})
+            return tx.execute(Q.restart_expiry, {"key": key, "now": now}, final=True)
 
     def override_rate(self, key: str, limit: float, period_s: int, until: datetime, *,
                       now: datetime | None = None) -> None:
@@ -264,22 +315,20 @@ class Destinations:
 
     def lapse(self, *, now: datetime | None = None) -> tuple[int, int]:
         """What has lapsed by ``now`` ends without an operator: each pause past its time
-        releases its entries (as ``resume``), each rate override past its time is cleared.
-        (pauses ended, entries released)."""
+        ends (as ``resume``), each rate override past its time is cleared. (pauses
+        ended, entries whose expiry restarted)."""
         now = now or utcnow()
         released = 0
         with self.db.transaction() as tx:
             lapsed = tx.fetchall(Q.pauses_lapsed, {"now": now})
             for row in lapsed:
                 tx.execute(Q.destination_resume, {"key": row["key"], "now": now})
-                released += self._release(tx, row["key"], failing=row["down_since"] is not None,
-                                          now=now)
+                released += tx.execute(Q.restart_expiry, {"key": row["key"], "now": now})
             tx.execute(Q.rates_lapsed, {"now": now})
         return len(lapsed), released
 
     def entries(self, key: str) -> dict[str, int]:
-        """How many of ``key``'s entries are ``pending`` and ``in_flight`` now (an operator's
-        change moves the pending ones; those in flight settle as their send ends), and how
+        """How many of ``key``'s entries are ``pending`` and ``in_flight`` now, and how
         many its disable failed (``failedDisabled``: an enable leaves them to a redrive)."""
         with self.db.transaction() as tx:
             found = {row["status"]: int(row["n"]) for row in tx.fetchall(
@@ -289,4 +338,4 @@ class Destinations:
                 "failedDisabled": int(failed["n"]) if failed else 0}
 
 
-__all__ = ["Control", "Destinations", "FailingDestination", "check_key", "webhook_receiver"]
+__all__ = ["Control", "Destinations", "FailingDestination", "Streak", "check_key"]

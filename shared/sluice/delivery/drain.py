@@ -67,7 +67,7 @@ from sluice.delivery.channels import (
 )
 from sluice.delivery.chunks import ChunkLog, SendProgress
 from sluice.delivery.classify import DestinationDisabled, classify, describe, retry_after_s
-from sluice.delivery.destinations import Control, Destinations, FailingDestination
+from sluice.delivery.destinations import Destinations, FailingDestination, Streak
 from sluice.delivery.payload import parse
 from sluice.delivery.policy import DeliveryOutcome, Policy, pacing_s
 from sluice.delivery.ratelimit import Limiter
@@ -116,9 +116,12 @@ _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
             SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown",
             SendOutcome.RATE_LIMITED: "rateLimited", SendOutcome.DISABLED: "failedDisabled",
             SendOutcome.PAUSED: "paused"}
-# How long a drain run trusts what it read of the destinations' pauses and disables: an
-# operator's change reaches a run in progress within this (the entries it holds at once).
-CONTROLS_TTL_S = 5.0
+# A claim takes at most this many entries, at most PER_ROUND of one receiver (a turn each).
+CLAIM_BATCH = 16
+PER_ROUND = 4
+# With nothing to claim while a receiver waits for its next rate slot, the run looks again
+# after at most this long (new entries are claimed meanwhile).
+IDLE_POLL_S = 1.0
 
 
 class Sent(NamedTuple):
@@ -164,7 +167,8 @@ class Deliverer:
                  lease: timedelta, send_timeout_s: float = 10.0,
                  expire: timedelta = timedelta(days=1), outage_threshold: int = 3,
                  reporter: Reporter | None = None, limiter: Limiter | None = None,
-                 clock: Callable[[], float] = time.monotonic, concurrency: int = 1) -> None:
+                 clock: Callable[[], float] = time.monotonic, concurrency: int = 1,
+                 idle: Callable[[float], None] = sleep_with_abort) -> None:
         store.policy = store.policy.knowing(deduplicating())
         self.store = store
         self.policy = store.policy
@@ -178,6 +182,7 @@ class Deliverer:
         self.limiter = limiter
         self.clock = clock
         self.concurrency = concurrency  # sends a drain run keeps in flight at once
+        self.idle = idle  # a run's wait for a receiver's next rate slot (ends on shutdown)
 
     @classmethod
     def from_services(cls, services: Services, client: Outbound, *,
@@ -189,6 +194,10 @@ class Deliverer:
         rates shared with every other sender are the limiter's (Redis, else the database)."""
         settings = services.settings
         limiter = limiter or Limiter.from_services(services)
+        # a send waits in process at most the rate wait (a slot, a provider's named wait):
+        # longer, its entry and receiver are set aside until then, and the run goes on
+        policy = policy._replace(max_delay_s=min(policy.max_delay_s,
+                                                 settings.delivery_rate_wait_s))
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
@@ -256,14 +265,16 @@ class Deliverer:
 
 
 class _Run:
-    """One drain (or one inline send, without a deadline): the summary, and the
-    destinations found failing (loaded, then kept current)."""
+    """One drain (or one inline send, without a deadline): the summary, and what this run
+    learnt of receivers (held, paced) so that the rest of a claimed batch is set aside
+    without a request."""
 
     def __init__(self, deliverer: Deliverer, deadline: Deadline | None,
                  progress: Callable[[str], None]) -> None:
         self.d = deliverer
         self.store = deliverer.store
         self.policy = deliverer.policy
+        self.destinations = deliverer.destinations
         self.deadline = deadline
         self.progress = progress
         self.summary = DrainSummary(recovered=0, failed=0, skippedMaxRetries=0,
@@ -273,32 +284,33 @@ class _Run:
                                     outages={"count": 0, "down": {}, "destinations": []},
                                     rateLimited=0, notSent=0, notSentError=None, fatal=0,
                                     fatalError=None, disabled={}, failedDisabled=0, paused=0)
+        # receivers this run found failing, or without a slot until a time
         self.failing: dict[str, FailingDestination] = {}
-        # disabled or paused destinations, as read at ``controls_read`` (None: not yet)
-        self.controls: dict[str, Control] = {}
-        self.controls_read: float | None = None
-        self.up: set[str] = set()  # destinations that took an entry during this run
-        self.probing: set[str] = set()  # failing destinations a worker is probing now
+        self.paced: dict[str, datetime] = {}
+        self.up: set[str] = set()  # receivers that took an entry during this run
+        self.after = ""  # the last receiver served: the next claim starts after it
         self.stopped = threading.Event()
-        # the summary and the destinations above, when several workers send at once
+        # the summary and the receivers above, when several workers send at once
         self.lock = threading.RLock()
+        self.claiming = threading.Lock()
 
     def run(self) -> DrainSummary:
         started: datetime = utcnow()
         summary = self.summary
-        # pauses past their time end first: their entries are due, their expiry from now
-        pauses, released = self.d.destinations.lapse(now=started)
+        pauses, released = self.destinations.lapse(now=started)
         if pauses:
             logger.info(f"[delivery] {pauses} destination pauses ended; {released} entries "
                         "are due again")
+        failing_before = set(self.destinations.load())
         expired = self.store.expire(self.d.expire, now=started)
         summary["expired"] = sum(expired.values())
         summary["failed"] += summary["expired"]
-        summary["expiredWaiting"] = {key: n for key, n in sorted(expired.items()) if key}
+        summary["expiredWaiting"] = {key: n for key, n in sorted(expired.items())
+                                     if key in failing_before}
         if expired:
             logger.warning(f"[delivery] {summary['expired']} entries expired undelivered "
                            f"(older than {int(self.d.expire.total_seconds())} s); waiting "
-                           f"on a failing destination: {summary['expiredWaiting']}")
+                           f"on a failing receiver: {summary['expiredWaiting']}")
         back, unknown, lost = self.store.recover()
         summary["unknown"] += unknown
         summary["failed"] += lost
@@ -309,14 +321,15 @@ class _Run:
         set_aside = self.store.hold_unconfigured(sorted(self.d.adapters))
         summary["unconfigured"] = {"count": sum(set_aside.values()), "channels": {
             channel: f"no adapter configured for channel {channel!r}" for channel in set_aside}}
-        self.failing = self.d.destinations.load()
+        summary["failedDisabled"] += sum(self.destinations.fail_disabled(now=started).values())
         if self.d.concurrency <= 1:
             self._work()
         else:
             self._in_parallel(self.d.concurrency)
         summary["deferredBackoff"] = self.store.count_backoff(since=started)
         summary["leftDue"] = self.store.count_due()
-        destinations = self.d.destinations.status()
+        summary["paused"] += self.destinations.paused_waiting()
+        destinations = self.destinations.status()
         summary["outages"]["destinations"] = destinations
         summary["outages"]["down"] = {
             d["key"]: f"{d['failures']} transient failures in a row since {d['downSince']}; "
@@ -327,32 +340,74 @@ class _Run:
     def _time_left(self) -> float | None:
         return None if self.deadline is None else self.deadline.remaining()
 
-    def _work(self) -> None:
-        """Claim, send and settle one entry after another until none is due, the deadline
-        nears (a whole send, its timeout, must still fit) or the run must stop: this run's
-        own stop, or the process's shutdown (SIGTERM, Ctrl-C), after which nothing more is
-        claimed and what is due waits for the next run (``leftDue``)."""
+    def _going(self) -> bool:
         assert self.deadline is not None
+        return (not self.stopped.is_set() and not SHUTDOWN.is_set()
+                and self.deadline.remaining() > self.d.send_timeout_s)
+
+    def _work(self) -> None:
+        """Claim a batch in turns across receivers, send and settle each entry, and again,
+        until none is due, the deadline nears (a whole send, its timeout, must still fit)
+        or the run must stop: this run's own stop, or the process's shutdown (SIGTERM,
+        Ctrl-C), after which nothing more is claimed or sent and what is due waits for the
+        next run (``leftDue``). With nothing to claim while a receiver's backlog waits only
+        for its next rate slot, the run waits for that slot within its budget."""
         summary = self.summary
-        while (not self.stopped.is_set() and not SHUTDOWN.is_set()
-               and self.deadline.remaining() > self.d.send_timeout_s):
-            claimed = self.store.claim(self.d.lease, channels=sorted(self.d.adapters))
+        while self._going():
+            with self.claiming:
+                claimed = self.store.claim(self.d.lease, limit=CLAIM_BATCH,
+                                           per_round=PER_ROUND, after=self.after,
+                                           channels=sorted(self.d.adapters))
+                if claimed:
+                    self.after = max(e.receiver or "" for e in claimed)
             if not claimed:
+                if self._idle():
+                    continue
                 break
             crash_point("delivery.after_claim")
-            try:
-                outcome = self.one(claimed[0])
-            except StoreError:
-                raise  # the store's trouble is no entry's: the run stops, the lease lapses
-            except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
-                logger.error(f"[delivery] {claimed[0].id} raised while being sent: {exc!r}")
-                outcome = self._conclude(claimed[0], None, Sent(classify(exc), 0, error=exc))
-            self._count(outcome)
-            if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
-                self.stopped.set()
-                break
-            self.progress(f"delivery-drain: {summary['recovered']} delivered, "
-                          f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+            for n, entry in enumerate(claimed):
+                if not self._going() or self._lease_short(entry):
+                    for rest in claimed[n:]:
+                        self._apply(rest, DeliveryOutcome.NOT_SENT,
+                                    "not sent: the run stopped before its turn")
+                    return
+                outcome = self._guarded(entry)
+                self._count(outcome)
+                if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
+                    self.stopped.set()
+                self.progress(f"delivery-drain: {summary['recovered']} delivered, "
+                              f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+
+    def _lease_short(self, entry: DeliveryEntry) -> bool:
+        """The sends before it in its batch took half its lease (or its whole send's time):
+        it waits for another claim rather than risk a send past its lease."""
+        if entry.lease_until is None:
+            return False
+        left = (entry.lease_until - utcnow()).total_seconds()
+        return left < min(self.d.send_timeout_s, self.d.lease.total_seconds() / 2)
+
+    def _idle(self) -> bool:
+        """Wait for the next rate slot of a receiver with due entries, if it comes within
+        this run's budget (no wait past one poll, so new entries are claimed meanwhile);
+        False when nothing is coming."""
+        ready = self.destinations.next_ready()
+        left = self._time_left()
+        if ready is None or left is None:
+            return False
+        wait = (ready - utcnow()).total_seconds()
+        if wait >= left - self.d.send_timeout_s:
+            return False
+        self.d.idle(min(max(wait, 0.01), IDLE_POLL_S))
+        return not SHUTDOWN.is_set()
+
+    def _guarded(self, entry: DeliveryEntry) -> SendOutcome:
+        try:
+            return self.one(entry)
+        except StoreError:
+            raise  # the store's trouble is no entry's: the run stops, the lease lapses
+        except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
+            logger.error(f"[delivery] {entry.id} raised while being sent: {exc!r}")
+            return self._conclude(entry, Sent(classify(exc), 0, error=exc))
 
     def _in_parallel(self, workers: int) -> None:
         """``workers`` threads each running ``_work``: the waits on the network, the store
@@ -380,80 +435,62 @@ class _Run:
             raise raised[0]
 
     def one(self, entry: DeliveryEntry) -> SendOutcome:
-        """Send and settle one claimed entry, each step as the policy decides."""
+        """Send and settle one claimed entry, each step as the policy decides; an entry of
+        a receiver this run found failing or without a slot is set aside unsent."""
         adapter = self.d.adapters.get(entry.channel)
         if adapter is None:
             return self._apply(entry, DeliveryOutcome.NO_ADAPTER,
                                f"waiting: no adapter configured for channel {entry.channel!r}",
                                held_by=f"{UNCONFIGURED}{entry.channel}")
-        try:
-            key = adapter.outage_key(entry)
-        except Exception as exc:  # noqa: BLE001 - a recipient that does not parse is this entry's
-            return self._conclude(entry, None, Sent("permanent", 0, error=exc))
-        entry = entry._replace(destination=key)  # the limiter reads its rate override by it
-        stopped = self._stopped(entry, key)
-        if stopped is not None:
-            return stopped
-        with self.lock:
-            known = self.failing.get(key)
-            if known is not None and key not in self.up and self.deadline is not None:
-                if known.next_probe_at > utcnow() or key in self.probing:
-                    return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
-                self.probing.add(key)
-        try:
-            return self._send(adapter, entry, key)
-        finally:
+        receiver = entry.receiver or entry.destination or entry.channel
+        if self.deadline is not None:
             with self.lock:
-                self.probing.discard(key)
+                known = self.failing.get(receiver)
+                slot = self.paced.get(receiver)
+            if known is not None:
+                return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
+            if slot is not None and slot > utcnow():
+                return self._apply(entry, DeliveryOutcome.NO_SLOT,
+                                   f"not sent yet: {receiver} has no rate slot before "
+                                   f"{iso_z(slot)}", wait=slot - utcnow())
+        return self._send(adapter, entry, receiver)
 
-    def _control(self, key: str) -> Control | None:
-        """Whether an operator (or the policy) stopped sends to ``key``: the run's copy of the
-        destinations' controls, read again once older than ``CONTROLS_TTL_S``; an inline send
-        reads its own destination's."""
-        if self.deadline is None:
-            return self.d.destinations.control(key)
-        now = time.monotonic()
-        with self.lock:
-            if self.controls_read is None or now - self.controls_read > CONTROLS_TTL_S:
-                self.controls = self.d.destinations.controls()
-                self.controls_read = now
-            return self.controls.get(key)
-
-    def _stopped(self, entry: DeliveryEntry, key: str) -> SendOutcome | None:
-        """The entry's destination is disabled or paused: settled so, nothing sent (an entry
-        the drain had not seen before the change: the change itself settled the others)."""
-        control = self._control(key)
-        if control is None:
-            return None
+    def _stopped(self, entry: DeliveryEntry) -> SendOutcome:
+        """``request_left`` refused the entry: an operator paused or disabled its
+        destination or receiver since the claim (settled so, nothing sent), or it is no
+        longer this attempt's (stale)."""
         now = utcnow()
-        outcome = self.policy.before_send(disabled=control.disabled_at is not None,
-                                          paused=control.paused(now))
+        control = self.destinations.control(entry, now=now)
+        if control is None:
+            return SendOutcome.STALE
+        disabled = control.disabled_at is not None and (
+            entry.restarted_at is None or entry.restarted_at <= control.disabled_at)
+        outcome = self.policy.before_send(disabled=disabled, paused=control.paused(now))
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
-            return self._apply(entry, outcome, f"not sent: destination {key} is disabled "
-                                               f"since {iso_z_or_none(control.disabled_at)}: "
-                                               f"{control.disabled_reason}", destination=key)
-        if outcome is DeliveryOutcome.DESTINATION_PAUSED:
-            assert control.paused_until is not None
-            return self._apply(entry, outcome, f"waiting: destination {key} is paused until "
-                                               f"{iso_z(control.paused_until)}",
-                               wait=control.paused_until - now, held_by=key, destination=key)
-        return None
+            return self._apply(entry, outcome, f"not sent: destination {control.key} is "
+                                               f"disabled since "
+                                               f"{iso_z_or_none(control.disabled_at)}: "
+                                               f"{control.disabled_reason}")
+        assert control.paused_until is not None
+        return self._apply(entry, DeliveryOutcome.DESTINATION_PAUSED,
+                           f"waiting: destination {control.key} is paused until "
+                           f"{iso_z(control.paused_until)}", wait=control.paused_until - now)
 
     def _disable(self, entry: DeliveryEntry, key: str, outcome: DeliveryOutcome,
                  error: str | None, since: datetime | None) -> None:
-        """The policy disables ``key`` (it is gone, or failed past the limit): its pending
-        entries fail at once, later ones when claimed, and the disable pages."""
+        """The policy disables ``key`` (the destination is gone, or the receiver failed past
+        the limit): its pending entries fail at once, later ones at the next drain, and the
+        disable pages."""
         if outcome is DeliveryOutcome.DESTINATION_GONE:
             reason = f"gone: {error}"
         else:
             reason = (f"failing without a success since {iso_z(since) if since else '?'} "
                       f"(SLUICE_DESTINATION_DISABLE_AFTER); last: {error}")
-        failed = self.d.destinations.disable(key, reason)
+        failed = self.destinations.disable(key, reason)
         with self.lock:
             self.summary["disabled"][key] = reason
             self.summary["failedDisabled"] += failed
             self.failing.pop(key, None)
-            self.controls[key] = Control(key, None, utcnow(), reason)
         logger.error(f"[delivery] destination {key} disabled: {reason}; {failed} waiting "
                      "entries failed destination_disabled (enable it, then redrive them)")
         if self.d.reporter is not None:
@@ -461,13 +498,15 @@ class _Run:
                 f"delivery destination {key} disabled: {reason}", destination=key),
                 destination=key, entry=entry.id)
 
-    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, key: str) -> SendOutcome:
+    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, receiver: str) -> SendOutcome:
         limiter = self.d.limiter
         if limiter is not None:
-            left = self._time_left()
+            # a run never sleeps for one receiver's slot while others may have work: no
+            # slot now paces the receiver and the run goes on (``_idle`` waits when nothing
+            # else can go); an inline send waits up to the rate wait
             try:
-                wait_s = limiter.acquire(entry, time_left_s=None if left is None
-                                         else left - self.d.send_timeout_s)
+                wait_s = limiter.acquire(entry, time_left_s=None if self.deadline is None
+                                         else 0.0)
             except StoreError as exc:  # the limiter is down: nothing left, nothing counts
                 with self.lock:
                     self.summary["notSent"] += 1
@@ -477,32 +516,48 @@ class _Run:
                 return self._apply(entry, DeliveryOutcome.NOT_SENT,
                                    f"not sent: the rate limits' store failed ({describe(exc)})")
             if wait_s > 0:
+                self._paced(receiver, wait_s)
                 return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {entry.channel} rate limit",
                                    wait=timedelta(seconds=wait_s))
-        if not self.store.request_left(entry, destination=key):
-            return SendOutcome.STALE
+        if not self.store.request_left(entry):
+            return self._stopped(entry)
         deadline = self.deadline
-        return self._conclude(entry, key, self.d._send(
+        return self._conclude(entry, self.d._send(
             adapter, entry, None if deadline is None
             else lambda: deadline.remaining() - self.d.send_timeout_s))
 
-    def _conclude(self, entry: DeliveryEntry, key: str | None, sent: Sent) -> SendOutcome:
-        """Settle what a send came to, as the policy decides."""
-        healthy = self.deadline is None or key is None or key in self.up
+    def _paced(self, receiver: str, wait_s: float) -> None:
+        until = utcnow() + timedelta(seconds=wait_s)
         with self.lock:
-            known = self.failing.get(key) if key is not None else None
-        outcome = self.policy.after_send(sent.verdict, sent.error, channel=entry.channel,
-                                         attempts=entry.attempts,
-                                         unknown_sends=entry.unknown_sends,
-                                         destination_healthy=healthy,
-                                         failing_since=known.down_since if known else None,
-                                         now=utcnow())
+            self.paced[receiver] = until
+        self.destinations.paced(receiver, until)
+
+    def _conclude(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
+        """Settle what a send came to, as the policy decides, from what its receiver's
+        streak says of whose failure it is."""
+        receiver = entry.receiver or entry.destination or entry.channel
+        streak = Streak(None, None)
+        if sent.verdict == "transient":
+            streak = self.destinations.streak(receiver)
+            with self.lock:
+                if streak.failing is None and receiver in self.failing:
+                    streak = streak._replace(failing=self.failing[receiver])
+        known = streak.failing
+        outcome = self.policy.after_send(
+            sent.verdict, sent.error, channel=entry.channel, attempts=entry.attempts,
+            unknown_sends=entry.unknown_sends, receiver_failing=known is not None,
+            another_failed=streak.suspect not in (None, entry.id),
+            failing_since=known.down_since if known else None, now=utcnow())
         error = describe(sent.error) if sent.error is not None else None
-        if outcome in (DeliveryOutcome.DESTINATION_GONE, DeliveryOutcome.DESTINATION_STALE) and key:
-            self._disable(entry, key, outcome, error, known.down_since if known else None)
+        if outcome is DeliveryOutcome.DESTINATION_GONE:
+            self._disable(entry, entry.destination or receiver, outcome, error, None)
             return self._apply(entry, outcome, f"destination disabled: {error}",
-                               duration_ms=sent.duration_ms, destination=key)
+                               duration_ms=sent.duration_ms)
+        if outcome is DeliveryOutcome.DESTINATION_STALE:
+            self._disable(entry, receiver, outcome, error, known.down_since if known else None)
+            return self._apply(entry, outcome, f"destination disabled: {error}",
+                               duration_ms=sent.duration_ms)
         if outcome is DeliveryOutcome.FATAL:
             with self.lock:
                 self.summary["fatal"] = 1
@@ -510,43 +565,50 @@ class _Run:
             if self.d.reporter is not None and sent.error is not None:
                 self.d.reporter.error("delivery-drain", sent.error, entry=entry.id)
             return self._apply(entry, outcome, f"not sent: the sender stopped: {error}")
-        if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP) and key:
+        if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP):
             assert error is not None and sent.error is not None
             asked = retry_after_s(sent.error) if outcome is DeliveryOutcome.DESTINATION_FAILING else None
-            with self.lock:  # one worker at a time counts a destination's failures
-                found, held = self.d.destinations.failed(key, error, known=self.failing.get(key),
-                                                   asked_s=asked,
-                                                   alike=(entry.channel, entry.recipient))
-                self.failing[key] = found
-                self.summary["outages"]["count"] += held
-            if self.d.destinations.reported(found):
-                logger.warning(f"[delivery] {key} is down ({found.failures} failures in a row; "
-                               f"last: {found.last_error}); its entries wait, no attempt "
+            with self.lock:  # one worker at a time counts a receiver's failures
+                found = self.destinations.failed(receiver, error, known=known, asked_s=asked)
+                self.failing[receiver] = found
+            if known is None and streak.suspect not in (None, entry.id):
+                assert streak.suspect is not None  # the outage began with another's failure
+                self.destinations.spread(streak.suspect)
+            if self.destinations.reported(found):
+                logger.warning(f"[delivery] {receiver} is down ({found.failures} failures in a "
+                               f"row; last: {found.last_error}); its entries wait, no attempt "
                                "counted")
             return self._wait(entry, outcome, found)
         if outcome is DeliveryOutcome.NO_SLOT:  # a further chunk found no slot in time
             assert sent.error is not None
-            return self._apply(entry, outcome, error,
-                               wait=timedelta(seconds=retry_after_s(sent.error) or 0.0))
+            wait_s = retry_after_s(sent.error) or 0.0
+            self._paced(receiver, wait_s)
+            return self._apply(entry, outcome, error, wait=timedelta(seconds=wait_s))
         if outcome is DeliveryOutcome.PACING:
-            assert sent.error is not None and self.d.limiter is not None
+            assert sent.error is not None
             wait_s = pacing_s(sent.error) or 0.0
-            self.d.limiter.slow_down(entry, wait_s)
+            if self.d.limiter is not None:
+                self.d.limiter.slow_down(entry, wait_s)
+            self._paced(receiver, wait_s)  # a probe's next one waits for it too
             return self._apply(entry, outcome, f"not sent: {error} (rate limited; "
                                "no attempt counted)", wait=timedelta(seconds=wait_s))
-        if outcome is DeliveryOutcome.ACKED and key is not None:
+        if outcome is DeliveryOutcome.ACKED:
             with self.lock:
-                self.up.add(key)
-                back = self.failing.pop(key, None) is not None
+                first = receiver not in self.up
+                self.up.add(receiver)
+                back = self.failing.pop(receiver, None) is not None
+            if first or back:
+                self.destinations.up(receiver)
             if back:
-                self.d.destinations.up(key)
-                logger.info(f"[delivery] {key} is back")
+                logger.info(f"[delivery] {receiver} is back")
+        if outcome in (DeliveryOutcome.TRANSIENT, DeliveryOutcome.LAST_ATTEMPT):
+            self.destinations.suspect(receiver, entry.id)
         if outcome in (DeliveryOutcome.PERMANENT, DeliveryOutcome.LAST_ATTEMPT, DeliveryOutcome.TRANSIENT,
                        DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_RESTS):
             logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                            f"failed: {error}", extra={"outcome": outcome.value})
         settled = self._apply(entry, outcome, error, duration_ms=sent.duration_ms,
-                              message_id=sent.message_id, destination=key)
+                              message_id=sent.message_id)
         if settled is SendOutcome.STALE and outcome is DeliveryOutcome.ACKED:
             logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
                            "another attempt may send it again")
@@ -554,23 +616,22 @@ class _Run:
 
     def _wait(self, entry: DeliveryEntry, outcome: DeliveryOutcome,
               destination: FailingDestination) -> SendOutcome:
+        """Set aside for its failing receiver: due again at the receiver's next probe, so
+        the entry just tried goes behind those that waited (the probes go round them)."""
         with self.lock:
             self.summary["outages"]["count"] += 1
         return self._apply(
             entry, outcome, f"waiting: {destination.key} is failing since "
                             f"{destination.down_since.isoformat()} ({destination.failures} "
                             f"in a row; last: {destination.last_error})",
-            wait=max(destination.next_probe_at - utcnow(), timedelta(0)),
-            held_by=destination.key, destination=destination.key)
+            wait=max(destination.next_probe_at - utcnow(), timedelta(0)))
 
     def _apply(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
                wait: timedelta | None = None, held_by: str | None = None,
-               duration_ms: int | None = None, message_id: str | None = None,
-               destination: str | None = None) -> SendOutcome:
+               duration_ms: int | None = None, message_id: str | None = None) -> SendOutcome:
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
         if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
-                                message_id=message_id, held_by=held_by,
-                                destination=destination or entry.destination):
+                                message_id=message_id, held_by=held_by):
             return SendOutcome.STALE
         return _SEND_OUTCOMES[outcome]
 

@@ -54,12 +54,12 @@ class DeliveryOutcome(StrEnum):
 
     ACKED = "acked"
     PERMANENT = "permanent"
-    TRANSIENT = "transient, destination healthy"
+    TRANSIENT = "transient, the entry's own"
     LAST_ATTEMPT = "transient, last attempt"
-    DESTINATION_FAILING = "destination failing"
-    DESTINATION_HELD = "destination held"
+    DESTINATION_FAILING = "receiver failing"
+    DESTINATION_HELD = "receiver held"
     DESTINATION_GONE = "destination gone"
-    DESTINATION_STALE = "destination failing past the limit"
+    DESTINATION_STALE = "receiver failing past the limit"
     DESTINATION_DISABLED = "destination disabled"
     DESTINATION_PAUSED = "destination paused"
     NO_SLOT = "no rate slot"
@@ -98,14 +98,14 @@ class Due(StrEnum):
     SCHEDULE = "the schedule's next step"
     SLOT = "when a slot frees"
     PROVIDER = "the provider's wait"
-    PROBE = "its destination's next probe"
+    PROBE = "its receiver's next probe"
     CONFIGURED = "once its channel is configured"
     PAUSE_END = "its destination's pause ends"
 
 
 class Sender(StrEnum):
     DRAIN = "the drain"
-    PROBE = "the drain, one probe per destination"
+    PROBE = "the drain, one probe per receiver"
     OPERATOR = "an operator"
     NOBODY = "nobody"
 
@@ -225,6 +225,14 @@ def retry_in_process(error: BaseException) -> bool:
             and not is_unknown(error))
 
 
+def answered(error: BaseException) -> bool:
+    """The receiver answered the request (an HTTP status, or a platform's own refusal):
+    what it said is about this entry unless other entries fail there too. A transient
+    error without a status (refused, not connected, DNS) never reached it."""
+    return any(isinstance(node, _Transient) and node.context.get("status") is not None
+               for node in _walk(error))
+
+
 def _credentials(error: BaseException) -> bool:
     return any(isinstance(node, CredentialsRefused) for node in _walk(error))
 
@@ -275,13 +283,20 @@ class Policy:
         return failing_since is not None and now - failing_since >= self.disable_after
 
     def after_send(self, verdict: Verdict | str, error: BaseException | None, *, channel: str,
-                   attempts: int, unknown_sends: int, destination_healthy: bool,
-                   failing_since: datetime | None = None,
+                   attempts: int, unknown_sends: int, receiver_failing: bool = False,
+                   another_failed: bool = False, failing_since: datetime | None = None,
                    now: datetime | None = None) -> DeliveryOutcome:
-        """The row for what one send came to. ``destination_healthy``: the destination took
-        another entry in this run, so a transient failure is this entry's own;
-        ``failing_since``: when its destination started failing, if it is (a further
-        failure past ``disable_after`` from then disables it)."""
+        """The row for what one send came to. ``receiver_failing``: its receiver is held as
+        failing (this send was its probe, or went inline meanwhile); ``another_failed``:
+        another entry's answered failure began the receiver's current streak, with no
+        success since; ``failing_since``: when its receiver started failing, if it is (a
+        further failure past ``disable_after`` from then disables it).
+
+        Whose failure it is: the entry's own (counted, on the schedule, failed after the
+        last attempt) when the receiver answered it and no other entry is failing there;
+        the receiver's (held, the attempt given back, one probe at a time) when it was not
+        reached (refused, not connected, no slot it named), refused Sluice's credentials,
+        is held already, or a second entry fails before any success."""
         if verdict == "fatal":
             return DeliveryOutcome.FATAL
         if verdict == "acked":
@@ -292,14 +307,14 @@ class Policy:
         assert error is not None
         outcome = self._transient(error, channel=channel, attempts=attempts,
                                   unknown_sends=unknown_sends,
-                                  destination_healthy=destination_healthy)
+                                  alone=not (receiver_failing or another_failed))
         if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP) and (
                 now is not None and self.stale(failing_since, now)):
             return DeliveryOutcome.DESTINATION_STALE
         return outcome
 
     def _transient(self, error: BaseException, *, channel: str, attempts: int,
-                   unknown_sends: int, destination_healthy: bool) -> DeliveryOutcome:
+                   unknown_sends: int, alone: bool) -> DeliveryOutcome:
         if is_unknown(error):
             return (DeliveryOutcome.UNKNOWN if self.may_resend(channel, attempts, unknown_sends)
                     else DeliveryOutcome.UNKNOWN_RESTS)
@@ -310,9 +325,9 @@ class Policy:
         wait = pacing_s(error)
         if wait is not None and wait != 0:
             return DeliveryOutcome.PACING if self.honoured(wait) else DeliveryOutcome.PACING_PAST_CAP
-        if wait is not None or _credentials(error) or not destination_healthy:
-            # a 429 naming no wait, refused credentials (configuration), or a destination
-            # that took nothing this run: the destination waits, not the entry
+        if wait is not None or _credentials(error) or not answered(error) or not alone:
+            # a 429 naming no wait, refused credentials (configuration), a receiver not
+            # reached, or one failing for more than this entry: the receiver waits
             return DeliveryOutcome.DESTINATION_FAILING
         return DeliveryOutcome.TRANSIENT if attempts < self.schedule.max_attempts else DeliveryOutcome.LAST_ATTEMPT
 

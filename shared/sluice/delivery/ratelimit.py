@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from sluice.core.times import iso_z_or_none
-from sluice.delivery.destinations import webhook_receiver
+from sluice.delivery.keys import webhook_receiver
 from sluice.delivery.policy import pacing_s
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries
@@ -305,15 +305,17 @@ class Limiter:
         return int(self.clock() * US)
 
     def override(self, entry: DeliveryEntry) -> Override | None:
-        """The operator's rate for ``entry``'s destination in force now, if any."""
-        if self.overrides is None or entry.destination is None:
+        """The operator's rate for ``entry``'s receiver (where its rate lives) in force now,
+        else for its destination, if any."""
+        if self.overrides is None or (entry.receiver is None and entry.destination is None):
             return None
         now = self.clock()
         with self._overrides_lock:
             if self._overrides_read is None or now - self._overrides_read > OVERRIDES_TTL_S:
                 self._overrides = self.overrides(datetime.fromtimestamp(now, UTC))
                 self._overrides_read = now
-            found = self._overrides.get(entry.destination)
+            found = next((self._overrides[key] for key in (entry.receiver, entry.destination)
+                          if key is not None and key in self._overrides), None)
         return found if found is not None and found.until.timestamp() > now else None
 
     def rates(self, entry: DeliveryEntry) -> list[Rate]:

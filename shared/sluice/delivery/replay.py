@@ -1,10 +1,9 @@
 """Replay by destination and window: an operator sends again what one destination was sent,
 or should have been, between two instants.
 
-The filter (``parse_filter``, one for the API and the command line): the destination's key
-as the drain names it (its channel adapter's ``outage_key``: ``webhook:<host>:<port>``,
-the port always written,
-``telegram:<chat>``, ``slack:<channel>``, ``email:<SMTP host>:<port>``), optionally its
+The filter (``parse_filter``, one for the API and the command line): a destination or
+receiver key as entries carry it (``sluice.delivery.keys``: ``webhook:<URL>`` or
+``webhook:<host>:<port>``, ``telegram:<chat>``, ``slack:<channel>``, ``email:smtp``), optionally its
 channel, the window of enqueue times ``[since, until)`` (ISO 8601 with an offset; ``until``
 defaults to now, is never in the future, and the window spans at most ``MAX_WINDOW``) and
 the status to replay (``STATUSES``): ``failed`` (the default, every failure reason),
@@ -14,8 +13,14 @@ operator row of the policy says (``REPLAYS``).
 A replay makes entries due and the drain sends them, so its rates and the destination's
 health apply as to any entry; each entry starts afresh (attempts, unknown sends, expiry
 and schedule: the store's one ``restart`` statement). The window is read ``BATCH`` entries
-a statement and each page's entries are restarted in one statement, however many there
-are: a replay has no cap.
+of the key a statement (selected by the keys each entry carries, never the other keys'
+entries of the window) and each page's entries are restarted in one statement, however
+many there are: a replay has no cap. A real run's audit row is written in the same
+transaction as each page's restart (``AuditRow``): whatever stops it, the row holds the
+filter, the count it reached and where to continue (``next``). Given a ``Deadline``, it
+stops after the page that reaches it (at least one page a call) and answers ``next``:
+the filter to send again, resuming after the last entry it read (``since`` that entry's
+enqueue time to the microsecond, ``after`` its id).
 
 Already acknowledged: the receiver acknowledged an entry's dedupe key when the entry is
 ``acked``, or when its key's effect record says the entry last seen under that key was
@@ -28,17 +33,26 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
-from sluice.core.validate import MAX_LINE, check_identifier, check_instant, refuse
+from sluice.core.validate import (
+    MAX_LINE,
+    check_identifier,
+    check_instant,
+    check_optional_identifier,
+    refuse,
+)
 from sluice.delivery.channels import ChannelAdapter, Outbound, build_adapters
 from sluice.delivery.destinations import check_key
 from sluice.delivery.policy import OPERATOR_FROM, DeliveryOutcome, FailureReason
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
-from sluice.store.db import utcnow
+from sluice.jobs.registry import Deadline
+from sluice.jobs.runs import RunStore
+from sluice.store.db import Tx, utcnow
 
 if TYPE_CHECKING:
     from sluice.core.services import Services
@@ -56,7 +70,12 @@ REPLAYS: dict[str, tuple[DeliveryOutcome, FailureReason | None]] = {
 }
 STATUSES = tuple(REPLAYS)
 DEFAULT_STATUS = "failed"
-FIELDS = ("destination", "channel", "since", "until", "status")
+FIELDS = ("destination", "channel", "since", "until", "status", "after")
+
+
+def exact(moment: datetime) -> str:
+    """``moment`` in UTC to the microsecond: a continuation resumes exactly after its entry."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class ReplayFilter(NamedTuple):
@@ -65,10 +84,17 @@ class ReplayFilter(NamedTuple):
     until: datetime
     status: str = DEFAULT_STATUS
     channel: str | None = None
+    after: str | None = None  # of the entries enqueued at ``since``, only those after this id
 
     def to_json(self) -> dict[str, Any]:
         return {"destination": self.destination, "channel": self.channel,
-                "since": iso_z(self.since), "until": iso_z(self.until), "status": self.status}
+                "since": iso_z(self.since), "until": iso_z(self.until), "status": self.status,
+                "after": self.after}
+
+    def to_body(self) -> dict[str, Any]:
+        """The filter as the API's body (the command line's options) that asks for it again,
+        its times to the microsecond."""
+        return {**self.to_json(), "since": exact(self.since), "until": exact(self.until)}
 
 
 def parse_filter(values: Mapping[str, Any], *, channels: Collection[str],
@@ -102,7 +128,20 @@ def parse_filter(values: Mapping[str, Any], *, channels: Collection[str],
     if until - since > MAX_WINDOW:
         raise refuse("since", f"opens a window of {until - since}; a replay spans at most "
                               f"{MAX_WINDOW.days} days (replay a longer one in parts)")
-    return ReplayFilter(destination, since, until, status, channel)
+    after = check_optional_identifier(values.get("after"), field="after")
+    return ReplayFilter(destination, since, until, status, channel, after)
+
+
+class AuditRow(NamedTuple):
+    """A real replay's audit row, written ``started`` before it runs: each page's restart
+    writes the report so far into it, in the restart's own transaction."""
+
+    runs: RunStore
+    id: str
+    detail: Mapping[str, Any] | None = None  # what the row holds beside the report
+
+    def note(self, report: ReplayReport, tx: Tx | None = None) -> None:
+        self.runs.progress_audit(self.id, {**(self.detail or {}), **report.to_json()}, tx=tx)
 
 
 @dataclass
@@ -120,6 +159,7 @@ class ReplayReport:
     pages: int = 0  # statements that read the window
     batches: int = 0  # statements that restarted entries
     largest_batch: int = 0
+    next: ReplayFilter | None = None  # what is left of the window, when it stopped short
 
     def to_json(self) -> dict[str, Any]:
         return {"filter": self.filter.to_json(), "dryRun": self.dry_run, "count": self.count,
@@ -129,7 +169,8 @@ class ReplayReport:
                 "window": {status: self.window[status]
                            for status in ("failed", "expired", "acked", "unknown")},
                 "noAdapter": self.no_adapter, "pages": self.pages, "batches": self.batches,
-                "largestBatch": self.largest_batch}
+                "largestBatch": self.largest_batch,
+                "next": None if self.next is None else self.next.to_body()}
 
 
 class Replay:
@@ -146,43 +187,54 @@ class Replay:
         return cls(DeliveryStore(services.db), build_adapters(services.settings, client),
                    batch=batch)
 
-    def destination_of(self, entry: DeliveryEntry) -> str | None:
-        """The entry's destination key, as the drain derives it (None: no adapter)."""
-        adapter = self.adapters.get(entry.channel)
-        if adapter is None:
-            return None
-        try:
-            return adapter.outage_key(entry)
-        except Exception:  # noqa: BLE001 - the drain fails such an entry alone, unsent
-            return None
-
-    def run(self, flt: ReplayFilter, *, dry_run: bool,
+    def run(self, flt: ReplayFilter, *, dry_run: bool, deadline: Deadline | None = None,
+            audit: AuditRow | None = None,
             progress: Callable[[ReplayReport], None] = lambda report: None) -> ReplayReport:
         """Page through ``flt``'s window and restart its destination's entries of the status
-        asked (not with ``dry_run``); ``progress`` sees the report after every page."""
+        asked (not with ``dry_run``), writing the report into ``audit`` with each page's
+        restart; stop after the page that reaches ``deadline`` (``next``: what is left).
+        ``progress`` sees the report after every page."""
         if flt.channel is not None and flt.channel not in self.adapters:
             raise refuse("channel", f"{flt.channel!r} has no adapter configured: its entries' "
                                     "destinations are not known, and no drain would send them")
         outcome, reason = REPLAYS[flt.status]
         [wanted] = OPERATOR_FROM[outcome]
         report = ReplayReport(flt, dry_run)
-        after: tuple[datetime, str] | None = None
+        after = (flt.since, flt.after or "")
         while True:
-            page = self.store.window(flt.since, flt.until, channel=flt.channel, after=after,
-                                     limit=self.batch)
+            page = self.store.window(flt.destination, flt.since, flt.until,
+                                     channel=flt.channel, after=after, limit=self.batch)
             report.pages += 1
+            if page:
+                after = (page[-1].enqueued_at, page[-1].id)
+            more = len(page) == self.batch
+            report.next = flt._replace(since=after[0], after=after[1]) if more else None
             chosen = self._choose(page, flt, wanted, reason, report)
             report.chosen += len(chosen)
-            if dry_run:
-                report.count += len(chosen)
-            elif chosen:
-                report.count += self.store.restart(outcome, chosen)
-                report.batches += 1
-                report.largest_batch = max(report.largest_batch, len(chosen))
+            self._restart(outcome, chosen, report, audit)
             progress(report)
-            if len(page) < self.batch:
+            crash_point("delivery.replay.after_page")
+            if not more or (deadline is not None and deadline.expired()):
                 return report
-            after = (page[-1].enqueued_at, page[-1].id)
+
+    def _restart(self, outcome: DeliveryOutcome, chosen: list[str], report: ReplayReport,
+                 audit: AuditRow | None) -> None:
+        if report.dry_run:
+            report.count += len(chosen)
+            return
+        if not chosen:
+            if audit is not None:
+                audit.note(report)
+            return
+
+        def noted(tx: Tx, restarted: int) -> None:
+            report.count += restarted
+            report.batches += 1
+            report.largest_batch = max(report.largest_batch, len(chosen))
+            if audit is not None:
+                audit.note(report, tx)
+
+        self.store.restart(outcome, chosen, then=noted)
 
     def _choose(self, page: list[DeliveryEntry], flt: ReplayFilter, wanted: str,
                 reason: FailureReason | None, report: ReplayReport) -> list[str]:
@@ -190,7 +242,7 @@ class Replay:
         for entry in page:
             if entry.channel not in self.adapters:
                 report.no_adapter += 1
-            elif self.destination_of(entry) == flt.destination:
+            else:
                 mine.append(entry)
         acked_before = self.store.acked_effects(
             [e.idempotency_key for e in mine
@@ -212,5 +264,5 @@ class Replay:
         return chosen
 
 
-__all__ = ["BATCH", "FIELDS", "MAX_WINDOW", "REPLAYS", "STATUSES", "Replay", "ReplayFilter",
-           "ReplayReport", "parse_filter"]
+__all__ = ["BATCH", "FIELDS", "MAX_WINDOW", "REPLAYS", "STATUSES", "AuditRow", "Replay",
+           "ReplayFilter", "ReplayReport", "exact", "parse_filter"]

@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from sluice.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from sluice.core.times import iso_z_or_none
+from sluice.delivery.keys import keys_for
 from sluice.delivery.policy import (
     DEFAULT_SCHEDULE,
     OPERATOR_FROM,
@@ -38,7 +39,7 @@ from sluice.delivery.policy import (
     Policy,
     RetrySchedule,
 )
-from sluice.store.db import Database, Query, Row, load_queries, utcnow
+from sluice.store.db import Database, Query, Row, Tx, load_queries, utcnow
 
 Q = load_queries("delivery")
 
@@ -48,8 +49,11 @@ KEYS_PER_READ = 500  # keys per statement of a set lookup (bounded statements, a
 
 
 _TIMES = ("next_attempt_at", "lease_until", "enqueued_at", "updated_at", "acked_at", "failed_at",
-          "request_left_at", "started_at")
+          "request_left_at", "started_at", "restarted_at")
 UNCONFIGURED = "unconfigured:"  # held_by of an entry whose channel has no adapter
+# A receiver that found no rate slot (or was asked to wait) within this is served one entry
+# a turn: a paced backlog is claimed as its slots come, not a batch at a time.
+PACED_WINDOW = timedelta(seconds=60)
 
 
 def _typed(row: Row) -> Row:
@@ -90,7 +94,9 @@ class DeliveryEntry(NamedTuple):
     request_left_at: datetime | None = None
     started_at: datetime | None = None
     unsent_lapses: int = 0
-    destination: str | None = None  # its adapter's key, once a drain has taken it
+    destination: str | None = None  # <channel>:<recipient>, decided at its enqueue (keys_for)
+    receiver: str | None = None  # where its rates and outages live, decided with it
+    restarted_at: datetime | None = None  # an operator's last redrive, send again or replay
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -114,6 +120,7 @@ class DeliveryEntry(NamedTuple):
             "failureReason": self.failure_reason, "unknownSends": self.unknown_sends,
             "heldBy": self.held_by, "requestLeftAt": iso(self.request_left_at),
             "startedAt": iso(self.started_at), "destination": self.destination,
+            "receiver": self.receiver, "restartedAt": iso(self.restarted_at),
         }
 
 
@@ -171,6 +178,7 @@ class DeliveryStore:
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
             raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
         now = now or utcnow()
+        keys = keys_for(channel, recipient)
         lease_until = now + lease if lease is not None else None
         status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
         attempts = 1 if lease else 0
@@ -183,6 +191,7 @@ class DeliveryStore:
                     "idempotency_key": idempotency_key, "status": status.value,
                     "attempts": attempts, "next_attempt_at": lease_until or now,
                     "lease_until": lease_until, "now": now,
+                    "destination": keys.destination, "receiver": keys.receiver,
                 }, final=effect is None) == 1
                 if effect is not None and idempotency_key is not None:
                     tx.execute(Q.record_effect, {
@@ -193,7 +202,8 @@ class DeliveryStore:
                 return DeliveryEntry(
                     entry_id, channel, recipient, subject_user_id, dict(payload),
                     idempotency_key, status, attempts, lease_until or now, lease_until,
-                    None, None, None, now, now, None, None), True
+                    None, None, None, now, now, None, None, destination=keys.destination,
+                    receiver=keys.receiver), True
             # Only the key conflicts (see insert_entry): that entry is the answer.
             with self.db.transaction() as tx:
                 row = tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True)
@@ -224,17 +234,18 @@ class DeliveryStore:
         return {row["idempotency_key"] for row in self._among(Q.effect_keys_among, keys)
                 if row["outcome"] == DeliveryStatus.ACKED}
 
-    def window(self, since: datetime, until: datetime, *, channel: str | None = None,
-               after: tuple[datetime, str] | None = None,
+    def window(self, key: str, since: datetime, until: datetime, *,
+               channel: str | None = None, after: tuple[datetime, str] | None = None,
                limit: int = KEYS_PER_READ) -> list[DeliveryEntry]:
-        """One page of the settled entries (``acked``, ``failed``, ``unknown``) enqueued in
-        ``[since, until)``, oldest first, after ``after`` (the last page's enqueue time and
-        id): a window is read a bounded page at a time, however large."""
+        """One page of the settled entries (``acked``, ``failed``, ``unknown``) of ``key``
+        (those whose destination or receiver it is) enqueued in ``[since, until)``, oldest
+        first, after ``after`` (the last page's enqueue time and id): a window is read a
+        bounded page at a time, however large, and reads no other key's entries."""
         at, after_id = after if after is not None and after[0] >= since else (since, "")
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.replay_window, {"until": until, "channel": channel,
-                                                 "after_at": at, "after_id": after_id,
-                                                 "limit": limit})
+            rows = tx.fetchall(Q.replay_window, {"key": key, "until": until,
+                                                 "channel": channel, "after_at": at,
+                                                 "after_id": after_id, "limit": limit})
         return [DeliveryEntry.from_row(row) for row in rows]
 
     def _among(self, query: Query, keys: list[str]) -> list[Row]:
@@ -248,35 +259,35 @@ class DeliveryStore:
                 found.extend(tx.fetchall(query, {"keys": tx.json(chunk)}))
         return found
 
-    def claim(self, lease: timedelta, *, limit: int = 1, now: datetime | None = None,
+    def claim(self, lease: timedelta, *, limit: int = 1, per_round: int | None = None,
+              after: str = "", now: datetime | None = None,
               channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
-        """Up to ``limit`` entries taken ``in_flight`` until ``now + lease``: first one probe
-        entry (the oldest it holds) for each failing destination whose probe is due, then
-        due ``pending`` entries that wait on nothing, oldest first (among ``channels``, the
-        configured ones, when given). A held backlog costs nothing here: held entries are
-        not in the index the claim reads."""
+        """Up to ``limit`` due entries taken ``in_flight`` until ``now + lease``, served in
+        turns across receivers (at most ``per_round`` of one; one of a failing receiver,
+        its probe, or of one paced in the last minute; ``limit`` when not given),
+        receivers after ``after`` first,
+        among ``channels`` (the configured ones) when given. Nothing whose destination or
+        receiver is paused, disabled, failing before its probe, or without a rate slot is
+        taken: a backlog that cannot go now stays where it is."""
         now = now or utcnow()
         with self.db.transaction() as tx:
-            params = {"now": now, "lease_until": now + lease, "limit": limit,
-                      "channels": None if channels is None else tx.json(list(channels))}
-            if tx.dialect == "postgres":
-                claimed = tx.fetchall(Q.claim, params, final=True)
-            else:
-                claimed = []
-                for row in tx.fetchall(Q.due_probes, params):
-                    tx.execute(Q.probing, {**params, "key": row["key"]})
-                    claimed.extend(tx.fetchall(Q.claim_probe, {**params, "key": row["key"]}))
-                claimed.extend(tx.fetchall(Q.claim, {**params,
-                                                         "limit": limit - len(claimed)}))
+            claimed = tx.fetchall(Q.claim, {
+                "now": now, "lease_until": now + lease, "limit": limit,
+                "per_round": per_round or limit, "after": after,
+                "paced_since": now - PACED_WINDOW,
+                "channels": None if channels is None else tx.json(list(channels))})
+            receivers = sorted({row["receiver"] for row in claimed if row["receiver"]})
+            if receivers:
+                tx.execute(Q.probing, {"now": now, "lease_until": now + lease,
+                                       "keys": tx.json(receivers)}, final=True)
         entries = [DeliveryEntry.from_row(_typed(row)) for row in claimed]
         return sorted(entries, key=lambda e: (e.enqueued_at, e.id))
 
-    def request_left(self, entry: DeliveryEntry, *, now: datetime | None = None,
-                     destination: str | None = None) -> bool:
+    def request_left(self, entry: DeliveryEntry, *, now: datetime | None = None) -> bool:
         """The claimed attempt's request is leaving (a lapsed lease from here on is an
-        unknown outcome); False when the entry is no longer this attempt's: do not send.
-        ``destination``: the entry's key, written on it (as by every settle given one)."""
-        return self._settle(Q.request_left, entry, now, destination=destination)
+        unknown outcome); False when the entry is no longer this attempt's, or its
+        destination or receiver was paused or disabled since it was claimed: do not send."""
+        return self._settle(Q.request_left, entry, now)
 
     def hold_unconfigured(self, configured: Sequence[str], *,
                           now: datetime | None = None) -> Counter[str]:
@@ -291,31 +302,29 @@ class DeliveryStore:
 
     def apply(self, entry: DeliveryEntry, decision: DeliveryDecision, error: str | None = None, *,
               duration_ms: int | None = None, message_id: str | None = None,
-              held_by: str | None = None, now: datetime | None = None,
-              destination: str | None = None) -> bool:
-        """Settle a claimed entry as the policy decided; False when it was not ours.
-        ``destination``: the entry's key, written on it."""
+              held_by: str | None = None, now: datetime | None = None) -> bool:
+        """Settle a claimed entry as the policy decided; False when it was not ours."""
         now = now or utcnow()
         if decision.status == DeliveryStatus.ACKED:
             return self._settle(Q.ack, entry, now, platform_message_id=message_id,
-                                duration_ms=duration_ms or 0, destination=destination)
+                                duration_ms=duration_ms or 0)
         if decision.status == DeliveryStatus.FAILED:
             reason = decision.reason or FailureReason.PERMANENT
             if reason is FailureReason.MAX_ATTEMPTS:
                 error = f"gave up after {entry.attempts} attempts; last error: {error}"
             query = Q.fail_given_back if decision.attempt is Attempt.GIVEN_BACK else Q.fail
             return self._settle(query, entry, now, error=error, duration_ms=duration_ms,
-                                reason=reason.value, destination=destination)
+                                reason=reason.value)
         due = now + decision.delay
         if decision.attempt is Attempt.GIVEN_BACK:
             return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
-                                held_by=held_by, destination=destination)
+                                held_by=held_by)
         if decision.unknown:
             return self._settle(Q.nack_unknown, entry, now, error=error,
                                 duration_ms=duration_ms, status=decision.status,
-                                next_attempt_at=due, destination=destination)
+                                next_attempt_at=due)
         return self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
-                            next_attempt_at=due, destination=destination)
+                            next_attempt_at=due)
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
             *, now: datetime | None = None) -> bool:
@@ -357,8 +366,7 @@ class DeliveryStore:
                 **params: Any) -> bool:
         with self.db.transaction() as tx:
             changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
-                                         "now": now or utcnow(), "destination": None,
-                                         **params}, final=True)
+                                         "now": now or utcnow(), **params}, final=True)
         return changed == 1
 
     # --- housekeeping --------------------------------------------------------------
@@ -407,14 +415,14 @@ class DeliveryStore:
     def expire(self, older_than: timedelta, *, now: datetime | None = None) -> Counter[str]:
         """Pending entries enqueued (or restarted by an operator) more than ``older_than``
         ago: ``failed``, reason ``expired`` (they stay visible to the DLQ tooling until
-        pruned). How many, per what held them (``""``: nothing held them)."""
+        pruned). How many, per receiver."""
         now = now or utcnow()
         assert self.policy.decide(DeliveryOutcome.EXPIRED).reason is FailureReason.EXPIRED
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.expire, {"now": now, "before": now - older_than,
                                           "expire_s": str(int(older_than.total_seconds()))},
                                final=True)
-        return Counter(row["held_by"] or "" for row in rows)
+        return Counter(row["receiver"] or "" for row in rows)
 
     def count_backoff(self, *, since: datetime, now: datetime | None = None) -> int:
         """Pending entries still in their backoff, untouched since ``since``."""
@@ -468,7 +476,7 @@ class DeliveryStore:
 
     def list(self, *, status: DeliveryStatus | None = None, channel: str | None = None,
              destination: str | None = None, limit: int = 100) -> list[DeliveryEntry]:
-        """Newest first; ``destination``: the entries a drain has taken for that key."""
+        """Newest first; ``destination``: the entries of that destination or receiver."""
         with self.db.transaction() as tx:
             rows = tx.fetchall(Q.list_entries, {
                 "status": status.value if status else None, "channel": channel,
@@ -486,17 +494,21 @@ class DeliveryStore:
                              destination=destination)
 
     def restart(self, outcome: DeliveryOutcome, ids: Sequence[str], *,
-                now: datetime | None = None) -> int:
+                now: datetime | None = None,
+                then: Callable[[Tx, int], None] | None = None) -> int:
         """The entries ``ids`` restarted as the operator's ``outcome`` (redrive, send again,
         replay acked) in one statement: how many were still in the status it starts from.
-        An acked entry replayed is sent whole again (its chunk log is forgotten)."""
+        An acked entry replayed is sent whole again (its chunk log is forgotten).
+        ``then(tx, restarted)`` runs in the same transaction (what the operator's audit row
+        says of it commits with it)."""
         if not ids:
             return 0
-        return self._restart(outcome, None, None, now or utcnow(), ids=ids)
+        return self._restart(outcome, None, None, now or utcnow(), ids=ids, then=then)
 
     def _restart(self, outcome: DeliveryOutcome, entry_id: str | None, channel: str | None,
                  now: datetime, *, ids: Sequence[str] | None = None,
-                 destination: str | None = None) -> int:
+                 destination: str | None = None,
+                 then: Callable[[Tx, int], None] | None = None) -> int:
         """The one statement every operator restart goes through: due now, attempts and
         unknown sends reset, and the expiry read from now."""
         decision = self.policy.decide(outcome)
@@ -506,10 +518,13 @@ class DeliveryStore:
             listed = None if ids is None else tx.json(list(ids))
             if listed is not None and from_status == DeliveryStatus.ACKED:
                 tx.execute(Q.forget_chunks, {"ids": listed})
-            return tx.execute(Q.restart, {"id": entry_id, "channel": channel, "now": now,
-                                          "destination": destination,
-                                          "from_status": from_status, "ids": listed},
-                              final=True)
+            restarted = tx.execute(Q.restart, {"id": entry_id, "channel": channel,
+                                               "now": now, "destination": destination,
+                                               "from_status": from_status, "ids": listed},
+                                   final=then is None)
+            if then is not None:
+                then(tx, restarted)
+            return restarted
 
     def purge(self, entry_id: str) -> None:
         """Delete one ``failed`` or ``unknown`` entry: never send it (its effect record, if

@@ -6,8 +6,11 @@ For a deployment folder (an app's, or this repository for Sluice's own) it write
 Sluice's entries and the app's (``sluice.core.extensions``). An app's folder without a
 ``serverless.yml`` gets a whole one from the packaged template (its handlers are the
 wheel's, ``sluice/lambda_handlers/...``, its package patterns ship the app's packages),
-and the packaging plugin it names. ``--check`` writes nothing and exits 1 when a file
+and the packaging plugin it names; its ``SLUICE_APP`` line names the app's extension
+modules, since a function's zip carries the app's modules but not the distribution
+metadata its entry points live in. ``--check`` writes nothing and exits 1 when a file
 differs, as the test suite does for this repository (``python -m infra.generate``).
+Nothing is written outside the deployment folder, through a symbolic link or otherwise.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ WHEEL_HANDLERS = "sluice/lambda_handlers/"
 PLUGIN_FILES = ("sluice-packaging.js", "inject_deps.py")
 SERVICE = re.compile(r"[a-z][a-z0-9-]{0,30}")
 PACKAGE = re.compile(r"[A-Za-z_]\w*")
+APP_LINE = re.compile(r"^    SLUICE_APP:.*$", re.MULTILINE)
+PROVIDER_ENVIRONMENT = re.compile(r"^provider:\n(?:(?:[ #].*)?\n)*?  environment:\n", re.MULTILINE)
 
 
 class Deployment(NamedTuple):
@@ -46,6 +51,7 @@ class Deployment(NamedTuple):
     handlers: str = WHEEL_HANDLERS  # Sluice's own repository: "functions/"
     service: str = "app"  # the template's service name, for a new serverless.yml
     packages: tuple[str, ...] = ()  # the app's packages the template ships
+    modules: tuple[str, ...] = ()  # the app's extension modules, its functions' SLUICE_APP
 
 
 def _job_function(job: Job, handlers: str) -> str:
@@ -101,6 +107,22 @@ def serverless_yml(current: str, jobs: Iterable[Job], topics: Iterable[Topic],
     return current[:start] + functions_block(jobs, topics, handlers) + current[end + len(END):]
 
 
+def with_app(current: str, modules: Iterable[str]) -> str:
+    """``current`` with its ``SLUICE_APP`` line (under ``provider.environment``) naming
+    ``modules``: on Lambda that line, not an entry point, is how the app is found. A file
+    without the line (an older template's) gets it as the first variable there."""
+    line = f'    SLUICE_APP: "{",".join(modules)}"'
+    found = len(APP_LINE.findall(current))
+    if found == 1:
+        return APP_LINE.sub(line, current)
+    environment = PROVIDER_ENVIRONMENT.search(current)
+    if found or environment is None:
+        raise RequestError("serverless.yml needs one SLUICE_APP line under "
+                           f"provider.environment, has {found}" if found else
+                           "serverless.yml has no provider.environment for SLUICE_APP")
+    return current[:environment.end()] + line + "\n" + current[environment.end():]
+
+
 def check_tables(jobs: Iterable[Job], topics: Mapping[str, Topic]) -> None:
     for job in jobs:
         unknown = [t for t in job.publishes if t not in topics]
@@ -139,6 +161,7 @@ def outputs(target: Deployment, jobs: Mapping[str, Job], topics: Mapping[str, To
         serverless: serverless_yml(current, js, ts, target.handlers),
     }
     if target.handlers == WHEEL_HANDLERS:  # an app's folder: the plugin its template names
+        found[serverless] = with_app(found[serverless], target.modules)
         plugins = files("sluice.deploy").joinpath("plugins")
         for name in PLUGIN_FILES:
             found[root / "infra" / "plugins" / name] = plugins.joinpath(name).read_text()
@@ -150,10 +173,21 @@ def stale(target: Deployment, jobs: Mapping[str, Job], topics: Mapping[str, Topi
             if not path.exists() or path.read_text() != text]
 
 
+def _inside(root: Path, path: Path) -> None:
+    """Refuse a path that leads outside ``root`` (a symbolic link to elsewhere)."""
+    real, base = path.resolve(), root.resolve()
+    if not real.is_relative_to(base):
+        raise RequestError(f"{path.relative_to(root)} leads to {real}, outside the deployment "
+                           f"folder {base}: nothing written", field="--dir")
+
+
 def write(target: Deployment, jobs: Mapping[str, Job], topics: Mapping[str, Topic]) -> list[Path]:
-    """Write what differs; the paths written."""
+    """Write what differs; the paths written. Every path is checked before any is written."""
+    found = outputs(target, jobs, topics)
+    for path in found:
+        _inside(target.root, path)
     written = []
-    for path, text in outputs(target, jobs, topics).items():
+    for path, text in found.items():
         if not path.exists() or path.read_text() != text:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpcore
 
+from sluice.core.shutdown import SHUTDOWN
 from sluice.egress.guard import AddressGuard
 
 _deadline: ContextVar[float | None] = ContextVar("egress_deadline", default=None)
@@ -49,12 +50,30 @@ def time_left(timeout: float | None, expired: type[Exception]) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
+# A read waits in slices this long, so a shutdown (SIGTERM: Lambda stops the environment
+# 500 ms later) ends a request in flight at once instead of when its answer comes.
+SHUTDOWN_SLICE_S = 0.2
+
+
 class DeadlineStream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self.inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self.inner.read(max_bytes, time_left(timeout, httpcore.ReadTimeout))
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = time_left(None if end is None else max(0.0, end - time.monotonic()),
+                             httpcore.ReadTimeout)
+            if left is not None and left <= 0:
+                raise httpcore.ReadTimeout("timed out")
+            try:
+                return self.inner.read(max_bytes, SHUTDOWN_SLICE_S if left is None
+                                       else min(left, SHUTDOWN_SLICE_S))
+            except httpcore.ReadTimeout:
+                if SHUTDOWN.is_set():
+                    raise httpcore.ReadTimeout("shutting down: the answer was not awaited")
+                if left is not None and left <= SHUTDOWN_SLICE_S:
+                    raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self.inner.write(buffer, time_left(timeout, httpcore.WriteTimeout))

@@ -18,10 +18,12 @@ succeeds: a crash after the commit, or Redis down during the sweep, is swept aga
 every following run, first thing, without an operator.
 
 A purge that raised (and rolled back: nothing was purged) is that request's failure, never
-the run's: the others go on. It counts one attempt on the request (``purge_attempts``) and
-the request stays due, so the next run tries it again, as the seed's next tick would; the
-attempt that reaches ``MAX_PURGE_ATTEMPTS`` fails the request, which pages. A store outage
-is no request's fault and costs no attempt: the rest of the due list waits for the next run.
+the run's: the others go on. The run counts it in ``failed``, so the run it fails in pages,
+and records one attempt on the request (``purge_attempts``, ``last_error``); the request
+stays due, so every later run tries it again (after the requests never tried) until it
+succeeds, paging each run it fails again: personal data still present is never left to a
+bound running out. A store outage is no request's fault and costs no attempt: the rest of
+the due list waits for the next run.
 """
 
 from __future__ import annotations
@@ -52,9 +54,6 @@ Q = load_queries("erasure")
 SYSTEM_ACTOR = "system:erasure-purge"
 JOB_NAME = "erasure-purge"
 BATCH = 100
-# Runs that may see one request's purge raise before it is failed and paged (hourly: the
-# third run, about two hours after the first try). An operator's confirm tries it again.
-MAX_PURGE_ATTEMPTS = 3
 TRUE = frozenset({"1", "true", "yes"})
 
 
@@ -71,7 +70,7 @@ class PurgeOutcome:
                  attempts: int | None = None) -> None:
         self.attempts = attempts
         self.id = id
-        self.status = status  # purged | failed | retrying | skipped | would_purge
+        self.status = status  # purged | failed | skipped | would_purge
         self.tables: dict[str, int] = tables if tables is not None else {}
         self.remaining: dict[str, int] = remaining if remaining is not None else {}
         self.error = error
@@ -230,7 +229,7 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         except TransientStoreError:  # an outage is no request's fault: the rest wait
             deferred, reason = len(due) - index, "store_unavailable"
             break
-        except SluiceError as exc:  # rolled back: one attempt spent, tried again next run
+        except SluiceError as exc:  # rolled back: failed in this run, tried again next run
             outcome = _raised(services, request.id, f"{exc.code}: {exc.message}", now)
         except Exception as exc:  # noqa: BLE001 - whatever one request raises is its failure
             outcome = _raised(services, request.id,
@@ -243,7 +242,6 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
         "due": len(due),
         "purged": sum(r.status == "purged" for r in results),
         "failed": sum(r.status == "failed" for r in results),
-        "retrying": sum(r.status == "retrying" for r in results),
         "skipped": skipped, "deferred": deferred, "resumed": resumed, "reason": reason,
         "results": [r.to_json() for r in results],
         "processedAt": iso(now),
@@ -252,23 +250,20 @@ def purge_due(services: Services, *, now: datetime, dry_run: bool = False,
 
 def _raised(services: Services, request_id: str, error: str, now: datetime,
            ) -> PurgeOutcome | None:
-    """Count a purge that raised (and rolled back) on its request: ``retrying`` while it
-    stays due for the next run, ``failed`` (paged by the run) once the attempts are spent;
-    ``None`` when the request stopped being ``requested`` meanwhile."""
+    """Count a purge that raised (and rolled back) on its request: ``failed`` in this run
+    (paged with the run), the request left due for the next; ``None`` when the request
+    stopped being ``requested`` meanwhile."""
     with services.db.transaction() as tx:
         row = tx.fetchone(Q.record_purge_error, {
             "id": request_id, "now": now, "last_error": error,
-            "max_attempts": MAX_PURGE_ATTEMPTS,
             "result": tx.json({"tables": {}, "error": error})})
     if row is None:
         return None
     attempts = int(row["purge_attempts"])
-    if row["status"] == ErasureStatus.FAILED.value:
-        return PurgeOutcome(request_id, "failed", error=error, attempts=attempts)
-    logger.warning(f"[{JOB_NAME}] purge of {request_id} raised (attempt {attempts} of "
-                   f"{MAX_PURGE_ATTEMPTS}); the next run tries it again",
+    logger.warning(f"[{JOB_NAME}] purge of {request_id} raised (attempt {attempts}); "
+                   "the next run tries it again",
                    extra={"requestId": request_id, "error": error, "attempts": attempts})
-    return PurgeOutcome(request_id, "retrying", error=error, attempts=attempts)
+    return PurgeOutcome(request_id, "failed", error=error, attempts=attempts)
 
 
 def run_erasure_purge(ctx: JobContext) -> Result:

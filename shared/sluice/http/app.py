@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import math
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -45,7 +46,7 @@ from sluice.http.params import openapi_query, strict_query
 from sluice.http.served import refuse_taken_routes, served
 from sluice.jobs.handoff import hand_off, hands_off
 from sluice.jobs.overdue import DisabledMarks, statuses
-from sluice.jobs.registry import JOBS, Job
+from sluice.jobs.registry import JOBS, Deadline, Job
 from sluice.jobs.runner import run_job
 from sluice.jobs.runs import RunStore
 from sluice.store.db import utcnow
@@ -300,6 +301,16 @@ def _job_routes(job: Job) -> APIRouter:
 def _remaining(request: Request) -> Any:
     context = request.scope.get("aws.context")
     return getattr(context, "get_remaining_time_in_millis", None)
+
+
+def request_deadline(request: Request) -> Deadline | None:
+    """When an action that runs inside this request stops: the Lambda's remaining time less
+    the deadline margin; None outside Lambda (``sluice dev``, a test client)."""
+    remaining = _remaining(request)
+    if remaining is None:
+        return None
+    return Deadline.for_run(math.inf, remaining(),
+                            services_of(request).settings.deadline_margin_s)
 
 
 def _error_response(request: Request, exc: SluiceError) -> JSONResponse:

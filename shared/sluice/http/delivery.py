@@ -29,15 +29,17 @@ from sluice.core.errors import RequestError
 from sluice.core.times import iso_z
 from sluice.delivery.channels import Outbound, channels
 from sluice.delivery.destinations import Destinations, check_key
-from sluice.delivery.replay import Replay, ReplayReport, parse_filter
+from sluice.delivery.replay import AuditRow, Replay, ReplayReport, parse_filter
 from sluice.delivery.store import DeliveryStore, check_status
 from sluice.http.app import (
     ADMIN_JWT,
     CRON_BEARER,
     admin_token,
+    audit_detail,
     json_object,
     note_audit,
     preview,
+    request_deadline,
     require,
     services_of,
 )
@@ -137,12 +139,14 @@ def redrive_all(request: Request, channel: str | None = None, destination: str |
 
 
 @router.get("/destinations", name="delivery:destinations")
-def destinations(request: Request, state: str | None = None,
+def destinations(request: Request, state: str | None = None, limit: str | None = None,
+                 after: str | None = None,
                  identity: Identity = require("delivery")) -> dict[str, Any]:
-    """Every destination (``state``: only ``ok``, ``failing``, ``paused`` or ``disabled``
-    ones), by key: see docs/delivery.md, "The destinations view", for each field."""
-    found = control.view(services_of(request), state=state or None)
-    return {"destinations": found, "count": len(found)}
+    """The destinations by key, a page at a time (``limit``: 1 to 1,000, 100 by default;
+    ``after``: the ``next`` of the page before; ``state``: only ``ok``, ``failing``,
+    ``paused`` or ``disabled`` ones): see docs/delivery.md, "The destinations view"."""
+    return control.view(services_of(request), control.parse_page(
+        {"state": state or None, "limit": limit or None, "after": after or None}))
 
 
 @router.get("/destinations/{key}", name="delivery:destination")
@@ -190,7 +194,8 @@ async def replay(request: Request, identity: Identity = require("delivery")) -> 
     """A destination's window sent again: its entries of one status, enqueued from ``since``
     until ``until``, made due for the drain, afresh (no cap). ``dryRun`` counts what would
     go and what the receiver already acknowledged, and changes nothing. The audit row holds
-    the filter and the count."""
+    the filter and the count, written with each page. On Lambda it stops before the
+    function's deadline: ``next`` is then the body to send again for the rest."""
     services = services_of(request)
     body = await json_object(request)
     dry_run = body.pop("dryRun", False)
@@ -199,12 +204,16 @@ async def replay(request: Request, identity: Identity = require("delivery")) -> 
     flt = parse_filter(body, channels=list(channels()))
     if dry_run:
         preview(request)
+    audit_id = getattr(request.state, "audit_id", None)
+    audit = None if dry_run or audit_id is None else AuditRow(
+        RunStore(services.db), audit_id, audit_detail(request))
+    deadline = request_deadline(request)
 
     def run() -> ReplayReport:
         with Outbound.open(services.settings) as client:
             return Replay.from_services(services, client).run(
-                flt, dry_run=dry_run, progress=lambda report: note_audit(request,
-                                                                         report.to_json()))
+                flt, dry_run=dry_run, deadline=deadline, audit=audit,
+                progress=lambda report: note_audit(request, report.to_json()))
 
     return (await run_in_threadpool(run)).to_json()
 

@@ -53,16 +53,19 @@ class DeliveryReplay(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    destination: str = Field(description="the destination's key: webhook:<host>:<port> "
-                                         "(the port always written: 443, 80), "
-                                         "telegram:<chat>, slack:<channel>, "
-                                         "email:<SMTP host>:<port>")
+    destination: str = Field(description="a destination's key (webhook:<URL>, "
+                                         "telegram:<chat>, slack:<channel>, email:<address>)"
+                                         " or a receiver's (webhook:<host>:<port>, the port "
+                                         "always written: 443, 80; email:smtp)")
     channel: str | None = Field(None, description="only this channel's entries")
     since: str = Field(description="ISO 8601 with offset: entries enqueued from then")
     until: str | None = Field(None, description="ISO 8601 with offset, before then "
                                                 "(default now; at most 31 days after since)")
     status: str | None = Field(None, description=f"what to replay: {', '.join(STATUSES)} "
                                                  "(default failed; acked ones only when asked)")
+    after: str | None = Field(None, description="an entry's id: of the entries enqueued at "
+                                                "since, only those after it (a replay's "
+                                                "next.after)")
     dryRun: bool | None = Field(None, description="count, change nothing (not audited)")
 
 

@@ -7,8 +7,9 @@ exactly as the queue would, signature check first: a forged, malformed or misrou
 is quarantined and acknowledged (``200``, outcome ``rejected``: retrying a forgery is
 pointless), a handled one is ``done`` or ``duplicate``, a failed one is retried in process
 and dead-lettered (``200``, ``dead_lettered``), and a store outage is a ``503`` (the
-message is not taken: send it again). Only ``sluice dev`` mounts these routes: the signature
-is their only credential, as for the seed's consumer routes.
+message is not taken: send it again). Only ``sluice dev`` mounts these routes: they take no
+admin identity, so the message's signature is their only credential, and a deployment never
+serves them (its queues invoke the consumer functions directly).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ STATUS_OF = {MessageOutcome.DONE: 200, MessageOutcome.DUPLICATE: 200,
 
 
 def route_of(topic: str) -> str:
-    """``rss.ingest`` -> ``/api/queues/rss/ingest`` (the seed's consumer route)."""
+    """``rss.ingest`` -> ``/api/queues/rss/ingest``: the topic's dots become path segments."""
     return PREFIX + topic.replace(".", "/")
 
 

@@ -1,6 +1,8 @@
 """state-cleanup: delete expired platform_state rows, stale threshold-firing hash rows, old
 operations history samples, abandoned feed caches (rss_builds expired a day ago) and
-expired build leases, and job_runs / admin_audit rows past their retention.
+expired build leases, job_runs / admin_audit rows past their retention, the delivery
+destination rows with no state worth keeping and no entry left (untouched for the delivery
+retention), and the delivery rate rows whose next slot passed a day ago.
 
 Deletes run in bounded batches, each its own short transaction, so a table with
 millions of expired rows never holds one long lock. Rows not yet expired, and
@@ -25,6 +27,8 @@ from sluice.store.state import like_prefix
 
 Q = load_queries("state")
 HISTORY = load_queries("history")
+DELIVERY = load_queries("delivery")
+RATES = load_queries("ratelimit")
 
 THRESHOLD_FIRING_PREFIX = "platform:ai-envelope-threshold-firings:"
 THRESHOLD_FIRING_RETENTION_DAYS = 90
@@ -32,6 +36,8 @@ DEFAULT_BATCH_SIZE = 5_000
 # A feed cache a scope reads is renewed every tick; one expired this long is abandoned.
 # The day keeps a cache that expired while the ticks were paused renewable in place.
 ABANDONED_BUILD_AFTER = timedelta(days=1)
+# A rate row whose next slot is this far past spaces nothing: longer than any rate's interval.
+IDLE_RATE_AFTER = timedelta(days=1)
 
 
 BatchObserver = Callable[[int, float], None]  # (rows deleted, seconds the batch held its locks)
@@ -58,7 +64,8 @@ def delete_in_batches(db: Database, query: Query, params: dict[str, Any], *,
 def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
                   batch_size: int = DEFAULT_BATCH_SIZE,
                   observe: BatchObserver | None = None,
-                  runs_retention_days: int = 90, audit_retention_days: int = 400) -> Result:
+                  runs_retention_days: int = 90, audit_retention_days: int = 400,
+                  delivery_retention_days: int = 7) -> Result:
     """Each kind of row is cleaned on its own: one the store refuses to delete (a
     constraint, a trigger) fails its kind, named with the reason in ``errors``, and the
     other kinds are still cleaned. A store outage stops the run."""
@@ -91,10 +98,18 @@ def cleanup_state(db: Database, *, now: datetime, deadline: Deadline,
     audit_deleted = clean("audit", RUNS_Q.delete_old_audit_batch,
                           {"cutoff": now - timedelta(days=audit_retention_days)},
                           point="state-cleanup.after_audit_batch")
+    destinations_deleted = clean("delivery-destinations", DELIVERY.prune_destinations,
+                                 {"now": now,
+                                  "before": now - timedelta(days=delivery_retention_days)},
+                                 point="state-cleanup.after_destinations_batch")
+    rates_deleted = clean("delivery-rates", RATES.prune_rates,
+                          {"before_us": int((now - IDLE_RATE_AFTER).timestamp() * 1_000_000)},
+                          point="state-cleanup.after_rates_batch")
     return {"deleted": deleted, "deletedHashRecords": hash_deleted,
             "deletedSamples": samples_deleted,
             "deletedFeedCaches": builds_deleted, "deletedBuildLocks": locks_deleted,
             "deletedJobRuns": runs_deleted, "deletedAuditRecords": audit_deleted,
+            "deletedDestinations": destinations_deleted, "deletedRateLimits": rates_deleted,
             "failed": len(errors), "errors": errors,
             "processedAt": iso_z(now)}
 
@@ -111,4 +126,5 @@ def run_state_cleanup(ctx: JobContext) -> Result:
     return cleanup_state(ctx.services.db, now=ctx.started_at, deadline=ctx.deadline,
                          observe=progress,
                          runs_retention_days=settings.job_runs_retention_days,
-                         audit_retention_days=settings.audit_retention_days)
+                         audit_retention_days=settings.audit_retention_days,
+                         delivery_retention_days=settings.delivery_retention_days)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 State = Literal["ok", "overdue", "never", "disabled"]
 MIN_GRACE = timedelta(minutes=5)
 GRACE_FRACTION = 0.1
-# Runs the scheduler started: EventBridge's invocation, or an external scheduler's cron GET.
+# Runs the scheduler started: EventBridge's invocation, or an external scheduler's cron GET
+# (the filter of last_scheduled_runs in runs.sql and of its index, migration 0030).
 SCHEDULED_TRIGGERS = ("schedule", "cron_http")
 DISABLED_PREFIX = "job-schedule-disabled:"
 MAX_REASON = 200
@@ -103,7 +104,7 @@ def statuses(db: Database, now: datetime, jobs: Iterable[Job] | None = None
     from sluice.jobs.runs import RunStore
 
     chosen = list(JOBS.values() if jobs is None else jobs)
-    last = RunStore(db).last_scheduled_runs(job.name for job in chosen)
+    last = RunStore(db).last_scheduled_runs((job.name for job in chosen), now)
     marks = DisabledMarks(db).all()
     return {job.name: job_state([job.schedule], last.get(job.name), now, marks.get(job.name))
             for job in chosen}

@@ -186,11 +186,12 @@ class RunStore:
         with self.db.transaction() as tx:
             return tx.fetchone(Q.run_by_request, {"job": job, "request_id": request_id})
 
-    def last_scheduled_runs(self, jobs: Iterable[str]) -> dict[str, datetime]:
-        """When the scheduler (EventBridge or the cron GET) last started each of ``jobs``."""
+    def last_scheduled_runs(self, jobs: Iterable[str], now: datetime) -> dict[str, datetime]:
+        """When the scheduler (EventBridge or the cron GET) last started each of ``jobs``, no
+        later than ``now``: a run recorded by a clock ahead of it is not taken as the newest."""
         with self.db.transaction() as tx:
-            rows = tx.fetchall(Q.last_scheduled_runs, {"jobs": tx.json(list(jobs))},
-                               final=True)
+            rows = tx.fetchall(Q.last_scheduled_runs,
+                               {"jobs": tx.json(list(jobs)), "now": now}, final=True)
         return {row["job"]: row["started_at"] for row in rows if row["started_at"] is not None}
 
     def recent(self, job: str, limit: int = 20) -> list[Row]:
@@ -219,6 +220,16 @@ class RunStore:
                 "id": audit_id, "outcome": storable(outcome), "target": storable(target),
                 "detail": tx.json(storable(detail)) if detail is not None else None,
             })
+
+    def progress_audit(self, audit_id: str, detail: dict[str, Any], *,
+                       tx: Tx | None = None) -> None:
+        """What a row still ``started`` has done so far (its ``detail``), in ``tx`` when
+        given, so that the action's write and what its row says of it commit together."""
+        if tx is None:
+            with self.db.transaction() as own:
+                self.progress_audit(audit_id, detail, tx=own)
+            return
+        tx.execute(Q.progress_audit, {"id": audit_id, "detail": tx.json(storable(detail))})
 
     def discard_audit(self, audit_id: str) -> None:
         """Drop a row still ``started``: its request turned out to be a preview."""

@@ -1,11 +1,5 @@
-"""Delivery destinations for the operator: the view, and flow control previewed then applied.
-
-``view`` is every destination Sluice knows (those its entries go to, and those it holds a
-state for) with its state (``ok``, ``failing`` since when, ``paused`` until when,
-``disabled`` since when and why), its entries waiting, in flight, failed and unknown, its
-last error and last success, and the rates in force (the settings', or an operator's
-override until its time). ``GET /api/admin/delivery/destinations`` and ``sluice delivery
-destinations`` answer it.
+"""Delivery destinations for the operator: the view (``sluice.ops.destination_view``), and
+flow control previewed then applied.
 
 A change (``ACTIONS``: pause until a time, resume, disable, enable, override the rate per
 second or per minute until a time, or clear that override) is parsed strictly from the
@@ -18,29 +12,35 @@ one audit row a change, whose ``detail`` is ``Change.to_json()`` (who is the row
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.core.errors import Conflict, RequestError
 from sluice.core.times import iso_z, iso_z_or_none
 from sluice.core.validate import check_text
-from sluice.delivery.channels import channels
 from sluice.delivery.destinations import Destinations, check_key
-from sluice.delivery.ratelimit import PERIODS_S, Override, Per, limits_for, read_overrides
+from sluice.delivery.ratelimit import PERIODS_S, Per
 from sluice.ops.audit import parse_time
-from sluice.store.db import Row, load_queries, utcnow
+from sluice.ops.destination_view import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    STATES,
+    Page,
+    busiest,
+    describe,
+    parse_page,
+    view,
+)
+from sluice.store.db import utcnow
 
 if TYPE_CHECKING:
     from sluice.core.services import Services
 
-Q = load_queries("delivery")
 MAX_AHEAD = timedelta(days=30)  # the furthest a pause or an override may reach
 MAX_REASON = 200
 # The bounds of an override, per period (the settings' own bounds, per second and minute).
 RATE_BOUNDS: dict[str, tuple[float, float]] = {"second": (0.01, 10_000.0),
                                                "minute": (0.1, 600_000.0)}
-STATES = ("ok", "failing", "paused", "disabled")
 
 
 class Action(NamedTuple):
@@ -135,130 +135,14 @@ def _rate(key: str, body: dict[str, Any], now: datetime) -> Change:
         raise RequestError(f"per must be second or minute, got {per!r}", field="per")
     limit = body["limit"]
     lo, hi = RATE_BOUNDS[per]
+    # The bounds are compared first: Python compares an int of any length with a float
+    # exactly, where converting it to a float overflows; NaN and the infinities fail
+    # the comparison too.
     if (isinstance(limit, bool) or not isinstance(limit, int | float)
-            or not math.isfinite(limit) or not lo <= limit <= hi):
+            or not lo <= limit <= hi):
         raise RequestError(f"limit must be a number from {lo:g} to {hi:g} (per {per})",
                            field="limit")
     return Change("rate", key, until=_until(body["until"], now), limit=float(limit), per=per)
-
-
-# --- the view -------------------------------------------------------------------------
-
-
-class _Seen(NamedTuple):
-    """What the queue holds for one destination."""
-
-    channel: str | None
-    recipient: str | None
-    counts: dict[str, int]
-    last_acked: datetime | None
-
-
-def _time(value: Any) -> datetime | None:
-    if isinstance(value, str):  # SQLite does not type aggregates
-        return datetime.fromisoformat(value).astimezone(UTC)
-    return value if isinstance(value, datetime) else None
-
-
-def _seen(services: Services, key: str | None = None) -> dict[str, _Seen]:
-    with services.db.transaction() as tx:
-        rows = tx.fetchall(Q.destination_summary, {"key": key})
-    found: dict[str, _Seen] = {}
-    for row in rows:
-        seen = found.get(row["key"])
-        counts = dict(seen.counts) if seen else {}
-        counts[row["status"]] = int(row["n"])
-        acked = _time(row["last_acked"])
-        last = max((t for t in (seen.last_acked if seen else None, acked) if t), default=None)
-        found[row["key"]] = _Seen(row["channel"], row["recipient"], counts, last)
-    return found
-
-
-def _sample(key: str, seen: _Seen | None) -> tuple[str | None, str | None]:
-    """A channel and recipient that go to ``key``: one of its entries', else read from
-    the key of a channel that keys by recipient."""
-    if seen is not None and seen.channel is not None:
-        return seen.channel, seen.recipient
-    channel, _, rest = key.partition(":")
-    if channel in ("telegram", "slack"):
-        return channel, rest
-    if channel == "webhook":
-        host, _, port = rest.rpartition(":")
-        host = f"[{host}]" if ":" in host else host
-        return channel, f"https://{host}{':' + port if port else ''}/"
-    return (channel if channel in channels() else None), None
-
-
-def _row_json(key: str, row: Row | None, seen: _Seen | None, services: Services,
-              overrides: dict[str, Override], now: datetime, threshold: int) -> dict[str, Any]:
-    counts = seen.counts if seen else {}
-    down_since = _time(row["down_since"]) if row else None
-    paused_until = _time(row["paused_until"]) if row else None
-    disabled_at = _time(row["disabled_at"]) if row else None
-    paused = paused_until is not None and paused_until > now
-    failures = int(row["failures"]) if row else 0
-    state = ("disabled" if disabled_at else "paused" if paused
-             else "failing" if down_since else "ok")
-    channel, recipient = _sample(key, seen)
-    override = overrides.get(key)
-    rates = ([] if channel is None or recipient is None else
-             [limit.to_json() for limit in limits_for(channel, recipient, services.settings,
-                                                      override)])
-    if not rates and override is not None:  # an app channel's destination: its own rate
-        rates = [{"key": f"destination:{key}", "limit": override.limit, "per": override.per,
-                  "source": "override", "until": iso_z(override.until)}]
-    successes = [t for t in ((_time(row["last_success_at"]) if row else None),
-                             seen.last_acked if seen else None) if t]
-    return {
-        "key": key, "channel": channel, "state": state,
-        "since": iso_z_or_none(disabled_at if state == "disabled" else
-                               _time(row["paused_at"]) if state == "paused" and row else
-                               down_since if state == "failing" else None),
-        "until": iso_z_or_none(paused_until) if paused else None,
-        "failing": None if down_since is None else {
-            "since": iso_z(down_since), "failures": failures, "down": failures >= threshold,
-            "nextProbeAt": iso_z_or_none(_time(row["next_probe_at"]) if row else None)},
-        "paused": None if not paused else {
-            "since": iso_z_or_none(_time(row["paused_at"]) if row else None),
-            "until": iso_z_or_none(paused_until)},
-        "disabled": None if disabled_at is None else {
-            "since": iso_z(disabled_at), "reason": row["disabled_reason"] if row else None},
-        "waiting": counts.get("pending", 0), "inFlight": counts.get("in_flight", 0),
-        "failed": counts.get("failed", 0), "unknown": counts.get("unknown", 0),
-        "lastError": row["last_error"] if row else None,
-        "lastSuccess": iso_z_or_none(max(successes, default=None)),
-        "rates": rates,
-        "rateOverride": None if override is None else {
-            "limit": override.limit, "per": override.per, "until": iso_z(override.until)},
-    }
-
-
-def view(services: Services, *, now: datetime | None = None,
-         state: str | None = None) -> list[dict[str, Any]]:
-    """Every destination, by key (``state``: only those in it)."""
-    if state is not None and state not in STATES:
-        raise RequestError(f"state must be one of {', '.join(STATES)}, got {state!r}",
-                           field="state")
-    now = now or utcnow()
-    with services.db.transaction() as tx:
-        rows = {row["key"]: row for row in tx.fetchall(Q.destinations_all)}
-    seen = _seen(services)
-    overrides = read_overrides(services.db, now)
-    threshold = services.settings.delivery_outage_threshold
-    out = [_row_json(key, rows.get(key), seen.get(key), services, overrides, now, threshold)
-           for key in sorted(set(rows) | set(seen))]
-    return [d for d in out if state is None or d["state"] == state]
-
-
-def describe(services: Services, key: str, *, now: datetime | None = None) -> dict[str, Any]:
-    """One destination as ``view`` shows it (``ok`` and empty when Sluice knows nothing
-    of it yet)."""
-    now = now or utcnow()
-    with services.db.transaction() as tx:
-        row = tx.fetchone(Q.destination_get, {"key": key})
-    return _row_json(key, row, _seen(services, key).get(key), services,
-                     read_overrides(services.db, now), now,
-                     services.settings.delivery_outage_threshold)
 
 
 # --- a change: preview, apply ---------------------------------------------------------
@@ -351,5 +235,6 @@ def apply(services: Services, change: Change, *, now: datetime | None = None
             "current": describe(services, key, now=now)}
 
 
-__all__ = ["ACTIONS", "STATES", "Action", "Change", "apply", "describe", "parse_change",
-           "preview", "view"]
+# the view, for the transports that read it beside the changes
+__all__ = ["ACTIONS", "DEFAULT_LIMIT", "MAX_LIMIT", "STATES", "Action", "Change", "Page",
+           "apply", "busiest", "describe", "parse_change", "parse_page", "preview", "view"]

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 
 PIPELINE_FLAG = "rssQueuePipeline"
 # Where the rss-refresh feature puts the global catalog refresh, imported when
-# none was registered explicitly: "module:function(services)".
+# none was registered explicitly: "module:function(services, message)".
 CATALOG_REFRESH_TARGET = "sluice.rss.catalog:refresh_global_catalog"
 # The same for one build of the tick's fan-out: "module:function(services, message)".
 BUILD_REFRESH_TARGET = "sluice.rss.fanout:refresh_build_message"
 BUILD_SOURCE_ID = "build"
 
-CatalogRefresh = Callable[["Services"], Any]
+CatalogRefresh = Callable[["Services", dict[str, Any]], Any]
 _catalog_refresh: list[CatalogRefresh] = []
 
 
@@ -78,6 +78,6 @@ def ingest_handler(services: Services) -> Handler:
             return
         logger.info(f"[queues:rss.ingest] running aggregation refresh batch={batch}",
                     extra={"messageId": inbound.message_id})
-        catalog_refresh()(services)
+        catalog_refresh()(services, message)
 
     return handle

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, Self
 
 from sluice.core.errors import NotFound, PermanentStoreError
@@ -193,11 +193,14 @@ class Catalog:
             self.store.mark_refreshed(scope_id, now)
         return refreshed
 
-    def refresh_global(self, *, force: bool = True, rebuild: bool = False) -> Refreshed:
-        """``rebuild``: build even inside the throttle (only a build made from now on, by
-        this call or by the lock's holder, serves it)."""
+    def refresh_global(self, *, force: bool = True, rebuild: bool = False,
+                       since: datetime | None = None) -> Refreshed:
+        """``rebuild``: build even inside the throttle (only a build made from ``since`` on,
+        default now, by this call or by the lock's holder, serves it)."""
+        if rebuild and since is None:
+            since = self.now()
         return self.refresh(GLOBAL_KEY, self.store.global_source_ids(), GLOBAL_LOCALE,
-                            force=force, since=self.now() if rebuild else None)
+                            force=force, since=since if rebuild else None)
 
     def refresh(self, key: str, source_ids: tuple[str, ...], locale: str, *,
                 force: bool, since: datetime | None = None) -> Refreshed:
@@ -442,14 +445,34 @@ def peek_scope(services: Services, scope_id: str, *,
         return builds[scope.build_key]
 
 
-def refresh_global_catalog(services: Services) -> dict[str, Any]:
-    """The ``rss.ingest`` handler and the tick's inline path: rebuild the global catalog."""
+REBUILD_FIELD = "rebuild"
+
+
+def rebuild_since(message: dict[str, Any]) -> datetime | None:
+    """When an ``rss.ingest`` message asks for the admin refresh's rebuild inside the
+    throttle (``rebuild: true``, set by the tick on the admin ``POST``): the moment from
+    which a build serves it, its ``publishedAt`` (a build made since then, by another
+    delivery of the same message included, is not made again). None: the throttle holds."""
+    if message.get(REBUILD_FIELD) is not True:
+        return None
+    published = message.get("publishedAt")
+    try:
+        since = datetime.fromisoformat(str(published))
+    except ValueError:
+        return utcnow()
+    return since if since.tzinfo is not None else since.replace(tzinfo=UTC)
+
+
+def refresh_global_catalog(services: Services, message: dict[str, Any]) -> dict[str, Any]:
+    """The ``rss.ingest`` handler: the tick's inline refresh of the global catalog, forced,
+    and rebuilt inside the throttle when the message says so (``rebuild_since``)."""
+    since = rebuild_since(message)
     with Catalog.open(services) as catalog:
-        refreshed = catalog.refresh_global(force=True)
+        refreshed = catalog.refresh_global(force=True, rebuild=since is not None, since=since)
         return {"outcome": refreshed.outcome,
                 "stories": len(refreshed.build.stories) if refreshed.build else 0,
                 **catalog.counters.to_json()}
 
 
-__all__ = ["Catalog", "CatalogBuild", "Story", "build_key", "on_new_stories", "peek",
-           "peek_scope", "refresh_global_catalog"]
+__all__ = ["REBUILD_FIELD", "Catalog", "CatalogBuild", "Story", "build_key", "on_new_stories",
+           "peek", "peek_scope", "rebuild_since", "refresh_global_catalog"]

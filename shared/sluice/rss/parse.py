@@ -46,14 +46,24 @@ class FeedParseError(SluiceError):
 
 
 def canonical_link(link: str) -> str | None:
-    """The link with scheme and host lower-cased, no fragment, no tracking parameters."""
+    """The link with scheme and host lower-cased, no fragment, no tracking parameters, and
+    the ASCII characters a URL may not hold raw (``<``, ``>``, ``"``, a space, controls, …)
+    percent-encoded in its path and query, so the stored link is plain text that no HTML
+    parser reads a tag or an attribute's end in. A host holding one is no link (None)."""
     parts = urlsplit(link.strip())
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+    if (parts.scheme.lower() not in ("http", "https") or not parts.netloc
+            or any(char in _NOT_IN_URL for char in parts.netloc)):
         return None
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
                        if not k.lower().startswith(_TRACKING)])
-    path = parts.path or "/"
+    path = parts.path.translate(_ENCODED) or "/"
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, query, ""))
+
+
+# RFC 3986's excluded ASCII: controls, space, and the delimiters no URL carries raw; other
+# characters (non-ASCII ones included) are kept as the feed wrote them.
+_NOT_IN_URL = frozenset(map(chr, range(0x21))) | set('"<>\\^`{|}\x7f')
+_ENCODED = {ord(char): f"%{ord(char):02X}" for char in _NOT_IN_URL}
 
 
 def story_id(link: str | None, guid: str | None, title: str, source_id: str) -> str:

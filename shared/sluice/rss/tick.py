@@ -4,7 +4,8 @@
    "all-sources"``, ``feedUrl: ""``); when the flag is off or the publish did not
    happen, refresh the global catalog inline (the admin ``POST`` rebuilds it even
    inside the rebuild throttle, still under the build lock; ``inlineRefreshed`` says
-   whether a build was made);
+   whether a build was made); the admin ``POST``'s message says ``rebuild: true``, so
+   its consumer rebuilds inside the throttle the same way;
 2. tenant ingestion (not on the admin ``POST``): completed scopes, serially, forced,
    under ``SLUICE_TENANT_INGESTION_TIME_BUDGET_MS`` and the run's deadline, starting at
    the rotation offset so the tail of a long list is not starved; ``refreshed`` counts
@@ -31,7 +32,7 @@ from sluice.jobs.registry import Deadline, JobContext, Result
 from sluice.queues.handlers import PIPELINE_FLAG
 from sluice.queues.publish import js_iso
 from sluice.queues.runtime import publisher_of
-from sluice.rss.catalog import Catalog
+from sluice.rss.catalog import REBUILD_FIELD, Catalog
 from sluice.rss.fanout import due_builds, publish_builds, tick_report
 from sluice.rss.store import RssStore
 from sluice.rss.sweep import (
@@ -111,11 +112,14 @@ def ingest_tenant_scopes(list_scopes: Callable[[], list[str]], refresh: Callable
     return result
 
 
-def _publish(services: Services) -> bool:
-    """True when the ``rss.ingest`` message went out (or ran in process)."""
+def _publish(services: Services, *, rebuild: bool) -> bool:
+    """True when the ``rss.ingest`` message went out (or ran in process). ``rebuild`` (the
+    admin ``POST``) asks the consumer for the inline path's rebuild inside the throttle."""
+    fields: dict[str, Any] = {"sourceId": "all-sources", "feedUrl": ""}
+    if rebuild:
+        fields[REBUILD_FIELD] = True
     try:
-        published = publisher_of(services).publish(
-            "rss.ingest", {"sourceId": "all-sources", "feedUrl": ""})
+        published = publisher_of(services).publish("rss.ingest", fields)
     except Exception as exc:  # noqa: BLE001 - SQS or signing trouble: refresh inline instead
         services.reporter.error("rss-refresh.publish", exc)
         return False
@@ -152,7 +156,7 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
     try:
         failed = 0
         pipeline = FlagStore(services.state).enabled(PIPELINE_FLAG)
-        published = _publish(services) if pipeline else False
+        published = _publish(services, rebuild=manual) if pipeline else False
         inline = False
         if not published:
             progress("refreshing the global catalog")

@@ -17,7 +17,8 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     # No SLUICE_DATABASE_URL: the embedded default ./.sluice/sluice.db. Only migrate (or dev)
     # creates it; any other command refuses to start a new empty store here.
     refused = run_cli(["run", "state-cleanup", "--json"], {}, cwd=tmp_path)
-    assert refused.returncode == 78 and refused.stdout == ""
+    assert refused.returncode == 78
+    assert json.loads(refused.stdout)["error"]["code"] == "configuration_error"
     assert f"no SQLite database at {tmp_path / '.sluice' / 'sluice.db'}" in refused.stderr
     assert "sluice migrate" in refused.stderr
     assert not (tmp_path / ".sluice").exists()
@@ -27,8 +28,9 @@ def test_run_json_prints_the_result_alone_on_the_embedded_default(tmp_path: Path
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) == {"deleted", "deletedHashRecords", "deletedSamples", "deletedFeedCaches",
-                           "deletedBuildLocks", "deletedJobRuns",
-                           "deletedAuditRecords", "processedAt", "failed", "errors"}
+                           "deletedBuildLocks", "deletedJobRuns", "deletedAuditRecords",
+                           "deletedDestinations", "deletedRateLimits", "processedAt", "failed",
+                           "errors"}
     assert done.stderr == "", "logs and metrics only with -v"
     human = run_cli(["run", "state-cleanup"], {}, cwd=tmp_path)
     assert f"database: sqlite {tmp_path / '.sluice' / 'sluice.db'}" in human.stderr

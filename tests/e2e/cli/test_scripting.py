@@ -187,9 +187,11 @@ def test_one_exit_code_per_meaning(walk_env: dict[str, str], tmp_path: Any,
                  ["flags", "nope"], ["publish", "nope"],
                  ["alerts", "rules", "nope", "--set", "-"]):  # stdin {}: no rules list
         code, out, err = _run([*argv, "--json"], "{}", monkeypatch, capfd)
-        assert code == EXIT_USAGE and out == "" and err.startswith("sluice: "), (argv, err)
+        assert code == EXIT_USAGE and err.startswith("sluice: "), (argv, err)
+        assert json.loads(out)["error"]["message"] in err, (argv, out)
     # No database where SLUICE_DATABASE_URL points: configuration, and nothing created.
     missing = tmp_path / "elsewhere" / "sluice.db"
     monkeypatch.setenv("SLUICE_DATABASE_URL", f"sqlite:///{missing}")
     code, out, err = _run(["jobs", "--json"], "", monkeypatch, capfd)
     assert code == EXIT_CONFIG and str(missing) in err and not missing.parent.exists()
+    assert json.loads(out)["error"]["code"] == "configuration_error"

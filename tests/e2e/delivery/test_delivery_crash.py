@@ -173,3 +173,62 @@ def test_killed_between_two_chunks_the_next_drain_resumes_after_the_accepted_one
         assert [m["text"] for m in telegram.messages] == ["one", "two", "three"]
         done = _store(env).get(entry.id)
         assert done.status is DeliveryStatus.ACKED and done.platform_message_id == "1,2,3"
+
+
+RUN_DRAIN_UNDER_SIGTERM = """
+import json, sys
+from sluice.core.shutdown import install
+from sluice.core.services import Services
+from sluice.jobs.registry import get_job
+from sluice.jobs.runner import run_job
+install()  # as a Lambda handler module does at init
+services = Services.from_env()
+outcome = run_job(get_job("delivery-drain"), services, "schedule")
+print(json.dumps({"status": outcome.status, "body": outcome.body}))
+"""
+
+
+def test_sigterm_during_a_send_in_flight_ends_the_run_within_lambdas_window(
+        env: dict[str, str], receiver: WebhookReceiver) -> None:
+    # GIVEN a drain whose send is in flight to a receiver that answers only much later
+    store = _store(env)
+    entry, _ = store.enqueue("webhook", receiver.url, {"text": "slow"})
+    later, _ = store.enqueue("webhook", receiver.url, {"text": "next in its turn"})
+    receiver.slow = 1
+    drain = subprocess.Popen([sys.executable, "-c", RUN_DRAIN_UNDER_SIGTERM],
+                             env={**os.environ, **env, "SLUICE_DELIVERY_LEASE_SECONDS": "120",
+                                  "SLUICE_DELIVERY_SEND_TIMEOUT_SECONDS": "30"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):  # the request has arrived: the send is in flight
+            if receiver.received:
+                break
+            time.sleep(0.05)
+        assert receiver.received, "the send never left"
+
+        # WHEN Lambda stops the environment: SIGTERM, then a kill 500 ms later
+        terminated = time.monotonic()
+        drain.terminate()
+        out, err = drain.communicate(timeout=10)
+        took = time.monotonic() - terminated
+    finally:
+        receiver.release.set()
+        drain.kill()
+
+    # THEN the run ended in time, recorded, its lease released, the entry not in flight
+    assert took < 2.0, f"exited {took:.2f} s after SIGTERM (Lambda allows 0.5 s): {err}"
+    assert drain.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["body"]["unknown"] == 1, "sent, no answer: an unknown outcome"
+    cut = store.get(entry.id)
+    assert cut.status is DeliveryStatus.PENDING and cut.unknown_sends == 1
+    assert store.get(later.id).status is DeliveryStatus.PENDING, "never sent: its turn lapsed"
+    assert store.get(later.id).attempts == 0
+    assert len(receiver.received) == 1
+    db = open_database(env["SLUICE_DATABASE_URL"])
+    with db.transaction() as tx:
+        leases = tx.fetchall("SELECT * FROM job_leases WHERE job = 'delivery-drain'")
+        running = tx.fetchall("SELECT * FROM job_runs WHERE job = 'delivery-drain' "
+                              "AND outcome = 'running'")
+    assert not running, "the run is recorded as ended"
+    assert not leases, "its lease released: the next run starts at once"

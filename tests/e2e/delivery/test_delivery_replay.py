@@ -5,7 +5,10 @@ stand-in received."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -14,12 +17,16 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from sluice.core.crash import CRASH_EXIT_CODE
 from sluice.core.services import Services
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from sluice.http.app import create_app
 from sluice.jobs.runs import RunStore
 from sluice.store.db import utcnow
-from tests.conftest import BASE_ENV, admin_token, run_cli
+from tests.conftest import BASE_ENV, ROOT, admin_token, load_event, process_env, run_cli
+from tests.e2e.jobs.test_lambda import fresh_import
+from tests.integration.delivery.bulk import insert_failed
+from tests.lambda_context import LambdaContext
 from tests.providers.telegram import TelegramStandIn
 
 URL = "/api/admin/delivery/replay"
@@ -180,3 +187,98 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     drained = run_cli(["run", "delivery-drain", "--json"], env)
     assert drained.returncode == 0 and json.loads(drained.stdout)["recovered"] == 2
     assert Counter(m["text"] for m in telegram.messages) == {"m0": 1, "m1": 1}
+
+
+MANY = 1200  # three pages of a replay (BATCH: 500 entries a page)
+
+# The HTTP function serving one event read from stdin, in a process of its own, so that a
+# crash point kills it for real (no middleware settles its audit row).
+HTTP_FUNCTION = """
+import json, sys
+from functions import http
+from tests.lambda_context import LambdaContext
+answer = http.handler(json.load(sys.stdin), LambdaContext())
+print(json.dumps(answer))
+"""
+
+
+def replay_event(body: dict[str, Any]) -> dict[str, Any]:
+    """The replay's POST as the HTTP function receives it (payload format 2.0)."""
+    event = load_event("http_post_admin")
+    event.pop("cookies")
+    event["rawPath"] = event["requestContext"]["http"]["path"] = URL
+    event["headers"] = {**event["headers"], **ops(), "content-type": "application/json"}
+    event["body"] = json.dumps(body)
+    return event
+
+
+def answer_of(answer: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    raw = answer["body"]
+    text = base64.b64decode(raw).decode() if answer.get("isBase64Encoded") else raw
+    return answer["statusCode"], json.loads(text)
+
+
+def pending(svc: Services) -> int:
+    with svc.db.transaction() as tx:
+        row = tx.fetchone("SELECT count(*) AS n FROM delivery_queue WHERE status = 'pending'")
+    assert row is not None
+    return int(row["n"])
+
+
+@pytest.mark.parametrize("via", ["cli", "http"])
+def test_a_replay_killed_part_way_leaves_its_audit_row_holding_its_count(
+        via: str, env: dict[str, str], svc: Services) -> None:
+    # GIVEN 1,200 failed entries of one chat, among 300 of another
+    insert_failed(svc.db, [("telegram", "1001")] * MANY + [("telegram", "1003")] * 300)
+    crash = {**env, "SLUICE_CRASH_AT": "delivery.replay.after_page@2"}
+    body = {"destination": CHAT, "since": since()}
+    # WHEN a replay is killed for real after its second page
+    if via == "cli":
+        killed = run_cli(["delivery", "replay", "--destination", CHAT, "--since",
+                          body["since"], "--by", "oncall", "--json"], crash)
+    else:
+        killed = subprocess.run([sys.executable, "-c", HTTP_FUNCTION], env=process_env(crash),
+                                input=json.dumps(replay_event(body)), capture_output=True,
+                                text=True, timeout=120, check=False, cwd=ROOT)
+    assert killed.returncode == CRASH_EXIT_CODE, killed.stderr
+    # THEN its audit row, never settled, holds its filter, the count it restarted (as the
+    # queue has it) and where to continue
+    [row] = replay_rows(svc)
+    detail = detail_of(row)
+    assert row["outcome"] == "started"
+    assert detail["filter"]["destination"] == CHAT
+    assert detail["count"] == pending(svc) == 1000 and detail["pages"] == 2
+    assert detail["next"]["after"] is not None
+    # AND the rest, asked for from there, is the 200 it had not reached
+    rest = run_cli(["delivery", "replay", "--destination", CHAT, "--since",
+                    detail["next"]["since"], "--until", detail["next"]["until"], "--after",
+                    detail["next"]["after"], "--json"], env)
+    assert rest.returncode == 0, rest.stderr
+    assert json.loads(rest.stdout)["count"] == MANY - 1000
+    assert pending(svc) == MANY, "each entry of the chat restarted once, the other's none"
+
+
+def test_over_http_a_replay_stops_before_the_deadline_and_its_next_completes_it(
+        env: dict[str, str], svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    insert_failed(svc.db, [("telegram", "1001")] * MANY)
+    http = fresh_import("functions.http", monkeypatch, env)
+    margin_ms = int(http.app.state.services.settings.deadline_margin_s * 1000)
+    # WHEN the replay is asked of a function whose time is all margin (it does one page)
+    status, first = answer_of(http.handler(replay_event({"destination": CHAT,
+                                                         "since": since()}),
+                                           LambdaContext(timeout_ms=margin_ms)))
+    # THEN it answers what it did and the body to send for the rest
+    assert status == 200, first
+    assert (first["count"], first["pages"]) == (500, 1) and pending(svc) == 500
+    assert first["next"]["destination"] == CHAT and first["next"]["after"]
+    # WHEN that body is sent again, with the function's whole time
+    status, rest = answer_of(http.handler(replay_event(first["next"]), LambdaContext()))
+    # THEN the rest of the window is done, and nothing is left to continue
+    assert status == 200, rest
+    assert (rest["count"], rest["next"]) == (MANY - 500, None)
+    assert pending(svc) == MANY
+    # AND each call is one audit row with its own filter and count
+    assert sorted((row["outcome"], detail_of(row)["count"], detail_of(row)["filter"]["after"])
+                  for row in replay_rows(svc)) == [("200", 500, None),
+                                                   ("200", MANY - 500, first["next"]["after"])]
+    http.app.state.services.close()

@@ -71,7 +71,7 @@ def test_the_view_shows_each_destination_its_state_waiting_errors_and_rates(
         client: TestClient, svc: Services) -> None:
     store = DeliveryStore(svc.db)
     assert client.get(f"{BASE}/destinations", headers=ops()).json() == {
-        "destinations": [], "count": 0}
+        "destinations": [], "count": 0, "next": None}
     store.enqueue("telegram", "1001", {"text": "ok"})
     store.enqueue("telegram", "-100200", {"text": "a group nobody knows"})
     store.enqueue("telegram", "1002", {"text": "blocked"})
@@ -228,7 +228,7 @@ def test_the_command_line(env: dict[str, str], svc: Services,
                     "--json"], env)
     assert sent.returncode == 0, sent.stderr
     listed = json.loads(run_cli(["delivery", "destinations", "--json"], env).stdout)
-    assert [(d["key"], d["state"]) for d in listed] == [(CHAT, "ok")]
+    assert [(d["key"], d["state"]) for d in listed["destinations"]] == [(CHAT, "ok")]
     human = run_cli(["delivery", "destinations"], env)
     assert human.returncode == 0 and CHAT in human.stdout and "rates=30/second" in human.stdout
 
@@ -263,3 +263,56 @@ def test_the_command_line(env: dict[str, str], svc: Services,
     assert run_cli(["delivery", "destination", "resume", CHAT], env).returncode == 64
     assert run_cli(["run", "delivery-drain", "--json"], env).returncode == 0
     assert [m["text"] for m in telegram.messages] == ["hi", "later"]
+
+
+def test_the_view_pages_by_key_and_refuses_what_it_cannot_honour(
+        client: TestClient, svc: Services, env: dict[str, str]) -> None:
+    # GIVEN 12 chats with entries, and 3 of them paused by an operator
+    store = DeliveryStore(svc.db)
+    chats = [f"telegram:{2000 + i}" for i in range(12)]
+    for key in chats:
+        store.enqueue("telegram", key.split(":")[1], {"text": "hi"})
+    until = iso_z(utcnow() + timedelta(hours=1))
+    for key in chats[1::4]:
+        assert client.post(f"{BASE}/destinations/{key}/pause", json={"until": until},
+                           headers=ops()).status_code == 200
+
+    def pages(**params: str) -> list[list[str]]:
+        found, after = [], None
+        for _ in range(len(chats) + 1):  # a page holds at least one, or is the last
+            answer = client.get(f"{BASE}/destinations", headers=ops(),
+                                params={**params, **({"after": after} if after else {})})
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["count"] == len(body["destinations"])
+            found.append([d["key"] for d in body["destinations"]])
+            after = body["next"]
+            if after is None:
+                return found
+        raise AssertionError(f"the pages never end: {found}")
+
+    # WHEN the view is read 5 at a time, THEN every chat comes once, in key order
+    assert pages(limit="5") == [chats[:5], chats[5:10], chats[10:]]
+    # AND a state's pages hold only that state's
+    assert [k for page in pages(state="paused", limit="2") for k in page] == chats[1::4]
+    assert [k for page in pages(state="ok", limit="4") for k in page] == [
+        k for k in chats if k not in chats[1::4]]
+    # AND the command line pages the same way
+    first = run_cli(["delivery", "destinations", "--limit", "5", "--json"], env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["next"] == chats[4]
+    rest = run_cli(["delivery", "destinations", "--after", chats[4], "--limit", "100"], env)
+    assert rest.returncode == 0 and chats[5] in rest.stdout and chats[4] not in rest.stdout
+    assert "--after" in run_cli(["delivery", "destinations", "--limit", "5"], env).stdout
+    bad = run_cli(["delivery", "destinations", "--limit", "0"], env)
+    assert bad.returncode == 64 and "limit must be a whole number" in bad.stderr
+
+    # AND what a page cannot honour is a 400 naming it
+    for params, field in (({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"),
+                          ({"limit": "ten"}, "limit"), ({"after": "x" * 2101}, "after"),
+                          ({"state": "sad"}, "state")):
+        answer = client.get(f"{BASE}/destinations", params=params, headers=ops())
+        assert answer.status_code == 400, (params, answer.text)
+        assert answer.json()["error"]["field"] == field
+    assert client.get(f"{BASE}/destinations", params={"page": "2"},
+                      headers=ops()).status_code == 400

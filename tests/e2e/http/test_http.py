@@ -18,7 +18,8 @@ from tests.conftest import CRON_SECRET, admin_token
 ROUTE = "/api/admin/state/cleanup"
 CLEANUP_KEYS = {"deleted", "deletedHashRecords", "deletedSamples", "deletedFeedCaches",
                 "deletedBuildLocks", "deletedJobRuns",
-                "deletedAuditRecords", "failed", "errors", "processedAt"}
+                "deletedAuditRecords", "deletedDestinations", "deletedRateLimits", "failed",
+                "errors", "processedAt"}
 
 
 @pytest.fixture

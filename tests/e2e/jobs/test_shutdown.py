@@ -24,7 +24,8 @@ from tests.providers.lambda_runtime import RuntimeApi
 from tests.providers.webhook import WebhookReceiver
 
 SECRET = "shutdown-webhook-secret-0123456789"
-# The server asks for a 25 s wait: the retrier takes it in-process (under its 30 s cap).
+# The server asks for a 25 s wait: the retrier takes it in-process, the rate wait (the
+# longest a send waits in process) raised to 30 s for this run.
 RETRY_AFTER_S = 25
 RUNTIME = """
 import json, sys
@@ -52,6 +53,7 @@ def test_sigterm_in_the_shutdown_phase_ends_the_wait_and_the_run_records_its_end
         env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "AWS_"))},
                **BASE_ENV, "SLUICE_DATABASE_URL": db_url, "SLUICE_JOB": "delivery-drain",
                "SLUICE_WEBHOOK_SIGNING_SECRET": SECRET,
+               "SLUICE_DELIVERY_RATE_WAIT_SECONDS": "30",
                "AWS_LAMBDA_RUNTIME_API": runtime.address}
         from sluice.store.migrate import migrate
 
@@ -68,6 +70,7 @@ def test_sigterm_in_the_shutdown_phase_ends_the_wait_and_the_run_records_its_end
             # AND the run is in the retry wait the 503's Retry-After asked for
             _until(lambda: hook.received, "the first send")
             time.sleep(0.5)  # into the wait
+            assert process.poll() is None, "the run is in its retry wait"
             # WHEN Lambda's Shutdown phase comes
             began = time.monotonic()
             runtime.shutdown(process.pid)

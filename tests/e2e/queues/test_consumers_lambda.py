@@ -51,7 +51,7 @@ def test_ingest_runs_the_refresh_once_when_the_flag_is_on(
     services = make_services(env["SLUICE_DATABASE_URL"])
     FlagStore(services.state).set("rssQueuePipeline", True)
     refreshed: list[Services] = []
-    register_catalog_refresh(refreshed.append)
+    register_catalog_refresh(lambda services, message: refreshed.append(services))
     try:
         event = load_event("sqs_rss_ingest")
         assert module.handler(event, None) == {"batchItemFailures": []}
@@ -74,7 +74,7 @@ def test_ingest_acknowledges_without_work_when_the_flag_is_off(
         env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     module = consumers_module(monkeypatch, env)
     refreshed: list[Services] = []
-    register_catalog_refresh(refreshed.append)
+    register_catalog_refresh(lambda services, message: refreshed.append(services))
     try:
         assert module.handler(load_event("sqs_rss_ingest"), None) == {"batchItemFailures": []}
         assert refreshed == []

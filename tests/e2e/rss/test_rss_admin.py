@@ -5,7 +5,7 @@ GET and admin POST, unhonoured query parameters, the audit trail."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -29,12 +29,6 @@ def billing() -> dict[str, str]:
 
 
 CRON = {"authorization": f"Bearer {CRON_SECRET}"}
-
-
-@pytest.fixture
-def feeds() -> Iterator[FeedServer]:
-    with FeedServer() as server:
-        yield server
 
 
 @pytest.fixture

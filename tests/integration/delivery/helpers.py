@@ -68,10 +68,10 @@ def drain_settled(services: Services, within_s: float = 10.0) -> dict[str, int]:
 
 
 def due_now(services: Services) -> None:
-    """Time travel: every pending entry's backoff, and every failing destination's wait for
-    its next probe, has passed."""
+    """Time travel: every pending entry's backoff, every failing receiver's wait for its
+    next probe, and every receiver's wait for a rate slot or its provider, has passed."""
     with services.db.transaction() as tx:
         tx.execute("UPDATE delivery_queue SET next_attempt_at = :now WHERE status = 'pending'",
                    {"now": utcnow() - timedelta(seconds=1)})
-        tx.execute("UPDATE delivery_destinations SET next_probe_at = :now",
+        tx.execute("UPDATE delivery_destinations SET next_probe_at = :now, ready_at = NULL",
                    {"now": utcnow() - timedelta(seconds=1)})

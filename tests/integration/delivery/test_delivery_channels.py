@@ -116,10 +116,11 @@ def test_a_channel_without_adapter_waits_pending_and_is_reported_not_failed(
 def test_short_blips_are_retried_in_process_honouring_retry_after(
         svc: Services, providers: Providers, sleeps: list[float]) -> None:
     store = DeliveryStore(svc.db)
-    providers.telegram.flood_wait.append(3)
+    # waits within SLUICE_DELIVERY_RATE_WAIT_SECONDS (1 s): a send waits them in process
+    providers.telegram.flood_wait.append(1)
     providers.webhook.answers.append(503)
     providers.slack.answers.append((429, {"ok": False, "error": "ratelimited"},
-                                    {"retry-after": "2"}))
+                                    {"retry-after": "1"}))
     for channel, recipient in (("telegram", "1001"), ("webhook", providers.webhook.url),
                                ("slack", "C0ALERTS")):
         store.enqueue(channel, recipient, {"text": f"to {channel}"})
@@ -128,7 +129,7 @@ def test_short_blips_are_retried_in_process_honouring_retry_after(
 
     assert seed(result) == {"recovered": 3, "failed": 0, "skippedMaxRetries": 0,
                             "deferredBackoff": 0}
-    assert sleeps == [3.0, 0.3, 2.0], "Retry-After when longer than the policy's 300 ms"
+    assert sleeps == [1.0, 0.3, 1.0], "Retry-After when longer than the policy's 300 ms"
     assert {e.attempts for e in store.list()} == {1}, "one queue attempt each"
     assert len(providers.webhook.received) == 2
 
@@ -136,10 +137,10 @@ def test_short_blips_are_retried_in_process_honouring_retry_after(
 def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
         svc: Services, providers: Providers, sleeps: list[float]) -> None:
     store = DeliveryStore(svc.db)
-    providers.telegram.flood_wait.extend([30, 30, 30])
+    providers.telegram.flood_wait.extend([30])
     providers.webhook.answers.extend([503] * 3)
     providers.slack.answers.extend([(429, {"ok": False, "error": "ratelimited"},
-                                     {"retry-after": "12"})] * 3)
+                                     {"retry-after": "12"})])
     for channel, recipient in (("telegram", "1001"), ("webhook", providers.webhook.url),
                                ("slack", "C0ALERTS"), ("email", "busy@example.com")):
         store.enqueue(channel, recipient, {"text": f"to {channel}"})
@@ -149,13 +150,19 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
 
     assert seed(first) == {"recovered": 0, "failed": 0, "skippedMaxRetries": 0,
                            "deferredBackoff": 0}, "attempted this run: not deferred"
-    assert len(sleeps) == 8, "three tries each, two waits each"
+    # a provider's wait past SLUICE_DELIVERY_RATE_WAIT_SECONDS is never slept in process:
+    # the webhook's 503 and the relay's 451 are retried twice each, the waits not at all
+    assert len(sleeps) == 4, "three tries each for the answers that name no wait"
+    assert first["rateLimited"] == 2
     waits = {e.channel: (e.next_attempt_at - started).total_seconds()
              for e in store.list(status=DeliveryStatus.PENDING)}
-    assert 30 <= waits["telegram"] < 35, "Telegram's retry_after lengthens the 5 s step"
+    assert 30 <= waits["telegram"] < 35, "Telegram's retry_after, its attempt given back"
     assert 12 <= waits["slack"] < 17, "Slack's Retry-After too"
-    assert 5 <= waits["webhook"] < 10 and 5 <= waits["email"] < 10
+    assert 5 <= waits["webhook"] < 10 and 5 <= waits["email"] < 10, "the schedule's 5 s"
     assert "retry after 30" in (store.list(channel="telegram")[0].last_error or "")
+    attempts = {e.channel: e.attempts for e in store.list()}
+    assert attempts == {"telegram": 0, "slack": 0, "webhook": 1, "email": 1}, \
+        "a provider's pacing costs nothing; an answered failure is its entry's own"
     second = drain_once(svc)
     assert second["deferredBackoff"] == 4, "not due yet: skipped because in backoff"
     assert second["leftDue"] == 0
@@ -167,13 +174,11 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
     third = drain_once(svc)
     assert seed(third) == {"recovered": 4, "failed": 0, "skippedMaxRetries": 0,
                            "deferredBackoff": 0}
-    # each destination's failure cost nothing; a rate limit (Telegram's flood wait, Slack's
-    # 429) gave its attempt back too
-    assert {e.attempts for e in store.list()} == {1}, "each destination's failure cost nothing"
-    assert first["rateLimited"] == 2
+    assert {e.channel: e.attempts for e in store.list()} == {
+        "telegram": 1, "slack": 1, "webhook": 2, "email": 2}
 
 
-def test_a_destination_failing_every_attempt_holds_its_entry_until_it_expires(
+def test_a_receiver_answering_every_attempt_fails_its_lone_entry_after_five(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
     entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"})
@@ -182,12 +187,28 @@ def test_a_destination_failing_every_attempt_holds_its_entry_until_it_expires(
     for _ in range(6):
         results.append(drain_once(svc))
         due_now(svc)
+    assert [r["skippedMaxRetries"] for r in results] == [0, 0, 0, 0, 1, 0]
+    failed = store.get(entry.id)
+    assert (failed.status, failed.failure_reason, failed.attempts) == (
+        DeliveryStatus.FAILED, "max_attempts", 5)
+    assert len(providers.webhook.received) == 15, "5 attempts, 3 in-process tries each"
+    assert results[-1]["outages"]["destinations"] == [], "answered: never held"
+
+
+def test_a_receiver_never_reached_holds_its_entry_until_it_expires(
+        svc: Services, providers: Providers) -> None:
+    store = DeliveryStore(svc.db)
+    port = free_port()  # nobody listens: every connection is refused
+    entry, _ = store.enqueue("webhook", f"http://127.0.0.1:{port}/hook", {"text": "x"})
+    results = []
+    for _ in range(6):
+        results.append(drain_once(svc))
+        due_now(svc)
     assert [r["skippedMaxRetries"] + r["failed"] for r in results] == [0] * 6
     held = store.get(entry.id)
     assert held.status is DeliveryStatus.PENDING and held.attempts == 0
-    assert held.held_by is not None and held.held_by.startswith("webhook:127.0.0.1:")
-    assert len(providers.webhook.received) == 18, "one probe a run, 3 in-process tries each"
     [down] = results[-1]["outages"]["destinations"]
+    assert down["key"] == f"webhook:127.0.0.1:{port}"
     assert down["down"] and down["failures"] == 6 and down["waiting"] == 1
     with svc.db.transaction() as tx:  # a day passes
         tx.execute("UPDATE delivery_queue SET enqueued_at = :t", {"t": utcnow() - timedelta(

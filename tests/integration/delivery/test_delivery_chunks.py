@@ -42,7 +42,8 @@ def _waits_over(svc: Services) -> None:
 def test_a_failed_chunk_resumes_after_those_accepted_each_arriving_once(
         svc: Services, providers: Providers) -> None:
     # GIVEN a message in 3 chunks; Telegram takes chunk 1, fails chunk 2 transiently
-    # (three 502s: the in-process retries), then answers it 429 with a 40 s wait
+    # (three 502s: the in-process retries; an answer about this entry alone, so its own
+    # attempt), then answers it 429 with a 40 s wait (its attempt given back)
     providers.telegram.script.extend(
         [None, _bad_gateway(), _bad_gateway(), _bad_gateway(),
          (429, {"ok": False, "error_code": 429, "description": "Too Many Requests: retry "
@@ -52,14 +53,14 @@ def test_a_failed_chunk_resumes_after_those_accepted_each_arriving_once(
 
     # WHEN drains run until it is delivered
     first = drain_once(svc)
-    assert first["outages"]["count"] == 1 and first["failed"] == 0
+    assert first["outages"]["count"] == 0 and first["failed"] == 0
     waiting = store.get(entry.id)
-    assert waiting.status is DeliveryStatus.PENDING and waiting.attempts == 0
+    assert waiting.status is DeliveryStatus.PENDING and waiting.attempts == 1
     assert ChunkLog(svc.db).accepted(entry.id) == {1: "1"}, "chunk 1 recorded with its id"
     _waits_over(svc)
     second = drain_once(svc)
     assert second["rateLimited"] == 1
-    assert store.get(entry.id).attempts == 0, "a flood wait costs no attempt"
+    assert store.get(entry.id).attempts == 1, "a flood wait costs no attempt"
     _waits_over(svc)
     third = drain_once(svc)
 
@@ -67,7 +68,7 @@ def test_a_failed_chunk_resumes_after_those_accepted_each_arriving_once(
     assert third["recovered"] == 1
     assert [m["text"] for m in providers.telegram.messages] == PARTS
     delivered = store.get(entry.id)
-    assert delivered.status is DeliveryStatus.ACKED and delivered.attempts == 1
+    assert delivered.status is DeliveryStatus.ACKED and delivered.attempts == 2
     assert delivered.platform_message_id == "1,2,3"
     assert len(providers.telegram.http.requests) == 7, "1 + 3 + 1 + 2: chunk 1 never again"
     # AND its chunk records go when the entry is pruned

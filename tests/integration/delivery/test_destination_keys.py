@@ -8,15 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from sluice.core.errors import RequestError
 from sluice.core.services import Services
 from sluice.core.times import iso_z
-from sluice.delivery.channels.webhook import WebhookAdapter
 from sluice.delivery.destinations import check_key
+from sluice.delivery.keys import keys_for
 from sluice.delivery.ratelimit import Override, rates_for
 from sluice.delivery.replay import parse_filter
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
@@ -45,10 +44,10 @@ def test_one_receiver_named_both_ways_is_one_destination(
     assert result["paused"] == 2 and result["recovered"] == 0
     for held in (bare, named):
         stored = store.get(held.id)
-        assert (stored.status, stored.attempts, stored.held_by, stored.destination) == (
-            DeliveryStatus.PENDING, 0, KEY, KEY)
+        assert (stored.status, stored.attempts, stored.receiver) == (
+            DeliveryStatus.PENDING, 0, KEY)
     # one state: the view knows one webhook destination, with both entries waiting on it
-    [only] = [d for d in view(svc) if d["channel"] == "webhook"]
+    [only] = [d for d in view(svc)["destinations"] if d["channel"] == "webhook"]
     assert (only["key"], only["state"], only["waiting"]) == (KEY, "paused", 2)
     # one rate: both sends take their slot on one host key, and an override of it binds both
     override = Override(KEY, 2, "second", until)
@@ -80,10 +79,9 @@ def test_a_key_an_operator_types_is_read_as_the_drain_writes_it(typed: str, read
     ("https://[::1]:8080/x", "webhook:0:0:0:0:0:0:0:1:8080"),
 ])
 def test_the_drains_key_and_the_operators_are_one_reading(url: str, typed: str) -> None:
-    """The key the drain writes for a URL and the key an operator types for the same
-    receiver are the same string, however either writes the host."""
-    entry = SimpleNamespace(id="e1", recipient=url)  # what outage_key reads of an entry
-    assert WebhookAdapter(None, []).outage_key(entry) == check_key(typed)  # type: ignore[arg-type]
+    """The receiver key an entry gets for a URL at its enqueue and the key an operator
+    types for the same receiver are the same string, however either writes the host."""
+    assert keys_for("webhook", url).receiver == check_key(typed)
 
 
 def test_the_old_key_without_its_port_is_refused_naming_the_canonical_keys() -> None:
@@ -182,3 +180,25 @@ def _time(value: object) -> object:
     from datetime import UTC, datetime
 
     return datetime.fromisoformat(value).astimezone(UTC) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("key", ["telegram:\u0661\u0660\u0660\u0661", "nochannel:foo",
+                                 "slack:not a channel", "webhook:ftp://x.example/",
+                                 "email:not-an-address", "telegram", "webhook:h:99999"])
+def test_a_key_no_entry_can_have_is_refused_naming_destination(key: str) -> None:
+    with pytest.raises(RequestError) as refused:
+        check_key(key)
+    assert refused.value.context["field"] == "destination"
+
+
+@pytest.mark.parametrize(("typed", "read"), [
+    ("webhook:https://Hooks.Example.com/services/A", "webhook:https://hooks.example.com/services/A"),
+    ("email:smtp", "email:smtp"),
+    ("slack:C0ALERTS", "slack:C0ALERTS"),
+    ("telegram:-100500", "telegram:-100500"),
+])
+def test_a_destination_is_read_as_its_entries_carry_it(typed: str, read: str) -> None:
+    assert check_key(typed) == read
+    channel, _, recipient = read.partition(":")
+    if read != "email:smtp":
+        assert keys_for(channel, recipient).destination == read

@@ -14,11 +14,14 @@ import pytest
 
 from sluice.core.errors import RequestError
 from sluice.core.services import Services
-from sluice.delivery.channels import Outbound, channels
+from sluice.delivery.channels import Outbound, build_adapters, channels
 from sluice.delivery.chunks import ChunkLog
-from sluice.delivery.replay import Replay, ReplayFilter, ReplayReport, parse_filter
+from sluice.delivery.replay import Replay, ReplayFilter, ReplayReport, exact, parse_filter
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore, Effect
+from sluice.jobs.registry import Deadline
 from sluice.store.db import utcnow
+from tests.integration.billing.counting import CountingDatabase
+from tests.integration.delivery.bulk import insert_failed
 from tests.integration.delivery.conftest import WIDE_RATES
 from tests.integration.delivery.helpers import Providers, drain_once
 
@@ -69,6 +72,12 @@ def sent_since(providers: Providers, mark: int) -> Counter[str]:
 
 def statuses(svc: Services) -> Counter[str]:
     return Counter(e.status.value for e in DeliveryStore(svc.db).list(limit=500))
+
+
+def statuses_all(svc: Services) -> Counter[str]:
+    with svc.db.transaction() as tx:
+        rows = tx.fetchall("SELECT status, count(*) AS n FROM delivery_queue GROUP BY status")
+    return Counter({row["status"]: int(row["n"]) for row in rows})
 
 
 def test_a_dry_run_counts_then_the_real_run_sends_each_failed_entry_once(
@@ -275,3 +284,61 @@ def test_the_window_is_enqueue_time_half_open(svc: Services, providers: Provider
         report = r.run(flt, dry_run=False)
     assert report.count == 1
     assert DeliveryStore(svc.db).get(inside[0].id).status is DeliveryStatus.PENDING
+
+
+def test_fifty_entries_among_thousands_replay_in_a_handful_of_pages(
+        svc: Services, providers: Providers) -> None:
+    # GIVEN 50 failed entries to one webhook URL, and in the same window 2,000 failed
+    # entries to another URL on the same host and 3,000 to 1,000 chats
+    mine = f"{providers.webhook.url}mine"
+    other = f"{providers.webhook.url}other"
+    others = [("webhook", other)] * 2000 + [("telegram", str(2000 + i % 1000))
+                                            for i in range(3000)]
+    ids = insert_failed(svc.db, [("webhook", mine)] * 50 + others)
+    counted = CountingDatabase(svc.db)
+    flt = parse_filter({"destination": f"webhook:{mine}", "since": (utcnow() - HOUR).isoformat()},
+                       channels=list(channels()))
+
+    # WHEN that URL's window is replayed, 10 entries a page
+    with Outbound.open(svc.settings) as client:
+        report = Replay(DeliveryStore(counted), build_adapters(svc.settings, client),
+                        batch=10).run(flt, dry_run=False)
+
+    # THEN the 50 are restarted, and the replay read 6 pages of its own entries (5 full and
+    # the short one that ends it), not the 5,050 entries of the window
+    assert (report.count, report.pages, report.batches) == (50, 6, 5)
+    assert counted.statements.count("replay_window") == 6
+    assert len(counted.transactions) <= 2 * 6, counted.statements
+    store = DeliveryStore(svc.db)
+    assert {store.get(i).status for i in ids[:50]} == {DeliveryStatus.PENDING}
+    assert statuses_all(svc) == {"pending": 50, "failed": 5000}
+    # AND the receiver's key (the host) selects every URL on it: a dry run counts the 2,000
+    receiver = replay(svc, hook_key(providers), dry_run=True)
+    assert (receiver.count, receiver.window["failed"], receiver.pages) == (2000, 2000, 5)
+
+
+def test_a_replay_past_its_deadline_answers_the_rest_and_the_rest_completes(
+        svc: Services, providers: Providers) -> None:
+    # GIVEN 25 failed entries of one chat
+    ids = insert_failed(svc.db, [("telegram", "1001")] * 25)
+    flt = parse_filter({"destination": "telegram:1001",
+                        "since": (utcnow() - HOUR).isoformat()}, channels=list(channels()))
+    # WHEN a replay of 10 a page runs with its deadline already reached
+    with replayer(svc, batch=10) as r:
+        first = r.run(flt, dry_run=False, deadline=Deadline(0))
+        # THEN it did one page and answers the rest of the window as the body to send again
+        assert (first.count, first.pages) == (10, 1) and first.next is not None
+        body = first.to_json()["next"]
+        assert set(body) == {"destination", "channel", "since", "until", "status", "after"}
+        assert body["until"] == exact(flt.until) and body["after"] == ids[-10]
+        # WHEN the rest is asked for, again and again until nothing is left
+        counts, rest = [], parse_filter(body, channels=list(channels()))
+        while True:
+            done = r.run(rest, dry_run=False, deadline=Deadline(0))
+            counts.append(done.count)
+            if done.next is None:
+                break
+            rest = parse_filter(done.to_json()["next"], channels=list(channels()))
+    # THEN each entry was restarted once, by exactly one of the calls
+    assert [first.count, *counts] == [10, 10, 5]
+    assert statuses_all(svc) == {"pending": 25}

@@ -7,6 +7,7 @@ from datetime import timedelta
 from sluice.jobs.cleanup import THRESHOLD_FIRING_PREFIX, cleanup_state
 from sluice.jobs.registry import Deadline
 from sluice.store.db import utcnow
+from tests.integration.delivery.bulk import insert_failed
 
 
 def _seed(db, now) -> None:  # type: ignore[no-untyped-def]
@@ -93,3 +94,62 @@ def test_the_retention_settings_default_long_for_the_audit_trail() -> None:
     custom = Settings.from_env({"SLUICE_AUDIT_RETENTION_DAYS": "730",
                                 "SLUICE_JOB_RUNS_RETENTION_DAYS": "30"})
     assert (custom.audit_retention_days, custom.job_runs_retention_days) == (730, 30)
+
+
+DESTINATION_ROWS = """
+INSERT INTO delivery_destinations (key, failures, down_since, next_probe_at, paused_until,
+    paused_at, disabled_at, disabled_reason, rate_limit, rate_period_s, rate_until,
+    last_success_at, updated_at)
+VALUES (:key, 0, :down_since, :down_since, :paused_until, :paused_at, :disabled_at,
+        :disabled_reason, :rate_limit, :rate_period_s, :rate_until, :at, :at)
+"""
+
+
+def _destination(key: str, at, **state) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    row = dict.fromkeys(("down_since", "paused_until", "paused_at", "disabled_at",
+                         "disabled_reason", "rate_limit", "rate_period_s", "rate_until"))
+    return {**row, "key": key, "at": at, **state}
+
+
+def test_cleanup_prunes_destinations_and_rates_with_nothing_left_past_the_retention(
+        db) -> None:  # type: ignore[no-untyped-def]
+    now = utcnow()
+    old, day, later = now - timedelta(days=8), timedelta(days=1), now + timedelta(days=1)
+    # GIVEN two failed entries: one to a chat, one to a URL on a webhook host
+    insert_failed(db, [("telegram", "2"), ("webhook", "https://h.example/a")])
+    # AND destination rows, each untouched for 8 days (the retention is 7) unless said
+    rows = [
+        _destination("telegram:1", old),  # a last success only, no entry: goes
+        _destination("telegram:2", old),  # its entry is still there: stays
+        _destination("webhook:h.example:443", old),  # the receiver of that entry: stays
+        _destination("webhook:https://h.example/gone", old),  # its entries pruned: goes
+        _destination("telegram:3", old, disabled_at=old, disabled_reason="gone: 410"),
+        _destination("telegram:4", old, paused_until=later, paused_at=old),
+        _destination("telegram:5", old, paused_until=now - day, paused_at=old),  # lapsed: goes
+        _destination("telegram:6", old, down_since=old),
+        _destination("telegram:7", old, rate_limit=1.0, rate_period_s=1, rate_until=later),
+        _destination("telegram:8", old, rate_limit=1.0, rate_period_s=1,
+                     rate_until=now - day),  # the override lapsed: goes
+        _destination("telegram:9", now - 3 * day),  # touched 3 days ago: stays
+    ]
+    us = int(now.timestamp() * 1_000_000)
+    with db.transaction() as tx:
+        tx.executemany(DESTINATION_ROWS, rows)
+        tx.executemany("INSERT INTO delivery_rate_limits (key, next_at_us) VALUES (:key, :at)",
+                       [{"key": "telegram:chat:1", "at": us - 2 * 86_400_000_000},
+                        {"key": "telegram:chat:2", "at": us - 3_600_000_000},
+                        {"key": "telegram:bot", "at": us + 1_000_000}])
+
+    # WHEN state-cleanup runs, two rows a batch
+    result = cleanup_state(db, now=now, deadline=Deadline(60), batch_size=2)
+
+    # THEN only the rows with nothing worth keeping and no entry left are gone
+    assert (result["deletedDestinations"], result["deletedRateLimits"]) == (4, 1)
+    assert _keys(db, "delivery_destinations") == {
+        "telegram:2", "webhook:h.example:443", "telegram:3", "telegram:4", "telegram:6",
+        "telegram:7", "telegram:9"}
+    assert _keys(db, "delivery_rate_limits") == {"telegram:chat:2", "telegram:bot"}
+    # AND a retention of 2 days takes the one touched 3 days ago too, and nothing else
+    shorter = cleanup_state(db, now=now, deadline=Deadline(60), delivery_retention_days=2)
+    assert shorter["deletedDestinations"] == 1
+    assert "telegram:9" not in _keys(db, "delivery_destinations")

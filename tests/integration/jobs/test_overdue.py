@@ -9,7 +9,6 @@ import io
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -122,17 +121,17 @@ def test_sluice_jobs_shows_overdue_and_the_cli_marks_are_audited(
     assert any(a == "rss-refresh:enable" and o == "enabled" for a, _, o in actions)
 
 
-def test_the_last_scheduled_run_query_walks_the_job_index(db: Database) -> None:
-    from sluice.jobs.runs import Q
+def test_a_run_recorded_by_a_clock_ahead_does_not_hide_a_stopped_job(svc: Services) -> None:
+    """The newest scheduled run is judged no later than now: one run stamped a day ahead (a
+    host whose clock ran fast) neither counts as the last run nor keeps the job ``ok``."""
+    now = utcnow()
+    add_run(svc.db, "metering-flush", "schedule", now - timedelta(minutes=20))
+    add_run(svc.db, "metering-flush", "schedule", now + timedelta(days=1))
+    client = TestClient(create_app(svc), raise_server_exceptions=False)
 
-    sql = Q.last_scheduled_runs.for_dialect(db.dialect)
-    with db.transaction() as tx:
-        jobs: dict[str, Any] = {"jobs": tx.json(["x", "y"])}
-        if db.dialect == "sqlite":
-            plan = " ".join(str(r["detail"]) for r in tx.fetchall("EXPLAIN QUERY PLAN " + sql,
-                                                                   jobs))
-        else:
-            tx.execute("SET LOCAL enable_seqscan = off")
-            plan = " ".join(str(next(iter(r.values()))) for r in tx.fetchall("EXPLAIN " + sql,
-                                                                             jobs))
-    assert "job_runs_job_started_idx" in plan, plan
+    jobs = {j["name"]: j for j in client.get("/api/admin/jobs", headers=ops()).json()["jobs"]}
+
+    flush = jobs["metering-flush"]
+    assert flush["state"] == "overdue"
+    assert flush["lastScheduledRunAt"] == iso_z(now - timedelta(minutes=20))
+    assert flush["overdueAt"] == iso_z(now - timedelta(minutes=10))

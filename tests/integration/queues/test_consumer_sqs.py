@@ -286,7 +286,7 @@ def test_ingest_rechecks_the_flag_and_runs_the_registered_refresh(
     from sluice.store.flags import FlagStore
 
     refreshed: list[Services] = []
-    register_catalog_refresh(refreshed.append)
+    register_catalog_refresh(lambda services, message: refreshed.append(services))
     try:
         ingest = consumers_for(queue_services, registry=None)["rss.ingest"]
         publish(queue_services, batchId="while-off")

@@ -11,7 +11,7 @@ import pytest
 
 from sluice.core.errors import RequestError
 from sluice.delivery.policy import OPERATOR_FROM, DeliveryOutcome
-from sluice.delivery.replay import MAX_WINDOW, REPLAYS, STATUSES, parse_filter
+from sluice.delivery.replay import MAX_WINDOW, REPLAYS, STATUSES, ReplayReport, parse_filter
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CHANNELS = ("webhook", "slack", "telegram", "email")
@@ -28,7 +28,8 @@ def test_the_defaults_are_failed_entries_up_to_now() -> None:
     assert flt.since == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     assert flt.to_json() == {"destination": "webhook:hooks.example.com:443", "channel": None,
                              "since": "2026-12-01T10:00:00.000Z",
-                             "until": "2026-12-01T12:00:00.000Z", "status": "failed"}
+                             "until": "2026-12-01T12:00:00.000Z", "status": "failed",
+                             "after": None}
     other = parse(until="2026-12-01T12:00:00+01:00", status="acked", channel="webhook")
     assert (other.until, other.status, other.channel) == (
         datetime(2026, 12, 1, 11, 0, tzinfo=UTC), "acked", "webhook")
@@ -51,6 +52,8 @@ def test_the_defaults_are_failed_entries_up_to_now() -> None:
     ({"destination": None}, "destination", "non-empty string"),
     ({"destination": "webhook:a b"}, "destination", "spaces"),
     ({"destination": "x" * 600}, "destination", "at most"),
+    ({"after": "an id"}, "after", "spaces"),
+    ({"after": ["e1"]}, "after", "non-empty string"),
     ({"limit": 100}, "limit", "unknown field"),
     ({"cap": 1}, "cap", "unknown field"),
 ])
@@ -73,3 +76,15 @@ def test_each_status_restarts_as_an_operator_row_of_the_policy() -> None:
         "failed": ("failed",), "expired": ("failed",), "acked": ("acked",),
         "unknown": ("unknown",)}
     assert REPLAYS["acked"][0] is DeliveryOutcome.REPLAY_ACKED
+
+
+def test_a_continuation_is_the_filter_again_resuming_after_its_entry_to_the_microsecond() -> None:
+    flt = parse(until="2026-12-01T11:59:59.123456Z")
+    last = datetime(2026, 12, 1, 10, 30, 0, 654321, tzinfo=UTC)
+    report = ReplayReport(flt, dry_run=False, next=flt._replace(since=last, after="e-41"))
+    body = report.to_json()["next"]
+    assert body == {"destination": flt.destination, "channel": None, "status": "failed",
+                    "since": "2026-12-01T10:30:00.654321Z",
+                    "until": "2026-12-01T11:59:59.123456Z", "after": "e-41"}
+    assert parse_filter(body, channels=CHANNELS, now=NOW) == report.next
+    assert ReplayReport(flt, dry_run=False).to_json()["next"] is None

@@ -175,6 +175,7 @@ def test_the_apps_template_keeps_sluices_own_deployment_settings(tmp_path: Any) 
     app = _load(outputs(target, dict(JOBS.using(())), dict(TOPICS.using(())))[
         tmp_path / "serverless.yml"])
     assert app["service"] == "myapp"
+    assert app["provider"]["environment"].pop("SLUICE_APP") == ""  # no extension here
     assert app["provider"] == own["provider"] and app["resources"] == own["resources"]
     assert app["plugins"] == own["plugins"] == ["./infra/plugins/sluice-packaging.js"]
     own_packaging, app_packaging = own["custom"].pop("packaging"), app["custom"].pop("packaging")
@@ -182,7 +183,7 @@ def test_the_apps_template_keeps_sluices_own_deployment_settings(tmp_path: Any) 
     assert app_packaging.pop("lock") == "requirements.lock"
     assert own_packaging.pop("lock") == "infra/requirements.lock"
     assert own_packaging.pop("sourceRoot") == "shared/"
-    own_packaging["httpOnly"].remove("functions/http.py")
+    own_packaging["only"][0]["ship"].remove("functions/http.py")
     assert app_packaging == own_packaging
     assert app["package"]["patterns"] == [
         "!**", "myapp/**", "shared/**", "serverless.yml", "!**/__pycache__/**"]

@@ -32,9 +32,6 @@ class PagerAdapter:
         self.base_url = base_url.rstrip("/")
         self.retrier = retrier
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        return "exampleapp-pager"  # one service: when it is down, every page waits
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         # one request per entry: nothing to resume, so ``progress`` is not used
         text = "\n".join(message_of(entry).parts)

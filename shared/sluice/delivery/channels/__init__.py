@@ -1,6 +1,6 @@
 """Channel adapters, one module per channel, and the registry that lists them.
 
-A Sluice channel is one module here (an adapter with ``send`` and ``outage_key``, and a
+A Sluice channel is one module here (an adapter with ``send``, and a
 ``build(settings, outbound, retrier)`` that returns it when its credential is set),
 registered as a ``Channel`` in the delivery pack's ``CHANNELS`` (``sluice.packs.delivery``)
 with its recipient check from ``sluice.core.validate.RECIPIENTS``. Its settings go in the

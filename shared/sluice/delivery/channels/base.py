@@ -7,8 +7,9 @@ platform refused it for good) or ``TransientDeliveryError`` (later), with the
 platform's own wait when it gave one; ``OutcomeUnknown`` when the request went out
 and no answer came. Each HTTP request or SMTP session goes through the ``Retrier``
 (immediate in-process retries). A message in chunks resumes after the chunks its
-``progress`` says were accepted (``sluice.delivery.chunks``). ``outage_key(entry)`` names what an outage takes
-down (the channel, or a webhook's host), so the drain can stop sending there.
+``progress`` says were accepted (``sluice.delivery.chunks``). Where an entry goes (its
+destination, and the receiver whose rates and outages it shares) is decided from its
+recipient when it is enqueued (``sluice.delivery.keys``), never by the adapter.
 """
 
 from __future__ import annotations

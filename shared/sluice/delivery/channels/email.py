@@ -46,9 +46,6 @@ class EmailAdapter:
         self.retrier = retrier or Retrier()
         self.deadline = deadline
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        return f"email:{self.server.host}:{self.server.port}"
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         if "@" not in entry.recipient:
@@ -80,8 +77,11 @@ class EmailAdapter:
             send_mail(self.server, mail, deadline=self.deadline)
         except SmtpRefused as exc:
             error = f"email: {exc.message}"
-            final = exc.smtp_code >= 500 and exc.stage in ("recipient", "data")
-            raise (PermanentDeliveryError(error) if final
+            about_it = exc.stage in ("recipient", "data")  # the relay answered this message
+            if exc.smtp_code >= 500 and about_it:
+                raise PermanentDeliveryError(error) from None
+            # an answer about this message is its own failure; a refused session the relay's
+            raise (TransientDeliveryError(error, status=exc.smtp_code) if about_it
                    else TransientDeliveryError(error)) from None
         except EgressError as exc:
             raise transport_error("email", exc) from None

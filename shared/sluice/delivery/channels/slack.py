@@ -47,11 +47,6 @@ class SlackAdapter:
         self.retrier = retrier or Retrier()
         self.pacing_cap_s = pacing_cap_s
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        # per channel: one channel failing (gone quiet, refusing for now) never holds the others;
-        # when the whole API is down each channel probes on its own backoff
-        return f"slack:{entry.recipient}"
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         texts = [c for part in message.parts for c in chunk(part, SLACK_MAX_TEXT, to_slack_mrkdwn)]

@@ -60,11 +60,6 @@ class TelegramAdapter:
         self.retrier = retrier or Retrier()
         self.pacing_cap_s = pacing_cap_s
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        # per chat: one chat failing (gone quiet, refusing for now) never holds the others;
-        # when the whole API is down each chat probes on its own backoff
-        return f"telegram:{entry.recipient}"
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         message = message_of(entry)
         texts = [c for part in message.parts

@@ -26,7 +26,6 @@ from sluice.delivery.channels.base import (
     transport_error,
 )
 from sluice.delivery.classify import PermanentDeliveryError
-from sluice.delivery.destinations import webhook_receiver
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
 from sluice.egress import Egress, EgressError
@@ -49,11 +48,6 @@ class WebhookAdapter:
         self.retrier = retrier or Retrier()
         self.clock = clock
         self.pacing_cap_s = pacing_cap_s
-
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        found = webhook_receiver(entry.recipient)
-        # unparseable: the send refuses it for good, alone
-        return f"webhook:{found}" if found else f"webhook:invalid:{entry.id}"
 
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         if not entry.recipient.startswith(("https://", "http://")):

@@ -681,7 +681,8 @@ async def audit_page(request: Request, identity: Identity) -> Response:
 # --- deliveries ----------------------------------------------------------------------------
 
 
-SHOWN_OK_DESTINATIONS = 50  # every destination not ok is shown; the busiest ok ones up to this
+SHOWN_OK_DESTINATIONS = 50  # the busiest ok destinations shown
+SHOWN_HELD_DESTINATIONS = 100  # the destinations of each state not ok shown (by key)
 
 
 def deliveries_model(services: Services, status: str | None, channel: str | None,
@@ -693,15 +694,15 @@ def deliveries_model(services: Services, status: str | None, channel: str | None
     store = DeliveryStore(services.db)
     rows = store.list(status=check_status(status), channel=channel, limit=limit,
                       destination=check_key(destination) if destination else None)
-    every = control.view(services)
-    held = [d for d in every if d["state"] != "ok"]
-    ok = sorted((d for d in every if d["state"] == "ok"),
-                key=lambda d: (-d["waiting"] - d["failed"], d["key"]))
+    pages = [control.view(services, control.Page(state, SHOWN_HELD_DESTINATIONS))
+             for state in ("disabled", "paused", "failing")]
     return {"generatedAt": iso_z(utcnow()), "stats": store.stats(), "status": status,
             "channel": channel, "destination": destination,
             "entries": [r.to_json() for r in rows],
-            "destinations": held + ok[:SHOWN_OK_DESTINATIONS],
-            "destinationsNotShown": max(0, len(ok) - SHOWN_OK_DESTINATIONS)}
+            "destinations": [d for page in pages for d in page["destinations"]]
+            + control.busiest(services, SHOWN_OK_DESTINATIONS),
+            "destinationsHeldNotShown": [page["destinations"][0]["state"] for page in pages
+                                         if page["next"]]}
 
 
 def _delivery_params(request: Request) -> tuple[str | None, str | None, int, str | None]:
@@ -719,7 +720,7 @@ async def deliveries_page(request: Request, identity: Identity) -> Response:
     data = await run_in_threadpool(deliveries_model, _services(request), status, channel, limit,
                                    destination)
     return _page(request, "deliveries.html", identity=identity, title="Deliveries", data=data,
-                 replay_statuses=STATUSES, refresh=True)
+                 replay_statuses=STATUSES, shown_held=SHOWN_HELD_DESTINATIONS, refresh=True)
 
 
 @router.get("/api/admin/console/deliveries", name="console:deliveries.json")

@@ -8,12 +8,13 @@
 -- name: insert_entry
 -- One autocommit statement: the row is what the caller passed, so nothing is read back.
 -- Only the idempotency key may conflict (no row inserted: the caller reads that entry);
--- an id collision is an error, never a silent no-op.
+-- an id collision is an error, never a silent no-op. destination and receiver are decided
+-- here, once (shared/sluice/delivery/keys.py).
 INSERT INTO delivery_queue
     (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
-     next_attempt_at, lease_until, enqueued_at, updated_at)
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver)
 VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key, :status,
-        :attempts, :next_attempt_at, :lease_until, :now, :now)
+        :attempts, :next_attempt_at, :lease_until, :now, :now, :destination, :receiver)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
 -- name: get_entry
@@ -77,94 +78,107 @@ WHERE idempotency_key IN (
 )
 
 -- name: claim @postgres
--- One statement, one round trip: first one probe entry (the oldest it holds,
--- delivery_queue_held_due_idx) for each failing destination whose probe is due, its next
--- probe moved to the lease's end (no other claim probes it meanwhile; the probe's outcome
--- sets the next one); then due entries that wait on nothing, oldest first
--- (delivery_queue_due_idx: held entries are not in it), among :channels (a JSON array,
--- the configured channels) when given. SKIP LOCKED lets two drains, or a drain and an
--- admin redrive, pass each other without waiting.
-WITH probe AS (
-    UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
-    WHERE key IN (SELECT key FROM delivery_destinations d
-                  WHERE next_probe_at <= :now AND down_since IS NOT NULL
-                    AND disabled_at IS NULL AND (paused_until IS NULL OR paused_until <= :now)
-                    AND EXISTS (SELECT 1 FROM delivery_queue h
-                                WHERE h.status = 'pending' AND h.held_by = d.key)
-                  ORDER BY next_probe_at, key LIMIT :limit FOR UPDATE SKIP LOCKED)
-    RETURNING key
-), picked AS (
-    SELECT (SELECT q.id FROM delivery_queue q
-            WHERE q.status = 'pending' AND q.held_by = probe.key
-            ORDER BY q.enqueued_at, q.id LIMIT 1 FOR UPDATE SKIP LOCKED) AS id, 0 AS o
-    FROM probe
-    UNION ALL
-    SELECT id, 1 FROM (
-        SELECT id FROM delivery_queue
-        WHERE status = 'pending' AND held_by IS NULL AND next_attempt_at <= :now
+-- One statement: due pending entries whose destination and receiver let them go now
+-- (not paused; not disabled unless an operator restarted the entry since; the receiver's
+-- rate slot and provider's wait passed; a failing receiver only when its probe is due),
+-- served in turns: each receiver's first entry, then each one's second, and so on, up to
+-- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
+-- the last minute), receivers after :after first so that a claim smaller than the
+-- receivers waiting goes round them all. What cannot go now is never claimed, so a
+-- backlog that waits costs nothing but its reading.
+UPDATE delivery_queue
+SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
+    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
+WHERE status = 'pending' AND id IN (
+    SELECT id FROM (
+        SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
+               row_number() OVER (PARTITION BY q.receiver
+                                  ORDER BY q.next_attempt_at, q.enqueued_at, q.id) AS turn,
+               CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
+                    ELSE :per_round END AS share
+        FROM delivery_queue q
+        LEFT JOIN delivery_destinations r ON r.key = q.receiver
+        LEFT JOIN delivery_destinations x ON x.key = q.destination AND x.key <> q.receiver
+        WHERE q.status = 'pending' AND q.held_by IS NULL AND q.next_attempt_at <= :now
           AND (CAST(:channels AS jsonb) IS NULL
-               OR channel IN (SELECT jsonb_array_elements_text(CAST(:channels AS jsonb))))
-        ORDER BY next_attempt_at, enqueued_at, id
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
+               OR q.channel IN (SELECT jsonb_array_elements_text(CAST(:channels AS jsonb))))
+          AND (r.key IS NULL OR (
+                (r.paused_until IS NULL OR r.paused_until <= :now)
+            AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
+            AND (r.ready_at IS NULL OR r.ready_at <= :now)
+            AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
+          AND (x.key IS NULL OR (
+                (x.paused_until IS NULL OR x.paused_until <= :now)
+            AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
     ) due
+    WHERE turn <= share
+    ORDER BY turn, CASE WHEN receiver > :after THEN 0 ELSE 1 END, receiver
+    LIMIT :limit
 )
-UPDATE delivery_queue
-SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
-    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
-WHERE id IN (SELECT id FROM picked WHERE id IS NOT NULL ORDER BY o LIMIT :limit)
 RETURNING *
 
--- name: due_probes
--- SQLite's claim, in statements (it serialises writers, BEGIN IMMEDIATE, so they cannot
--- race; Postgres does it all in claim): the failing destinations whose probe is due and that
--- hold an entry to probe with (never a paused or disabled one)...
-SELECT key FROM delivery_destinations d
-WHERE next_probe_at <= :now AND down_since IS NOT NULL
-  AND disabled_at IS NULL AND (paused_until IS NULL OR paused_until <= :now)
-  AND EXISTS (SELECT 1 FROM delivery_queue h WHERE h.status = 'pending' AND h.held_by = d.key)
-ORDER BY next_probe_at, key
-LIMIT :limit
-
--- name: probing
--- ... its next probe moved to the lease's end (the probe's outcome sets the next one) ...
+-- name: probing @sqlite
+-- In the claim's transaction: a failing receiver whose probe was claimed is not probed
+-- again until the probe's lease ends (its outcome sets the next one).
 UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
-WHERE key = :key
+WHERE down_since IS NOT NULL AND key IN (SELECT value FROM json_each(:keys))
 
--- name: claim_probe
--- ... the oldest entry it holds (delivery_queue_held_due_idx) ...
-UPDATE delivery_queue
-SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
-    next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
-WHERE id IN (
-    SELECT id FROM delivery_queue
-    WHERE status = 'pending' AND held_by = :key
-    ORDER BY enqueued_at, id
-    LIMIT 1
-)
-RETURNING *
+-- name: probing @postgres
+UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
+WHERE down_since IS NOT NULL AND key IN (SELECT jsonb_array_elements_text(CAST(:keys AS jsonb)))
 
 -- name: claim @sqlite
--- ... then due entries that wait on nothing, oldest first (delivery_queue_due_idx: held
--- entries are not in it), among :channels when given.
+-- One statement: due pending entries whose destination and receiver let them go now
+-- (not paused; not disabled unless an operator restarted the entry since; the receiver's
+-- rate slot and provider's wait passed; a failing receiver only when its probe is due),
+-- served in turns: each receiver's first entry, then each one's second, and so on, up to
+-- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
+-- the last minute), receivers after :after first so that a claim smaller than the
+-- receivers waiting goes round them all. What cannot go now is never claimed, so a
+-- backlog that waits costs nothing but its reading.
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
-WHERE id IN (
-    SELECT id FROM delivery_queue
-    WHERE status = 'pending' AND held_by IS NULL AND next_attempt_at <= :now
-      AND (:channels IS NULL OR channel IN (SELECT value FROM json_each(:channels)))
-    ORDER BY next_attempt_at, enqueued_at, id
+WHERE status = 'pending' AND id IN (
+    SELECT id FROM (
+        SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
+               row_number() OVER (PARTITION BY q.receiver
+                                  ORDER BY q.next_attempt_at, q.enqueued_at, q.id) AS turn,
+               CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
+                    ELSE :per_round END AS share
+        FROM delivery_queue q
+        LEFT JOIN delivery_destinations r ON r.key = q.receiver
+        LEFT JOIN delivery_destinations x ON x.key = q.destination AND x.key <> q.receiver
+        WHERE q.status = 'pending' AND q.held_by IS NULL AND q.next_attempt_at <= :now
+          AND (:channels IS NULL
+               OR q.channel IN (SELECT value FROM json_each(:channels)))
+          AND (r.key IS NULL OR (
+                (r.paused_until IS NULL OR r.paused_until <= :now)
+            AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
+            AND (r.ready_at IS NULL OR r.ready_at <= :now)
+            AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
+          AND (x.key IS NULL OR (
+                (x.paused_until IS NULL OR x.paused_until <= :now)
+            AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
+    ) due
+    WHERE turn <= share
+    ORDER BY turn, CASE WHEN receiver > :after THEN 0 ELSE 1 END, receiver
     LIMIT :limit
 )
 RETURNING *
 
 -- name: request_left
 -- The claimed attempt's request is about to leave: from here a lapsed lease is unknown.
--- :destination (the adapter's key) is written on every settle below too, when given.
-UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0,
-    destination = COALESCE(:destination, destination)
+-- Not when an operator paused or disabled its destination or receiver meanwhile: nothing
+-- leaves for a destination once its pause or disable is answered.
+UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+  AND NOT EXISTS (
+      SELECT 1 FROM delivery_destinations d
+      WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
+        AND (d.paused_until > :now
+             OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
+                                                OR delivery_queue.restarted_at <= d.disabled_at))))
 
 -- name: hold_unconfigured @postgres
 -- Entries of a channel with no adapter wait out of the claim's index until it has one.
@@ -193,26 +207,16 @@ UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now, updated_at = :
 WHERE status = 'pending'
   AND held_by IN (SELECT 'unconfigured:' || value FROM json_each(:channels))
 
--- name: unhold
--- The destination took an entry: what it held is due at once (unless an operator paused it
--- meanwhile: then its entries wait for the pause's end).
-UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now
-WHERE status = 'pending' AND held_by = :key
-  AND NOT EXISTS (SELECT 1 FROM delivery_destinations d
-                  WHERE d.key = :key AND d.paused_until > :now)
-
 -- name: ack
 UPDATE delivery_queue
 SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
-    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now,
-    destination = COALESCE(:destination, destination)
+    lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: nack
 UPDATE delivery_queue
 SET status = 'pending', next_attempt_at = :next_attempt_at, lease_until = NULL,
-    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now,
-    destination = COALESCE(:destination, destination)
+    last_error = :error, duration_ms = :duration_ms, held_by = NULL, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: nack_unknown
@@ -221,14 +225,13 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 UPDATE delivery_queue
 SET status = :status, unknown_sends = unknown_sends + 1, next_attempt_at = :next_attempt_at,
     lease_until = NULL, last_error = :error, duration_ms = :duration_ms, held_by = NULL,
-    updated_at = :now, destination = COALESCE(:destination, destination)
+    updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: fail
 UPDATE delivery_queue
 SET status = 'failed', last_error = :error, failure_reason = :reason, held_by = NULL,
-    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now,
-    destination = COALESCE(:destination, destination)
+    duration_ms = :duration_ms, lease_until = NULL, failed_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: fail_given_back
@@ -237,7 +240,7 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 UPDATE delivery_queue
 SET status = 'failed', attempts = attempts - 1, last_error = :error, failure_reason = :reason,
     held_by = NULL, duration_ms = :duration_ms, lease_until = NULL, request_left_at = NULL,
-    failed_at = :now, updated_at = :now, destination = COALESCE(:destination, destination)
+    failed_at = :now, updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: release
@@ -246,21 +249,22 @@ WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 UPDATE delivery_queue
 SET status = 'pending', attempts = attempts - 1, next_attempt_at = :next_attempt_at,
     lease_until = NULL, last_error = :error, held_by = :held_by, request_left_at = NULL,
-    updated_at = :now, destination = COALESCE(:destination, destination)
+    updated_at = :now
 WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
 
 -- name: expire
 -- Pending entries not delivered within the expiry: failed, reason expired, never deleted
 -- here (pruning takes settled entries past the retention, like any failed entry). Nothing
--- held by a paused destination expires (the pause's end restarts their expiry).
+-- whose destination or receiver is paused expires (the pause's end restarts its expiry).
 UPDATE delivery_queue
 SET status = 'failed', failure_reason = 'expired', failed_at = :now, updated_at = :now,
     last_error = 'expired: not delivered within ' || :expire_s || ' s'
         || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
 WHERE status = 'pending' AND COALESCE(started_at, enqueued_at) < :before
-  AND (held_by IS NULL OR held_by NOT IN (SELECT key FROM delivery_destinations
-                                          WHERE paused_until > :now))
-RETURNING held_by
+  AND NOT EXISTS (SELECT 1 FROM delivery_destinations d
+                  WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
+                    AND d.paused_until > :now)
+RETURNING receiver
 
 -- name: expired_leases
 SELECT id, attempts, channel, unknown_sends, request_left_at, unsent_lapses FROM delivery_queue
@@ -311,7 +315,8 @@ WHERE id IN (
 SELECT * FROM delivery_queue
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
-  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination
+       OR receiver = :destination)
 ORDER BY enqueued_at DESC, id
 LIMIT :limit
 
@@ -321,19 +326,20 @@ LIMIT :limit
 -- :ids (a JSON array, a replay's batch), :id and :channel narrow it when given.
 UPDATE delivery_queue
 SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
-    started_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
+    started_at = :now, restarted_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
     unsent_lapses = 0,
     last_error = NULL, failed_at = NULL, failure_reason = NULL, updated_at = :now
 WHERE status = :from_status
   AND (CAST(:id AS text) IS NULL OR id = :id)
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination
+       OR receiver = :destination)
 
 -- name: restart @postgres
 UPDATE delivery_queue
 SET status = 'pending', attempts = 0, unknown_sends = 0, next_attempt_at = :now,
-    started_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
+    started_at = :now, restarted_at = :now, lease_until = NULL, held_by = NULL, request_left_at = NULL,
     unsent_lapses = 0,
     last_error = NULL, failed_at = NULL, failure_reason = NULL, updated_at = :now
 WHERE status = :from_status
@@ -341,7 +347,8 @@ WHERE status = :from_status
   AND (CAST(:channel AS text) IS NULL OR channel = :channel)
   AND (CAST(:ids AS jsonb) IS NULL  -- = ANY (ARRAY(...)): the primary key finds a batch
        OR id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))))
-  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination
+       OR receiver = :destination)
 
 -- name: forget_chunks @sqlite
 -- An acked entry replayed is sent whole again: the chunks its last send got through are
@@ -358,14 +365,29 @@ WHERE entry_id IN (SELECT id FROM delivery_queue
                                                 CAST(:ids AS jsonb)))))
 
 -- name: replay_window
--- One page of a replay's window (delivery_queue_window_idx): the settled entries enqueued
--- before :until (of :channel when given) after the last page's (enqueued_at, id), the
--- first page's being (:since, ''): a row comparison, so each page is a range of the
--- index, never a rescan from the window's start.
+-- One page of a replay's window: the settled entries of :key (the destination or the
+-- receiver they name) enqueued before :until (of :channel when given), after the last
+-- page's (enqueued_at, id), the first page's being (:since, :after_id). Each side is one
+-- range of its index (delivery_queue_destination_window_idx,
+-- delivery_queue_receiver_window_idx), so a page reads the key's own entries and no
+-- other's; a chat is its own receiver, so the two sides are merged by id.
 SELECT * FROM delivery_queue
-WHERE status IN ('acked', 'failed', 'unknown')
-  AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
-  AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id FROM delivery_queue
+        WHERE destination = :key AND status IN ('acked', 'failed', 'unknown')
+          AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
+          AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+        ORDER BY enqueued_at, id
+        LIMIT :limit) AS of_destination
+    UNION
+    SELECT id FROM (
+        SELECT id FROM delivery_queue
+        WHERE receiver = :key AND status IN ('acked', 'failed', 'unknown')
+          AND (enqueued_at, id) > (:after_at, :after_id) AND enqueued_at < :until
+          AND (CAST(:channel AS text) IS NULL OR channel = :channel)
+        ORDER BY enqueued_at, id
+        LIMIT :limit) AS of_receiver)
 ORDER BY enqueued_at, id
 LIMIT :limit
 
@@ -378,39 +400,119 @@ SET status = 'acked', acked_at = :now, updated_at = :now, held_by = NULL,
     last_error = 'marked delivered by an operator; last error: ' || COALESCE(last_error, '')
 WHERE id = :id AND status = 'unknown'
 
--- name: held_counts
-SELECT held_by, count(*) AS n FROM delivery_queue
-WHERE status = 'pending' AND held_by IS NOT NULL
-GROUP BY held_by
-
 -- name: destinations_failing
 SELECT * FROM delivery_destinations
 WHERE down_since IS NOT NULL AND disabled_at IS NULL
 ORDER BY down_since, key
 
--- name: destinations_all
-SELECT * FROM delivery_destinations ORDER BY key
-
 -- name: destination_get
 SELECT * FROM delivery_destinations WHERE key = :key
 
--- name: destination_summary
--- The destinations view: per destination (the entries a drain has taken) and status, how
--- many, one channel and recipient that go there (its rates), and its last delivery.
+-- name: receiver_keys
+-- The destinations view's receivers: the keys entries name as their receiver after
+-- :after, in order, :limit of them, each found by one probe of delivery_queue_receiver_idx
+-- (a skip scan), however many entries each has.
+WITH RECURSIVE found(key, n) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE receiver > CAST(:after AS text)), 1
+    UNION ALL
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE receiver > found.key), found.n + 1
+    FROM found WHERE found.key IS NOT NULL AND found.n < :limit)
+SELECT key FROM found WHERE key IS NOT NULL
+
+-- name: destination_keys
+-- ... and the keys Sluice holds a state for after :after, in order: every one, or those
+-- that may be in :state (the view reads each row's state and keeps those that are).
+SELECT key FROM delivery_destinations
+WHERE key > CAST(:after AS text)
+  AND (CAST(:state AS text) IS NULL
+       OR (:state = 'failing' AND down_since IS NOT NULL)
+       OR (:state = 'paused' AND paused_until > :now)
+       OR (:state = 'disabled' AND disabled_at IS NOT NULL))
+ORDER BY key
+LIMIT :limit
+
+-- name: prune_destinations
+-- state-cleanup: the destination and receiver rows that hold nothing worth keeping (not
+-- paused, disabled or failing, no rate override in force, no pace ahead), untouched since
+-- :before, whose key no entry names any more (their entries pruned by the retention).
+DELETE FROM delivery_destinations
+WHERE key IN (
+    SELECT d.key FROM delivery_destinations d
+    WHERE d.updated_at < :before
+      AND d.disabled_at IS NULL AND d.down_since IS NULL
+      AND (d.paused_until IS NULL OR d.paused_until <= :now)
+      AND (d.rate_until IS NULL OR d.rate_until <= :now)
+      AND (d.ready_at IS NULL OR d.ready_at <= :now)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.destination = d.key)
+      AND NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.receiver = d.key)
+    LIMIT :limit)
+
+-- name: busiest_receivers
+-- The console's busiest receivers: the most entries waiting or failed first.
+SELECT receiver AS key FROM delivery_queue
+WHERE status IN ('pending', 'failed')
+GROUP BY receiver
+ORDER BY count(*) DESC, receiver
+LIMIT :limit
+
+-- name: destinations_among @sqlite
+SELECT * FROM delivery_destinations WHERE key IN (SELECT value FROM json_each(:keys))
+
+-- name: destinations_among @postgres
+-- = ANY (ARRAY(...)): the primary key finds them, however many rows the table holds
+SELECT * FROM delivery_destinations
+WHERE key = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:keys AS jsonb))))
+
+-- name: receiver_summary @sqlite
+-- The destinations view, for the keys of :keys (a JSON array): per receiver (every entry
+-- has one from its enqueue) and status, how many, one channel and recipient that go there
+-- (its rates), and its last delivery.
+SELECT receiver AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE receiver IN (SELECT value FROM json_each(:keys))
+GROUP BY receiver, status
+
+-- name: receiver_summary @postgres
+SELECT receiver AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE receiver IN (SELECT jsonb_array_elements_text(:keys))
+GROUP BY receiver, status
+
+-- name: destination_summary @sqlite
+-- ... and per destination of :keys that is not a receiver itself (a webhook URL an
+-- operator or a 410 disabled, paused or rated).
 SELECT destination AS key, status, count(*) AS n, min(channel) AS channel,
        min(recipient) AS recipient, max(acked_at) AS last_acked
 FROM delivery_queue
-WHERE destination IS NOT NULL AND (CAST(:key AS text) IS NULL OR destination = :key)
+WHERE destination <> receiver AND destination IN (SELECT value FROM json_each(:keys))
 GROUP BY destination, status
+
+-- name: destination_summary @postgres
+SELECT destination AS key, status, count(*) AS n, min(channel) AS channel,
+       min(recipient) AS recipient, max(acked_at) AS last_acked
+FROM delivery_queue
+WHERE destination <> receiver AND destination IN (SELECT jsonb_array_elements_text(:keys))
+GROUP BY destination, status
+
+-- name: receivers_waiting
+-- Pending entries per failing receiver (what waits on it).
+SELECT receiver AS key, count(*) AS n FROM delivery_queue
+WHERE status = 'pending' AND receiver IN (SELECT key FROM delivery_destinations
+                                          WHERE down_since IS NOT NULL AND disabled_at IS NULL)
+GROUP BY receiver
+
+-- name: paused_waiting
+-- Pending entries whose destination or receiver is paused now.
+SELECT count(*) AS n FROM delivery_queue q
+WHERE q.status = 'pending' AND EXISTS (
+    SELECT 1 FROM delivery_destinations d
+    WHERE d.key IN (q.destination, q.receiver) AND d.paused_until > :now)
 
 -- name: destination_failed_disabled
 SELECT count(*) AS n FROM delivery_queue
-WHERE destination = :key AND status = 'failed' AND failure_reason = 'destination_disabled'
-
--- name: destination_controls
--- What an operator (or a gone destination) set that stops sends: disabled, or paused now.
-SELECT key, paused_until, disabled_at, disabled_reason FROM delivery_destinations
-WHERE disabled_at IS NOT NULL OR paused_until > :now
+WHERE (destination = :key OR receiver = :key) AND status = 'failed' AND failure_reason = 'destination_disabled'
 
 -- name: destination_failed
 -- The first failure since its last success starts the clock (down_since); the next ones
@@ -426,18 +528,50 @@ SET failures = CASE WHEN delivery_destinations.down_since IS NULL THEN 1
     next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at
 RETURNING key, down_since, failures, last_error, next_probe_at
 
--- name: hold_alike
--- The destination failed: the entries waiting for the same recipient wait on it too,
--- at once (scanning the unheld pending entries once, not a claim each).
-UPDATE delivery_queue SET held_by = :key, last_error = :error, updated_at = :now
-WHERE status = 'pending' AND held_by IS NULL AND channel = :channel
-  AND recipient = :recipient
+-- name: destination_suspect
+-- An entry's own failure (the receiver answered it): the receiver remembers the first such
+-- entry of its streak; a second entry failing before a success makes it the receiver's.
+INSERT INTO delivery_destinations (key, failures, suspect_entry, updated_at)
+VALUES (:key, 0, :entry, :now)
+ON CONFLICT (key) DO UPDATE
+SET suspect_entry = COALESCE(delivery_destinations.suspect_entry, excluded.suspect_entry),
+    updated_at = excluded.updated_at
+
+-- name: give_back_attempt
+-- The answered failure that began a receiver's streak turned out to be the receiver's (a
+-- second entry failed before any success): the attempt it counted is given back.
+UPDATE delivery_queue SET attempts = attempts - 1, updated_at = :now
+WHERE id = :id AND status = 'pending' AND attempts > 0
+
+-- name: destination_paced
+-- No rate slot for the receiver before :until, or the provider asked to wait until then:
+-- nothing of it is claimed before (a failing receiver's next probe waits for it too).
+INSERT INTO delivery_destinations (key, failures, ready_at, updated_at)
+VALUES (:key, 0, :until, :now)
+ON CONFLICT (key) DO UPDATE
+SET ready_at = CASE WHEN delivery_destinations.ready_at IS NULL
+                         OR delivery_destinations.ready_at < excluded.ready_at
+                    THEN excluded.ready_at ELSE delivery_destinations.ready_at END,
+    next_probe_at = CASE WHEN delivery_destinations.down_since IS NULL
+                         THEN delivery_destinations.next_probe_at
+                         ELSE excluded.ready_at END,
+    updated_at = excluded.updated_at
+
+-- name: next_ready
+-- The earliest moment a receiver whose due entries wait only for its rate may send again:
+-- a drain with nothing else to claim waits for it within its budget.
+SELECT min(r.ready_at) AS at FROM delivery_destinations r
+WHERE r.ready_at > :now AND r.down_since IS NULL AND r.disabled_at IS NULL
+  AND (r.paused_until IS NULL OR r.paused_until <= :now)
+  AND EXISTS (SELECT 1 FROM delivery_queue q
+              WHERE q.status = 'pending' AND q.receiver = r.key AND q.held_by IS NULL
+                AND q.next_attempt_at <= r.ready_at)
 
 -- name: destination_up
 -- With unhold, in one transaction: a destination that is up holds nothing; its row keeps
 -- what an operator set and when it last took an entry.
 UPDATE delivery_destinations
-SET down_since = NULL, failures = 0, next_probe_at = NULL, last_success_at = :now,
+SET down_since = NULL, failures = 0, next_probe_at = NULL, suspect_entry = NULL, last_success_at = :now,
     updated_at = :now
 WHERE key = :key
 
@@ -446,51 +580,35 @@ WHERE key = :key
 -- has (same channel and recipient as one of its entries).
 
 -- name: destination_entries
-SELECT status, count(*) AS n FROM delivery_queue q
-WHERE status IN ('pending', 'in_flight')
-  AND (destination = :key OR held_by = :key
-       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
-           SELECT 1 FROM delivery_queue o
-           WHERE o.destination = :key AND o.channel = q.channel
-             AND o.recipient = q.recipient)))
+-- The entries of one destination or receiver (an operator's change, its preview).
+SELECT status, count(*) AS n FROM delivery_queue
+WHERE status IN ('pending', 'in_flight') AND (destination = :key OR receiver = :key)
 GROUP BY status
 
 -- name: fail_destination
--- Its pending entries fail at once, attempts untouched, nothing sent: redriven (or sent
--- again) once it is enabled. Their effect records stay as they are.
+-- Disabled: its pending entries fail at once, attempts untouched, nothing sent (those an
+-- operator restarted after :disabled_at go once, as asked): redriven (or sent again) once
+-- it is enabled. Their effect records stay as they are.
 UPDATE delivery_queue
 SET status = 'failed', failure_reason = 'destination_disabled', failed_at = :now,
-    updated_at = :now, held_by = NULL, destination = :key, lease_until = NULL,
+    updated_at = :now, held_by = NULL, lease_until = NULL,
     last_error = 'not sent: destination ' || :key || ' is disabled: ' || :reason
         || CASE WHEN last_error IS NULL THEN '' ELSE '; last error: ' || last_error END
-WHERE status = 'pending'
-  AND (destination = :key OR held_by = :key
-       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
-           SELECT 1 FROM delivery_queue o
-           WHERE o.destination = :key AND o.channel = delivery_queue.channel
-             AND o.recipient = delivery_queue.recipient)))
+WHERE status = 'pending' AND (destination = :key OR receiver = :key)
+  AND (restarted_at IS NULL OR restarted_at <= :disabled_at)
 
--- name: hold_destination
--- Paused: its pending entries wait out of the claim's index (nothing counted) until the
--- pause ends.
-UPDATE delivery_queue
-SET held_by = :key, destination = :key, updated_at = :now, next_attempt_at = :until_at,
-    last_error = 'waiting: destination ' || :key || ' is paused until ' || :until
-WHERE status = 'pending'
-  AND (destination = :key OR held_by = :key
-       OR (destination IS NULL AND held_by IS NULL AND EXISTS (
-           SELECT 1 FROM delivery_queue o
-           WHERE o.destination = :key AND o.channel = delivery_queue.channel
-             AND o.recipient = delivery_queue.recipient)))
+-- name: disabled_with_pending
+-- The disabled destinations and receivers that pending entries still name.
+SELECT d.key, d.disabled_at, d.disabled_reason FROM delivery_destinations d
+WHERE d.disabled_at IS NOT NULL
+  AND (EXISTS (SELECT 1 FROM delivery_queue q WHERE q.status = 'pending' AND q.destination = d.key)
+       OR EXISTS (SELECT 1 FROM delivery_queue q WHERE q.status = 'pending' AND q.receiver = d.key))
 
--- name: release_destination
--- The pause ended (resumed, or its time came): its entries are due at once, their expiry
--- read from now; a destination still failing keeps them held for its probe.
-UPDATE delivery_queue
-SET held_by = CASE WHEN :failing = 1 THEN held_by ELSE NULL END,
-    next_attempt_at = :now, started_at = :now, updated_at = :now,
-    last_error = CASE WHEN :failing = 1 THEN last_error ELSE NULL END
-WHERE status = 'pending' AND held_by = :key
+-- name: restart_expiry
+-- A pause ended (resumed, or its time came): its entries are due at once (a failing
+-- receiver's still wait for its probe: the claim reads it) and their expiry is read from now.
+UPDATE delivery_queue SET started_at = :now, next_attempt_at = :now, updated_at = :now
+WHERE status = 'pending' AND (destination = :key OR receiver = :key)
 
 -- name: destination_pause
 INSERT INTO delivery_destinations (key, failures, paused_until, paused_at, updated_at)
@@ -560,4 +678,5 @@ SELECT status, count(*) AS n, min(enqueued_at) AS oldest FROM delivery_queue GRO
 -- Exactly the rows redrive_all / purge_all would change, for their confirmation.
 SELECT count(*) AS n FROM delivery_queue
 WHERE status = 'failed' AND (CAST(:channel AS text) IS NULL OR channel = :channel)
-  AND (CAST(:destination AS text) IS NULL OR destination = :destination)
+  AND (CAST(:destination AS text) IS NULL OR destination = :destination
+       OR receiver = :destination)

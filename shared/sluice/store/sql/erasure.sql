@@ -31,9 +31,11 @@ ORDER BY requested_at DESC, id
 LIMIT :limit
 
 -- name: list_due
+-- Requests never tried first: a request whose purge keeps raising is tried again every run,
+-- never ahead of one that has not been tried.
 SELECT * FROM data_erasure_requests
 WHERE status = 'requested' AND grace_until <= :now
-ORDER BY grace_until, id
+ORDER BY purge_attempts, grace_until, id
 LIMIT :limit
 
 -- name: count_due
@@ -262,12 +264,11 @@ WHERE substr(key, 1, 22) = 'platform:alerts-rules:'
               WHERE lower(json_extract(r.value, '$.destination.recipient')) = lower(:subject))
 
 -- name: record_purge_error
--- A purge that raised and rolled back: one attempt more, and why. Below :max_attempts the
--- request stays requested, so it is still due and the next run tries it again; the attempt
--- that reaches the bound fails it (which pages). Only while still requested.
+-- A purge that raised and rolled back: one attempt more, and why. The request stays
+-- requested, so it is still due and every run tries it again until it succeeds (each run
+-- it fails in counts it in `failed`, which pages). Only while still requested.
 UPDATE data_erasure_requests
 SET purge_attempts = purge_attempts + 1,
-    status = CASE WHEN purge_attempts + 1 >= :max_attempts THEN 'failed' ELSE status END,
     result = :result, last_error = :last_error, updated_at = :now
 WHERE id = :id AND status = 'requested'
-RETURNING purge_attempts, status
+RETURNING purge_attempts

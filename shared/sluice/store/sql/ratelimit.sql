@@ -21,7 +21,9 @@ WHERE key IN (SELECT value FROM json_each(:keys))
 ORDER BY key
 
 -- name: rate_set
-UPDATE delivery_rate_limits SET next_at_us = :next_at_us WHERE key = :key
+-- An upsert: a row state-cleanup removed after this sender's rate_ensure is written again.
+INSERT INTO delivery_rate_limits (key, next_at_us) VALUES (:key, :next_at_us)
+ON CONFLICT (key) DO UPDATE SET next_at_us = excluded.next_at_us
 
 -- name: rate_slow
 -- A provider asked us to wait: the key's next slot moves to at least then, never earlier.
@@ -35,3 +37,9 @@ SET next_at_us = CASE WHEN delivery_rate_limits.next_at_us < excluded.next_at_us
 -- every sender reads the same ones.
 SELECT key, rate_limit, rate_period_s, rate_until FROM delivery_destinations
 WHERE rate_until > :now
+
+-- name: prune_rates
+-- state-cleanup: a key whose next slot is long past (before :before_us) spaces nothing a
+-- missing row would not (a sender counts from now either way).
+DELETE FROM delivery_rate_limits
+WHERE key IN (SELECT key FROM delivery_rate_limits WHERE next_at_us < :before_us LIMIT :limit)

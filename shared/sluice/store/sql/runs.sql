@@ -48,13 +48,14 @@ JOIN job_runs r ON r.id = (
 )
 
 -- name: last_scheduled_runs @postgres
--- When the scheduler last started each job in :jobs (the missed-run watch): one walk of
--- job_runs_job_started_idx per job, newest first, to its first scheduled run.
+-- When the scheduler last started each job in :jobs (the missed-run watch), no later than
+-- :now (a run recorded by a clock ahead is not the newest): one seek per job into
+-- job_runs_scheduled_idx, whose predicate is the trigger filter here, whatever the history.
 SELECT j.job, r.started_at
 FROM jsonb_array_elements_text(:jobs) AS j(job)
 CROSS JOIN LATERAL (
     SELECT started_at FROM job_runs
-    WHERE job = j.job AND trigger IN ('schedule', 'cron_http')
+    WHERE job = j.job AND trigger IN ('schedule', 'cron_http') AND started_at <= :now
     ORDER BY started_at DESC LIMIT 1
 ) r
 
@@ -63,7 +64,7 @@ SELECT r.job, r.started_at
 FROM json_each(:jobs) j
 JOIN job_runs r ON r.id = (
     SELECT id FROM job_runs
-    WHERE job = j.value AND trigger IN ('schedule', 'cron_http')
+    WHERE job = j.value AND trigger IN ('schedule', 'cron_http') AND started_at <= :now
     ORDER BY started_at DESC LIMIT 1
 )
 
@@ -84,6 +85,11 @@ VALUES (:id, :actor, :action, :target, :outcome, :ip, :at, :detail)
 -- name: complete_audit
 UPDATE admin_audit SET outcome = :outcome, detail = :detail, target = coalesce(:target, target)
 WHERE id = :id
+
+-- name: progress_audit
+-- How far a started action got, written as it goes (in the action's own transaction when
+-- it has one): a process killed part way leaves its row saying what it did.
+UPDATE admin_audit SET detail = :detail WHERE id = :id AND outcome = 'started'
 
 -- name: discard_audit
 DELETE FROM admin_audit WHERE id = :id AND outcome = 'started'
