@@ -15,7 +15,7 @@ Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, dict[str, str],
 class ProviderServer:
     """Serves ``handler(method, path, headers, body) -> (status, headers, body)`` on 127.0.0.1."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.hangups = 0  # clients that hung up mid-exchange (a killed sender, a timeout)
         outer = self
@@ -54,7 +54,8 @@ class ProviderServer:
                     return
                 super().handle_error(request, client_address)
 
-        self.server = _Server(("127.0.0.1", 0), _Handler)
+        # port 0: any free one; a given port lets a test bring a receiver back where it was
+        self.server = _Server(("127.0.0.1", port), _Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

@@ -34,7 +34,7 @@ def receiver_secret(configured: str) -> str:
 class WebhookReceiver(StandIn):
     PATH = "/hooks/alerts"
 
-    def __init__(self, secret: str) -> None:
+    def __init__(self, secret: str, *, port: int = 0) -> None:
         self.secret = secret
         self.verifier = Webhook(receiver_secret(secret))
         self.answers: list[int | tuple[int, dict[str, str]]] = []
@@ -49,7 +49,7 @@ class WebhookReceiver(StandIn):
         self.slow = 0  # how many of the next requests answer only after ``release`` is set
         self.release = threading.Event()
         self._lock = threading.Lock()
-        self.http = ProviderServer(self._handle)
+        self.http = ProviderServer(self._handle, port=port)
 
     def _handle(self, method: str, path: str, headers: dict[str, str],
                 body: bytes) -> tuple[int, dict[str, str], bytes]:

@@ -355,13 +355,14 @@ class _Run:
         summary = self.summary
         while self._going():
             with self.claiming:
+                at = utcnow()
                 claimed = self.store.claim(self.d.lease, limit=CLAIM_BATCH,
                                            per_round=PER_ROUND, after=self.after,
-                                           channels=sorted(self.d.adapters))
+                                           channels=sorted(self.d.adapters), now=at)
                 if claimed:
                     self.after = max(e.receiver or "" for e in claimed)
             if not claimed:
-                if self._idle():
+                if self._idle(at):
                     continue
                 break
             crash_point("delivery.after_claim")
@@ -386,11 +387,13 @@ class _Run:
         left = (entry.lease_until - utcnow()).total_seconds()
         return left < min(self.d.send_timeout_s, self.d.lease.total_seconds() / 2)
 
-    def _idle(self) -> bool:
+    def _idle(self, at: datetime) -> bool:
         """Wait for the next rate slot of a receiver with due entries, if it comes within
         this run's budget (no wait past one poll, so new entries are claimed meanwhile);
-        False when nothing is coming."""
-        ready = self.destinations.next_ready()
+        False when nothing is coming. ``at`` is the empty claim's time: a slot that came
+        after it (the wait ended a hair before the slot, by the clock the claim read) is
+        still coming, and is claimed next."""
+        ready = self.destinations.next_ready(now=at)
         left = self._time_left()
         if ready is None or left is None:
             return False

@@ -1,12 +1,14 @@
-"""A tenant webhook down for 30 simulated minutes with one alert queued: nothing fails, a
-drain every minute probes it only at each backoff step, the status endpoint, the console
-(overview card and deliveries page) show the destination down with its waiting entry, and
-the alert is delivered once when the receiver is back. Time passes by moving the rows'
-timestamps back, never by sleeping."""
+"""A tenant webhook down (nothing answers at its address) for 30 simulated minutes with one
+alert queued: nothing fails, a drain every minute probes it only at each backoff step, the
+status endpoint, the console (overview card and deliveries page) show the receiver down with
+its waiting entry, and the alert is delivered once when the receiver is back. Time passes by
+moving the rows' timestamps back, never by sleeping. (A receiver that answers, say 503, to
+a lone entry is answering it: that is the entry's own failure, counted on the schedule;
+tests/integration/delivery/test_delivery_channels.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,16 +18,10 @@ from sluice.core.services import Services
 from sluice.delivery import drain
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.http.app import create_app
-from tests.conftest import CRON_SECRET, admin_token
+from tests.conftest import CRON_SECRET, admin_token, free_port
 from tests.providers.webhook import WebhookReceiver
 
 SECRET = "webhook-secret-for-tests-0123456789"
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    with WebhookReceiver(SECRET) as server:
-        yield server
 
 
 @pytest.fixture
@@ -55,14 +51,14 @@ def _earlier(moment: datetime | None, by: timedelta) -> datetime | None:
 
 
 def test_a_webhook_down_for_30_minutes_fails_nothing_and_is_shown_down(
-        svc: Services, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(drain, "SLEEP", lambda seconds: None)  # in-process retry waits
     client = TestClient(create_app(svc), raise_server_exceptions=False)
     cron = {"authorization": f"Bearer {CRON_SECRET}"}
     store = DeliveryStore(svc.db)
-    entry, _ = store.enqueue("webhook", receiver.url, {"text": "breach"},
-                             idempotency_key="alert:down:1")
-    receiver.answers.extend([503] * 1000)
+    port = free_port()  # nobody listens there yet: every connection is refused
+    entry, _ = store.enqueue("webhook", f"http://127.0.0.1:{port}{WebhookReceiver.PATH}",
+                             {"text": "breach"}, idempotency_key="alert:down:1")
 
     results = []
     for _ in range(30):
@@ -72,13 +68,15 @@ def test_a_webhook_down_for_30_minutes_fails_nothing_and_is_shown_down(
         minute_passes(svc)
 
     assert sum(r["failed"] + r["skippedMaxRetries"] for r in results) == 0
-    probes = len(receiver.received) // 3  # three in-process tries per probe
-    assert 4 <= probes <= 8, f"one probe per backoff step, not one a minute: {probes}"
-    assert store.get(entry.id).attempts == 0 and store.get(entry.id).held_by
+    waiting = store.get(entry.id)
+    assert (waiting.status, waiting.attempts, waiting.held_by) == (
+        DeliveryStatus.PENDING, 0, None), "the receiver's failure: no attempt counted"
 
     status = client.get("/api/queue/status", headers=cron).json()
     [down] = status["destinations"]
-    assert down["down"] and down["waiting"] == 1 and down["key"].startswith("webhook:127.0.0.1")
+    assert down["down"] and down["waiting"] == 1 and down["key"] == f"webhook:127.0.0.1:{port}"
+    # each failed probe is one failure of the receiver: one per backoff step, not a minute
+    assert 4 <= down["failures"] <= 8, down
     admin = {"authorization": f"Bearer {admin_token(['ops', 'super_admin'])}"}
     overview = client.get("/api/admin/console/overview", headers=admin).json()
     [card] = [c for c in overview["cards"] if c["key"] == "delivery"]
@@ -87,12 +85,12 @@ def test_a_webhook_down_for_30_minutes_fails_nothing_and_is_shown_down(
     page = client.get("/api/admin/console/deliveries", headers=admin).json()
     assert [d["key"] for d in page["destinations"]] == [down["key"]]
 
-    # WHEN the receiver comes back, the next probe delivers it, once
-    receiver.answers.clear()
-    for _ in range(11):
-        client.get("/api/admin/delivery/drain", headers=cron)
-        minute_passes(svc)
+    # WHEN the receiver comes back at its address, the next probe delivers it, once
+    with WebhookReceiver(SECRET, port=port) as receiver:
+        for _ in range(11):
+            client.get("/api/admin/delivery/drain", headers=cron)
+            minute_passes(svc)
     stored = store.get(entry.id)
     assert stored.status is DeliveryStatus.ACKED and stored.attempts == 1
-    assert list(receiver.delivered) == ["alert:down:1"]
+    assert list(receiver.delivered) == ["alert:down:1"] and len(receiver.received) == 1
     assert client.get("/api/queue/status", headers=cron).json()["destinations"] == []

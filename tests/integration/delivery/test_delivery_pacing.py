@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email.utils import formatdate
 
 from sluice.core.services import Services
@@ -40,6 +40,11 @@ def _held_until_s(svc: Services) -> float:
     entries = [e.next_attempt_at for e in DeliveryStore(svc.db).list()]
     times = keys + [t.timestamp() for t in probes + entries if not isinstance(t, str)]
     return max(times, default=time.time())
+
+
+def _seconds(moment: datetime | str) -> float:
+    """A stored time as epoch seconds (SQLite hands back the text it stored)."""
+    return (datetime.fromisoformat(moment) if isinstance(moment, str) else moment).timestamp()
 
 
 def _send_one_each(svc: Services, providers: Providers, label: str) -> dict[str, str]:
@@ -127,10 +132,17 @@ def test_an_answer_within_the_cap_is_honoured_and_one_past_it_holds_no_shared_ke
         held = {r["key"]: int(r["next_at_us"]) / US for r in tx.fetchall(
             "SELECT key, next_at_us FROM delivery_rate_limits")}
     assert held["telegram:chat:1001"] - started.timestamp() >= 44
-    # ... while the Slack channel that asked past the cap is a failing destination on its
+    # ... and so is its receiver (the chat): nothing more of it is claimed before then
+    with svc.db.transaction() as tx:
+        rows = {r["key"]: r for r in tx.fetchall("SELECT * FROM delivery_destinations")}
+    assert rows["telegram:1001"]["down_since"] is None, "a pacing answer is no outage"
+    assert _seconds(rows["telegram:1001"]["ready_at"]) - started.timestamp() >= 44
+    # ... while the Slack channel that asked past the cap is a failing receiver on its
     # probe schedule (10 min at most), and its shared key is not held for the answer
     slack = store.get(channel.id)
-    assert slack.attempts == 0 and slack.held_by == "slack:C0ALERTS"
+    assert slack.attempts == 0 and slack.held_by is None, "held by its receiver's row alone"
+    assert rows["slack:C0ALERTS"]["down_since"] is not None
+    assert [d["key"] for d in result["outages"]["destinations"]] == ["slack:C0ALERTS"]
     assert slack.next_attempt_at - started <= timedelta(seconds=601)
     assert held.get("slack:channel:C0ALERTS", 0) - started.timestamp() < 5
     assert len(providers.slack.http.requests) == 1, "no in-process retry of an over-cap answer"

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
-from sluice.delivery.drain import report_drained
+from sluice.delivery.drain import PER_ROUND, report_drained
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.store.db import utcnow
 from tests.conftest import free_port
@@ -120,10 +120,11 @@ def test_a_dead_receiver_over_a_day_ends_expired_under_its_key_with_the_alarm_me
     backdate(svc, 25)
     last = drain_once(svc)
 
-    # THEN the alarm's metric says down from the third failed probe, and each run's probe
-    # is one entry's in-process tries, whatever waits behind it
+    # THEN the alarm's metric says down from the third failed probe; the first run tries two
+    # entries (the second failing before a success is what makes it the receiver's), then
+    # each run's probe is one entry's in-process tries, whatever waits behind it
     assert down == [0.0, 0.0] + [1.0] * 6
-    assert len(providers.webhook.received) == 8 * 3
+    assert len(providers.webhook.received) == (2 + 7) * 3
     # AND the end is visible: expired, counted under the key that held them, not as tries
     assert last["expired"] == 3 and last["failed"] == 3 and last["skippedMaxRetries"] == 0
     assert last["expiredWaiting"] == {key: 3}
@@ -143,13 +144,17 @@ def _touched(svc: Services, since: datetime) -> int:
 
 
 def test_a_held_backlog_is_not_churned_by_the_claim(svc: Services, providers: Providers) -> None:
-    # GIVEN 60 entries held on a dead receiver (the first run found it failing)
+    # GIVEN 60 entries on a dead receiver (the first run found it failing at its second
+    # entry, set aside the rest of the receiver's turn, and never claimed the other 56)
     providers.webhook.answers.extend([503] * 1000)
     store = DeliveryStore(svc.db)
     for n in range(60):
         store.enqueue("webhook", providers.webhook.url, {"text": str(n)})
+    since = utcnow()
     first = drain_once(svc)
-    assert first["outages"]["count"] == 60
+    assert first["outages"]["count"] == PER_ROUND - 1, "the second tried, two not sent"
+    assert _touched(svc, since) == PER_ROUND, "one turn of the receiver, no more"
+    assert {e.attempts for e in store.list(limit=100)} == {0}, "the receiver's: none counted"
 
     # WHEN five more runs reach its probe, with healthy entries enqueued meanwhile
     for run in range(5):
@@ -160,4 +165,4 @@ def test_a_held_backlog_is_not_churned_by_the_claim(svc: Services, providers: Pr
         # THEN each run touches the one probe entry and the healthy one, not the backlog
         assert result["recovered"] == 1 and result["outages"]["count"] == 1
         assert _touched(svc, since) == 2
-    assert len(providers.webhook.received) == 6 * 3, "one probe a run"
+    assert len(providers.webhook.received) == (2 + 5) * 3, "two in the first run, one probe a run"

@@ -83,14 +83,19 @@ def test_claim_takes_due_pending_entries_oldest_first_under_a_lease(
     assert store.claim(LEASE, limit=10, now=now) == []
 
 
-def test_claim_is_one_statement_and_one_round_trip_on_postgres(pg_url: str) -> None:
+def test_claim_is_two_statements_in_one_transaction_and_two_round_trips_on_postgres(
+        pg_url: str) -> None:
     db = PostgresDatabase(pg_url, max_size=1)
     try:
         store = DeliveryStore(db)
         stored = [store.enqueue("slack", "C1", {"text": str(n)})[0] for n in range(3)]
         claimed: list[DeliveryEntry] = []
         flights, trace = round_trips(db, lambda: claimed.extend(store.claim(LEASE, limit=3)))
-        assert flights == 1, trace  # nothing read back: RETURNING gives the claimed rows
+        # the claim (nothing read back: RETURNING gives the claimed rows), then the marking
+        # of the claimed probes' receivers with the commit
+        assert flights == 2, trace
+        assert trace.count('Parse\t "" "BEGIN"') == trace.count('Parse\t "" "COMMIT"') == 1, \
+            "one transaction"
         assert [e.id for e in claimed] == [e.id for e in stored]
         assert all(e.status is DeliveryStatus.IN_FLIGHT and e.attempts == 1 for e in claimed)
     finally:

@@ -48,21 +48,22 @@ def test_a_pause_sends_and_expires_nothing_until_its_time_then_all_go_once_in_or
     # WHEN an operator pauses it for two hours, and six more alerts come meanwhile
     until = utcnow() + timedelta(hours=2)
     paused = apply(svc, parse_change("pause", key, {"until": iso_z(until)}))
-    assert paused["moved"] == 1, "the entry waiting for it is held at once"
+    assert paused["moved"] == 1, "the entry waiting for it is counted, claimed or not"
     waiting += [store.enqueue("webhook", providers.webhook.url, {"text": f"n{n}"})[0]
                 for n in range(6)]
     first = drain_once(svc)
 
-    # THEN nothing is sent, nothing is counted, and nothing expires though a day passes
-    assert first["paused"] == 6 and first["recovered"] == 0
+    # THEN nothing is sent, nothing is counted, and nothing expires though a day passes:
+    # all seven wait on the paused key (its state row alone holds them; none is moved)
+    assert first["paused"] == 7 and first["recovered"] == 0
     backdate(svc, waiting, 30)
     second = drain_once(svc)
-    assert second["expired"] == 0 and second["recovered"] == 0
+    assert second["expired"] == 0 and second["recovered"] == 0 and second["paused"] == 7
     assert len(providers.webhook.received) == 1
     for held in waiting:
         stored = store.get(held.id)
-        assert (stored.status, stored.attempts, stored.held_by) == (
-            DeliveryStatus.PENDING, 0, key)
+        assert (stored.status, stored.attempts, stored.held_by, stored.receiver) == (
+            DeliveryStatus.PENDING, 0, None, key)
 
     # WHEN its time comes (no operator)
     with svc.db.transaction() as tx:
@@ -83,14 +84,20 @@ def test_a_pause_sends_and_expires_nothing_until_its_time_then_all_go_once_in_or
 def test_a_paused_and_failing_destination_keeps_its_entries_for_its_probe_after_the_pause(
         svc: Services, providers: Providers) -> None:
     store, key = DeliveryStore(svc.db), hook_key(providers)
-    providers.webhook.answers.extend([503] * 3)
+    # two entries answered 503 (three tries each) before any success: the receiver's
+    providers.webhook.answers.extend([503] * 6)
     entries = [store.enqueue("webhook", providers.webhook.url, {"text": str(n)})[0]
                for n in range(3)]
-    drain_once(svc)  # failing: all three held on it
+    first = drain_once(svc)
+    assert [d["key"] for d in first["outages"]["destinations"]] == [key]
+    assert {store.get(e.id).attempts for e in entries} == {0}, "the receiver's: none counted"
     apply(svc, parse_change("pause", key, {"until": iso_z(utcnow() + timedelta(hours=1))}))
     answer = apply(svc, parse_change("resume", key, {}))
     assert answer["current"]["state"] == "failing"
-    assert {store.get(e.id).held_by for e in entries} == {key}, "held for the probe still"
+    # resumed, they are due, and still wait for the receiver's probe
+    assert drain_once(svc)["recovered"] == 0
+    assert len(providers.webhook.received) == 6, "nothing sent before the probe is due"
+    assert {store.get(e.id).status for e in entries} == {DeliveryStatus.PENDING}
     with svc.db.transaction() as tx:  # its probe is due
         tx.execute("UPDATE delivery_destinations SET next_probe_at = :now",
                    {"now": utcnow() - timedelta(seconds=1)})

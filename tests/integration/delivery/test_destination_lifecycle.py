@@ -18,7 +18,13 @@ from tests.integration.delivery.test_delivery_outages import Recording
 
 
 def hook_key(providers: Providers) -> str:
+    """The webhook's receiver (its host and port: where outages live)."""
     return f"webhook:127.0.0.1:{providers.webhook.url.split(':')[2].split('/')[0]}"
+
+
+def url_key(providers: Providers) -> str:
+    """The webhook's destination (its exact URL: what a 410 disables)."""
+    return f"webhook:{providers.webhook.url}"
 
 
 def change(svc: Services, action: str, key: str, **body: object) -> dict[str, object]:
@@ -35,16 +41,18 @@ def disabled_since(svc: Services, key: str) -> object:
 def test_a_410_disables_the_webhook_the_next_alert_fails_unsent_and_enable_redrive_sends_it_once(
         svc: Services, providers: Providers) -> None:
     # GIVEN a webhook that answers 410 Gone to an alert
-    store, key = DeliveryStore(svc.db), hook_key(providers)
+    store, key = DeliveryStore(svc.db), url_key(providers)
     svc.reporter = reporter = Recording()
     providers.webhook.answers.append(410)
     first, _ = store.enqueue("webhook", providers.webhook.url, {"text": "first"})
     result = drain_once(svc)
 
-    # THEN the destination is disabled, says why, and pages (metric, error tracker)
+    # THEN the destination (that URL, not its host) is disabled, says why, and pages
+    # (metric, error tracker)
     assert list(result["disabled"]) == [key] and "410" in result["disabled"][key]
     assert result["failed"] == 0 and result["failedDisabled"] == 1
     assert disabled_since(svc, key) is not None
+    assert disabled_since(svc, hook_key(providers)) is None
     assert reporter.errors == ["delivery-drain: DestinationDisabled"]
     [(values, _)] = reporter.recorded
     assert values["QueueDrained.destinationsDisabled"] == 1.0
@@ -106,12 +114,13 @@ def backdate_failing(svc: Services, key: str, days: float) -> None:
 
 def test_a_destination_failing_five_days_without_a_success_is_disabled_and_pages(
         svc: Services, providers: Providers) -> None:
-    # GIVEN a receiver down since its first alert
+    # GIVEN a receiver down since its first alerts (a second one failing before any
+    # success makes the failure the receiver's, not an entry's own)
     store, key = DeliveryStore(svc.db), hook_key(providers)
     svc.reporter = reporter = Recording()
     providers.webhook.answers.extend([503] * 1000)
-    entry, _ = store.enqueue("webhook", providers.webhook.url, {"text": "x"})
-    drain_once(svc)
+    entries = [store.enqueue("webhook", providers.webhook.url, {"text": x})[0] for x in "xy"]
+    assert [d["key"] for d in drain_once(svc)["outages"]["destinations"]] == [key]
 
     # WHEN its probes fail on for four days and then past the fifth
     disabled = []
@@ -127,9 +136,10 @@ def test_a_destination_failing_five_days_without_a_success_is_disabled_and_pages
     assert [v["QueueDrained.destinationsDisabled"] for v, _ in reporter.recorded] == [
         0.0, 0.0, 0.0, 0.0, 1.0]
     assert reporter.errors == ["delivery-drain: DestinationDisabled"]
-    ended = store.get(entry.id)
-    assert (ended.status, ended.failure_reason, ended.attempts) == (
-        DeliveryStatus.FAILED, "destination_disabled", 0)
+    for entry in entries:
+        ended = store.get(entry.id)
+        assert (ended.status, ended.failure_reason, ended.attempts) == (
+            DeliveryStatus.FAILED, "destination_disabled", 0)
     # AND it is not probed any more
     sent = len(providers.webhook.received)
     due_now(svc)
@@ -139,19 +149,21 @@ def test_a_destination_failing_five_days_without_a_success_is_disabled_and_pages
 
 def test_one_success_before_the_five_days_resets_the_clock(
         svc: Services, providers: Providers) -> None:
-    # GIVEN a receiver failing for four days and a half
+    # GIVEN a receiver failing for four days and a half (two entries answered 503)
     store, key = DeliveryStore(svc.db), hook_key(providers)
-    providers.webhook.answers.extend([503] * 3)
-    store.enqueue("webhook", providers.webhook.url, {"text": "one"})
-    drain_once(svc)
+    providers.webhook.answers.extend([503] * 6)
+    for text in ("one", "one more"):
+        store.enqueue("webhook", providers.webhook.url, {"text": text})
+    assert [d["key"] for d in drain_once(svc)["outages"]["destinations"]] == [key]
     backdate_failing(svc, key, 4.5)
 
-    # WHEN it takes one entry, then fails again for a day
+    # WHEN it takes its entries, then fails again (two more entries) for a day
     due_now(svc)
-    assert drain_once(svc)["recovered"] == 1
+    assert drain_once(svc)["recovered"] == 2
     providers.webhook.answers.extend([503] * 1000)
-    store.enqueue("webhook", providers.webhook.url, {"text": "two"})
-    drain_once(svc)
+    for text in ("two", "three"):
+        store.enqueue("webhook", providers.webhook.url, {"text": text})
+    assert [d["key"] for d in drain_once(svc)["outages"]["destinations"]] == [key]
     backdate_failing(svc, key, 1)
     due_now(svc)
     result = drain_once(svc)
@@ -164,7 +176,7 @@ def test_one_success_before_the_five_days_resets_the_clock(
 def test_effect_records_keep_an_alert_from_being_re_armed_by_a_disable(
         svc: Services, providers: Providers) -> None:
     # GIVEN an alert enqueued with its effect record, to a webhook that answers 410
-    store, key = DeliveryStore(svc.db), hook_key(providers)
+    store, key = DeliveryStore(svc.db), url_key(providers)
     providers.webhook.answers.append(410)
     alert = "alert:scope-1:rule-1:story-1"
     first, created = store.enqueue("webhook", providers.webhook.url, {"text": "a"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.delivery.channels import Outbound
 from sluice.delivery.classify import TransientDeliveryError
-from sluice.delivery.drain import Deliverer
+from sluice.delivery.drain import Deliverer, SendOutcome
 from sluice.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
 from sluice.jobs.registry import Deadline
@@ -173,7 +174,9 @@ def exercise(inner: RateStore) -> None:
 def test_a_429_slows_that_chat_for_every_sender_and_burns_no_attempt(
         svc: Services, providers: Providers) -> None:
     store = DeliveryStore(svc.db)
-    providers.telegram.flood_wait.extend([30, 30, 30])
+    # a wait past the rate wait (never slept in a send) and past a run's budget (no run
+    # idles for it): one request, then nothing to that chat until the wait has passed
+    providers.telegram.flood_wait.append(60)
     first, _ = store.enqueue("telegram", "1001", {"text": "one"})
 
     result = drain_once(svc)
@@ -182,13 +185,19 @@ def test_a_429_slows_that_chat_for_every_sender_and_burns_no_attempt(
     stored = store.get(first.id)
     assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
     assert "rate limited" in (stored.last_error or "")
-    assert (stored.next_attempt_at - utcnow()).total_seconds() > 25
-    # another sender, another entry to the same chat: held back without asking Telegram
+    assert (stored.next_attempt_at - utcnow()).total_seconds() > 55
+    sent = len(providers.telegram.http.requests)
+    # another run, another entry to the same chat: not even claimed before the chat's wait
     second, _ = store.enqueue("telegram", "1001", {"text": "two"})
     again = drain_once(svc)
-    assert again["rateLimited"] == 1 and again["recovered"] == 0
+    assert again["rateLimited"] == 0 and again["recovered"] == 0
     assert store.get(second.id).attempts == 0
-    assert providers.telegram.messages == []
+    # another sender (inline, outside any drain): the chat's shared rate key holds it back
+    with Outbound.open(svc.settings, deadline_s=20) as client:
+        _, inline = Deliverer.from_services(svc, client).deliver("telegram", "1001",
+                                                                 {"text": "inline"})
+    assert inline is SendOutcome.RATE_LIMITED
+    assert providers.telegram.messages == [] and len(providers.telegram.http.requests) == sent
     # a different chat is not slowed
     providers.telegram.chats.add("1003")
     other, _ = store.enqueue("telegram", "1003", {"text": "three"})
@@ -286,3 +295,31 @@ def test_the_rates_store_down_before_a_send_costs_no_attempt_and_no_unknown_outc
     assert providers.telegram.messages == []
     assert drain_once(svc)["recovered"] == 1  # Redis back: sent once
     assert [m["text"] for m in providers.telegram.messages] == ["one"]
+
+
+def test_a_run_waiting_for_a_slot_goes_on_though_its_wait_ends_a_moment_early(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    # GIVEN a group allowed one message a second, with a backlog, and a run whose wait for
+    # the next slot ends a fraction of a millisecond before it by the clock the claim reads
+    # (a timer's own clock and granularity may)
+    svc = make_services(db_url, **providers.env(), SLUICE_TELEGRAM_GROUP_RATE_PER_MINUTE="60")
+    providers.telegram.chats.add(GROUP)
+    store = DeliveryStore(svc.db)
+    for n in range(20):
+        store.enqueue("telegram", GROUP, {"text": f"backlog {n}"})
+
+    def early(seconds: float) -> None:
+        time.sleep(max(0.0, seconds - 0.0003))
+
+    # WHEN one run has about 4 s to send in (its last send's 5 s timeout must fit)
+    with Outbound.open(svc.settings, deadline_s=20) as client:
+        deadline = Deadline(9.0)
+        deliverer = Deliverer.from_services(svc, client, deadline=deadline)
+        deliverer.idle = early
+        result = deliverer.drain(deadline)
+
+    # THEN it claims again at each slot until its budget ends, not only up to the first
+    # slot it waited for: one message a second
+    assert result["recovered"] >= 3, result
+    assert len(providers.telegram.messages) == result["recovered"]
+    assert {e.attempts for e in store.list(status=DeliveryStatus.PENDING)} == {0}
