@@ -452,10 +452,11 @@ class _Run:
                 slot = self.paced.get(receiver)
             if known is not None:
                 return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
-            if slot is not None and slot > utcnow():
+            now = utcnow()
+            if slot is not None and slot > now:
                 return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {receiver} has no rate slot before "
-                                   f"{iso_z(slot)}", wait=slot - utcnow())
+                                   f"{iso_z(slot)}", wait=slot - now, now=now)
         return self._send(adapter, entry, receiver)
 
     def _stopped(self, entry: DeliveryEntry) -> SendOutcome:
@@ -519,10 +520,10 @@ class _Run:
                 return self._apply(entry, DeliveryOutcome.NOT_SENT,
                                    f"not sent: the rate limits' store failed ({describe(exc)})")
             if wait_s > 0:
-                self._paced(receiver, wait_s)
+                at = self._paced(receiver, wait_s)
                 return self._apply(entry, DeliveryOutcome.NO_SLOT,
                                    f"not sent yet: {entry.channel} rate limit",
-                                   wait=timedelta(seconds=wait_s))
+                                   wait=timedelta(seconds=wait_s), now=at)
         if not self.store.request_left(entry):
             return self._stopped(entry)
         deadline = self.deadline
@@ -530,11 +531,17 @@ class _Run:
             adapter, entry, None if deadline is None
             else lambda: deadline.remaining() - self.d.send_timeout_s))
 
-    def _paced(self, receiver: str, wait_s: float) -> None:
-        until = utcnow() + timedelta(seconds=wait_s)
+    def _paced(self, receiver: str, wait_s: float) -> datetime:
+        """Nothing of ``receiver`` is claimed for ``wait_s`` from now; that now, for the
+        entry set aside with it: due exactly when its receiver is ready, so ``next_ready``
+        sees it waiting for that slot (a moment later, and a run whose only entry of the
+        receiver it is would end instead of waiting for the slot)."""
+        now = utcnow()
+        until = now + timedelta(seconds=wait_s)
         with self.lock:
             self.paced[receiver] = until
-        self.destinations.paced(receiver, until)
+        self.destinations.paced(receiver, until, now=now)
+        return now
 
     def _conclude(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
         """Settle what a send came to, as the policy decides, from what its receiver's
@@ -585,16 +592,16 @@ class _Run:
         if outcome is DeliveryOutcome.NO_SLOT:  # a further chunk found no slot in time
             assert sent.error is not None
             wait_s = retry_after_s(sent.error) or 0.0
-            self._paced(receiver, wait_s)
-            return self._apply(entry, outcome, error, wait=timedelta(seconds=wait_s))
+            at = self._paced(receiver, wait_s)
+            return self._apply(entry, outcome, error, wait=timedelta(seconds=wait_s), now=at)
         if outcome is DeliveryOutcome.PACING:
             assert sent.error is not None
             wait_s = pacing_s(sent.error) or 0.0
             if self.d.limiter is not None:
                 self.d.limiter.slow_down(entry, wait_s)
-            self._paced(receiver, wait_s)  # a probe's next one waits for it too
+            at = self._paced(receiver, wait_s)  # a probe's next one waits for it too
             return self._apply(entry, outcome, f"not sent: {error} (rate limited; "
-                               "no attempt counted)", wait=timedelta(seconds=wait_s))
+                               "no attempt counted)", wait=timedelta(seconds=wait_s), now=at)
         if outcome is DeliveryOutcome.ACKED:
             with self.lock:
                 first = receiver not in self.up
@@ -631,10 +638,11 @@ class _Run:
 
     def _apply(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
                wait: timedelta | None = None, held_by: str | None = None,
-               duration_ms: int | None = None, message_id: str | None = None) -> SendOutcome:
+               duration_ms: int | None = None, message_id: str | None = None,
+               now: datetime | None = None) -> SendOutcome:
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
         if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
-                                message_id=message_id, held_by=held_by):
+                                message_id=message_id, held_by=held_by, now=now):
             return SendOutcome.STALE
         return _SEND_OUTCOMES[outcome]
 

@@ -77,7 +77,10 @@ def test_one_drain_keeps_several_sends_in_flight_and_sends_each_entry_once(
         summary = Deliverer.from_services(svc, client).drain(Deadline(120))
 
     assert summary["recovered"] == 36 and summary["failed"] == 0, summary
-    assert summary["rateLimited"] == 0 and summary["unknown"] == 0
+    # a worker finding the chat's next slot taken by another (a millisecond apart at these
+    # rates) sets its entry aside, nothing counted, and the run sends it at the slot: the
+    # rate limit is no failure (every entry below is acked on its first attempt)
+    assert summary["unknown"] == 0
     assert sorted(overlapping.keys) == sorted(ids), "every webhook entry reached it"
     assert set(overlapping.keys.values()) == {1}, "none twice"
     assert sorted(m["text"] for m in providers.telegram.messages) == [f"t{n}" for n in range(6)]
