@@ -117,7 +117,7 @@ _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
             SendOutcome.RATE_LIMITED: "rateLimited", SendOutcome.DISABLED: "failedDisabled",
             SendOutcome.PAUSED: "paused"}
 # A claim takes at most this many entries, at most PER_ROUND of one receiver (a turn each).
-CLAIM_BATCH = 16
+CLAIM_BATCH = 32
 PER_ROUND = 4
 # With nothing to claim while a receiver waits for its next rate slot, the run looks again
 # after at most this long (new entries are claimed meanwhile).
