@@ -86,11 +86,11 @@ WHERE idempotency_key IN (
 -- (ceil(:limit / receivers waiting), so a lone backlog goes :limit at a time), and one of
 -- a failing receiver (its probe) or of one paced within the last minute. Receivers after
 -- :after come first, so a claim smaller than the receivers waiting goes round them all.
--- Bounded by the index on (receiver, next_attempt_at): the walk skips from one receiver
--- with pending entries to the next (one index probe each, however long its backlog), and
--- stops at the first :limit receivers with a claimable entry; of each it reads at most
--- :limit entries. What cannot go now is never claimed, so a backlog that waits costs
--- nothing but one probe.
+-- Bounded by the index on (receiver, next_attempt_at), not by the entries due: the walk
+-- skips from one receiver with pending entries to the next (one index probe each, however
+-- long its backlog), reads at most :limit claimable entries of each, and the first :limit
+-- receivers with one (in walk order) are those waiting. What cannot go now is never
+-- claimed, so a backlog that waits costs one probe a claim.
 WITH RECURSIVE ahead(receiver) AS (
     SELECT (SELECT min(receiver) FROM delivery_queue
             WHERE status = 'pending' AND receiver > :after)
@@ -137,6 +137,7 @@ WITH RECURSIVE ahead(receiver) AS (
             (r.paused_until IS NULL OR r.paused_until <= :now)
         AND (r.ready_at IS NULL OR r.ready_at <= :now)
         AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
+    ORDER BY w.lap, w.receiver
     LIMIT :limit
 ), turns AS (
     SELECT w.receiver, w.lap, t.id, t.turn,
@@ -213,6 +214,7 @@ WITH RECURSIVE ahead(receiver) AS (
             AND (r.down_since IS NULL OR r.next_probe_at <= :now))
     )
     WHERE ids <> '[]'
+    ORDER BY lap, receiver
     LIMIT :limit
 ), turns AS (
     SELECT w.receiver, w.lap, q.id,
