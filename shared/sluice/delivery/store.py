@@ -263,9 +263,9 @@ class DeliveryStore:
               after: str = "", now: datetime | None = None,
               channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
         """Up to ``limit`` due entries taken ``in_flight`` until ``now + lease``, served in
-        turns across receivers (at most ``per_round`` of one; one of a failing receiver,
-        its probe, or of one paced in the last minute; ``limit`` when not given),
-        receivers after ``after`` first,
+        turns across receivers (at most ``per_round`` of one, or ``ceil(limit / receivers
+        waiting)`` when that is more; one of a failing receiver, its probe, or of one paced
+        in the last minute; ``limit`` when not given), receivers after ``after`` first,
         among ``channels`` (the configured ones) when given. Nothing whose destination or
         receiver is paused, disabled, failing before its probe, or without a rate slot is
         taken: a backlog that cannot go now stays where it is."""
