@@ -35,6 +35,7 @@ from sluice.delivery.policy import (
     DeliveryDecision,
     DeliveryOutcome,
     DeliveryStatus,
+    Due,
     FailureReason,
     Policy,
     RetrySchedule,
@@ -316,6 +317,10 @@ class DeliveryStore:
             return self._settle(query, entry, now, error=error, duration_ms=duration_ms,
                                 reason=reason.value)
         due = now + decision.delay
+        if decision.due is Due.SLOT:
+            # its receiver is paced until the slot (the claim reads ``ready_at``): the entry
+            # keeps its place among the receiver's entries, so they go in enqueue order
+            due = min(due, entry.enqueued_at)
         if decision.attempt is Attempt.GIVEN_BACK:
             return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
                                 held_by=held_by)
