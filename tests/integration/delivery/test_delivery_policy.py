@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
-from sluice.delivery.drain import CLAIM_BATCH, PER_ROUND, report_drained
+from sluice.delivery.drain import CLAIM_BATCH, report_drained
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.store.db import utcnow
 from tests.conftest import free_port
