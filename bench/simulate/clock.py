@@ -75,11 +75,14 @@ class SimClock:
 
 
 class SimulatedWaits:
-    """The delivery drain's retry waits on the simulated clock.
+    """The delivery drain's waits on the simulated clock: its retry waits (``drain.SLEEP``)
+    and a run's wait for a receiver's next rate slot (``Deliverer``'s ``idle``, whose
+    default the drain binds at import).
 
     Those waits are abortable (``sleep_with_abort`` waits on the shutdown event, in real
-    time); here they go through the simulated ``time.sleep``, still raising
-    ``ShutdownRequested`` if the event is set, so a wait costs simulated time only."""
+    time: on the frozen clock a run waiting for a slot would wait for ever); here they go
+    through the simulated ``time.sleep``, still raising ``ShutdownRequested`` if the event
+    is set, so a wait costs simulated time only."""
 
     def __enter__(self) -> Self:
         from sluice.core.errors import ShutdownRequested
@@ -93,9 +96,16 @@ class SimulatedWaits:
 
         self.saved = drain.SLEEP
         drain.SLEEP = sleep
+        defaults = drain.Deliverer.__init__.__kwdefaults__
+        assert defaults is not None and "idle" in defaults
+        self.saved_idle = defaults["idle"]
+        defaults["idle"] = sleep
         return self
 
     def __exit__(self, *exc: object) -> None:
         from sluice.delivery import drain
 
         drain.SLEEP = self.saved
+        defaults = drain.Deliverer.__init__.__kwdefaults__
+        assert defaults is not None
+        defaults["idle"] = self.saved_idle

@@ -99,6 +99,20 @@ def retention_kept(judge: Judge, now: datetime, listed: set[str],
             del judge.failed_seen[entry_id]
 
 
+def _disabled(services: Any) -> list[dict[str, Any]]:
+    """Every disabled destination, the view's pages read to the last."""
+    from sluice.ops.destination_view import Page, view
+
+    found: list[dict[str, Any]] = []
+    after: str | None = None
+    while True:
+        shown = view(services, Page(state="disabled", after=after))
+        found.extend(shown["destinations"])
+        after = shown["next"]
+        if after is None:
+            return found
+
+
 def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: datetime,
           log: Callable[[str], None], faults: dict[str, int],
           answers: Callable[[str], bool] = lambda key: True,
@@ -110,10 +124,10 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
     or redriven. The matches redriven while their destination is enabled after a disable
     (owed again: no loss is excused by a disable)."""
     from sluice.delivery.store import DeliveryStatus, DeliveryStore
-    from sluice.ops.destinations import apply, parse_change, view
+    from sluice.ops.destinations import apply, parse_change
 
     disabled = set()
-    for destination in view(services, state="disabled"):
+    for destination in _disabled(services):
         key = destination["key"]
         if answers(key):
             enabled = apply(services, parse_change("enable", key, {}))
