@@ -2,8 +2,8 @@
 
 ``python -m infra.generate`` is ``sluice generate`` for this repository: it rewrites
 ``infra/queues.yml``, ``infra/alarms.yml``, ``infra/iam.yml`` and the generated block of
-``serverless.yml`` from Sluice's own ``JOBS`` and ``TOPICS`` (no app extensions: this
-repository deploys Sluice alone), with the handlers in ``functions/``. ``--check`` only
+``serverless.yml`` from Sluice's own ``JOBS`` and ``TOPICS`` (every pack, no app
+extensions: this repository deploys Sluice alone), with the handlers in ``functions/``. ``--check`` only
 says which of them differ (exit 1), as the test suite does.
 
 Run at development time only: nothing in a Lambda imports this module.
@@ -38,8 +38,8 @@ __all__ = ["BEGIN", "END", "ROOT", "alarms_yml", "camel", "functions_block", "ia
 
 
 def tables() -> tuple[dict[str, Job], dict[str, Topic]]:
-    """Sluice's own entries, whatever extensions this process could see."""
-    return dict(JOBS.own), dict(TOPICS.own)
+    """Sluice's own deployment: its core and every pack, whatever app this process sees."""
+    return dict(JOBS.using(())), dict(TOPICS.using(()))
 
 
 def outputs(root: Path = ROOT) -> dict[Path, str]:

@@ -201,6 +201,30 @@ def run_cli(args: list[str], env: dict[str, str], *, timeout: float = 120,
                           check=False)
 
 
+def start_dev(env: dict[str, str], cwd: Path, *args: str) -> tuple[str, subprocess.Popen[str]]:
+    """``sluice dev`` in a fresh interpreter (``env`` over the process's, without its
+    ``SLUICE_*``), on a port of its own, once ``/api/health`` answers: its base URL and the
+    process (the caller terminates it)."""
+    port = free_port()
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--port",
+                             str(port), *args], cwd=cwd, env={**full, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    import httpx
+
+    for _ in range(600):
+        try:
+            if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                return base, proc
+        except httpx.TransportError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"sluice dev did not start: {proc.communicate()[0]}")
+
+
 # --- AWS (moto in server mode, over real HTTP) ----------------------------------
 
 

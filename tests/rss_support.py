@@ -49,3 +49,20 @@ def catalog(services: Services, clock: FakeClock | None = None, **kwargs: Any) -
     if clock is not None:
         kwargs.setdefault("now", clock.now)
     return Catalog(services, fetcher, **kwargs)
+
+
+def scope_with_a_rule(services: Services, feeds: Any, clock: FakeClock) -> None:
+    """Scope ``scope-a`` on one feed of two stories, built once, with an alert rule matching
+    every story (to Slack ``C0ALERTS``); the feed then gains two new stories."""
+    from sluice.alerts.rules import RulesStore
+    from sluice.rss.store import RssStore
+
+    store = RssStore(services.db)
+    source = store.add_source(feeds.add_rss("/t/live", items=2))
+    store.put_scope("scope-a", "tenant-a", (source.id,), "en", True)
+    with catalog(services, clock) as cat:
+        cat.refresh_scope("scope-a")
+    RulesStore(services).put("scope-a", [{"id": "r1", "match": {"keywords": ["story"]},
+                                          "destination": {"channel": "slack",
+                                                          "recipient": "C0ALERTS"}}])
+    feeds.add_rss("/t/live", items=4)

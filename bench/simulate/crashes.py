@@ -102,9 +102,12 @@ class Crashes:
         if self.targeted:
             now = self.now()
             self.targeted = [t for t in self.targeted if t[2] > now]
-            if self.targeted and self.targeted[0][0] == name \
-                    and self.target_ok(self.targeted[0][1]):
-                self.targeted.pop(0)
+            # the first armed at this point for the destination the code holds now (crashes
+            # targeted at different destinations do not wait for each other)
+            hit = next((n for n, t in enumerate(self.targeted)
+                        if t[0] == name and self.target_ok(t[1])), None)
+            if hit is not None:
+                self.targeted.pop(hit)
                 self._crash(name)
 
     def _crash(self, name: str) -> None:

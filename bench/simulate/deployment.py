@@ -26,8 +26,8 @@ def passed_settings() -> dict[str, str]:
             if k.startswith(("SLUICE_DELIVERY_", "SLUICE_RSS_"))}
 
 
-def settings_env(directory: Path, redis_prefix: str, *,
-                 pipeline: bool = False) -> dict[str, str]:
+def settings_env(directory: Path, redis_prefix: str, *, pipeline: bool = False,
+                 database_url: str | None = None) -> dict[str, str]:
     """The settings of the simulated deployment; ``SLUICE_DELIVERY_*`` and ``SLUICE_RSS_*``
     from the environment pass through (to try a retention, an attempt limit…). With
     ``pipeline`` the push queues are SQS (the stand-in of ``queues.py``)."""
@@ -36,7 +36,7 @@ def settings_env(directory: Path, redis_prefix: str, *,
               "SLUICE_QUEUE_SIGNING_SECRET": "sim-queue-signing-secret-0123456789"
               } if pipeline else {}
     return passed | queues | {
-        "SLUICE_DATABASE_URL": f"sqlite:///{directory}/sim.db",
+        "SLUICE_DATABASE_URL": database_url or f"sqlite:///{directory}/sim.db",
         "SLUICE_TELEGRAM_BOT_TOKEN": "123:sim",
         "SLUICE_TELEGRAM_API_URL": f"http://{TELEGRAM}",
         "SLUICE_SLACK_BOT_TOKEN": "xoxb-sim",

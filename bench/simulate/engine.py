@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
+from bench.simulate.charges import Charges
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.deployment import (
@@ -33,6 +34,7 @@ from bench.simulate.deployment import (
     simulated_redis,
 )
 from bench.simulate.erasure import Erasures
+from bench.simulate.fairness import Isolation
 from bench.simulate.firing import (
     IDLE_EVERY,
     Firing,
@@ -55,6 +57,7 @@ from bench.simulate.invariants import (
     owed_matches,
 )
 from bench.simulate.limits import reach_limits
+from bench.simulate.missed import MissedRuns
 from bench.simulate.operator import (
     destination_of,
     honoured,
@@ -76,6 +79,8 @@ from bench.simulate.peers import (
 )
 from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
+from bench.simulate.rows import Rows
+from bench.simulate.stores import Store, database
 from bench.simulate.world import HORIZON_DAYS, ErasureCall, SimRule, UsageCall, World, generate
 
 # The gated jobs whose check a step (its kind, or the job that ran) may change.
@@ -89,6 +94,7 @@ TOUCHES = {
     "confirm": ("erasure-purge",),
     "operator": ("delivery-drain",),
     "rogue": ("delivery-drain",),
+    "iso": ("delivery-drain",),  # an app's enqueue, an operator's action (isolation.py)
     "ledger-redrive": ("metering-flush",),
     "consume": ("delivery-drain", "rss-refresh"),  # a consumer's build fetches and enqueues
     # a store or Redis outage begins: the gated jobs with work that can meet it fire on
@@ -120,13 +126,15 @@ class Outcome:
     trail: list[str] = field(default_factory=list)
     digest: str = ""
     wall_s: float = 0.0
+    rows: dict[str, int] = field(default_factory=dict)  # the policy rows reached (rows.py)
 
 
 class Simulation:
     def __init__(self, seed: int, days: int, directory: Path, clock: SimClock,
                  inject: str | None = None, keep_going: bool = False,
-                 limits: bool = False) -> None:
+                 limits: bool = False, store: Store = "sqlite") -> None:
         self.seed, self.days, self.directory, self.clock = seed, days, directory, clock
+        self.store = store
         self.rng = random.Random(seed)
         self.keep_going = keep_going
         self.limits = limits
@@ -147,7 +155,14 @@ class Simulation:
         self.story_of = {story.number: (feed.name, story) for feed in self.world.feeds.values()
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
-        self.delivery_crashes: list[datetime] = []  # when a crash hit a delivery point
+        self.charges = Charges(match_of)  # which entry each delivery crash hit
+        self.rows = Rows()
+        self.drain_crashes: list[datetime] = []  # when a crash ended a drain run
+        self.network.poison = self.world.poison
+        self.network.rejected = self.world.rejected
+        self.network.oom = set(self.world.oom)
+        self.isolation = Isolation(self, self.world.isolation) if self.world.isolation else None
+        self.missed = MissedRuns(self)
         # the operator's pauses of a destination (its key), each (start, end)
         self.pauses: dict[str, list[Window]] = {}
         self.charged_reported: set[Match] = set()
@@ -160,12 +175,16 @@ class Simulation:
         self.owed_again: dict[Match, int] = {}
         self.entries_seen: tuple[Any, ...] | None = None  # _entries_changed's last reading
         self.network.polar = self.world.polar
-        self.outages = Outages(self.world.outages, clock.now, self.world.armed)
+        self.outages = Outages(self.world.outages, clock.now, self.world.armed,
+                               self.world.hung)
         self.out = Outcome(seed, days, faults=dict(self.world.faults))
         self.trail: deque[str] = deque(maxlen=TRAIL)
         passed = "".join(f":{k}={v}" for k, v in passed_settings().items())
         self.digest = hashlib.sha256(
-            f"{seed}:{days}{passed}{':limits' if limits else ''}".encode())
+            f"{seed}:{days}{passed}{':limits' if limits else ''}"
+            f"{':postgres' if store == 'postgres' else ''}".encode())
+        if store == "postgres":
+            self.out.faults["postgres"] = 1
         self.queue: list[tuple[datetime, int, str, Any]] = []
         self.sequence = 0
         self.firings: dict[str, Firing] = {}
@@ -198,14 +217,15 @@ class Simulation:
 
     # --- set-up ---------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, database_url: str) -> None:
         from sluice.core.services import Services
         from sluice.core.settings import Settings
         from sluice.rss.store import RssStore
         from sluice.store.db import open_database
         from sluice.store.migrate import migrate
 
-        env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline)
+        env = settings_env(self.directory, f"sim:{self.seed}:", pipeline=self.pipeline,
+                           database_url=database_url)
         migrate(open_database(env["SLUICE_DATABASE_URL"]))
         self.services = Services.from_settings(Settings.from_env(env))
         self.redis = simulated_redis(self.services.settings.redis_key_prefix)
@@ -321,6 +341,9 @@ class Simulation:
         for moment, point in self.crashes.plan:
             if moment < self.world.end:
                 self._schedule(moment, "crash", point)
+        if self.isolation is not None:
+            self.isolation.schedule()
+        self.missed.schedule()
         self._schedule(start + timedelta(days=30), "measure", None)
         if self.days >= 90:
             self._schedule(self.world.end - timedelta(minutes=1), "bounded", None)
@@ -372,20 +395,22 @@ class Simulation:
 
     def run(self) -> Outcome:
         started = time.perf_counter()
-        with seeded_ids(self.seed):  # the sources' ids too: their order shapes the history
-            self._run()
+        with seeded_ids(self.seed), \
+                database(self.store, self.directory, self.seed) as url:  # the ids: their order
+            self._run(url)                                              # shapes the history
         self.out.wall_s = time.perf_counter() - started
         return self.out
 
-    def _run(self) -> None:
-        self._open()
+    def _run(self, database_url: str) -> None:
+        self._open(database_url)
         self._plan()
         from sluice.jobs.registry import JOBS
 
         for job in JOBS.values():  # imported before the crash points are replaced
             job.resolve()
         with Installed(self.network), SimulatedWaits(), self.crashes.installed(), \
-                inline_pools(), self.outages.installed():
+                inline_pools(), self.outages.installed(), self.charges.installed(), \
+                self.rows.installed():
             while self.queue and (self.keep_going or not self.judge.violations):
                 at, _, kind, what = heapq.heappop(self.queue)
                 if kind == "job" and what[1] != what[0].token:
@@ -412,6 +437,7 @@ class Simulation:
                               for name, firing in sorted(self.firings.items())
                               if firing.gated}
         self.out.violations = list(self.judge.violations)
+        self.out.rows = dict(self.rows.reached)
         self.out.trail = self.out.trail or list(self.trail)
         self.out.digest = self.digest.hexdigest()[:16]
         self.services.close()
@@ -447,6 +473,9 @@ class Simulation:
             firing = what[0]
             if not firing.gated:
                 self._fire_at(firing, firing.after(self.clock.now()))
+            if self.missed.skipped(firing.job, self.clock.now()):
+                self._log(f"{firing.job}: not invoked by the platform (a missed run)")
+                return
             self._job(firing)
         elif kind == "usage":
             self._usage(what)
@@ -514,6 +543,10 @@ class Simulation:
             self._built_in_its_tick(*what)
         elif kind == "notice":
             self._notice(*what)
+        elif kind == "iso" and self.isolation is not None:
+            self.isolation.step(what)
+        elif kind == "missed-check":
+            self.missed.check()
 
     def _notice_erased(self, receipt: Receipt) -> None:
         """``nothing_comes_back`` for the app's notices (``--limits``): a notice naming a
@@ -773,8 +806,11 @@ class Simulation:
     def _crashed(self, point: str) -> None:
         """A crash right after a send: the message arrived, the entry still says in flight.
         Its next send is the documented re-send of an unknown outcome."""
-        if point.startswith(("delivery.", "consumer.")):
-            self.delivery_crashes.append(self.clock.now())
+        if point.startswith("delivery."):
+            self.drain_crashes.append(self.clock.now())
+        last = self.last_request
+        self.charges.hit(point, (last.channel, last.recipient, last.story)
+                         if last is not None else None)
         if point.startswith("metering."):
             self.billing.crashes += 1
         if point == "delivery.after_send" and self.network.receipts:
@@ -790,6 +826,8 @@ class Simulation:
             self.judge.fail("pause_kept", request.at,
                             f"story-{request.story} -> {request.channel}:{request.recipient} "
                             f"sent while the operator paused {key}")
+        if self.isolation is not None:
+            self.isolation.on_request(request)
 
     def _pause(self, name: str, window: Window) -> None:
         """The operator pauses the destination until the window's end (``pause_kept``)."""
@@ -811,6 +849,12 @@ class Simulation:
         self._log(f"operator paused {key} until {window.end:%Y-%m-%d %H:%M}")
 
     def _last_request_to(self, destination: str) -> bool:
+        """Whether the entry the drain holds now (its claim, or its request that just
+        left) is one to ``destination``: a crash targeted at it falls on that entry."""
+        claimed = self.charges.claimed[:1]
+        if claimed:
+            channel, recipient, _ = match_of(claimed[0])
+            return f"{channel}:{recipient}" == destination
         last = self.last_request
         return last is not None and f"{last.channel}:{last.recipient}" == destination
 
@@ -819,10 +863,11 @@ class Simulation:
             self._schedule(due, "owed", (match, published, delayed,
                                          self.judge.redrives[match]))
 
-    def _charged(self, match: Match, published: datetime) -> bool:
-        """Whether something outside the entry's destination could have charged its
-        attempts: a timeout after the message arrived, or a crash while it was owed."""
-        return match in self.judge.late or any(at >= published for at in self.delivery_crashes)
+    def _charged(self, match: Match) -> bool:
+        """Whether something outside the entry's destination charged its attempts: a
+        timeout after the message arrived, or a crash that hit this entry (``charges.py``;
+        a crash elsewhere explains nothing about it)."""
+        return match in self.judge.late or self.charges.hits[match] > 0
 
     def _resting(self, match: Match) -> bool:
         """Whether the documented policy may leave the match unsent as an unknown outcome,
@@ -842,7 +887,10 @@ class Simulation:
             row = tx.fetchone(
                 "SELECT count(*) AS n, total(attempts) AS a, total(attempts * attempts) AS a2,"
                 " total(status = 'failed') AS f, max(updated_at) AS u, max(rowid) AS r"
-                " FROM delivery_queue", {})
+                " FROM delivery_queue" if tx.dialect == "sqlite" else
+                "SELECT count(*) AS n, sum(attempts) AS a, sum(attempts * attempts) AS a2,"
+                " sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS f,"
+                " max(updated_at) AS u FROM delivery_queue", {})
         seen = tuple(row.values()) if row else None
         if seen == self.entries_seen:
             return False
@@ -854,23 +902,22 @@ class Simulation:
 
     def _check_attempts(self) -> None:
         """``no_attempt_burned`` for deliveries: no entry (as the API lists it) shows more
-        attempts than its destination saw requests for its match, plus the crashes at a
-        delivery point since its story (an attempt the sender died in, before or after its
-        request). A wait on a down destination or a rate limit gives its attempt back."""
+        attempts than its destination saw requests for its match, plus one while a run
+        that died right after claiming it still holds it (``charges.py``: the lapse gives
+        that attempt back; a crash of another entry explains nothing about this one). A
+        wait on a down destination or a rate limit gives its attempt back."""
         from sluice.delivery.store import DeliveryStore
 
         for entry in DeliveryStore(self.services.db).list(limit=500):
             match = match_of(entry)
-            published = self.published.get(match[2])
-            crashes = sum(1 for at in self.delivery_crashes
-                          if published is None or at >= published)
+            crashes = self.charges.forgiven(entry)
             seen = self.pacing.asked[match]
             if entry.attempts > seen + crashes and match not in self.charged_reported:
                 self.charged_reported.add(match)
                 self.judge.fail("no_attempt_burned", self.clock.now(),
                                 f"story-{match[2]} -> {match[0]}:{match[1]} shows "
                                 f"{entry.attempts} attempts; its destination saw {seen} "
-                                f"requests for it and {crashes} crashes could have charged it")
+                                f"requests for it and {crashes} crash(es) could have charged it")
 
     def _justified(self, match: Match, entry: Any = None) -> str | None:
         """Why an entry may have failed for good, from what the world and the peers know
@@ -880,15 +927,19 @@ class Simulation:
         again); it outlived the expiry (a day) from its story's publication, not counting
         a pause (the pause's end restarts it); a timeout or a crash charged its attempts."""
         published = self.published.get(match[2])
-        if match in self.network.refusals:
-            return "refused"
+        if (match in self.network.refusals or match in self.network.poison
+                or match in self.network.rejected):
+            return "refused"  # by its receiver: permanently, or a 500 to it alone
         key = destination_of(match[0], match[1])
         if entry is not None and entry.failure_reason == "destination_disabled":
-            return "disabled" if any(self._disabled_for_cause(k) for k in
-                                     {entry.destination, entry.receiver} if k) else None
+            by_operator = self.isolation is not None and self.isolation.justified(
+                key, entry.failed_at)
+            return "disabled" if by_operator or any(
+                self._disabled_for_cause(k) for k in {entry.destination, entry.receiver} if k
+            ) else None
         if published is None or self.clock.now() >= self._expires(key, published):
             return "expired"
-        if self._charged(match, published):
+        if self._charged(match):
             return "charged"
         return None
 
@@ -908,6 +959,11 @@ class Simulation:
         from sluice.ops.destinations import describe
 
         found = describe(self.services, key)["disabled"]
+        if found is not None and found["reason"].startswith("failing without a success"):
+            after = timedelta(seconds=self.services.settings.destination_disable_after_s)
+            return any(w.kind == "down" and w.end - w.start >= after
+                       for name, peer in self.world.destinations.items()
+                       if destination_of(*name.split(":", 1)) == key for w in peer.windows)
         return (found is not None and found["reason"].startswith("gone:")
                 and any(key in keys_of(channel, recipient)
                         for channel, recipient, _ in self.network.refusals))

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.simulate.billing import owed_at
 from bench.simulate.peers import Window
+from bench.simulate.stores import holds_sql, tables_and_columns
 from bench.simulate.world import ErasureCall
 
 if TYPE_CHECKING:
@@ -72,26 +73,15 @@ def leftovers(services: Any, redis: Any,
         params[f"s{k}"] = subject
         params[f"ids{k}"] = json.dumps(sorted(wanted[subject]))
     with services.db.transaction() as tx:
-        tables = [row["name"] for row in tx.fetchall(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-            {})]
-        for table in tables:
-            columns = [row["name"] for row in tx.fetchall(f'PRAGMA table_info("{table}")', {})
-                       if (table, row["name"]) not in RECORD_OF_ERASURE]
+        for table, every in tables_and_columns(tx).items():
+            columns = [c for c in every if (table, c) not in RECORD_OF_ERASURE]
             if not columns:
                 continue
             # one scan of the table, a count per subject and column (an id, or an id's
             # ``:``-suffixed form, is a short value: a long text, a run's result, is only
             # searched for the subject)
-            sums = []
-            for n, c in enumerate(columns):
-                text = f'CAST("{c}" AS text)'
-                head = (f"(CASE WHEN instr({text}, ':') > 0 THEN substr({text}, 1, "
-                        f"instr({text}, ':') - 1) ELSE {text} END)")
-                sums.extend(
-                    f"COALESCE(SUM(instr({text}, :s{k}) > 0 OR (length(\"{c}\") <= 200 "
-                    f"AND {head} IN (SELECT value FROM json_each(:ids{k})))), 0) AS c{k}_{n}"
-                    for k in range(len(subjects)))
+            sums = [f"{holds_sql(tx, c, k)} AS c{k}_{n}"
+                    for n, c in enumerate(columns) for k in range(len(subjects))]
             row = tx.fetchone(f'SELECT {", ".join(sums)} FROM "{table}"', params)
             for k, subject in enumerate(subjects):
                 for n, column in enumerate(columns):

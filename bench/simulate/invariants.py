@@ -95,6 +95,7 @@ class Judge:
     final: dict[Match, tuple[datetime, str]] = field(default_factory=dict)
     # entry id -> when the operator's listing first showed it failed, and its match
     failed_seen: dict[str, tuple[datetime, Match]] = field(default_factory=dict)
+    failed_enqueued: dict[str, datetime] = field(default_factory=dict)  # entry id -> its enqueue
 
     def fail(self, invariant: str, at: datetime, detail: str) -> None:
         day = (at - self.start).total_seconds() / 86400

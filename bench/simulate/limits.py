@@ -57,8 +57,12 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   (``nothing_comes_back``, judged from the chat's record);
 - SQS throttled for two hours from day 5.8 on (one send a minute answered, the rest time
   out): the tick's global message goes and its first per-build message does not, so the
-  tick builds that key inline; a lone story per tenant inside it, each owed to its first
-  rule's destination by the tick after it (``built_in_its_tick``, engine).
+  tick builds that key inline; a lone story per tenant inside it, each owed to the
+  destination of its first rule no earlier refusal still holds disabled by the tick after it (``built_in_its_tick``, engine);
+- delivery in production shapes (``isolation.py``: a backlog of thousands to one group
+  beside quiet destinations, URLs of one host with one gone, poison entries, chunked
+  messages, operator actions in the middle of a drain run, a partition of the store) and
+  two days of missed ``state-cleanup`` runs (``missed.py``), drawn last.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from bench.simulate import isolation, missed
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
 from bench.simulate.world import FILLER, ErasureCall, RuleVersion, SimRule, UsageCall, World
 
@@ -199,6 +204,8 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     _client_rule_ids(world, seed)
     _notices(world)
     _sqs_throttled(world, seed)
+    isolation.plan(world, seed)  # last: it adds destinations the worlds above do not pick
+    missed.plan(world)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
             (redis.start + timedelta(seconds=30), "redrive.after_claim"),
             (_at(world, 3.6) + timedelta(minutes=6), "metering.after_send"),
@@ -207,7 +214,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
             # the backlog after the late window: the sender dies right after a send three
             # times in a row, so one entry's lease lapses again and again
             *((back + timedelta(minutes=1 + 3 * n), "delivery.after_send") for n in range(3)),
-            *crashes]
+            *crashes, *world.isolation_crashes]
 
 
 def _burst(world: World, at: datetime, destination: str, numbers: list[int],
@@ -313,10 +320,13 @@ def _owed_by_next_tick(world: World, rules: Sequence[SimRule], feeds: Sequence[F
     """Whether a lone story at ``at`` matched by each of ``rules`` is owed by the tick after
     it: every rule has a keyword then and stays unchanged from an hour before to four hours
     after, every destination of their channels and the stores are clear from two hours
-    before, ``feeds`` from two days before (their backoff), and no story near matches."""
+    before, no rule's destination is still disabled by an earlier refusal, ``feeds`` are
+    clear from two days before (their backoff), and no story near matches."""
     keywords = [rule.keyword_at(at) for rule in rules]
     channels = {rule.channel for rule in rules}
     return (all(keyword is not None for keyword in keywords)
+            and not any(_held_disabled(world, f"{rule.channel}:{rule.recipient}", at)
+                        for rule in rules)
             and all(rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
                     for rule in rules)
             and all(_clear(peer, at - timedelta(hours=2), at + timedelta(hours=4))
@@ -404,11 +414,26 @@ def _quiet(world: World, destination: str, day: float) -> datetime | None:
                 and _clear(feed, at - timedelta(days=2), at + timedelta(hours=4))
                 and _clear(world.outages, at - timedelta(hours=2), at + timedelta(hours=4))
                 and rule.keyword_at(at) is not None
+                and not _held_disabled(world, destination, at)
                 and rule.unchanged(at - timedelta(hours=1), at + timedelta(hours=4))
                 and not _matches_near(world, rule.keyword_at(at), at)):
             return at
         at += TEN_MINUTES
     return None
+
+
+def _held_disabled(world: World, destination: str, at: datetime) -> bool:
+    """Whether Sluice may still hold ``destination`` disabled at ``at``: it refused in a
+    window that began before then (a refusal disables its destination), and no operator
+    visit came between that window's end and ``at`` (only the operator enables it again,
+    at a visit once it answers): a story owed to it then would fail
+    ``destination_disabled``, as it should."""
+    peer = world.destinations.get(destination)
+    if peer is None:
+        return False
+    return any(w.kind == "refuse" and w.start < at
+               and not any(w.end <= visit < at for visit in world.operator_at)
+               for w in peer.windows)
 
 
 def _clear(peer: Peer, start: datetime, end: datetime) -> bool:
@@ -435,21 +460,22 @@ def _lone(world: World, destination: str, at: datetime, rng: random.Random) -> b
 
 
 def _sqs_throttled(world: World, seed: int) -> None:
-    """From day 5.8, the first moment a tick's every tenant can be owed a lone story (each
-    tenant's feed, every destination of its first rule's channel and the stores clear for
-    hours, no story with the keyword near): SQS answers one send a minute for two hours
-    around it (the tick's global message goes, each per-build message after it times out,
-    so the tick builds them inline), and each tenant gets a lone story on its first feed
-    matched by its first rule, owed to that rule's destination by the tick after it (the
+    """From day 5.8, the first moment a tick's every tenant with an enabled destination can
+    be owed a lone story (each tenant's feed, every destination of the channel of its first
+    rule whose destination no refusal holds disabled, and the stores clear for hours, no
+    story with the keyword near): SQS answers one send a minute for two hours around it
+    (the tick's global message goes, each per-build message after it times out, so the
+    tick builds them inline), and each such tenant gets a lone story on its first feed
+    matched by that rule, owed to its destination by the tick after it (the
     key whose publish timed out included: ``built_in_its_tick``). From a generator of its
     own, after everything else, so the rest of the world is as it was."""
     rng = random.Random(f"limits-sqs-{seed}")
     at = world.start + TEN_MINUTES * -(-timedelta(days=5.8) // TEN_MINUTES) \
         + timedelta(seconds=30)
-    rules = [tenant.rules[0] for tenant in world.tenants]
     feeds = [world.feeds[name] for tenant in world.tenants for name in tenant.feeds]
     while at < _at(world, SPAN_DAYS):
-        if _owed_by_next_tick(world, rules, feeds, at):
+        rules = _enabled_rules(world, at)
+        if rules and _owed_by_next_tick(world, rules, feeds, at):
             break
         at += TEN_MINUTES
     else:
@@ -458,12 +484,23 @@ def _sqs_throttled(world: World, seed: int) -> None:
                                       "sqs_throttled"))
     world.faults["sqs_throttled"] = world.faults.get("sqs_throttled", 0) + 1
     tick = at + TEN_MINUTES - timedelta(seconds=30)  # the first tick after the stories
-    for tenant in world.tenants:
-        rule = tenant.rules[0]
+    for rule in rules:
         destination = f"{rule.channel}:{rule.recipient}"
         if _lone(world, destination, at, rng):
             number = max(s.number for f in world.feeds.values() for s in f.stories)
             world.received_by[(number, destination)] = tick + PROMPT_MARGIN
+
+
+def _enabled_rules(world: World, at: datetime) -> list[SimRule]:
+    """Each tenant's first rule whose destination no earlier refusal still holds disabled at
+    ``at`` (a tenant without one has none)."""
+    found = []
+    for tenant in world.tenants:
+        rule = next((r for r in tenant.rules
+                     if not _held_disabled(world, f"{r.channel}:{r.recipient}", at)), None)
+        if rule is not None:
+            found.append(rule)
+    return found
 
 
 def _notices(world: World) -> None:

@@ -1,9 +1,11 @@
 """``python -m bench simulate [--seed N | --seeds K [--first F]] [--days D] [--jobs J]
-[--inject NAME] [--keep-going] [--limits] [--quiet]``
+[--inject NAME] [--keep-going] [--limits] [--quiet] [--coverage [--coverage-data PATH]]``
 
 Runs each seed's simulation (see ``bench/simulate/__init__.py``), prints one row per seed
 and a total, and exits 1 when any invariant was violated. A failing seed prints the
 invariant, the simulated day, the steps that led there and the command that replays it.
+With ``--coverage`` it also prints which product code the run executed: line and branch
+coverage of ``sluice`` per package (``reach.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,11 +50,22 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "(bench/simulate/limits.py; python -m bench mutate uses it)")
     parser.add_argument("--inject", choices=INJECTIONS,
                         help="switch on a known defect, to see the invariants catch it")
+    parser.add_argument("--store", choices=("sqlite", "postgres"),
+                        help="run every seed on this SQL store (default: SQLite, and with "
+                             "--limits Postgres for every third seed; bench/simulate/stores.py)")
+    parser.add_argument("--coverage", action="store_true",
+                        help="measure the line and branch coverage of sluice the run "
+                             "executes (coverage.py) and print it per package")
+    parser.add_argument("--coverage-data", metavar="PATH",
+                        help="with --coverage: keep the combined coverage data there "
+                             "(for coverage report / coverage html --data-file PATH)")
     parser.add_argument("--from-rows", nargs="+", metavar="FILE",
                         help="run nothing: the table of the per-seed rows saved from earlier "
                              "runs (what a run prints to stderr; '#' lines are comments), "
                              "for one run split over several sittings")
     args = parser.parse_args(argv)
+    if args.coverage_data and not args.coverage:
+        parser.error("--coverage-data needs --coverage")
     if args.from_rows:
         defaults = vars(parser.parse_args([]))  # the options' own defaults, not a copy
         given = [f"--{name.replace('_', '-')}" for name, value in vars(args).items()
@@ -132,8 +146,9 @@ class _Discard(io.TextIOBase):
 
 
 def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
-             keep_going: bool = False, limits: bool = False) -> Any:
+             keep_going: bool = False, limits: bool = False, store: str | None = None) -> Any:
     from bench.simulate.engine import Simulation
+    from bench.simulate.stores import store_of
     from sluice.jobs import runs
 
     clock.reset()
@@ -142,7 +157,7 @@ def run_seed(seed: int, days: int, clock: SimClock, inject: str | None = None,
             contextlib.redirect_stdout(_Discard()), \
             contextlib.redirect_stderr(_Discard()):  # the metrics' EMF lines, the logs
         return Simulation(seed, days, Path(directory), clock, inject, keep_going,
-                          limits).run()
+                          limits, store_of(seed, limits, store)).run()
 
 
 def _fixed_hashes(argv: list[str]) -> None:
@@ -167,34 +182,56 @@ def _setup() -> SimClock:
 
 
 _WORKER_CLOCK: SimClock | None = None
+_WORKER_MEASURE: Any = None
 
 
-def _worker_setup() -> None:
-    global _WORKER_CLOCK
+def _worker_setup(measure_in: str | None = None) -> None:
+    global _WORKER_CLOCK, _WORKER_MEASURE
+    if measure_in is not None:  # before Sluice is imported: its module lines count
+        from bench.simulate.reach import Measure
+
+        _WORKER_MEASURE = Measure(Path(measure_in))
+        _WORKER_MEASURE.start()
     _WORKER_CLOCK = _setup()
 
 
-def _worker_run(task: tuple[int, int, str | None, bool, bool]) -> Any:
+def _worker_run(task: tuple[int, int, str | None, bool, bool, str | None]) -> Any:
     assert _WORKER_CLOCK is not None
-    seed, days, inject, keep_going, limits = task
-    return run_seed(seed, days, _WORKER_CLOCK, inject, keep_going, limits)
+    seed, days, inject, keep_going, limits, store = task
+    out = run_seed(seed, days, _WORKER_CLOCK, inject, keep_going, limits, store)
+    if _WORKER_MEASURE is not None:  # a pool's worker ends without its exit hooks
+        _WORKER_MEASURE.save()
+    return out
 
 
-def _outcomes(seeds: list[int], args: argparse.Namespace) -> Iterator[Any]:
+def _outcomes(seeds: list[int], args: argparse.Namespace,
+              measure_in: Path | None = None) -> Iterator[Any]:
     """Each seed's outcome, in seed order: in this process, or on ``--jobs`` processes
-    (each with its own clock; a seed's history does not depend on where it ran)."""
-    tasks = [(seed, args.days, args.inject, args.keep_going, args.limits) for seed in seeds]
+    (each with its own clock; a seed's history does not depend on where it ran). With
+    ``measure_in``, coverage is measured into that directory."""
+    tasks = [(seed, args.days, args.inject, args.keep_going, args.limits, args.store)
+             for seed in seeds]
     if args.jobs <= 1:
+        measure = None
+        if measure_in is not None:
+            from bench.simulate.reach import Measure
+
+            measure = Measure(measure_in)
+            measure.start()
         clock = _setup()
         try:
             for task in tasks:
                 yield run_seed(*task[:2], clock, *task[2:])
         finally:
             clock.uninstall()
+            if measure is not None:
+                measure.stop()
         return
     # spawned, not forked: each worker installs its clock before it imports Sluice
     context = multiprocessing.get_context("spawn")
-    with context.Pool(min(args.jobs, len(tasks)), initializer=_worker_setup) as pool:
+    initargs = (str(measure_in) if measure_in is not None else None,)
+    with context.Pool(min(args.jobs, len(tasks)), initializer=_worker_setup,
+                      initargs=initargs) as pool:
         yield from pool.imap(_worker_run, tasks)
 
 
@@ -209,8 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, int] = {}
     failed = []
     steps = runs = coalesced = deliveries = 0
+    rows_reached: Counter[str] = Counter()
     started = time.perf_counter()
-    for out in _outcomes(seeds, args):
+    measured = tempfile.TemporaryDirectory(prefix="sluice-sim-coverage-") \
+        if args.coverage else None
+    measure_in = Path(measured.name) if measured is not None else None
+    for out in _outcomes(seeds, args, measure_in):
         skipped = sum(out.coalesced.values())
         rows.append([str(out.seed), str(args.days), str(out.steps), str(out.runs),
                      str(skipped), _faults(out.faults), str(out.deliveries),
@@ -219,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         coalesced += skipped
         for kind, count in out.faults.items():
             totals[kind] = totals.get(kind, 0) + count
+        rows_reached.update(out.rows)
         if out.violations:
             failed.append(out)
         if not args.quiet:
@@ -228,6 +270,20 @@ def main(argv: list[str] | None = None) -> int:
                  str(coalesced), _faults(totals), str(deliveries),
                  str(sum(len(o.violations) for o in failed)), "", f"{wall:.1f}"])
     print(_table(rows))
+    if measured is not None and measure_in is not None:
+        from bench.simulate.reach import combined, table
+
+        keep = Path(args.coverage_data).resolve() if args.coverage_data else None
+        print(f"\ncoverage of sluice (line and branch), {len(seeds)} seed(s) x {args.days} "
+              f"days{' --limits' if args.limits else ''}:")
+        print(table(combined(measure_in, keep)))
+        measured.cleanup()
+        from bench.simulate.rows import unreached
+        from sluice.delivery.policy import TABLE
+
+        missing = unreached(rows_reached)
+        print(f"delivery policy rows reached: {len(TABLE) - len(missing)} of {len(TABLE)}"
+              + (f"; never: {', '.join(missing)}" if missing else ""))
     for out in failed:
         first = out.violations[0]
         print(f"\nseed {out.seed}: VIOLATION {first.invariant} on day {first.day:.2f} "
@@ -237,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line}")
         inject = f" --inject {args.inject}" if args.inject else ""
         inject += " --limits" if args.limits else ""
+        inject += f" --store {args.store}" if args.store else ""
         from bench.simulate.deployment import passed_settings
 
         settings = "".join(f"{k}={shlex.quote(v)} " for k, v in passed_settings().items())

@@ -22,6 +22,7 @@ from bench.simulate.rogue import Rogue
 
 RETENTION_SLACK = timedelta(hours=1)
 PURGE_SHARE = 0.7  # of the failed entries the operator looks at; the others are redriven
+LISTED = 500  # the listing's longest page (``GET /api/delivery/entries?limit=``)
 
 
 def match_of(entry: Any) -> Match:
@@ -87,10 +88,11 @@ def observe_failed(services: Any, judge: Judge, now: datetime,
         judge.settled_for_good(match, now,
                                f"failed for good ({entry.last_error or 'failed'})"[:120])
         judge.failed_seen.setdefault(entry.id, (now, match))
+        judge.failed_enqueued.setdefault(entry.id, entry.enqueued_at)
 
 
 def retention_kept(judge: Judge, now: datetime, listed: set[str],
-                   retention: timedelta) -> None:
+                   retention: timedelta, shown_from: datetime | None = None) -> None:
     """``retention_kept``: an entry the operator's listing showed failed is still listed
     (for the operator to purge or redrive) until the documented retention
     (``SLUICE_DELIVERY_RETENTION_DAYS``) from when it was first seen failed has passed, less
@@ -98,7 +100,8 @@ def retention_kept(judge: Judge, now: datetime, listed: set[str],
     for entry_id, (seen, match) in list(judge.failed_seen.items()):
         if now - seen >= retention - RETENTION_SLACK:
             del judge.failed_seen[entry_id]  # past its retention: it may be pruned now
-        elif entry_id not in listed:
+        elif entry_id not in listed and not (
+                shown_from is not None and judge.failed_enqueued.get(entry_id, now) <= shown_from):
             judge.fail("retention_kept", now,
                        f"story-{match[2]} -> {match[0]}:{match[1]} was listed failed at "
                        f"{seen:%Y-%m-%d %H:%M} and is gone {now - seen} later, within its "
@@ -144,9 +147,12 @@ def visit(services: Any, rng: random.Random, judge: Judge, rogue: Rogue, now: da
         else:
             disabled.add(key)
     store = DeliveryStore(services.db)
-    failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=500), key=match_of)
+    failed = sorted(store.list(status=DeliveryStatus.FAILED, limit=LISTED), key=match_of)
+    # a full page shows the newest only (by enqueue): an entry older than its oldest is not
+    # gone, only not shown
+    shown_from = min(e.enqueued_at for e in failed) if len(failed) >= LISTED else None
     retention_kept(judge, now, {entry.id for entry in failed},
-                   timedelta(days=services.settings.delivery_retention_days))
+                   timedelta(days=services.settings.delivery_retention_days), shown_from)
     owed: list[Match] = []
     for entry in failed:
         match = match_of(entry)

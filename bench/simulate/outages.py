@@ -4,7 +4,11 @@
   unreachable database gives (``TransientStoreError``), as SQLite's "unable to open
   database file" and a Postgres connection refused are translated at the store boundary;
 - ``redis_down``: every command on Sluice's Redis client fails the same way (a refused
-  connection, as ``sluice.store.redis_clients`` translates it).
+  connection, as ``sluice.store.redis_clients`` translates it);
+- a ``store_down`` window in ``hung`` is a partition instead: the server never answers, so
+  each transaction waits for as long as its caller's bound allows (``bounded_by``: a job
+  run's time left, an app call's request path), or, unbounded, until the window ends,
+  then fails as the abandoned connection does (``TransientStoreError``).
 
 A window may be *armed at a point* (``arm``): it is in the world from the start (every
 bound the invariants compute counts it as an outage), but the store only goes away once
@@ -28,7 +32,9 @@ from bench.simulate.peers import Peer, Window
 
 class Outages:
     def __init__(self, windows: Peer, now: Callable[[], datetime],
-                 armed: dict[Window, str] | None = None) -> None:
+                 armed: dict[Window, str] | None = None,
+                 hung: set[Window] | None = None) -> None:
+        self.hung = hung or set()
         self.windows = windows
         self.now = now
         self.bypass = 0
@@ -47,11 +53,34 @@ class Outages:
         self.refused[kind] += 1
         return True
 
+    def wait_if_hung(self) -> None:
+        """In a partition, the caller waits for its bound (or the window's end)."""
+        import time
+
+        from sluice.store.deadline import time_left
+
+        window = self.windows.window(self.now())
+        if window is None or window not in self.hung:
+            return
+        until_end = (window.end - self.now()).total_seconds()
+        left = time_left()
+        time.sleep(max(0.0, until_end if left is None else min(left, until_end)))
+
     def reached(self, point: str) -> None:
         """The code reached ``point``: an outage armed at it, in its window, begins."""
         window = self.windows.window(self.now())
         if window is not None and self.armed.get(window) == point:
             self.triggered.add(window)
+
+    @contextmanager
+    def live(self) -> Iterator[None]:
+        """The stores as Sluice sees them, inside the harness (an app's call from an
+        event step)."""
+        saved, self.bypass = self.bypass, 0
+        try:
+            yield
+        finally:
+            self.bypass = saved
 
     @contextmanager
     def harness(self) -> Iterator[None]:
@@ -66,20 +95,29 @@ class Outages:
         from sluice.core.errors import TransientStoreError
         from sluice.store import db
 
-        original = db._SqliteTransaction.__enter__
+        originals = {db._SqliteTransaction: db._SqliteTransaction.__enter__,
+                     db._PgTransaction: db._PgTransaction.__enter__}
         outages = self
 
-        def enter(transaction: Any) -> Any:
-            if outages.down("store_down"):
-                raise TransientStoreError("sqlite: unable to open database file (simulated "
-                                          "outage)")
-            return original(transaction)
+        def patched(original: Any, message: str) -> Any:
+            def enter(transaction: Any) -> Any:
+                if outages.down("store_down"):
+                    outages.wait_if_hung()
+                    raise TransientStoreError(message)
+                return original(transaction)
+            return enter
 
-        db._SqliteTransaction.__enter__ = enter  # type: ignore[method-assign]
+        db._SqliteTransaction.__enter__ = patched(  # type: ignore[method-assign]
+            originals[db._SqliteTransaction],
+            "sqlite: unable to open database file (simulated outage)")
+        db._PgTransaction.__enter__ = patched(  # type: ignore[method-assign]
+            originals[db._PgTransaction],
+            "postgres: connection refused (simulated outage)")
         try:
             yield
         finally:
-            db._SqliteTransaction.__enter__ = original  # type: ignore[method-assign]
+            for kind, original in originals.items():
+                kind.__enter__ = original  # type: ignore[method-assign]
 
 
 class FlakyRedis:

@@ -55,6 +55,7 @@ TELEGRAM = "127.0.0.1:7002"
 SLACK = "127.0.0.1:7003"
 POLAR = "127.0.0.1:7005"
 STORY = re.compile(r"story-(\d+)")
+PART = re.compile(r"\[part (\d+) of \d+\]")  # a paragraph of a message sent in chunks
 RETRY_AFTER_MAX_S = 3600
 FEED_ITEMS = 12  # a feed shows its newest stories, like real ones do
 
@@ -159,6 +160,13 @@ class Network:
         self.hook_secret = b""
         self.unsigned: list[str] = []
         self.refusals: set[tuple[str, str, int]] = set()  # matches a destination refused
+        # matches a receiver answers 500 to (that entry only: a poison entry)
+        self.poison: set[tuple[str, str, int]] = set()
+        self.rejected: set[tuple[str, str, int]] = set()  # refused for good (422), alone
+        self.oom: set[tuple[str, str, int]] = set()  # the sender runs out of memory, once
+        self.receipts_of: dict[tuple[str, str, int], list[Receipt]] = {}
+        # a chunked message's parts each receiver has (``[part k of m]`` paragraphs)
+        self.parts: dict[tuple[str, str, int], set[int]] = {}
         self.polar = Peer("polar")
         self.polar_ids: Counter[str] = Counter()  # external_id -> times Polar accepted it
         self.on_polar: Callable[[dict[str, Any]], None] = lambda event: None
@@ -290,10 +298,19 @@ class Network:
             kind = "up"
         match = STORY.search(text)
         story = int(match.group(1)) if match else -1
+        found = (channel, recipient, story)
+        if kind == "up" and found in self.oom:
+            self.oom.discard(found)
+            kind = "oom"
+        elif kind == "up" and found in self.poison:
+            kind = "error"
+        elif kind == "up" and found in self.rejected:
+            kind = "rejected"
         wait_s = None
-        if kind == "ratelimit" and window is not None:
+        if kind in ("ratelimit", "ratelimit_long") and window is not None:
             left = (window.end - self.now()).total_seconds()
-            wait_s = max(1, min(RETRY_AFTER_MAX_S, math.ceil(left)))
+            cap = RETRY_AFTER_MAX_S if kind == "ratelimit" else 24 * 3600  # past the cap
+            wait_s = max(1, min(cap, math.ceil(left)))
         # how long the client waits for the answer (the egress layer's timeout, cut to
         # the run's deadline when less is left)
         timeout = float((request.extensions.get("timeout") or {}).get("read") or 10.0)
@@ -305,15 +322,29 @@ class Network:
         if kind == "refuse":
             self.refusals.add((channel, recipient, story))
             return _refused(channel, request)
+        if kind == "oom":
+            raise MemoryError("simulated: out of memory while sending")
+        if kind == "error":
+            return httpx.Response(500, text="internal error", request=request)
+        if kind == "rejected":
+            self.refusals.add(found)
+            return httpx.Response(422, text="unprocessable: the receiver refuses this one",
+                                  request=request)
         if kind == "hang":
             self.sleep(timeout)
             raise httpx.ReadTimeout("simulated: no answer (the message was not taken)",
                                     request=request)
         receipt = Receipt(self.now(), channel, recipient, story, key, kind == "late", text)
+        parts = {int(p) for p in PART.findall(text)}
+        if parts:
+            self.parts.setdefault((channel, recipient, story), set()).update(parts)
+        if parts and 1 not in parts:  # a further chunk of a message already received
+            return _accepted(channel, recipient, len(self.receipts), request)
         if channel != "webhook" or key not in self.hook_keys:  # a receiver dedupes by key
             if key is not None:
                 self.hook_keys.add(key)
             self.receipts.append(receipt)
+            self.receipts_of.setdefault((channel, recipient, story), []).append(receipt)
             self.on_receipt(receipt)
         if kind == "late":
             self.sleep(timeout)

@@ -309,6 +309,8 @@ class PushQueue:
         self.faults_left: dict[str, int] = {}  # batch id -> its deliveries still to fail
         self.own_failures: dict[str, int] = {}  # batch id -> deliveries failed for its sake
         self.failed_at: set[tuple[str, int]] = set()  # (message id, receive) it failed on
+        # message id -> its receives an invocation crashed on (SQS counts each one)
+        self.crashed: dict[str, int] = {}
         self.settled: set[str] = set()  # batch ids reported or dead-lettered
         self.raised: dict[str, tuple[str, int]] = {}  # batch id -> last error raised, delivery
         self.sent: dict[str, dict[str, Any]] = {}  # batch id -> the message as first sent
@@ -372,6 +374,8 @@ class PushQueue:
         try:
             answer = self.consumer.lambda_handler(event, context)
         except crash as stopped:
+            for message in batch:  # the function died: SQS counts this receive of each
+                self.crashed[message.id] = self.crashed.get(message.id, 0) + 1
             return f"rss.ingest consumer: crashed at {stopped} with {len(batch)} message(s)"
         except Exception as exc:  # noqa: BLE001 - the invocation failed: the batch comes back
             if all((m.id, m.receives) in self.failed_at for m in batch):
@@ -449,13 +453,16 @@ class PushQueue:
                 batch_id = _original_batch(message.body)
                 self.settled.add(batch_id)
                 self._dead_letter_kept(message, batch_id)
-                own = self.own_failures.get(batch_id, 0)
-                if own < MAX_ATTEMPTS:
+                original = _original_id(message)
+                own, crashed = receives_charged(original, self.failed_at, self.crashed)
+                if own + crashed < MAX_ATTEMPTS:
                     self.judge.fail("queue_no_attempt_burned", now,
-                                    f"{self.TOPIC} message {message.id} was dead-lettered "
+                                    f"{self.TOPIC} message {original} was dead-lettered "
                                     f"({', '.join(message.reasons) or _reason(message.body)})"
-                                    f" after {own} failure(s) of its own: only a fifth "
-                                    "failure of the message's own dead-letters it")
+                                    f" after {own} failure(s) of its own and {crashed} "
+                                    "crashed receive(s): only its fifth receive counted for "
+                                    "its own failure or a crash of the function holding it "
+                                    "dead-letters it")
                 message.deleted = True
 
 
@@ -500,6 +507,29 @@ def _without_signature(body: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if k not in ("signature",)}
+
+
+def receives_charged(message_id: str, failed_at: set[tuple[str, int]],
+                     crashed: dict[str, int]) -> tuple[int, int]:
+    """The receives of SQS message ``message_id`` that may count towards its dead-lettering:
+    those it failed on for its own sake, and those an invocation holding it crashed on (SQS
+    counts a receive the function died in; a crash holding another message explains
+    nothing about this one, and an outage copy is a message of its own)."""
+    own = sum(1 for failed, _ in failed_at if failed == message_id)
+    return own, crashed.get(message_id, 0)
+
+
+def _original_id(message: Message) -> str:
+    """The SQS message a dead letter stands for: its summary's ``originalMessageId``, or
+    the message itself (moved by the redrive policy)."""
+    if message.reasons:
+        return message.id
+    try:
+        summary = json.loads(message.body)
+    except ValueError:
+        return message.id
+    original = summary.get("originalMessageId") if isinstance(summary, dict) else None
+    return str(original) if isinstance(original, str) else message.id
 
 
 def _original_batch(body: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from bench.simulate.peers import Feed, FeedStory, Peer, Window
 
@@ -111,6 +111,22 @@ class World:
     # its subject, its text marked ``story-<number>`` (no feed's) so the receiver's record
     # names it; --limits
     notices: list[tuple[datetime, ErasureCall, str, int]] = field(default_factory=list)
+    # delivery in production shapes (--limits; isolation.py's Plan), and the matches a
+    # receiver answers 500 to (a poison entry among good ones)
+    isolation: Any = None
+    poison: set[tuple[str, str, int]] = field(default_factory=set)
+    # a receiver refuses these for good (422), and runs out of memory sending these once
+    rejected: set[tuple[str, str, int]] = field(default_factory=set)
+    oom: set[tuple[str, str, int]] = field(default_factory=set)
+    isolation_crashes: list[tuple[datetime, str]] = field(default_factory=list)
+    # store outages that are partitions (the server never answers: outages.py), and the
+    # days the platform does not invoke state-cleanup (missed runs; --limits)
+    hung: set[Window] = field(default_factory=set)
+    missed: list[Window] = field(default_factory=list)
+
+    def isolation_crashes_to(self) -> list[str]:
+        """The destinations the isolation world's targeted crashes fall on."""
+        return [point.split("@", 1)[1] for _, point in self.isolation_crashes if "@" in point]
 
     def rules(self) -> list[SimRule]:
         return [rule for tenant in self.tenants for rule in tenant.rules]

@@ -36,8 +36,11 @@ function sign(message, secret) {
 }
 
 /**
- * A message for `topic` as Sluice's publisher builds it: the standard fields, then the
- * topic's own, then the signature.
+ * A message for `topic` as Sluice's publisher builds it: `topic`, the topic's own fields,
+ * then the signature. `rss.ingest` (Sluice's rss pack) leads with its reference fields,
+ * filled when not given: `batchId`, `sourceId`, `feedUrl`, `publishedAt`. Any other
+ * topic's message is its fields as given, which must be the ones the topic declares
+ * (`Topic.fields` in the app's extension module, docs/extending.md).
  * @param {string} topic
  * @param {Message} fields
  * @param {string} secret
@@ -46,13 +49,13 @@ function sign(message, secret) {
  */
 function buildMessage(topic, fields, secret, now = new Date()) {
   /** @type {Message} */
-  const message = {
-    topic,
-    batchId: String(fields.batchId || crypto.randomUUID()),
-    sourceId: fields.sourceId ?? "all-sources",
-    feedUrl: fields.feedUrl ?? "",
-    publishedAt: fields.publishedAt || now.toISOString(),
-  };
+  const message = { topic };
+  if (topic === "rss.ingest") {
+    message.batchId = fields.batchId ?? crypto.randomUUID();
+    message.sourceId = fields.sourceId ?? "all-sources";
+    message.feedUrl = fields.feedUrl ?? "";
+    message.publishedAt = fields.publishedAt ?? now.toISOString();
+  }
   for (const [key, value] of Object.entries(fields)) {
     if (!(key in message) && key !== "topic" && key !== "signature") message[key] = value;
   }
@@ -60,15 +63,30 @@ function buildMessage(topic, fields, secret, now = new Date()) {
 }
 
 /**
- * The `idempotencyKey` message attribute: `<topic>:<batchId>:<first 96 characters of the
- * unsigned message's JSON, each non-alphanumeric as _>`.
+ * The `idempotencyKey` message attribute, made as the message's topic declares
+ * (`Topic.key`). `rss.ingest`: `<topic>:<batchId>:<first 96 UTF-16 units of the unsigned
+ * message's JSON, each non-alphanumeric as _>`. A topic keyed by fields (pass their names
+ * as `keyFields`): `<topic>:<value>:...`, a string as it is, anything else as JSON. Any
+ * other: `<topic>:<hex SHA-256 of the signing input>`.
  * @param {Message} message
+ * @param {string[]} [keyFields]
  * @returns {string}
  */
-function idempotencyKey(message) {
-  const { signature, ...body } = message;
-  const head = Array.from(JSON.stringify(body)).slice(0, 96).join("");
-  return `${message.topic}:${message.batchId}:${head.replace(/[^A-Za-z0-9]/gu, "_")}`;
+function idempotencyKey(message, keyFields = []) {
+  if (message.topic === "rss.ingest") {
+    const { signature, ...body } = message;
+    const head = JSON.stringify(body).slice(0, 96);
+    return `${message.topic}:${message.batchId}:${head.replace(/[^A-Za-z0-9]/g, "_")}`;
+  }
+  if (keyFields.length) {
+    const parts = keyFields.map((name) => {
+      const value = message[name];
+      return typeof value === "string" ? value : JSON.stringify(value);
+    });
+    return [message.topic, ...parts].join(":");
+  }
+  const hash = crypto.createHash("sha256").update(canonical(message), "utf8").digest("hex");
+  return `${message.topic}:${hash}`;
 }
 
 /**
@@ -77,13 +95,14 @@ function idempotencyKey(message) {
  * `<SLUICE_QUEUE_PREFIX><topic with . as ->` in your account (see docs/queues.md).
  * @param {string} queueUrl
  * @param {Message} message
+ * @param {string[]} [keyFields]  the fields its topic is keyed by (see idempotencyKey)
  */
-function sendMessageInput(queueUrl, message) {
+function sendMessageInput(queueUrl, message, keyFields = []) {
   return {
     QueueUrl: queueUrl,
     MessageBody: JSON.stringify(message),
     MessageAttributes: {
-      idempotencyKey: { DataType: "String", StringValue: idempotencyKey(message) },
+      idempotencyKey: { DataType: "String", StringValue: idempotencyKey(message, keyFields) },
     },
   };
 }

@@ -20,19 +20,23 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
+from unittest.mock import patch
 
 import boto3
 import psycopg
 import pytest
 
+from sluice.core.extensions import load
 from sluice.core.settings import Settings
+from sluice.queues import topics
 from sluice.queues.keys import idempotency_key
 from sluice.queues.publish import Publisher
 from sluice.queues.topics import TOPICS, queue_name
 from tests.conftest import CRON_SECRET, JWT_SECRET, PG_ADMIN_URL, RUN_ID, load_event
-from tests.deploy.conftest import Packaged
+from tests.deploy.conftest import APP, Packaged
 from tests.deploy.lambda_check import (
     Function,
     Started,
@@ -47,7 +51,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.postgres,
               pytest.mark.aws]
 
 SIGNING_SECRET = "deploy-check-signing-secret-0123456789"
-# what a consumer's message carries beyond Sluice's own fields, by topic
+# what a consumer's message carries, by topic: an app's topic its own fields (an rss.* topic
+# its reference fields, a batchId given and the rest filled by the publisher)
 TOPIC_FIELDS: dict[str, dict[str, Any]] = {
     "exampleapp.signup": {"userId": "u1", "name": "Ada", "pager": "team-a"},
 }
@@ -103,19 +108,38 @@ def _reserved(topic: str) -> bool:
     return topic in TOPICS and TOPICS[topic].reserved
 
 
+@contextmanager
+def _topics_with(topic: str) -> Iterator[None]:
+    """This process's topic table, or, for the example app's topic, the app's (its PACKS
+    and TOPICS), as the app's functions have it: the publisher builds the topic's own
+    message and key from it."""
+    if topic in TOPICS:
+        yield
+        return
+    sys.path.insert(0, str(APP))
+    try:
+        with patch.object(topics, "TOPICS", TOPICS.using(load(["exampleapp.sluice_ext"],
+                                                                group=None))):
+            yield
+    finally:
+        sys.path.remove(str(APP))
+
+
 def _sqs_batch(fn: Function, world: World) -> dict[str, Any]:
     """One message on ``fn``'s topic, built and signed by Sluice's publisher, sent to the
     function's queue as a producer sends it, and received as Lambda's poller receives it."""
     topic = fn.environment["SLUICE_TOPIC"]
     settings = Settings.from_env({"SLUICE_QUEUE_SIGNING_SECRET": SIGNING_SECRET,
                                   "SLUICE_DATABASE_URL": "sqlite:///:memory:"})
-    message = Publisher(settings).build(
-        topic, {"batchId": str(uuid.uuid4()), **TOPIC_FIELDS.get(topic, {})})
+    with _topics_with(topic):
+        message = Publisher(settings).build(
+            topic, TOPIC_FIELDS.get(topic) or {"batchId": str(uuid.uuid4())})
+        key = idempotency_key(message)
     sqs = world.client("sqs")
     url = sqs.get_queue_url(QueueName=queue_name(fn.environment["SLUICE_QUEUE_PREFIX"],
                                                  topic))["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody=json.dumps(message), MessageAttributes={
-        "idempotencyKey": {"DataType": "String", "StringValue": idempotency_key(message)}})
+        "idempotencyKey": {"DataType": "String", "StringValue": key}})
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5,
                               MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"])
     [received] = got["Messages"]

@@ -487,12 +487,12 @@ def test_the_numbers_sluice_states_in_differences_are_the_codes() -> None:
 
 
 def test_the_job_count_is_the_registrys() -> None:
-    from sluice.jobs.registry import SLUICE_JOBS
+    from sluice.jobs.registry import JOBS
 
     words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
     seed_count = words[numbers_word(row("Five cron jobs")[0])]
     sluice_count = words[numbers_word(row("Five cron jobs")[2].removeprefix("addition: "))]
-    assert seed_count == 5 and sluice_count == len(SLUICE_JOBS)
+    assert seed_count == 5 and sluice_count == len(JOBS.using(()))
 
 
 def numbers_word(cell: str) -> str:

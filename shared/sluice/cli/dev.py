@@ -1,5 +1,6 @@
-"""``sluice dev``: the app on 127.0.0.1 and a scheduler firing every job (Sluice's and the
-app's, ``sluice.core.extensions``) on its table entry's schedule.
+"""``sluice dev``: the app on 127.0.0.1 and a scheduler firing every job (those of Sluice's
+core and of the packs that are on, and the app's: ``sluice.core.extensions``) on its table
+entry's schedule.
 
 What it prints is for a person: the banner (what is configured, each job's next run), then
 one line per job run it fires on stdout, and on stderr one line per warning or error. The
@@ -100,7 +101,7 @@ class Scheduler:
         return ["jobs (a line per run below):", *lines]
 
     def run(self) -> None:
-        for job in STARTUP_JOBS:
+        for job in (name for name in STARTUP_JOBS if name in self.schedules):
             threading.Thread(target=self._fire, args=(job, "on start-up"), daemon=True,
                              name=f"job-{job}-startup").start()
         while not self.stop.wait(1.0):
@@ -134,10 +135,13 @@ def person_logs() -> Iterator[None]:
 
 
 def app_summary() -> list[str]:
-    """The app's extensions and what each declares (nothing when there are none)."""
-    from sluice.core.extensions import declared, extensions
+    """The packs on, the app's extensions and what each declares."""
+    from sluice.core.extensions import declared, extensions, packs_on
+    from sluice.core.packs import ALL
 
-    lines = []
+    off = [name for name in ALL if name not in packs_on()]
+    lines = [f"  packs        {', '.join(packs_on()) or 'none'}"
+             + (f" (off: {', '.join(off)})" if off else "")]
     for extension in extensions():
         names = {kind: [getattr(item, "name", "?") for _, item in declared(kind, [extension])]
                  for kind in ("JOBS", "TOPICS", "CHANNELS")}
@@ -149,6 +153,7 @@ def app_summary() -> list[str]:
 
 def startup_summary(services: Services, base_url: str) -> str:
     """What is configured, and (with a local HS256 secret, never on Lambda) a one-time login link."""
+    from sluice.core.extensions import packs_on
     from sluice.ops.access import ROLES, create_login_nonce, login_links_allowed
 
     s = services.settings
@@ -169,7 +174,8 @@ def startup_summary(services: Services, base_url: str) -> str:
         + ("" if s.queue_signing_secrets else ", no signing secret (publishing refused)"),
         f"  cron secret  {'set' if s.cron_secret else 'not set (every cron request is refused)'}",
         f"  admin auth   {admin}",
-        f"  channels     {', '.join(channels) or 'none configured'}",
+        *([f"  channels     {', '.join(channels) or 'none configured'}"]
+          if "delivery" in packs_on() else []),
         *app_summary(),
     ]
     if login_links_allowed(s):

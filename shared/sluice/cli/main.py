@@ -45,7 +45,7 @@ from sluice.core.validate import actor_name
 COMMAND_MODULES: list[str] = ["sluice.cli.erasure", "sluice.cli.queues", "sluice.cli.delivery",
                               "sluice.cli.billing", "sluice.cli.token", "sluice.cli.rss",
                               "sluice.cli.alerts", "sluice.cli.audit", "sluice.cli.schedule",
-                              "sluice.cli.deploy"]
+                              "sluice.cli.deploy", "sluice.cli.packs"]
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILURES, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 64, 78
 # Commands that may create the SQLite database; every other one refuses a missing file.
@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)
+    from sluice.cli.packs import leave_out
+
+    leave_out(sub)  # the commands of the packs this deployment leaves out
     for path, leaf in leaf_commands(parser).items():
         options = {o for action in leaf._actions for o in action.option_strings}
         if "--json" not in options and path[0] not in NO_JSON:

@@ -9,11 +9,14 @@ read here and nowhere else:
   app's pyproject: ``[project.entry-points."sluice.extensions"] myapp = "myapp.sluice_ext"``);
 - ``SLUICE_APP``: comma-separated module names (``SLUICE_APP=myapp.sluice_ext``).
 
+Sluice's own capabilities are packs (``sluice.core.packs``), each a module declared and
+loaded the same way, as an extension of its own; the app's ``PACKS`` says which are on.
 Each table (``sluice.jobs.registry.JOBS``, ``sluice.queues.topics.TOPICS``,
-``sluice.delivery.channels.channels()``) is Sluice's own entries plus the declared ones,
-merged on first use. A module that fails to import, an attribute that is not a sequence of
-the right type, or a name Sluice (or another extension) already uses is a
-``ConfigurationError`` naming the module: a Lambda fails at cold start, not on a message.
+``sluice.delivery.channels.channels()``) is Sluice's core entries, then the packs that are
+on, then the app's declarations, merged on first use. A module that fails to import, an
+attribute that is not a sequence of the right type, or a name Sluice (or another
+extension) already uses is a ``ConfigurationError`` naming the module: a Lambda fails at
+cold start, not on a message.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from types import ModuleType
 from typing import Generic, NamedTuple, TypeVar
 
 from sluice.core.errors import ConfigurationError
+from sluice.core.packs import BY_NAME, CHANNELS_PACK, PackOff, choose
 from sluice.core.settings import read_field
 
 GROUP = "sluice.extensions"
@@ -75,6 +79,44 @@ def extensions() -> tuple[Extension, ...]:
     return load(modules)
 
 
+def packs_of(apps: Iterable[Extension]) -> tuple[str, ...]:
+    """The packs ``apps`` turn on (their ``PACKS``; every pack when none declares it)."""
+    return choose((app.source, app.module.PACKS) for app in apps
+                  if hasattr(app.module, "PACKS"))
+
+
+def with_packs(apps: Iterable[Extension]) -> tuple[Extension, ...]:
+    """The packs ``apps`` turn on, each loaded as an extension, then ``apps``."""
+    apps = tuple(apps)
+    names = packs_of(apps)
+    for app in apps:
+        if CHANNELS_PACK not in names and getattr(app.module, "CHANNELS", None):
+            raise ConfigurationError(f"{app.source}: CHANNELS needs the {CHANNELS_PACK} pack, "
+                                     "which PACKS leaves out")
+    packs = tuple(_load(BY_NAME[name].module, f"pack {name!r}", ("sluice",)) for name in names)
+    return (*packs, *apps)
+
+
+@cache
+def active() -> tuple[Extension, ...]:
+    """What this process's tables are made of: the packs on, then the app's extensions."""
+    return with_packs(extensions())
+
+
+@cache
+def packs_on() -> tuple[str, ...]:
+    """The packs on in this process (without loading them)."""
+    return packs_of(extensions())
+
+
+def require_pack(name: str, what: str) -> None:
+    """``PackOff`` unless pack ``name`` is on: ``what`` needs it."""
+    if name not in packs_on():
+        declared_in = next((e.source for e in extensions() if hasattr(e.module, "PACKS")), "")
+        raise PackOff(f"{what} needs the {name} pack, which this deployment leaves out "
+                      f"(PACKS in {declared_in})")
+
+
 def declared(kind: str, extensions: Iterable[Extension]) -> Iterator[tuple[str, object]]:
     """Each item an extension declares under ``kind``, with where it came from."""
     if kind not in KINDS:
@@ -88,7 +130,8 @@ def declared(kind: str, extensions: Iterable[Extension]) -> Iterator[tuple[str, 
 
 
 class Table(MutableMapping[str, T], Generic[T]):
-    """Sluice's own entries plus the extensions' (``kind``), merged on first use.
+    """Sluice's core entries plus the extensions' (``kind``: the packs on and the app's),
+    merged on first use.
 
     ``check(item, source)`` returns the item when it is well formed (else raises
     ``ConfigurationError``); ``name(item)`` is its key. A repeated name is refused, and
@@ -97,7 +140,7 @@ class Table(MutableMapping[str, T], Generic[T]):
     def __init__(self, kind: str, own: Iterable[T], name: Callable[[T], str],
                  check: Callable[[object, str], T],
                  whole: Callable[[Mapping[str, T]], None] | None = None,
-                 extensions: Callable[[], Iterable[Extension]] = extensions) -> None:
+                 extensions: Callable[[], Iterable[Extension]] = active) -> None:
         self.kind = kind
         self.own: dict[str, T] = {name(item): item for item in own}
         self._name = name
@@ -127,9 +170,10 @@ class Table(MutableMapping[str, T], Generic[T]):
             self._merged = merged
         return self._merged
 
-    def using(self, extensions: Iterable[Extension]) -> Table[T]:
-        """This table with other extensions (a test's, or ``sluice generate``'s)."""
-        chosen = tuple(extensions)
+    def using(self, apps: Iterable[Extension]) -> Table[T]:
+        """This table as other app extensions would make it, with the packs they turn on (a
+        test's, or ``sluice generate``'s; ``()``: Sluice's own deployment, every pack)."""
+        chosen = with_packs(apps)
         return Table(self.kind, self.own.values(), self._name, self._check, self._whole,
                      lambda: chosen)
 

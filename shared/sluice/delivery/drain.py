@@ -116,8 +116,11 @@ _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
             SendOutcome.GAVE_UP: "skippedMaxRetries", SendOutcome.UNKNOWN: "unknown",
             SendOutcome.RATE_LIMITED: "rateLimited", SendOutcome.DISABLED: "failedDisabled",
             SendOutcome.PAUSED: "paused"}
-# A claim takes at most this many entries, at most PER_ROUND of one receiver (a turn each).
-CLAIM_BATCH = 16
+# A run holds at most CLAIM_BATCH claimed entries, split among its workers (each claim takes
+# CLAIM_BATCH // workers, at least PER_ROUND): one worker never holds a batch the others
+# could be sending. A claim takes at least PER_ROUND of one receiver a turn, more when
+# fewer receivers wait than the claim takes (the store's claim).
+CLAIM_BATCH = 32
 PER_ROUND = 4
 # With nothing to claim while a receiver waits for its next rate slot, the run looks again
 # after at most this long (new entries are claimed meanwhile).
@@ -293,6 +296,7 @@ class _Run:
         # the summary and the receivers above, when several workers send at once
         self.lock = threading.RLock()
         self.claiming = threading.Lock()
+        self.batch = max(PER_ROUND, CLAIM_BATCH // max(1, self.d.concurrency))
 
     def run(self) -> DrainSummary:
         started: datetime = utcnow()
@@ -356,7 +360,7 @@ class _Run:
         while self._going():
             with self.claiming:
                 at = utcnow()
-                claimed = self.store.claim(self.d.lease, limit=CLAIM_BATCH,
+                claimed = self.store.claim(self.d.lease, limit=self.batch,
                                            per_round=PER_ROUND, after=self.after,
                                            channels=sorted(self.d.adapters), now=at)
                 if claimed:

@@ -35,6 +35,7 @@ from sluice.delivery.policy import (
     DeliveryDecision,
     DeliveryOutcome,
     DeliveryStatus,
+    Due,
     FailureReason,
     Policy,
     RetrySchedule,
@@ -263,9 +264,9 @@ class DeliveryStore:
               after: str = "", now: datetime | None = None,
               channels: Sequence[str] | None = None) -> list[DeliveryEntry]:
         """Up to ``limit`` due entries taken ``in_flight`` until ``now + lease``, served in
-        turns across receivers (at most ``per_round`` of one; one of a failing receiver,
-        its probe, or of one paced in the last minute; ``limit`` when not given),
-        receivers after ``after`` first,
+        turns across receivers (at most ``per_round`` of one, or ``ceil(limit / receivers
+        waiting)`` when that is more; one of a failing receiver, its probe, or of one paced
+        in the last minute; ``limit`` when not given), receivers after ``after`` first,
         among ``channels`` (the configured ones) when given. Nothing whose destination or
         receiver is paused, disabled, failing before its probe, or without a rate slot is
         taken: a backlog that cannot go now stays where it is."""
@@ -316,6 +317,10 @@ class DeliveryStore:
             return self._settle(query, entry, now, error=error, duration_ms=duration_ms,
                                 reason=reason.value)
         due = now + decision.delay
+        if decision.due is Due.SLOT:
+            # its receiver is paced until the slot (the claim reads ``ready_at``): the entry
+            # keeps its place among the receiver's entries, so they go in enqueue order
+            due = min(due, entry.enqueued_at)
         if decision.attempt is Attempt.GIVEN_BACK:
             return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
                                 held_by=held_by)

@@ -28,7 +28,12 @@ from sluice.core.auth import (
     check_same_origin,
     is_authorized_cron,
 )
-from sluice.core.errors import RequestError, SluiceError, Unauthorized, UpstreamUnavailable
+from sluice.core.errors import (
+    RequestError,
+    SluiceError,
+    Unauthorized,
+    UpstreamUnavailable,
+)
 from sluice.core.observe import logger
 from sluice.core.query import QueryParam
 from sluice.core.services import Services
@@ -38,6 +43,7 @@ from sluice.core.validate import load_json
 from sluice.http.after import install as install_after_response
 from sluice.http.guard import InputGuard
 from sluice.http.params import openapi_query, strict_query
+from sluice.http.served import refuse_taken_routes, served
 from sluice.jobs.handoff import hand_off, hands_off
 from sluice.jobs.overdue import DisabledMarks, statuses
 from sluice.jobs.registry import JOBS, Deadline, Job
@@ -409,15 +415,21 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
             for job in JOBS.values()
         ]}
 
-    for job in JOBS.values():
-        app.include_router(_job_routes(job))
+    own = []
     for target in ROUTERS:
         module, _, attr = target.partition(":")
-        app.include_router(getattr(importlib.import_module(module), attr))
+        own.append(served(getattr(importlib.import_module(module), attr)))
     if push:
         from sluice.http.push import push_router
 
-        app.include_router(push_router(services))
+        own.append(push_router(services))
+    # Sluice's own routes, which no job may take: the app's above, the routers' below
+    refuse_taken_routes(JOBS.values(), [*app.router.routes,
+                                        *(route for router in own for route in router.routes)])
+    for job in JOBS.values():
+        app.include_router(_job_routes(job))
+    for router in own:
+        app.include_router(router)
     install_after_response(app)
     from sluice.http.apidocs import describe
 

@@ -1,7 +1,7 @@
 """The job registry: name -> drain, route, schedule, admin surface.
 
-A job is one entry in ``JOBS`` plus its drain: Sluice's own below, an app's declared in
-its extension module (``sluice.core.extensions``). ``sluice generate`` (and, for this
+A job is one entry in ``JOBS`` plus its drain: Sluice's core job below, each pack's in
+its module (``sluice.packs``), an app's in its extension module (``sluice.core.extensions``). ``sluice generate`` (and, for this
 repository, ``python -m infra.generate``) writes each job's function, schedule, role and
 alarms into the deployment; ``sluice dev`` fires the same schedules from this table. The
 drain itself is imported only when the job runs, so a scheduled function loads just its
@@ -165,83 +165,19 @@ class Job(NamedTuple):
         return total
 
 
-SLUICE_JOBS: tuple[Job, ...] = (
-        Job(
-            name="state-cleanup",
-            route="/api/admin/state/cleanup",
-            schedule="cron(15 3 * * ? *)",
-            surface="state",
-            target="sluice.jobs.cleanup:run_state_cleanup",
-            failure_keys=("failed",),
-            budget_s=50.0,
-            timeout_s=60,
-        ),
-        Job(
-            name="erasure-purge",
-            route="/api/admin/erasure/purge",
-            schedule="rate(1 hour)",
-            surface="erasure",
-            target="sluice.erasure.purge:run_erasure_purge",
-            failure_keys=("failed",),
-            budget_s=240.0,
-            timeout_s=300,
-            params=(Param("dryRun", "boolean", cron=True),),
-        ),
-        Job(
-            name="metering-flush",
-            route="/api/admin/ai/metering/flush",
-            schedule="rate(5 minutes)",
-            surface="metering",
-            target="sluice.billing.metering:run_metering_flush",
-            failure_keys=("failed",),
-            budget_s=50.0,
-            timeout_s=60,
-        ),
-        Job(
-            name="ledger-redrive",
-            route="/api/admin/ai/ledger/retry/flush",
-            schedule="rate(5 minutes)",
-            surface="ledger",
-            target="sluice.billing.ledger_redrive:run_ledger_redrive",
-            # Only lost entries page: a store outage leaves every entry queued (its reason
-            # and errors say so), and "not configured" is not a failure.
-            failure_keys=("deadLettered",),
-            budget_s=50.0,
-            timeout_s=60,
-            params=(Param("batches", "integer", minimum=1, maximum=1_000),),
-        ),
-        Job(
-            name="delivery-drain",
-            route="/api/admin/delivery/drain",
-            schedule="rate(1 minute)",
-            surface="delivery",
-            target="sluice.delivery.drain:run_delivery_drain",
-            failure_keys=("failed", "skippedMaxRetries", "fatal", "notSent"),
-            budget_s=45.0,
-            timeout_s=60,
-        ),
-        Job(
-            name="history-sample",
-            route="/api/admin/ops/history/sample",
-            schedule="rate(1 minute)",
-            surface="queues",
-            target="sluice.ops.sampling:run_history_sample",
-            budget_s=20.0,
-            timeout_s=30,
-            reads_queues=True,
-        ),
-        Job(
-            name="rss-refresh",
-            route="/api/admin/rss/refresh",
-            schedule="rate(10 minutes)",
-            surface="ingestion",
-            target="sluice.rss.tick:run_rss_refresh",
-            failure_keys=("failed",),
-            budget_s=290.0,
-            timeout_s=300,
-            publishes=("rss.ingest",),
-            params=(),
-        ),
+# Sluice's core: the jobs every deployment runs. Each pack's jobs are in its module
+# (``sluice.packs.<name>``, ``sluice.core.packs``), declared as an app declares its own.
+CORE_JOBS: tuple[Job, ...] = (
+    Job(
+        name="state-cleanup",
+        route="/api/admin/state/cleanup",
+        schedule="cron(15 3 * * ? *)",
+        surface="state",
+        target="sluice.jobs.cleanup:run_state_cleanup",
+        failure_keys=("failed",),
+        budget_s=50.0,
+        timeout_s=60,
+    ),
 )
 
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -288,7 +224,7 @@ def routes_clash(jobs: Mapping[str, Job]) -> None:
         seen[job.route] = job.name
 
 
-JOBS: Table[Job] = Table("JOBS", SLUICE_JOBS, lambda job: job.name, check_job, routes_clash)
+JOBS: Table[Job] = Table("JOBS", CORE_JOBS, lambda job: job.name, check_job, routes_clash)
 
 
 def get_job(name: str) -> Job:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from sluice.core.extensions import packs_on
 from sluice.core.services import Services
 from sluice.jobs.overdue import statuses
 from sluice.jobs.registry import JOBS
@@ -144,14 +145,23 @@ def _delivery_alerts(services: Services, stats: Any) -> list[str]:
 
 
 def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
-    """Every queue's card, each measured on its own."""
-    from sluice.billing.usage import usage_figures
-    from sluice.delivery.store import DeliveryStore
-    from sluice.erasure.requests import ErasureStore
-
+    """Every queue's card, each measured on its own: the topics' and the quarantine, then
+    those of the packs that are on (ledger, metering, delivery, erasure)."""
     started = utcnow()
+    on = packs_on()
     cards = _topic_cards(services, cloudwatch)
     cards.append(_quarantine_card(services))
+    if "ledger" in on or "metering" in on:
+        cards += _usage_cards(services, on)
+    if "delivery" in on:
+        cards.append(_delivery_card(services))
+    if "erasure" in on:
+        cards.append(_erasure_card(services))
+    return {"generatedAt": _iso(started), "cards": cards}
+
+
+def _usage_cards(services: Services, on: tuple[str, ...]) -> list[dict[str, Any]]:
+    from sluice.billing.usage import usage_figures
 
     usage = _section(lambda: usage_figures(services.db, services.redis))
     now = utcnow()
@@ -164,15 +174,23 @@ def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
             "no Redis is configured (SLUICE_REDIS_URL or UPSTASH_REDIS_REST_URL): ledger "
             "writes go straight to the database and nothing can wait here")}
         outbox = usage["meteringOutbox"]
-    cards.append(_card("ledger", "AI ledger retry lists", "redis",
-                       "Redis LLEN ai:ledger:retry:{queue,processing,dlq}", ledger, now,
-                       lambda m: {"depth": m["queue"], "inFlight": m["processing"],
-                                  "dead": m["dlq"]}, link="/admin/dlq/ledger"))
-    cards.append(_card("metering", "Metering outbox", "table", "ai_usage_metering_outbox",
-                       outbox, now,
-                       lambda m: {"depth": m["pending"] + m["retrying"],
-                                  "retrying": m["retrying"], "dead": m["exhausted"],
-                                  "oldestAgeS": _age_s(now, m["oldestEligibleAt"])}))
+    cards = []
+    if "ledger" in on:
+        cards.append(_card("ledger", "AI ledger retry lists", "redis",
+                           "Redis LLEN ai:ledger:retry:{queue,processing,dlq}", ledger, now,
+                           lambda m: {"depth": m["queue"], "inFlight": m["processing"],
+                                      "dead": m["dlq"]}, link="/admin/dlq/ledger"))
+    if "metering" in on:
+        cards.append(_card("metering", "Metering outbox", "table", "ai_usage_metering_outbox",
+                           outbox, now,
+                           lambda m: {"depth": m["pending"] + m["retrying"],
+                                      "retrying": m["retrying"], "dead": m["exhausted"],
+                                      "oldestAgeS": _age_s(now, m["oldestEligibleAt"])}))
+    return cards
+
+
+def _delivery_card(services: Services) -> dict[str, Any]:
+    from sluice.delivery.store import DeliveryStore
 
     delivery = _section(lambda: DeliveryStore(services.db).stats())
     now = utcnow()
@@ -183,17 +201,19 @@ def overview(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
                             "oldestAgeS": _age_s(now, m["pending"]["oldest"])},
                  link="/admin/deliveries")
     card["alerts"] = _delivery_alerts(services, delivery)
-    cards.append(card)
+    return card
+
+
+def _erasure_card(services: Services) -> dict[str, Any]:
+    from sluice.erasure.requests import ErasureStore
 
     erasure = _section(lambda: ErasureStore(services.db).summary())
-    now = utcnow()
-    cards.append(_card("erasure", "Erasure requests", "table", "data_erasure_requests", erasure,
-                       now, lambda m: {"depth": m["byStatus"]["requested"],
-                                       "retrying": m["due"],
-                                       "dead": m["byStatus"]["failed"]},
-                       link="/admin/erasure",
-                       note="waiting: requested; due now: in the retrying column"))
-    return {"generatedAt": _iso(started), "cards": cards}
+    return _card("erasure", "Erasure requests", "table", "data_erasure_requests", erasure,
+                 utcnow(), lambda m: {"depth": m["byStatus"]["requested"],
+                                      "retrying": m["due"],
+                                      "dead": m["byStatus"]["failed"]},
+                 link="/admin/erasure",
+                 note="waiting: requested; due now: in the retrying column")
 
 
 def record_depths(services: Services, data: dict[str, Any], *,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.billing.deadletters import LEDGER, LedgerDeadLetters
 from sluice.core.deadletters import DeadLetterSource
 from sluice.core.errors import NotFound, RequestError, SluiceError
+from sluice.core.extensions import packs_on
 from sluice.delivery.deadletters import DELIVERY, DeliveryDeadLetters
 from sluice.jobs.runs import RunStore
 from sluice.queues.deadletters import QUARANTINE, queue_sources
@@ -31,8 +32,11 @@ if TYPE_CHECKING:
 
 
 def names() -> tuple[str, ...]:
-    """Every dead-letter source: each topic's DLQ (the app's too), then Sluice's own."""
-    return (*TOPICS, QUARANTINE, LEDGER, DELIVERY)
+    """Every dead-letter source: each topic's DLQ (the app's too), the quarantine, then
+    those of the packs that are on (the ledger's DLQ, the failed deliveries)."""
+    on = packs_on()
+    return (*TOPICS, QUARANTINE,
+            *(name for name, pack in ((LEDGER, "ledger"), (DELIVERY, "delivery")) if pack in on))
 
 MAX_LIST = 500
 MAX_REDRIVE = 100  # per call
@@ -51,10 +55,11 @@ class DeadLetters:
         self.sleep = sleep
         self.per_second = per_second
         self.clock = clock
+        packs: dict[str, DeadLetterSource] = {LEDGER: LedgerDeadLetters(services),
+                                              DELIVERY: DeliveryDeadLetters(services)}
         self.sources: dict[str, DeadLetterSource] = {
             **queue_sources(services, self._get_publisher, self._get_sqs),
-            LEDGER: LedgerDeadLetters(services),
-            DELIVERY: DeliveryDeadLetters(services),
+            **{name: packs[name] for name in names() if name in packs},
         }
 
     def _get_publisher(self) -> Publisher:

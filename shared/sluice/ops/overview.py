@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from sluice.core.errors import SluiceError
+from sluice.core.extensions import packs_on
 from sluice.core.services import Services
 from sluice.core.times import jsonable
 from sluice.jobs.registry import JOBS
@@ -93,22 +94,38 @@ def topic_figures(services: Services, *, cloudwatch: Any = None) -> list[dict[st
 
 
 def queue_figures(services: Services, *, cloudwatch: Any = None) -> dict[str, Any]:
-    from sluice.billing.usage import usage_figures
-    from sluice.delivery.store import DeliveryStore
-    from sluice.erasure.requests import ErasureStore
+    """Every queue's figures: the topics' and the quarantine, then those of the packs that
+    are on (the ledger's retry lists, the metering outbox, the delivery queue, the rss
+    fan-out, the erasure requests), and the jobs' last runs."""
     from sluice.queues.deadletters import Quarantine
-    from sluice.rss.fanout import recent_ticks
 
-    usage = _section(lambda: usage_figures(services.db, services.redis))
-    return {
+    on = packs_on()
+    figures: dict[str, Any] = {
         "generatedAt": _iso(utcnow()),
         "topics": _section(lambda: topic_figures(services, cloudwatch=cloudwatch)),
         "quarantine": _section(lambda: {"depth": Quarantine(services.db).count()}),
-        "ledgerRetry": (usage.get("ledgerRetry") if "error" not in usage else usage)
-        or {"error": "redis_not_configured"},
-        "meteringOutbox": usage.get("meteringOutbox") if "error" not in usage else usage,
-        "delivery": _section(lambda: DeliveryStore(services.db).stats()),
-        "rssFanOut": _section(lambda: recent_ticks(services.db)),
-        "erasure": _section(lambda: ErasureStore(services.db).summary()),
-        "jobs": _section(lambda: jobs_figures(services)),
     }
+    if "ledger" in on or "metering" in on:
+        from sluice.billing.usage import usage_figures
+
+        usage = _section(lambda: usage_figures(services.db, services.redis))
+        if "ledger" in on:
+            figures["ledgerRetry"] = (usage.get("ledgerRetry") if "error" not in usage
+                                      else usage) or {"error": "redis_not_configured"}
+        if "metering" in on:
+            figures["meteringOutbox"] = (usage.get("meteringOutbox") if "error" not in usage
+                                         else usage)
+    if "delivery" in on:
+        from sluice.delivery.store import DeliveryStore
+
+        figures["delivery"] = _section(lambda: DeliveryStore(services.db).stats())
+    if "rss" in on:
+        from sluice.rss.fanout import recent_ticks
+
+        figures["rssFanOut"] = _section(lambda: recent_ticks(services.db))
+    if "erasure" in on:
+        from sluice.erasure.requests import ErasureStore
+
+        figures["erasure"] = _section(lambda: ErasureStore(services.db).summary())
+    figures["jobs"] = _section(lambda: jobs_figures(services))
+    return figures

@@ -6,6 +6,8 @@ refuses (naming the field, exactly as the HTTP API and the command line do: the 
 are the door's table, ``sluice.ops.door``), ``ConfigurationError`` for a missing setting or
 database, ``TransientStoreError`` when a store did not answer within
 ``SLUICE_REQUEST_PATH_TIMEOUT_SECONDS``: an app's request never waits on an outage longer.
+A call whose pack the deployment leaves out (``PACKS``) is a ``ConfigurationError``
+(``PackOff``) naming the pack: nothing would ever drain what it stored.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from sluice.billing import usage
 from sluice.billing.usage import Recorded, UsageEntry
 from sluice.core.errors import ConfigurationError
+from sluice.core.extensions import require_pack
 from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.delivery.store import DeliveryEntry, DeliveryStore
@@ -72,6 +75,7 @@ def enqueue_delivery(services: Services, channel: str, recipient: str,
                      subject_user_id: str | None = None) -> DeliveryEntry:
     """Store a message for delivery-drain to send (``pending``, due now). A second call with
     the same ``idempotency_key`` returns the first entry and stores nothing."""
+    require_pack("delivery", "sluice.enqueue_delivery")
     checked = admit("enqueue_delivery", {
         "channel": channel, "recipient": recipient, "payload": payload,
         "idempotencyKey": idempotency_key, "subjectUserId": subject_user_id},
@@ -88,6 +92,7 @@ def record_usage(services: Services, entry: UsageEntry) -> Recorded:
     """One AI model call into the ledger (and its metering outbox row when billable):
     ``recorded``, ``duplicate``, ``erased``, or ``queued`` when Postgres did not answer
     and the entry waits in the Redis retry queue for ledger-redrive."""
+    require_pack("ledger", "sluice.record_usage")
     with request_path(services):
         return usage.record_usage(entry, db=services.db, redis=services.redis)
 
@@ -97,6 +102,7 @@ def request_erasure(services: Services, subject: str, *, requested_by: str,
                     ) -> ErasureRequest:
     """Open an erasure request for ``subject`` (the app's user id), purged by erasure-purge
     when its grace window ends; the subject's open request if there is one already."""
+    require_pack("erasure", "sluice.request_erasure")
     checked = admit("request_erasure", {
         "subjectUserId": subject, "tenantId": tenant_id, "graceDays": grace_days,
         "requestedBy": requested_by}, services.settings)

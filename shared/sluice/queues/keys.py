@@ -2,20 +2,22 @@
 
 A message is identified by its topic and the SHA-256 of its full canonical signing
 input (:func:`dedupe_key`), so only signed content decides what is a duplicate. The
-``idempotencyKey`` message attribute (:func:`idempotency_key`) is still sent for
-interoperability with other producers and consumers, but is never trusted: it is not
-signed, and two different messages can share it.
+``idempotencyKey`` message attribute (:func:`idempotency_key`, made as the message's topic
+declares) is still sent for interoperability with other producers and consumers, but is
+never trusted: it is not signed, and two different messages can share it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.queues.signing import SIGNATURE_FIELD, canonical, js_stringify
+from sluice.queues.topics import get_topic
 from sluice.store.db import Database, load_queries, utcnow
 
 if TYPE_CHECKING:
@@ -42,12 +44,28 @@ def dedupe_key(topic: str, message: Mapping[str, Any] | bytes) -> str:
 
 
 def idempotency_key(message: Mapping[str, Any]) -> str:
-    """``<topic>:<batchId>:<first 96 chars of the JSON, non-alphanumerics as _>``.
+    """The ``idempotencyKey`` attribute of a message, made as its topic declares
+    (``Topic.key``): a function of the message (``rss.ingest``: :func:`reference_key`), the
+    values of named fields (``<topic>:<v1>:<v2>``, each a string as it is, any other value as
+    compact JSON), or by default the message's content hash (:func:`dedupe_key`).
+    Informational only; deduplication uses :func:`dedupe_key`."""
+    topic = get_topic(str(message.get("topic")))
+    if callable(topic.key):
+        return topic.key(message)
+    if topic.key:
+        return ":".join([topic.name, *(_part(message.get(name)) for name in topic.key)])
+    return dedupe_key(topic.name, message)
 
-    The interoperable message attribute: the JSON is the message without its
-    signature as ``JSON.stringify`` writes it, so a TypeScript producer computes
-    the same value. Informational only; deduplication uses :func:`dedupe_key`.
-    """
+
+def _part(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"),
+                                                          ensure_ascii=False)
+
+
+def reference_key(message: Mapping[str, Any]) -> str:
+    """``<topic>:<batchId>:<first 96 chars of the JSON, non-alphanumerics as _>``: the
+    ``rss.ingest`` key, as the JavaScript producer makes it. The JSON is the message
+    without its signature as ``JSON.stringify`` writes it."""
     body = {k: v for k, v in message.items() if k != SIGNATURE_FIELD}
     return f"{message.get('topic', '')}:{message.get('batchId', '')}:{js_prefix(js_stringify(body))}"
 

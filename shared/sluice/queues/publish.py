@@ -18,9 +18,9 @@ from sluice.core.observe import logger
 from sluice.core.settings import Settings
 from sluice.core.times import iso_z
 from sluice.queues.keys import idempotency_key
-from sluice.queues.signing import SIGNATURE_FIELD, Signer
+from sluice.queues.signing import Signer
 from sluice.queues.sqs import Sqs
-from sluice.queues.topics import check_topic
+from sluice.queues.topics import check_topic, get_topic
 from sluice.store.db import utcnow
 
 Mode = Literal["local", "sqs"]
@@ -94,17 +94,9 @@ class Publisher:
         return self._sqs
 
     def build(self, topic: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """The signed message: the standard fields, then the topic's own, then ``signature``."""
-        message: dict[str, Any] = {
-            "topic": topic,
-            "batchId": str(fields.get("batchId") or uuid.uuid4()),
-            "sourceId": fields.get("sourceId", "all-sources"),
-            "feedUrl": fields.get("feedUrl", ""),
-            "publishedAt": fields.get("publishedAt") or js_iso(self.clock()),
-        }
-        for key, value in fields.items():
-            if key not in message and key not in ("topic", SIGNATURE_FIELD):
-                message[key] = value
+        """The signed message: ``topic``, the topic's own fields (``Topic.compose``: its
+        declared ones in order, defaults filled), then ``signature``."""
+        message = {"topic": topic, **get_topic(topic).compose(fields, self.clock())}
         return self.signer.sign(message)
 
     def publish(self, topic: str, fields: Mapping[str, Any] | None = None) -> Published:

@@ -405,7 +405,10 @@ class Catalog:
     def _announce(self, build: CatalogBuild, new: list[Story]) -> None:
         scope_ids = self.store.scope_ids_for_build(build.key)
         try:
-            resolve_alert_sweep()  # registers the alerts listener in this process
+            # registers the alerts listener in this process; None: the alerts pack is off,
+            # and no listener runs, whatever this process imported
+            if resolve_alert_sweep() is None:
+                return
         except ImportError as exc:
             self.services.reporter.error("rss.on_new_stories", exc, key=build.key)
         for hook in on_new_stories:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
+from sluice.core.extensions import packs_on
+
 if TYPE_CHECKING:
     from sluice.core.services import Services
     from sluice.jobs.registry import Deadline
@@ -44,8 +46,11 @@ class Sweep(Protocol):
         ...
 
 
-def resolve_alert_sweep() -> Sweep:
-    """The sweep ``ALERT_SWEEP_TARGET`` names (ImportError / AttributeError if none)."""
+def resolve_alert_sweep() -> Sweep | None:
+    """The sweep ``ALERT_SWEEP_TARGET`` names (ImportError / AttributeError if none), or
+    None in a deployment that leaves the alerts pack out (nothing is imported then)."""
+    if "alerts" not in packs_on():
+        return None
     return _resolve(ALERT_SWEEP_TARGET)
 
 

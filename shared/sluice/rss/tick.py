@@ -15,7 +15,8 @@
    published are built inline;
 3. the alert sweep (``sluice.rss.sweep.ALERT_SWEEP_TARGET``, resolved before the builds so
    its new-stories listener hears them). Alerts for new stories found by the builds are
-   evaluated inside the tick and counted in ``newStoryAlerts``.
+   evaluated inside the tick and counted in ``newStoryAlerts``. A deployment without the
+   alerts pack sweeps nothing, and its result has no ``alertSweep``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sluice.rss.store import RssStore
 from sluice.rss.sweep import (
     ALERT_SWEEP_TARGET,
     Sweep,
+    SweepResult,
     resolve_alert_sweep,
     sweep_unavailable,
 )
@@ -143,7 +145,7 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
                  monotonic: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda message: None) -> Result:
     try:
-        run_alert_sweep: Sweep = resolve_alert_sweep()
+        run_alert_sweep: Sweep | None = resolve_alert_sweep()
     except (ImportError, AttributeError) as exc:  # a deploy without the sweep: say so, go on
         services.reporter.error("rss-refresh.alert-sweep", exc, target=ALERT_SWEEP_TARGET)
         run_alert_sweep = sweep_unavailable
@@ -182,17 +184,21 @@ def refresh_tick(services: Services, *, tenant_ingestion: bool, deadline: Deadli
                 budget=budget, monotonic=monotonic, progress=progress)
         else:
             tenants = dict(EMPTY_INGESTION)  # type: ignore[assignment]
-        progress("alert sweep")
-        try:
-            sweep = run_alert_sweep(services, deadline, builds=catalog.current_builds())
-        except SluiceError as exc:  # the store failed under the sweep's listing: one failure
-            services.reporter.error("rss-refresh.alert-sweep", exc)
-            sweep = sweep_unavailable(services, deadline)
+        sweep: SweepResult | None = None
+        if run_alert_sweep is not None:  # None: the alerts pack is off, nothing to sweep
+            progress("alert sweep")
+            try:
+                sweep = run_alert_sweep(services, deadline, builds=catalog.current_builds())
+            except SluiceError as exc:  # the store failed under the sweep's listing
+                services.reporter.error("rss-refresh.alert-sweep", exc)
+                sweep = sweep_unavailable(services, deadline)
         counters = catalog.counters
-        failed += tenants["failed"] + sweep["failed"] + counters.new_story_failures
+        failed += tenants["failed"] + (sweep["failed"] if sweep else 0) \
+            + counters.new_story_failures
         result: Result = {
             "published": published, "pipelineEnabled": pipeline, "inlineRefreshed": inline,
-            "tenantIngestion": dict(tenants), "alertSweep": dict(sweep),
+            "tenantIngestion": dict(tenants),
+            **({} if sweep is None else {"alertSweep": dict(sweep)}),
             "newStoryAlerts": {"enqueued": counters.new_story_alerts,
                                "failed": counters.new_story_failures},
             "refreshedAt": js_iso(utcnow()), "failed": failed,

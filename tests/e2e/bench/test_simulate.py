@@ -113,3 +113,36 @@ def test_a_seed_has_the_same_history_alone_and_after_another_seed() -> None:
     first, second = _digests(alone.stdout, 3), _digests(after.stdout, 3)
     assert set(first) == {1} and set(second) == {1, 2}, (alone.stdout, after.stdout)
     assert first[1] == second[1]
+
+
+# Which product code the worlds execute: coverage.py per package of sluice, from before
+# Sluice is imported; measuring changes no history (the digest is the unmeasured one).
+@pytest.mark.timeout(240)
+def test_coverage_is_printed_per_package_and_changes_no_history(tmp_path: Path) -> None:
+    import coverage
+
+    data = tmp_path / "sim.coverage"
+    measured = _simulate("--seed", "2", "--days", "1", "--coverage", "--coverage-data",
+                         str(data))
+    plain = _simulate("--seed", "2", "--days", "1")
+    assert measured.returncode == 0 and plain.returncode == 0, measured.stdout + plain.stdout
+    assert _digests(measured.stdout, 1) == _digests(plain.stdout, 1)
+    rows = {line.split()[0]: line.split() for line in measured.stdout.splitlines()
+            if line.startswith(("sluice", "total "))}
+    assert {"sluice.delivery", "sluice.rss", "sluice.http", "total"} <= set(rows), measured.stdout
+    assert float(rows["sluice.delivery"][4]) > 30 and int(rows["total"][2]) > 10_000
+    assert "delivery policy rows reached:" in measured.stdout
+    kept = coverage.CoverageData(str(data))
+    kept.read()
+    assert any(name.endswith("sluice/delivery/drain.py") for name in kept.measured_files())
+
+
+# The deployment's store may be Postgres (127.0.0.1:5432): a database of the seed's own,
+# dropped after; its history is as fixed by the seed as SQLite's.
+@pytest.mark.timeout(300)
+def test_a_seed_on_postgres_reports_no_violation_and_replays_alike() -> None:
+    first = _simulate("--seed", "2", "--days", "1", "--store", "postgres")
+    again = _simulate("--seed", "2", "--days", "1", "--store", "postgres")
+    assert first.returncode == 0 and again.returncode == 0, first.stdout + first.stderr
+    assert "postgres=1" in first.stdout
+    assert _digests(first.stdout, 1) == _digests(again.stdout, 1) != {}

@@ -72,7 +72,7 @@ def test_an_error_under_json_is_a_json_document_with_the_same_exit_code(
 def test_a_failing_in_process_handlers_traceback_stays_off_stderr(tmp_path: Path) -> None:
     (tmp_path / "boomapp.py").write_text(
         "from sluice.extend import Topic\n"
-        "TOPICS = [Topic('boomapp.work', 'boomapp:handler')]\n"
+        "TOPICS = [Topic('boomapp.work', 'boomapp:handler', fields=('n',))]\n"
         "def handler(services):\n"
         "    def handle(message, inbound):\n"
         "        raise RuntimeError('the handler broke')\n"

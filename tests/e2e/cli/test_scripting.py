@@ -40,6 +40,7 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
     (("schedule", "enable"), ["state-cleanup"], "", {0}),
     (("queues",), [], "", {0}),
     (("token",), ["--roles", "ops"], "", {0}),
+    (("packs",), [], "", {0}),
     (("generate",), ["--check"], "", {0, 2}),
     (("sign",), [], json.dumps(MESSAGE), {0}),
     (("verify",), [], "{signed}", {0}),

@@ -5,10 +5,6 @@ or API Gateway's source IP (on Lambda), and ``X-Forwarded-For`` only from a prox
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,28 +14,16 @@ from sluice.core.errors import ConfigurationError
 from sluice.core.settings import Settings
 from sluice.http.app import caller_address
 from sluice.store.db import open_database
-from tests.conftest import BASE_ENV, admin_token, free_port
+from tests.conftest import BASE_ENV, admin_token, start_dev
 
 SCRIPT = "<script>alert(1)</script>"
 
 
 def test_sluice_dev_stores_the_peer_not_the_callers_forwarded_for(tmp_path: Path) -> None:
-    port, db = free_port(), tmp_path / "dev.db"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "CRON_"))},
-           **BASE_ENV, "SLUICE_DATABASE_URL": f"sqlite:///{db}"}
-    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--port", str(port),
-                             "--no-scheduler"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    db = tmp_path / "dev.db"
+    base, proc = start_dev({**BASE_ENV, "SLUICE_DATABASE_URL": f"sqlite:///{db}"}, tmp_path,
+                           "--no-scheduler")
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("sluice dev did not start")
         token = admin_token(["super_admin"], subject="ops-1")
         for claim in (SCRIPT, "203.0.113.9"):
             answer = httpx.post(f"{base}/api/admin/state/cleanup", timeout=30, headers={

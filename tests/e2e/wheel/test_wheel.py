@@ -250,7 +250,9 @@ def test_sluice_generate_writes_the_apps_deployment(venv: Venv, app_site: Path,
     assert signup["handler"] == "sluice/lambda_handlers/consumers.handler"
     assert signup["events"][0]["sqs"]["batchSize"] == 5
     assert functions["http"]["handler"] == "sluice/lambda_handlers/http.handler"
-    assert {"stateCleanup", "deliveryDrain", "rssIngest"} <= set(functions)
+    # the app runs the delivery pack alone (its PACKS): Sluice's core job and the drain
+    assert set(functions) == {"http", "stateCleanup", "deliveryDrain", "exampleappDigest",
+                              "exampleappSignup"}
     assert {'exampleapp/**', 'shared/**'} <= set(serverless["package"]["patterns"])
     assert serverless["service"] == "exampleapp"
     queues = yaml.load((deploy / "infra" / "queues.yml").read_text(), Loader=Loader)

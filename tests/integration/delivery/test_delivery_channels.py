@@ -137,11 +137,10 @@ def test_short_blips_are_retried_in_process_honouring_retry_after(
 def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
         svc: Services, providers: Providers, sleeps: list[float]) -> None:
     store = DeliveryStore(svc.db)
-    # the providers' waits are past the run's budget too: no run waits for them
-    providers.telegram.flood_wait.extend([60])
+    providers.telegram.flood_wait.extend([120])  # past the run's budget: not waited
     providers.webhook.answers.extend([503] * 3)
     providers.slack.answers.extend([(429, {"ok": False, "error": "ratelimited"},
-                                     {"retry-after": "50"})])
+                                     {"retry-after": "90"})])
     for channel, recipient in (("telegram", "1001"), ("webhook", providers.webhook.url),
                                ("slack", "C0ALERTS"), ("email", "busy@example.com")):
         store.enqueue(channel, recipient, {"text": f"to {channel}"})
@@ -157,10 +156,10 @@ def test_transient_errors_past_the_in_process_retries_wait_out_the_schedule(
     assert first["rateLimited"] == 2
     waits = {e.channel: (e.next_attempt_at - started).total_seconds()
              for e in store.list(status=DeliveryStatus.PENDING)}
-    assert 60 <= waits["telegram"] < 65, "Telegram's retry_after, its attempt given back"
-    assert 50 <= waits["slack"] < 55, "Slack's Retry-After too"
+    assert 120 <= waits["telegram"] < 125, "Telegram's retry_after, its attempt given back"
+    assert 90 <= waits["slack"] < 95, "Slack's Retry-After too"
     assert 5 <= waits["webhook"] < 10 and 5 <= waits["email"] < 10, "the schedule's 5 s"
-    assert "retry after 60" in (store.list(channel="telegram")[0].last_error or "")
+    assert "retry after 120" in (store.list(channel="telegram")[0].last_error or "")
     attempts = {e.channel: e.attempts for e in store.list()}
     assert attempts == {"telegram": 0, "slack": 0, "webhook": 1, "email": 1}, \
         "a provider's pacing costs nothing; an answered failure is its entry's own"

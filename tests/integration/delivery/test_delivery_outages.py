@@ -39,7 +39,7 @@ def test_a_receiver_outage_holds_its_entries_and_counts_no_attempt(
     assert seed(result) == {"recovered": 1, "failed": 0, "skippedMaxRetries": 0,
                             "deferredBackoff": 0}
     assert result["outages"]["down"] == {}
-    assert result["outages"]["count"] == 3, "the second, and those of its turn, set aside"
+    assert result["outages"]["count"] == 5, "the second, and the rest of its claim, set aside"
     assert len(providers.webhook.received) == 6, "two entries' 3 in-process tries, then stop"
     for entry in hooks:
         stored = store.get(entry.id)

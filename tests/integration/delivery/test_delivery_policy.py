@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from sluice.core.observe import Reporter
 from sluice.core.services import Services
-from sluice.delivery.drain import PER_ROUND, report_drained
+from sluice.delivery.drain import CLAIM_BATCH, report_drained
 from sluice.delivery.store import DeliveryStatus, DeliveryStore
 from sluice.store.db import utcnow
 from tests.conftest import free_port
@@ -145,15 +145,15 @@ def _touched(svc: Services, since: datetime) -> int:
 
 def test_a_held_backlog_is_not_churned_by_the_claim(svc: Services, providers: Providers) -> None:
     # GIVEN 60 entries on a dead receiver (the first run found it failing at its second
-    # entry, set aside the rest of the receiver's turn, and never claimed the other 56)
+    # entry, set aside the rest of its claim, and never claimed the others)
     providers.webhook.answers.extend([503] * 1000)
     store = DeliveryStore(svc.db)
     for n in range(60):
         store.enqueue("webhook", providers.webhook.url, {"text": str(n)})
     since = utcnow()
     first = drain_once(svc)
-    assert first["outages"]["count"] == PER_ROUND - 1, "the second tried, two not sent"
-    assert _touched(svc, since) == PER_ROUND, "one turn of the receiver, no more"
+    assert first["outages"]["count"] == CLAIM_BATCH - 1, "the second tried, the rest not sent"
+    assert _touched(svc, since) == CLAIM_BATCH, "one claim of the receiver, no more"
     assert {e.attempts for e in store.list(limit=100)} == {0}, "the receiver's: none counted"
 
     # WHEN five more runs reach its probe, with healthy entries enqueued meanwhile

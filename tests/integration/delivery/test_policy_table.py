@@ -270,11 +270,12 @@ def _disable(w: World) -> Walked:
 
 @scenario(DeliveryOutcome.NO_SLOT)
 def _no_slot(w: World) -> Walked:
-    # 50 s spacing: past the run's budget, so no run waits for that slot
-    slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.02",
+    # 100 s spacing (5 % headroom: 105 s), past the run's budget: the run does not wait
+    # for the slot (a shorter one it would wait for, with nothing else to send)
+    slow = w.services(SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="0.01",
                       SLUICE_DELIVERY_RATE_WAIT_SECONDS="0")
     hook(w, "takes the slot")
-    return drained(w, hook(w, "waits"), slow, wait_s=51.0)
+    return drained(w, hook(w, "waits"), slow, wait_s=100.0)
 
 
 @scenario(DeliveryOutcome.PACING)
@@ -477,7 +478,13 @@ def test_every_row_of_the_policy_holds_against_the_code(
     elif row.due is Due.SCHEDULE:
         step = timedelta(seconds=STEPS_S[min(entry.attempts, len(STEPS_S)) - 1])
         assert walked.started + step - second <= due <= walked.ended + step + second
-    elif row.due in (Due.SLOT, Due.PROVIDER):
+    elif row.due is Due.SLOT:  # its receiver is paced until the slot; the entry keeps its place
+        wait = timedelta(seconds=walked.wait_s)
+        ready = _destination_at(world, entry.receiver or "", "ready_at")
+        assert ready is not None
+        assert walked.started + wait - 2 * second <= ready <= walked.ended + wait + second
+        assert due <= walked.ended and entry.id not in w_claim(world), "not before the slot"
+    elif row.due is Due.PROVIDER:
         wait = timedelta(seconds=walked.wait_s)
         assert walked.started + wait - 2 * second <= due <= walked.ended + wait + second
     elif row.due is Due.PROBE:

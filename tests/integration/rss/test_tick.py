@@ -20,7 +20,7 @@ from sluice.rss.store import GLOBAL_KEY, RssStore
 from sluice.rss.tick import ROTATION_WINDOW_MS, refresh_tick
 from sluice.store.flags import FlagStore
 from tests.providers.feeds import FeedServer
-from tests.rss_support import FakeClock, catalog, feed_services
+from tests.rss_support import FakeClock, catalog, feed_services, scope_with_a_rule
 from tests.sqs_helpers import bodies, create_queues, new_prefix, poll
 
 SECRET = "queue-secret-for-tests-0123456789"
@@ -114,19 +114,9 @@ def test_the_admin_post_rebuilds_the_global_catalog_inside_the_throttle(
 
 def test_alerts_from_new_stories_are_counted_in_the_ticks_answer(
         db_url: str, make_services: Callable[..., Services], feeds: FeedServer) -> None:
-    from sluice.alerts.rules import RulesStore
-
     svc = feed_services(make_services, db_url)
-    store = RssStore(svc.db)
-    source = store.add_source(feeds.add_rss("/t/live", items=2))
-    store.put_scope("scope-a", "tenant-a", (source.id,), "en", True)
     clock = FakeClock()
-    with catalog(svc, clock) as cat:
-        cat.refresh_scope("scope-a")
-    RulesStore(svc).put("scope-a", [{"id": "r1", "match": {"keywords": ["story"]},
-                                     "destination": {"channel": "slack",
-                                                     "recipient": "C0ALERTS"}}])
-    feeds.add_rss("/t/live", items=4)
+    scope_with_a_rule(svc, feeds, clock)
     clock.advance(3600)
     with catalog(svc, clock) as cat:
         body = refresh_tick(svc, tenant_ingestion=True, deadline=Deadline(60),

@@ -378,3 +378,19 @@ def test_a_feeds_wait_after_a_fault_is_its_whole_failure_streaks() -> None:
     assert held[1].end == limited.end + FEED_BACKOFF_MAX + timedelta(minutes=15)
     # a window after the feed could be read again starts a streak of its own
     assert held[2].end == alone.end + timedelta(hours=2, minutes=15)
+
+
+def test_a_full_page_of_failed_entries_hides_the_older_ones_without_losing_them() -> None:
+    """The listing shows the newest 500 by enqueue: an entry seen failed and enqueued before
+    the page's oldest is not judged gone; one enqueued after it and missing is."""
+    from bench.simulate.operator import retention_kept
+
+    t0 = datetime(2026, 1, 5, tzinfo=UTC)
+    judge = Judge(t0)
+    for entry_id, enqueued in (("old", t0), ("new", t0 + timedelta(hours=2))):
+        judge.failed_seen[entry_id] = (t0 + timedelta(hours=3), ("telegram", "1", 1))
+        judge.failed_enqueued[entry_id] = enqueued
+    retention_kept(judge, t0 + timedelta(days=1), set(), timedelta(days=7),
+                   shown_from=t0 + timedelta(hours=1))
+    assert [v.detail.split()[0] for v in judge.violations] == ["story-1"]
+    assert "old" in judge.failed_seen and "new" not in judge.failed_seen

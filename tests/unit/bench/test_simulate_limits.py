@@ -65,7 +65,8 @@ def test_the_reduced_runs_seeds_reach_every_event_kind() -> None:
 
 def test_outages_fall_under_the_bursts_with_a_crash_point_armed_inside() -> None:
     world, extra = _world(DEFAULT_SEEDS[0])
-    outages = [w for w in world.outages.windows if w.start < world.end and w not in world.armed]
+    outages = [w for w in world.outages.windows if w.start < world.end and w not in world.armed
+               and w not in world.hung]
     armed = [(at, point) for at, point in extra
              if any(w.start <= at < w.end for w in outages)]
     assert {point for _, point in armed} >= {"delivery.after_send", "redrive.after_claim"}
@@ -104,7 +105,8 @@ def test_faults_coincide_on_one_step_or_one_entry_in_the_reduced_run() -> None:
                 w.kind == "down" and timedelta(0) < w.start - story.published < timedelta(minutes=5)
                 and w.end - w.start > EXPIRY_PAST and w.end < world.end
                 for peer in world.destinations.values() for w in peer.windows)
-        chats = [point.split("@", 1)[1] for _, point in extra if "@" in point]
+        chats = [point.split("@", 1)[1] for _, point in extra if "@" in point
+                 and point.split("@", 1)[1] not in set(world.isolation_crashes_to())]
         targeted |= len(chats) >= 2 and len(set(chats)) == 1
     assert hung and chat_hung and targeted and expiring
 
@@ -151,7 +153,7 @@ def test_an_sqs_window_owes_each_tenant_a_lone_story_by_the_tick_after_it() -> N
         world, _ = _world(seed)
         (window,) = world.sqs_throttled
         assert world.start < window.start < window.end < world.end
-        assert len(world.received_by) == len(world.tenants)
+        assert 1 <= len(world.received_by) <= len(world.tenants)
         published = {s.number: (name, s) for name, f in world.feeds.items() for s in f.stories}
         for (number, destination), by in world.received_by.items():
             name, story = published[number]
@@ -186,3 +188,30 @@ def test_an_app_notice_naming_a_user_waits_through_their_purge() -> None:
             assert down is not None and down.kind == "down"
             assert down.end >= ends + timedelta(hours=4)
             assert down.end < at + timedelta(days=1)  # before the entry would expire
+
+
+def test_a_story_owed_by_the_next_tick_never_goes_to_a_destination_still_disabled() -> None:
+    """A refusal disables its destination until the operator's next visit after it answers:
+    a lone story owed by the tick after it (an SQS window's, the shared rule id's) is drawn
+    only where every destination it goes to is enabled then, so its failing
+    ``destination_disabled`` is never read as a late build (seed 5 x 30 drew one to a Slack
+    channel refused 4.5 hours before, the operator's visit days away)."""
+    from bench.simulate.limits import _held_disabled
+
+    checked = 0
+    for seed in (*DEFAULT_SEEDS, 5):
+        world = generate(seed, T0, 30)
+        reach_limits(world, seed)
+        published = {s.number: s.published for f in world.feeds.values() for s in f.stories}
+        for (number, destination) in world.received_by:
+            assert not _held_disabled(world, destination, published[number])
+            checked += 1
+    assert checked
+    world = generate(5, T0, 30)
+    peer = world.destinations["slack:C30"]
+    refused = next(w for w in peer.windows if w.kind == "refuse")
+    after = refused.end + timedelta(hours=1)
+    visits = [v for v in world.operator_at if refused.end <= v]
+    assert _held_disabled(world, "slack:C30", after) == (not visits or visits[0] >= after)
+    if visits:
+        assert not _held_disabled(world, "slack:C30", visits[0] + timedelta(minutes=1))

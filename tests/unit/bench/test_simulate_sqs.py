@@ -60,3 +60,17 @@ def test_an_unanswered_send_is_a_transient_store_error_to_the_wrapper() -> None:
     assert sqs.send(url, "{}", "k")
     with pytest.raises(TransientStoreError):
         sqs.send(url, "{}", "k")
+
+
+def test_a_crashed_receive_counts_towards_its_own_messages_dead_letter_and_no_others() -> None:
+    """A message dead-lettered at its fifth receive after four failures of its own and one
+    invocation that crashed holding it is as documented (SQS counts the receive the function
+    died in); the same crash, holding another message, forgives nothing here."""
+    from bench.simulate.queues import MAX_ATTEMPTS, receives_charged
+
+    failed_at = {("m-1", 2), ("m-1", 3), ("m-1", 4), ("m-1", 5), ("m-2", 1)}
+    own, crashed = receives_charged("m-1", failed_at, {"m-1": 1})
+    assert (own, crashed) == (4, 1) and own + crashed >= MAX_ATTEMPTS
+    own, crashed = receives_charged("m-1", failed_at, {"m-2": 1})
+    assert own + crashed < MAX_ATTEMPTS  # dead-lettered one receive early: a violation
+    assert receives_charged("m-2", failed_at, {}) == (1, 0)

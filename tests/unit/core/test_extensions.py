@@ -82,7 +82,7 @@ def test_a_malformed_job_is_refused_naming_the_module(module: types.ModuleType,
 @pytest.mark.parametrize(("declared", "words"), [
     ({"TOPICS": [Topic("rss.ingest", "app.work:h")]}, "already taken"),
     ({"TOPICS": [Topic("signup", "app.work:h")]}, "area.name"),
-    ({"TOPICS": [Topic("app.signup")]}, "'module:function'"),
+    ({"TOPICS": [Topic("app.signup", "app.work.h")]}, "'module:function'"),
     ({"TOPICS": [Topic("app.signup", "app.work:h", batch_size=11)]}, "batch_size"),
     ({"TOPICS": [Topic("app.signup", "app.work:h", max_concurrency=1)]}, "max_concurrency"),
     ({"TOPICS": [Topic("app.signup", "app.work:h", concurrency_var="X")]}, "concurrency_var"),
@@ -146,6 +146,7 @@ def test_a_malformed_channel_is_refused(module: types.ModuleType, channel: Chann
 
 
 def test_sluices_own_jobs_pass_the_checks_an_apps_do() -> None:
-    from sluice.jobs.registry import SLUICE_JOBS, check_job
+    from sluice.jobs.registry import check_job
 
-    assert [check_job(job, "sluice") for job in SLUICE_JOBS] == list(SLUICE_JOBS)
+    own = list(JOBS.using(()).values())  # the core's and every pack's (sluice.packs)
+    assert [check_job(job, "sluice") for job in own] == own and len(own) == 7

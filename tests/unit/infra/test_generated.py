@@ -172,7 +172,8 @@ def test_the_apps_template_keeps_sluices_own_deployment_settings(tmp_path: Any) 
 
     own = _load((ROOT / "serverless.yml").read_text())
     target = Deployment(tmp_path, service="myapp", packages=("myapp", "shared"))
-    app = _load(outputs(target, dict(JOBS.own), dict(TOPICS.own))[tmp_path / "serverless.yml"])
+    app = _load(outputs(target, dict(JOBS.using(())), dict(TOPICS.using(())))[
+        tmp_path / "serverless.yml"])
     assert app["service"] == "myapp"
     assert app["provider"]["environment"].pop("SLUICE_APP") == ""  # no extension here
     assert app["provider"] == own["provider"] and app["resources"] == own["resources"]

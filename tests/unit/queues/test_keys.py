@@ -55,7 +55,8 @@ def test_redis_completions_expire_after_the_whole_retention() -> None:
 
 
 def test_the_idempotency_key_counts_utf16_units_as_javascript_does() -> None:
-    from sluice.queues.keys import idempotency_key, js_prefix
+    from sluice.queues.keys import js_prefix
+    from sluice.queues.keys import reference_key as idempotency_key
 
     # "a😀b".slice(0, 2) is "a" and a lone high surrogate: "a_"; the whole is "a__b"
     assert js_prefix("a😀b", 2) == "a_" and js_prefix("a😀b") == "a__b"

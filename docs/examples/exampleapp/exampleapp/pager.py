@@ -12,6 +12,7 @@ from sluice.extend import (
     NO_PROGRESS,
     ChannelAdapter,
     DeliveryEntry,
+    EgressError,
     Outbound,
     Progress,
     Retrier,
@@ -31,17 +32,12 @@ class PagerAdapter:
         self.base_url = base_url.rstrip("/")
         self.retrier = retrier
 
-    def outage_key(self, entry: DeliveryEntry) -> str:
-        return "exampleapp-pager"  # one service: when it is down, every page waits
-
     def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str:
         # one request per entry: nothing to resume, so ``progress`` is not used
         text = "\n".join(message_of(entry).parts)
         return self.retrier.call(lambda: self._post(entry, text), label=f"pager {entry.id}")
 
     def _post(self, entry: DeliveryEntry, text: str) -> str:
-        from sluice.egress import EgressError
-
         try:
             answer = self.client.request(
                 "POST", f"{self.base_url}/pages/{entry.recipient}", json={"text": text},
@@ -51,7 +47,7 @@ class PagerAdapter:
         if answer.status >= 500:
             raise TransientDeliveryError(f"pager answered {answer.status}")
         if answer.status >= 400:
-            raise refused(f"pager: {answer.text()[:200]}", status=answer.status)
+            raise refused(f"pager: {answer.text[:200]}", status=answer.status)
         return str(answer.json().get("id"))
 
 

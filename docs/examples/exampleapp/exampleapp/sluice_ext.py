@@ -1,5 +1,7 @@
 """What the app adds to Sluice: declarations only (every Sluice function imports this at
-cold start); each drain, handler factory and adapter is imported where it runs."""
+cold start); each drain, handler factory and adapter is imported where it runs. ``PACKS``
+chooses Sluice's own capabilities: this app only sends deliveries, so it runs the delivery
+pack alone (no rss, alerts, metering, ledger, erasure or history functions or queues)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from sluice.extend import (
     Topic,
 )
 
+PACKS = ["delivery"]
+
 JOBS = [
     Job(name="exampleapp-digest", route="/api/admin/exampleapp/digest",
         schedule="rate(1 minute)", surface="delivery", target="exampleapp.work:run_digest",
@@ -23,8 +27,10 @@ JOBS = [
 ]
 
 TOPICS = [
-    # its handler enqueues under an idempotency key: completions once per batch
-    Topic("exampleapp.signup", "exampleapp.work:signup_handler", batch_size=5, idempotent=True),
+    # its handler enqueues under an idempotency key: completions once per batch. A message
+    # is the new user and their team's pager, keyed by the user.
+    Topic("exampleapp.signup", "exampleapp.work:signup_handler", batch_size=5, idempotent=True,
+          fields=("userId", "name", "pager"), key=("userId",)),
 ]
 
 

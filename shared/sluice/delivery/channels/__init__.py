@@ -1,24 +1,23 @@
 """Channel adapters, one module per channel, and the registry that lists them.
 
-A Sluice channel is one module here (an adapter with ``send``, a
-``build(settings, outbound, retrier)`` that returns it when its credential is set, and
-``CHANNEL = Channel(name, recipient, build)``) plus its name in ``CHANNEL_MODULES``.
-Its settings go in the settings table (credentials marked ``secret``). An app's channel
-is a ``Channel`` with its own recipient ``check`` in its extension module's ``CHANNELS``
-(``sluice.core.extensions``); ``channels()`` merges both.
+A Sluice channel is one module here (an adapter with ``send``, and a
+``build(settings, outbound, retrier)`` that returns it when its credential is set),
+registered as a ``Channel`` in the delivery pack's ``CHANNELS`` (``sluice.packs.delivery``)
+with its recipient check from ``sluice.core.validate.RECIPIENTS``. Its settings go in the
+settings table (credentials marked ``secret``). An app's channel is a ``Channel`` with its
+own recipient ``check`` in its extension module's ``CHANNELS`` (``sluice.core.extensions``);
+``channels()`` merges both, and is empty when the delivery pack is off.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import ConfigurationError
 from sluice.core.extensions import Table
-from sluice.core.validate import RECIPIENTS
-from sluice.core.validate import check_recipient as check_own_recipient
+from sluice.core.validate import refuse
 from sluice.delivery.channels.base import Channel, ChannelAdapter, Outbound, refused, webhook_guard
 from sluice.delivery.channels.webhook import IDEMPOTENCY_HEADER
 from sluice.delivery.retry import Retrier
@@ -26,10 +25,7 @@ from sluice.delivery.retry import Retrier
 if TYPE_CHECKING:
     from sluice.core.settings import Settings
 
-# The registry: one line per channel module of this package.
-CHANNEL_MODULES = ("webhook", "slack", "telegram", "email")
-
-__all__ = ["CHANNEL_MODULES", "IDEMPOTENCY_HEADER", "Channel", "ChannelAdapter", "Outbound",
+__all__ = ["IDEMPOTENCY_HEADER", "Channel", "ChannelAdapter", "Outbound",
            "build_adapters", "channels", "check_recipient", "deduplicating", "refused",
            "webhook_guard"]
 
@@ -38,7 +34,7 @@ MAX_NAME = 32
 
 
 def check_channel(item: object, source: str) -> Channel:
-    """A declared channel, well formed: a name, a callable ``build`` and its own recipient
+    """A declared channel, well formed: a name, a callable ``build`` and its recipient
     check (nothing is stored for a channel that cannot say what it can address)."""
     if not isinstance(item, Channel):
         raise ConfigurationError(f"{source}: CHANNELS holds {item!r}, not a "
@@ -55,22 +51,20 @@ def check_channel(item: object, source: str) -> Channel:
 
 @cache
 def _table() -> Table[Channel]:
-    own = [importlib.import_module(f"{__name__}.{module}").CHANNEL for module in CHANNEL_MODULES]
-    return Table("CHANNELS", own, lambda channel: channel.name, check_channel)
+    return Table("CHANNELS", (), lambda channel: channel.name, check_channel)
 
 
 def channels() -> dict[str, Channel]:
-    """Every channel by name: Sluice's, then the app's."""
+    """Every channel by name: the delivery pack's, then the app's."""
     return _table().merged()
 
 
 def check_recipient(channel: str, value: Any, *, field: str) -> str:
-    """What ``channel`` can address: Sluice's checks (``sluice.core.validate``) for its
-    own channels, the channel's own ``check`` for an app's."""
-    app = channels().get(channel)
-    if channel not in RECIPIENTS and app is not None and app.check is not None:
-        return app.check(value, field)
-    return check_own_recipient(channel, value, field=field)
+    """What ``channel`` can address, by the channel's own ``check``."""
+    found = channels().get(channel)
+    if found is None or found.check is None:
+        raise refuse(field, f"no recipient check for channel {channel!r}")
+    return found.check(value, field)
 
 
 def deduplicating() -> frozenset[str]:

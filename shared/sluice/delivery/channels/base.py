@@ -1,4 +1,5 @@
-"""What every channel module shares: the adapter protocol, its registration, typed refusals.
+"""What every channel module shares: typed refusals, chunked sends, and (from
+``sluice.delivery.adapter``) the adapter protocol and its registration.
 
 An adapter's ``send(entry, progress)`` returns the platform's message id (several,
 comma-joined, when the message went out in chunks) or raises ``PermanentDeliveryError`` (the
@@ -13,11 +14,20 @@ recipient when it is enqueued (``sluice.delivery.keys``), never by the adapter.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from sluice.core.observe import logger
+from sluice.delivery.adapter import (
+    NO_PROGRESS,
+    Channel,
+    ChannelAdapter,
+    NoProgress,
+    Outbound,
+    Progress,
+    RecipientCheck,
+    webhook_guard,
+)
 from sluice.delivery.classify import (
     CredentialsRefused,
     OutcomeUnknown,
@@ -29,116 +39,17 @@ from sluice.delivery.classify import (
 from sluice.delivery.payload import Message, parse
 from sluice.delivery.retry import Retrier
 from sluice.delivery.store import DeliveryEntry
-from sluice.egress import (
-    AddressGuard,
-    Answer,
-    AnswerRefused,
-    DestinationRefused,
-    Egress,
-    EgressError,
-    NotSent,
-)
+from sluice.egress import Answer, AnswerRefused, DestinationRefused, EgressError, NotSent
 from sluice.egress.pacing import Pacing
 
-if TYPE_CHECKING:
-    from sluice.core.settings import Settings
+__all__ = ["CREDENTIAL_STATUSES", "NO_PROGRESS", "RETRYABLE_4XX", "Channel", "ChannelAdapter",
+           "NoProgress", "Outbound", "Progress", "RecipientCheck", "json_of", "message_of",
+           "refused", "send_chunks", "transient", "transport_error", "webhook_guard"]
 
 # 4xx answers that say "later", not "never".
 RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 CREDENTIAL_STATUSES = frozenset({401, 403})
 T = TypeVar("T")
-
-
-class Progress(Protocol):
-    """What one send of a chunked entry reads and leaves behind (``sluice.delivery.chunks``)."""
-
-    def done(self) -> Mapping[int, str | None]:
-        """The chunks already accepted, by index (None: refused for good, skipped)."""
-        ...
-
-    def slot(self) -> None:
-        """A rate slot for the next chunk, or ``NoRateSlot``."""
-        ...
-
-    def took(self, chunk: int, message_id: str | None) -> None:
-        """Record chunk ``chunk``'s answer durably, before the next chunk is sent."""
-        ...
-
-
-class NoProgress:
-    """A send that records nothing and takes no further slot (one message, or a test)."""
-
-    def done(self) -> Mapping[int, str | None]:
-        return {}
-
-    def slot(self) -> None:
-        return None
-
-    def took(self, chunk: int, message_id: str | None) -> None:
-        return None
-
-
-NO_PROGRESS = NoProgress()
-
-
-class ChannelAdapter(Protocol):
-    name: str
-
-    def send(self, entry: DeliveryEntry, progress: Progress = NO_PROGRESS) -> str: ...
-
-
-
-def webhook_guard(allow_hosts: Sequence[str] = ()) -> AddressGuard:
-    """Webhook recipients come from rules: public addresses only, unless the host is in
-    ``SLUICE_WEBHOOK_ALLOW_HOSTS``."""
-    return AddressGuard(allow_hosts, setting="SLUICE_WEBHOOK_ALLOW_HOSTS", field="recipient")
-
-
-class Outbound(NamedTuple):
-    """The adapters' ways out: ``providers`` for the APIs set in settings (Slack, Telegram:
-    trusted as configured), ``webhooks`` for recipients named in rules (guarded); both end
-    every request by ``deadline`` (``time.monotonic`` seconds)."""
-
-    providers: Egress
-    webhooks: Egress
-    deadline: float | None = None
-
-    @classmethod
-    def open(cls, settings: Settings, *, deadline_s: float | None = None) -> Outbound:
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        timeout = settings.delivery_send_timeout_s
-        return cls(Egress(timeout_s=timeout, deadline=deadline),
-                   Egress(timeout_s=timeout, deadline=deadline,
-                          guard=webhook_guard(settings.webhook_allow_hosts)),
-                   deadline)
-
-    def close(self) -> None:
-        self.providers.close()
-        self.webhooks.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-RecipientCheck = Callable[[Any, str], str]
-
-
-class Channel(NamedTuple):
-    """One channel module's registration: its name, what a recipient is, how to build it
-    (None when its credential is not configured), whether its receivers drop a repeated
-    message by its idempotency key (then an unknown outcome may be resent freely), and
-    ``check(value, field)``, the recipient check an app's channel brings (Sluice's own are
-    in ``sluice.core.validate.RECIPIENTS``): it returns the recipient as stored or raises
-    ``sluice.RequestError`` naming ``field``."""
-
-    name: str
-    recipient: str
-    build: Callable[[Settings, Outbound, Retrier], ChannelAdapter | None]
-    deduplicates: bool = False
-    check: RecipientCheck | None = None
 
 
 def refused(text: str, *, status: int | None = None,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from sluice.delivery.channels.base import (
     NO_PROGRESS,
-    Channel,
     ChannelAdapter,
     Outbound,
     Progress,
@@ -98,6 +97,3 @@ def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdap
     if not (settings.smtp_host and settings.smtp_from):
         return None
     return EmailAdapter(smtp_server(settings), settings.smtp_from, retrier, client.deadline)
-
-
-CHANNEL = Channel("email", "an email address", build)

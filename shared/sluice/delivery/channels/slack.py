@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.delivery.channels.base import (
     NO_PROGRESS,
-    Channel,
     ChannelAdapter,
     Outbound,
     Progress,
@@ -86,6 +85,3 @@ def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdap
         return None
     return SlackAdapter(client.providers, settings.slack_bot_token, settings.slack_api_url, retrier,
                         pacing_cap_s=settings.delivery_pacing_cap_s)
-
-
-CHANNEL = Channel("slack", "a channel id", build)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.delivery.channels.base import (
     NO_PROGRESS,
-    Channel,
     ChannelAdapter,
     Outbound,
     Progress,
@@ -115,6 +114,3 @@ def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdap
         return None
     return TelegramAdapter(client.providers, settings.telegram_bot_token, settings.telegram_api_url,
                            retrier, pacing_cap_s=settings.delivery_pacing_cap_s)
-
-
-CHANNEL = Channel("telegram", "a chat id", build)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from sluice.core.webhooks import sign
 from sluice.delivery.channels.base import (
     NO_PROGRESS,
-    Channel,
     ChannelAdapter,
     Outbound,
     Progress,
@@ -81,6 +80,3 @@ def build(settings: Settings, client: Outbound, retrier: Retrier) -> ChannelAdap
         return None
     return WebhookAdapter(client.webhooks, settings.webhook_signing_secrets, retrier,
                           pacing_cap_s=settings.delivery_pacing_cap_s)
-
-
-CHANNEL = Channel("webhook", "an http(s) URL", build, deduplicates=True)

@@ -22,6 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from sluice.core.auth import SESSION_COOKIE, Identity
 from sluice.core.errors import NotFound, RequestError, SluiceError
+from sluice.core.extensions import packs_on
+from sluice.core.packs import owner
 from sluice.core.services import Services
 from sluice.core.surfaces import Surface
 from sluice.core.times import iso_z, json_default
@@ -68,6 +70,12 @@ NAV: tuple[tuple[str, str], ...] = (
 PAGE_SIZES = (10, 25, 50, 100)
 
 
+def nav() -> tuple[tuple[str, str], ...]:
+    """The pages of ``NAV`` this deployment serves (a pack that is off takes its own)."""
+    return tuple((path, label) for path, label in NAV
+                 if (pack := owner(path)) is None or pack in packs_on())
+
+
 # --- plumbing ------------------------------------------------------------------------------
 
 
@@ -79,7 +87,7 @@ def _secure(response: Response) -> Response:
 
 def _page(request: Request, template: str, *, status: int = 200,
           identity: Identity | None = None, **context: Any) -> Response:
-    html = render(template, request=request, now=utcnow(), nav=NAV, path=request.url.path,
+    html = render(template, request=request, now=utcnow(), nav=nav(), path=request.url.path,
                   identity=identity, csrf=csrf_token(request) if identity else "",
                   csrf_field=CSRF_FIELD, **context)
     return _secure(HTMLResponse(html, status_code=status))
@@ -221,7 +229,7 @@ def nav_surfaces() -> list[tuple[str, Surface]]:
     guards: dict[str, Surface] = {
         route.path: cast(Surface, surface) for route in router.routes if isinstance(route, APIRoute)
         and isinstance(surface := getattr(route.endpoint, "surface", None), str)}
-    return [(path, guards[path]) for path, _ in NAV if path in guards]
+    return [(path, guards[path]) for path, _ in nav() if path in guards]
 
 
 @router.get("/admin", include_in_schema=False)
@@ -279,8 +287,9 @@ async def overview_page(request: Request, identity: Identity) -> Response:
     services = _services(request)
     data = await run_in_threadpool(overview_model, services)
     history = await run_in_threadpool(model.history, services)
+    # depth over time is sampled by the history pack's job: without it there is none to draw
     return _page(request, "overview.html", identity=identity, title="Queue health",
-                 data=data, history=history, refresh=True)
+                 data=data, history=history, depths="history" in packs_on(), refresh=True)
 
 
 @router.get("/api/admin/console/overview", name="console:overview.json")

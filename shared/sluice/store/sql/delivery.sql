@@ -82,40 +82,77 @@ WHERE idempotency_key IN (
 -- (not paused; not disabled unless an operator restarted the entry since; the receiver's
 -- rate slot and provider's wait passed; a failing receiver only when its probe is due),
 -- served in turns: each receiver's first entry, then each one's second, and so on, up to
--- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
--- the last minute), receivers after :after first so that a claim smaller than the
--- receivers waiting goes round them all; a receiver's due entries oldest first (an entry
--- set aside for a slot keeps its place), a failing receiver's earliest due first (a failed
--- probe goes behind the others, so the probes go round them). What cannot go now is never
--- claimed, so a backlog that waits costs nothing but its reading.
+-- a share of a receiver: :per_round, or more when fewer receivers wait than :limit
+-- (ceil(:limit / receivers waiting), so a lone backlog goes :limit at a time), and one of
+-- a failing receiver (its probe) or of one paced within the last minute. Receivers after
+-- :after come first, so a claim smaller than the receivers waiting goes round them all.
+-- Bounded by the index on (receiver, next_attempt_at), not by the entries due: the walk
+-- skips from one receiver with pending entries to the next (one index probe each, however
+-- long its backlog), reads at most :limit claimable entries of each, and the first :limit
+-- receivers with one (in walk order) are those waiting. What cannot go now is never
+-- claimed, so a backlog that waits costs one probe a claim.
+WITH RECURSIVE ahead(receiver) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue
+            WHERE status = 'pending' AND receiver > :after)
+  UNION ALL
+    SELECT (SELECT min(q.receiver) FROM delivery_queue q
+            WHERE q.status = 'pending' AND q.receiver > a.receiver)
+    FROM ahead a WHERE a.receiver IS NOT NULL
+), behind(receiver) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE status = 'pending')
+  UNION ALL
+    SELECT (SELECT min(q.receiver) FROM delivery_queue q
+            WHERE q.status = 'pending' AND q.receiver > b.receiver)
+    FROM behind b WHERE b.receiver <= :after
+), walk AS (
+    SELECT receiver, 0 AS lap FROM ahead WHERE receiver IS NOT NULL
+  UNION ALL
+    SELECT receiver, 1 AS lap FROM behind WHERE receiver <= :after
+), waiting AS MATERIALIZED (
+    SELECT w.receiver, w.lap, e.ids,
+           r.down_since IS NOT NULL OR r.ready_at > :paced_since AS slow
+    FROM walk w
+    LEFT JOIN delivery_destinations r ON r.key = w.receiver
+    CROSS JOIN LATERAL (
+        SELECT array_agg(s.id ORDER BY s.next_attempt_at, s.enqueued_at, s.id) AS ids
+        FROM (
+            SELECT q.id, q.next_attempt_at, q.enqueued_at
+            FROM delivery_queue q
+            LEFT JOIN delivery_destinations x
+                   ON x.key = q.destination AND x.key <> q.receiver
+            WHERE q.receiver = w.receiver AND q.status = 'pending'
+              AND q.next_attempt_at <= :now AND q.held_by IS NULL
+              AND (CAST(:channels AS jsonb) IS NULL
+                   OR q.channel IN (SELECT jsonb_array_elements_text(CAST(:channels AS jsonb))))
+              AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
+              AND (x.key IS NULL OR (
+                    (x.paused_until IS NULL OR x.paused_until <= :now)
+                AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
+            ORDER BY q.next_attempt_at, q.enqueued_at, q.id
+            LIMIT :limit
+        ) s
+    ) e
+    WHERE e.ids IS NOT NULL
+      AND (r.key IS NULL OR (
+            (r.paused_until IS NULL OR r.paused_until <= :now)
+        AND (r.ready_at IS NULL OR r.ready_at <= :now)
+        AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
+    ORDER BY w.lap, w.receiver
+    LIMIT :limit
+), turns AS (
+    SELECT w.receiver, w.lap, t.id, t.turn,
+           CASE WHEN w.slow THEN 1
+                ELSE greatest(:per_round, (:limit + n.waiting - 1) / n.waiting)
+           END AS share
+    FROM waiting w CROSS JOIN (SELECT count(*) AS waiting FROM waiting) n
+    CROSS JOIN LATERAL unnest(w.ids) WITH ORDINALITY AS t(id, turn)
+)
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
 WHERE status = 'pending' AND id IN (
-    SELECT id FROM (
-        SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
-               row_number() OVER (PARTITION BY q.receiver
-                                  ORDER BY CASE WHEN r.down_since IS NULL THEN q.enqueued_at END,
-                                           q.next_attempt_at, q.enqueued_at, q.id) AS turn,
-               CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
-                    ELSE :per_round END AS share
-        FROM delivery_queue q
-        LEFT JOIN delivery_destinations r ON r.key = q.receiver
-        LEFT JOIN delivery_destinations x ON x.key = q.destination AND x.key <> q.receiver
-        WHERE q.status = 'pending' AND q.held_by IS NULL AND q.next_attempt_at <= :now
-          AND (CAST(:channels AS jsonb) IS NULL
-               OR q.channel IN (SELECT jsonb_array_elements_text(CAST(:channels AS jsonb))))
-          AND (r.key IS NULL OR (
-                (r.paused_until IS NULL OR r.paused_until <= :now)
-            AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
-            AND (r.ready_at IS NULL OR r.ready_at <= :now)
-            AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
-          AND (x.key IS NULL OR (
-                (x.paused_until IS NULL OR x.paused_until <= :now)
-            AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
-    ) due
-    WHERE turn <= share
-    ORDER BY turn, CASE WHEN receiver > :after THEN 0 ELSE 1 END, receiver
+    SELECT id FROM turns WHERE turn <= share
+    ORDER BY turn, lap, receiver
     LIMIT :limit
 )
 RETURNING *
@@ -131,44 +168,71 @@ UPDATE delivery_destinations SET next_probe_at = :lease_until, updated_at = :now
 WHERE down_since IS NOT NULL AND key IN (SELECT jsonb_array_elements_text(CAST(:keys AS jsonb)))
 
 -- name: claim @sqlite
--- One statement: due pending entries whose destination and receiver let them go now
--- (not paused; not disabled unless an operator restarted the entry since; the receiver's
--- rate slot and provider's wait passed; a failing receiver only when its probe is due),
--- served in turns: each receiver's first entry, then each one's second, and so on, up to
--- :per_round of a receiver (one of a failing receiver, its probe, or of one paced within
--- the last minute), receivers after :after first so that a claim smaller than the
--- receivers waiting goes round them all; a receiver's due entries oldest first (an entry
--- set aside for a slot keeps its place), a failing receiver's earliest due first (a failed
--- probe goes behind the others, so the probes go round them). What cannot go now is never
--- claimed, so a backlog that waits costs nothing but its reading.
+-- As claim @postgres; without LATERAL, a receiver's first :limit claimable entries are
+-- a correlated subquery's JSON array, and their turns are numbered within the receiver.
+WITH RECURSIVE ahead(receiver) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue
+            WHERE status = 'pending' AND receiver > :after)
+  UNION ALL
+    SELECT (SELECT min(q.receiver) FROM delivery_queue q
+            WHERE q.status = 'pending' AND q.receiver > a.receiver)
+    FROM ahead a WHERE a.receiver IS NOT NULL
+), behind(receiver) AS (
+    SELECT (SELECT min(receiver) FROM delivery_queue WHERE status = 'pending')
+  UNION ALL
+    SELECT (SELECT min(q.receiver) FROM delivery_queue q
+            WHERE q.status = 'pending' AND q.receiver > b.receiver)
+    FROM behind b WHERE b.receiver <= :after
+), walk AS (
+    SELECT receiver, 0 AS lap FROM ahead WHERE receiver IS NOT NULL
+  UNION ALL
+    SELECT receiver, 1 AS lap FROM behind WHERE receiver <= :after
+), waiting AS (
+    SELECT receiver, lap, ids, slow FROM (
+        SELECT w.receiver, w.lap,
+               r.down_since IS NOT NULL OR r.ready_at > :paced_since AS slow,
+               (SELECT json_group_array(s.id) FROM (
+                    SELECT q.id
+                    FROM delivery_queue q
+                    LEFT JOIN delivery_destinations x
+                           ON x.key = q.destination AND x.key <> q.receiver
+                    WHERE q.receiver = w.receiver AND q.status = 'pending'
+                      AND q.next_attempt_at <= :now AND q.held_by IS NULL
+                      AND (:channels IS NULL
+                           OR q.channel IN (SELECT value FROM json_each(:channels)))
+                      AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
+                      AND (x.key IS NULL OR (
+                            (x.paused_until IS NULL OR x.paused_until <= :now)
+                        AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
+                    ORDER BY q.next_attempt_at, q.enqueued_at, q.id
+                    LIMIT :limit) s) AS ids
+        FROM walk w
+        LEFT JOIN delivery_destinations r ON r.key = w.receiver
+        WHERE r.key IS NULL OR (
+                (r.paused_until IS NULL OR r.paused_until <= :now)
+            AND (r.ready_at IS NULL OR r.ready_at <= :now)
+            AND (r.down_since IS NULL OR r.next_probe_at <= :now))
+    )
+    WHERE ids <> '[]'
+    ORDER BY lap, receiver
+    LIMIT :limit
+), turns AS (
+    SELECT w.receiver, w.lap, q.id,
+           row_number() OVER (PARTITION BY w.receiver
+                              ORDER BY q.next_attempt_at, q.enqueued_at, q.id) AS turn,
+           CASE WHEN w.slow THEN 1
+                ELSE max(:per_round, (:limit + n.waiting - 1) / n.waiting) END AS share
+    FROM waiting w
+    CROSS JOIN (SELECT count(*) AS waiting FROM waiting) n
+    JOIN json_each(w.ids) j
+    JOIN delivery_queue q ON q.id = j.value
+)
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
 WHERE status = 'pending' AND id IN (
-    SELECT id FROM (
-        SELECT q.id, q.receiver, q.next_attempt_at, q.enqueued_at,
-               row_number() OVER (PARTITION BY q.receiver
-                                  ORDER BY CASE WHEN r.down_since IS NULL THEN q.enqueued_at END,
-                                           q.next_attempt_at, q.enqueued_at, q.id) AS turn,
-               CASE WHEN r.down_since IS NOT NULL OR r.ready_at > :paced_since THEN 1
-                    ELSE :per_round END AS share
-        FROM delivery_queue q
-        LEFT JOIN delivery_destinations r ON r.key = q.receiver
-        LEFT JOIN delivery_destinations x ON x.key = q.destination AND x.key <> q.receiver
-        WHERE q.status = 'pending' AND q.held_by IS NULL AND q.next_attempt_at <= :now
-          AND (:channels IS NULL
-               OR q.channel IN (SELECT value FROM json_each(:channels)))
-          AND (r.key IS NULL OR (
-                (r.paused_until IS NULL OR r.paused_until <= :now)
-            AND (r.disabled_at IS NULL OR q.restarted_at > r.disabled_at)
-            AND (r.ready_at IS NULL OR r.ready_at <= :now)
-            AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
-          AND (x.key IS NULL OR (
-                (x.paused_until IS NULL OR x.paused_until <= :now)
-            AND (x.disabled_at IS NULL OR q.restarted_at > x.disabled_at)))
-    ) due
-    WHERE turn <= share
-    ORDER BY turn, CASE WHEN receiver > :after THEN 0 ELSE 1 END, receiver
+    SELECT id FROM turns WHERE turn <= share
+    ORDER BY turn, lap, receiver
     LIMIT :limit
 )
 RETURNING *
