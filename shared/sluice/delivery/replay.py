@@ -213,7 +213,7 @@ class Replay:
             report.chosen += len(chosen)
             self._restart(outcome, chosen, report, audit)
             progress(report)
-            crash_point("delivery.replay.after_page")
+            crash_point("replay.after_page")
             if not more or (deadline is not None and deadline.expired()):
                 return report
 

@@ -230,7 +230,7 @@ def test_a_replay_killed_part_way_leaves_its_audit_row_holding_its_count(
         via: str, env: dict[str, str], svc: Services) -> None:
     # GIVEN 1,200 failed entries of one chat, among 300 of another
     insert_failed(svc.db, [("telegram", "1001")] * MANY + [("telegram", "1003")] * 300)
-    crash = {**env, "SLUICE_CRASH_AT": "delivery.replay.after_page@2"}
+    crash = {**env, "SLUICE_CRASH_AT": "replay.after_page@2"}
     body = {"destination": CHAT, "since": since()}
     # WHEN a replay is killed for real after its second page
     if via == "cli":
