@@ -128,13 +128,15 @@ class Control(NamedTuple):
     def paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
 
-    def stops(self, entry: DeliveryEntry, now: datetime) -> bool:
-        """Whether it stops ``entry`` now (a disable lets through an entry an operator
-        restarted after it)."""
-        if self.paused(now):
-            return True
+    def disables(self, entry: DeliveryEntry) -> bool:
+        """Whether its disable stops ``entry`` (one an operator restarted after it goes,
+        as the claim's SQL lets it)."""
         return self.disabled_at is not None and (entry.restarted_at is None
                                                  or entry.restarted_at <= self.disabled_at)
+
+    def stops(self, entry: DeliveryEntry, now: datetime) -> bool:
+        """Whether it stops ``entry`` now: paused, or disabled for it."""
+        return self.paused(now) or self.disables(entry)
 
     @classmethod
     def from_row(cls, row: Row) -> Control:

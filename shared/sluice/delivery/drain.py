@@ -293,6 +293,7 @@ class _Run:
         self.up: set[str] = set()  # receivers that took an entry during this run
         self.after = ""  # the last receiver served: the next claim starts after it
         self.stopped = threading.Event()
+        self.exhausted = 0  # workers that found nothing more to claim
         # the summary and the receivers above, when several workers send at once
         self.lock = threading.RLock()
         self.claiming = threading.Lock()
@@ -331,7 +332,11 @@ class _Run:
         else:
             self._in_parallel(self.d.concurrency)
         summary["deferredBackoff"] = self.store.count_backoff(since=started)
-        summary["leftDue"] = self.store.count_due()
+        # due entries the run left at its deadline or shutdown; a run whose every worker
+        # found nothing more to claim left none (what waits on a pause, a probe or a slot
+        # is not due to it)
+        workers = max(1, self.d.concurrency)
+        summary["leftDue"] = 0 if self.exhausted >= workers else self.store.count_due()
         summary["paused"] += self.destinations.paused_waiting()
         destinations = self.destinations.status()
         summary["outages"]["destinations"] = destinations
@@ -368,6 +373,8 @@ class _Run:
             if not claimed:
                 if self._idle(at):
                     continue
+                with self.lock:
+                    self.exhausted += 1  # nothing more this worker could claim
                 break
             crash_point("delivery.after_claim")
             for n, entry in enumerate(claimed):
@@ -471,9 +478,8 @@ class _Run:
         control = self.destinations.control(entry, now=now)
         if control is None:
             return SendOutcome.STALE
-        disabled = control.disabled_at is not None and (
-            entry.restarted_at is None or entry.restarted_at <= control.disabled_at)
-        outcome = self.policy.before_send(disabled=disabled, paused=control.paused(now))
+        outcome = self.policy.before_send(disabled=control.disables(entry),
+                                          paused=control.paused(now))
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
             return self._apply(entry, outcome, f"not sent: destination {control.key} is "
                                                f"disabled since "
