@@ -47,16 +47,19 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
+from sluice.core import trace
 from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError, StoreError
 from sluice.core.observe import Reporter, logger
 from sluice.core.services import Services
 from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
 from sluice.core.times import iso_z, iso_z_or_none
+from sluice.core.trace import SYSTEM_SLUICE
 from sluice.delivery.channels import (
     ChannelAdapter,
     Outbound,
@@ -76,6 +79,9 @@ from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore
 from sluice.jobs.registry import Deadline, JobContext
 from sluice.store.db import utcnow
 
+# The policy row the last settle of this context applied (each worker has its own copy).
+_APPLIED: contextvars.ContextVar[DeliveryOutcome | None] = contextvars.ContextVar(
+    "delivery_applied", default=None)
 # The sleep of in-process retries in a drain run (tests replace it: no real waiting);
 # it ends at once on shutdown.
 SLEEP: Callable[[float], None] = sleep_with_abort
@@ -537,9 +543,13 @@ class _Run:
         if not self.store.request_left(entry):
             return self._stopped(entry)
         deadline = self.deadline
-        return self._conclude(entry, self.d._send(
-            adapter, entry, None if deadline is None
-            else lambda: deadline.remaining() - self.d.send_timeout_s))
+        with _attempt_span(entry, receiver) as span:
+            settled = self._conclude(entry, self.d._send(
+                adapter, entry, None if deadline is None
+                else lambda: deadline.remaining() - self.d.send_timeout_s))
+            applied = _APPLIED.get()
+            span.set("sluice.outcome", applied.value if applied is not None else settled.value)
+        return settled
 
     def _paced(self, receiver: str, wait_s: float) -> datetime:
         """Nothing of ``receiver`` is claimed for ``wait_s`` from now; that now, for the
@@ -650,6 +660,7 @@ class _Run:
                wait: timedelta | None = None, held_by: str | None = None,
                duration_ms: int | None = None, message_id: str | None = None,
                now: datetime | None = None) -> SendOutcome:
+        _APPLIED.set(outcome)  # the policy row a send came to, for its attempt's span
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
         if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
                                 message_id=message_id, held_by=held_by, now=now):
@@ -661,6 +672,22 @@ class _Run:
         if key is not None:
             with self.lock:
                 self.summary[key] += 1  # type: ignore[literal-required]
+
+
+def _attempt_span(entry: DeliveryEntry, receiver: str) -> AbstractContextManager[trace.Span]:
+    """One send attempt's span: in the trace of the span that enqueued the entry, and
+    linked to it and to the drain run that sent it."""
+    enqueued = trace.loaded(entry.trace_context)
+    destination = entry.destination or receiver
+    return trace.span(f"deliver {destination}", kind="consumer", parent=enqueued,
+                      links={"enqueue": enqueued, "drain": trace.carrier()} if enqueued else None,
+                      attributes={"messaging.system": SYSTEM_SLUICE,
+                                  "messaging.operation.type": "process",
+                                  "messaging.operation.name": "deliver",
+                                  "messaging.destination.name": destination,
+                                  "messaging.message.id": entry.id, "sluice.entry_id": entry.id,
+                                  "sluice.destination": destination, "sluice.receiver": receiver,
+                                  "sluice.channel": entry.channel, "sluice.attempt": entry.attempts})
 
 
 def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
@@ -678,9 +705,12 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
-    with Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client:
+    with (trace.span("drain delivery", attributes={"sluice.job": "delivery-drain"}) as span,
+          Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client):
         deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
+        for key in ("recovered", "failed", "unknown", "rateLimited", "leftDue"):
+            span.set(f"sluice.drain.{key}", summary[key])
     report_drained(summary, ctx.services.reporter)
     pruned = deliverer.store.prune(utcnow() - timedelta(days=settings.delivery_retention_days))
     if pruned:

@@ -25,9 +25,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from sluice.core import trace
 from sluice.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from sluice.core.times import iso_z_or_none
-from sluice.delivery.keys import keys_for
+from sluice.core.trace import SYSTEM_SLUICE
+from sluice.delivery.keys import Keys, keys_for
 from sluice.delivery.policy import (
     DEFAULT_SCHEDULE,
     OPERATOR_FROM,
@@ -98,6 +100,7 @@ class DeliveryEntry(NamedTuple):
     destination: str | None = None  # <channel>:<recipient>, decided at its enqueue (keys_for)
     receiver: str | None = None  # where its rates and outages live, decided with it
     restarted_at: datetime | None = None  # an operator's last redrive, send again or replay
+    trace_context: str | None = None  # the enqueue span's (sluice.core.trace.stored)
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -178,8 +181,26 @@ class DeliveryStore:
             raise RequestError("a delivery payload must be a JSON object")
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
             raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
-        now = now or utcnow()
         keys = keys_for(channel, recipient)
+        with trace.span(f"enqueue {keys.destination}", kind="producer", attributes={
+                "messaging.system": SYSTEM_SLUICE, "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.destination.name": keys.destination,
+                "sluice.destination": keys.destination, "sluice.receiver": keys.receiver,
+                "sluice.channel": channel, "sluice.idempotency_key": idempotency_key}) as span:
+            entry, created = self._enqueue(channel, recipient, payload, keys, idempotency_key,
+                                           subject_user_id, lease, now, effect)
+            span.set("messaging.message.id", entry.id)
+            span.set("sluice.entry_id", entry.id)
+            span.set("sluice.outcome", "enqueued" if created else "duplicate")
+            return entry, created
+
+    def _enqueue(self, channel: str, recipient: str, payload: dict[str, Any], keys: Keys,
+                 idempotency_key: str | None, subject_user_id: str | None,
+                 lease: timedelta | None, now: datetime | None,
+                 effect: Effect | None) -> tuple[DeliveryEntry, bool]:
+        now = now or utcnow()
+        trace_context = trace.stored()  # inside the enqueue span: every attempt links to it
         lease_until = now + lease if lease is not None else None
         status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
         attempts = 1 if lease else 0
@@ -193,6 +214,7 @@ class DeliveryStore:
                     "attempts": attempts, "next_attempt_at": lease_until or now,
                     "lease_until": lease_until, "now": now,
                     "destination": keys.destination, "receiver": keys.receiver,
+                    "trace_context": trace_context,
                 }, final=effect is None) == 1
                 if effect is not None and idempotency_key is not None:
                     tx.execute(Q.record_effect, {
@@ -204,7 +226,7 @@ class DeliveryStore:
                     entry_id, channel, recipient, subject_user_id, dict(payload),
                     idempotency_key, status, attempts, lease_until or now, lease_until,
                     None, None, None, now, now, None, None, destination=keys.destination,
-                    receiver=keys.receiver), True
+                    receiver=keys.receiver, trace_context=trace_context), True
             # Only the key conflicts (see insert_entry): that entry is the answer.
             with self.db.transaction() as tx:
                 row = tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True)

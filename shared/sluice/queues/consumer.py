@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -38,10 +39,12 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from sluice.core import trace
 from sluice.core.crash import ENV as CRASH_ENV
 from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError, SluiceError, TransientStoreError
 from sluice.core.observe import logger
+from sluice.core.trace import SYSTEM_SLUICE, SYSTEM_SQS
 from sluice.core.validate import check_depth
 from sluice.queues.deadletters import LocalDeadLetters, Quarantine
 from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE, completed_keys, dedupe_key, idempotency_key
@@ -334,6 +337,35 @@ class Consumer:
             int((raw.get("attributes") or {}).get("ApproximateReceiveCount") or 1),
             attribute.get("stringValue"), None, raw.get("receiptHandle"))
         started = self.clock() if timed is not None else 0.0
+        with self._span(inbound, raw.get("messageAttributes")) as span:
+            decision = self._handled(record, raw, inbound, batch, timed, started)
+            span.set("sluice.outcome", decision.outcome.value)
+        if decision.outcome is MessageOutcome.WAITING:
+            self._wait_for_store(record, raw, attribute.get("stringValue"), decision)
+            return
+        if decision.outcome is MessageOutcome.RETRY:
+            self._hold_back(record, decision.delay_s)
+            raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
+
+    def _span(self, inbound: InboundMessage,
+              attributes: dict[str, Any] | None = None) -> AbstractContextManager[trace.Span]:
+        """A record's ``process`` span: a child of its producer's span when the message
+        carries the producer's context (SQS message attributes), linked to its batch."""
+        carried = {name: str((attributes.get(name) or {}).get("stringValue") or "")
+                   for name in ("traceparent", "tracestate")} if attributes else {}
+        parent = carried if carried.get("traceparent") else None
+        return trace.span(f"process {self.topic}", kind="consumer", parent=parent,
+                          links={"batch": trace.carrier()} if parent else None, attributes={
+                              "messaging.system": SYSTEM_SQS if inbound.receipt_handle
+                              else SYSTEM_SLUICE,
+                              "messaging.operation.type": "process",
+                              "messaging.destination.name": self.topic,
+                              "messaging.message.id": inbound.message_id,
+                              "sluice.topic": self.topic, "sluice.attempt": inbound.delivery_count})
+
+    def _handled(self, record: SQSRecord, raw: dict[str, Any], inbound: InboundMessage,
+                 batch: _Batch | None, timed: _Batch | None, started: float) -> Decision:
+        message_id = inbound.message_id
         try:
             decision = self.handle(raw.get("body") or "", inbound,
                                    batch.parsed.get(message_id) if batch else None)
@@ -350,12 +382,7 @@ class Consumer:
         finally:
             if timed is not None:
                 timed.longest_s = max(timed.longest_s, self.clock() - started)
-        if decision.outcome is MessageOutcome.WAITING:
-            self._wait_for_store(record, raw, attribute.get("stringValue"), decision)
-            return
-        if decision.outcome is MessageOutcome.RETRY:
-            self._hold_back(record, decision.delay_s)
-            raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
+        return decision
 
     def _wait_for_store(self, record: SQSRecord, raw: dict[str, Any], key: str | None,
                         decision: Decision) -> None:
@@ -416,15 +443,23 @@ class Consumer:
                                      self.margin_s,
                                      [] if self.completions == "batch" else None)
         try:
-            result: dict[str, Any] = process_partial_response(
-                event=event, record_handler=self._record, processor=self._processor,
-                context=context)  # type: ignore[assignment]
+            with trace.span(f"receive {topic}", kind="consumer", attributes={
+                    "messaging.system": SYSTEM_SQS, "messaging.operation.type": "receive",
+                    "messaging.destination.name": topic, "sluice.topic": topic,
+                    "messaging.batch.message_count": len(event.get("Records") or ())}) as span:
+                try:
+                    result: dict[str, Any] = process_partial_response(
+                        event=event, record_handler=self._record, processor=self._processor,
+                        context=context)  # type: ignore[assignment]
+                finally:
+                    self._batch = None
+                    if batch.pending:
+                        self._complete_batch(batch.pending)
+                span.set("sluice.failed", len(result.get("batchItemFailures") or ()))
+            self.crash_point("consumer.before_response")
+            return result
         finally:
-            self._batch = None
-            if batch.pending:
-                self._complete_batch(batch.pending)
-        self.crash_point("consumer.before_response")
-        return result
+            trace.flush()
 
     def _complete_batch(self, done: list[tuple[str, str, str]]) -> None:
         """The batch's completions, in one write. If it fails the invocation fails and the
@@ -443,7 +478,10 @@ class Consumer:
         decision = Decision(MessageOutcome.RETRY)
         parsed = parse(body, self.topic)
         for attempt in range(1, self.max_attempts + 1):
-            decision = self.handle(body, InboundMessage(message_id, self.topic, attempt), parsed)
+            inbound = InboundMessage(message_id, self.topic, attempt)
+            with self._span(inbound) as span:
+                decision = self.handle(body, inbound, parsed)
+                span.set("sluice.outcome", decision.outcome.value)
             if decision.outcome is not MessageOutcome.RETRY:
                 break
             logger.warning(f"[{self._context}] retrying in process",
