@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
@@ -83,6 +84,13 @@ def _endpoint(environ: Mapping[str, str], signal: str) -> str:
     if not base:  # only the traces endpoint is set: metrics go beside it
         base = environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"].strip().removesuffix("/v1/traces")
     return f"{base.rstrip('/')}/v1/{signal}"
+
+
+def metric_name(emf: str) -> str:
+    """An EMF figure's name as OpenTelemetry's (instrument names are case-insensitive):
+    ``QueueDrained.destinationsDown`` -> ``sluice.queue_drained.destinations_down``."""
+    return "sluice." + ".".join(re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", part).lower()
+                                for part in emf.split("."))
 
 
 class _On:
@@ -166,7 +174,7 @@ class _On:
                dimensions: Mapping[str, str]) -> None:
         instrument = self.instruments.get(name)
         if instrument is None:
-            metric, otel_unit = f"sluice.{name}", {"Milliseconds": "ms", "Count": "1"}.get(
+            metric, otel_unit = metric_name(name), {"Milliseconds": "ms", "Count": "1"}.get(
                 unit, unit)
             if name in GAUGES:
                 instrument = self.meter.create_gauge(metric, unit=otel_unit)
