@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -101,3 +103,18 @@ def _spans(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                           attributes_of(link.attributes)) for link in span.links],
                     span.status.code, service))
     return found
+
+
+@contextmanager
+def exporting() -> Iterator[OtlpReceiver]:
+    """Telemetry on (``sluice.core.trace``), exporting to a local collector; off again
+    after."""
+    from sluice.core import trace
+
+    with OtlpReceiver() as receiver:
+        assert trace.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+        try:
+            yield receiver
+        finally:
+            trace.flush()
+            trace.configure({})

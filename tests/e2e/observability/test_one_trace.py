@@ -23,7 +23,7 @@ from tests.conftest import CRON_SECRET, admin_token
 from tests.e2e.alerts.test_alerts_e2e import FIRST, rss
 from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once, due_now
 from tests.providers.feeds import FeedServer
-from tests.providers.otlp import OtlpReceiver, ReceivedSpan
+from tests.providers.otlp import OtlpReceiver, ReceivedSpan, exporting
 from tests.providers.webhook import WebhookReceiver
 from tests.rss_support import FEED_ENV
 
@@ -32,14 +32,8 @@ OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
 
 @pytest.fixture
 def collector() -> Iterator[OtlpReceiver]:
-    """Telemetry on, exporting to a local collector; off again after the test."""
-    with OtlpReceiver() as receiver:
-        assert trace.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
-        try:
-            yield receiver
-        finally:
-            trace.flush()
-            trace.configure({})
+    with exporting() as receiver:
+        yield receiver
 
 
 @pytest.fixture(autouse=True)
