@@ -27,7 +27,9 @@ from tests.providers.otlp import OtlpReceiver, ReceivedSpan, exporting
 from tests.providers.webhook import WebhookReceiver
 from tests.rss_support import FEED_ENV
 
-OPS = {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
+
+def ops() -> dict[str, str]:
+    return {"authorization": f"Bearer {admin_token(['ops'], subject='ops-1')}"}
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_one_alert_is_one_trace_from_the_tick_to_the_send_that_went(
         store.put_scope("acme", "tenant-acme", (source,), "en", True)
         # a second rule's alert goes to another hook of the same receiver: two entries
         # failing there make the outage the receiver's, and it holds the story's entry
-        put = client.put("/api/admin/alerts/rules/acme", headers=OPS, json={"rules": [
+        put = client.put("/api/admin/alerts/rules/acme", headers=ops(), json={"rules": [
             {"id": "results", "match": {"keywords": ["quarterly results"]},
              "destination": {"channel": "webhook", "recipient": webhook.url}},
             {"id": "fires", "match": {"keywords": ["fire"]},
