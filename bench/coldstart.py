@@ -33,6 +33,13 @@ A function row's ratio is libraries / handler (>1 would mean faster than its own
 libraries); the target is a ratio of at least 1/1.15 = 0.87, and the note gives each
 function's time as a share of the HTTP function's and its zip's size, unpacked and zipped.
 The secret row's ratio is budget / measured (at least 1 meets the budget).
+
+Each function is measured twice: with OpenTelemetry off, as deployed by default (the rows
+above: the zips never hold the ``otel`` extra, and no OTLP endpoint is set), and on (its
+``otel on`` row): the extra's packages installed for the runtime into a folder of their
+own, on the path after the task folder as a Lambda layer's ``/opt/python`` is, and
+``OTEL_EXPORTER_OTLP_ENDPOINT`` set (nothing is sent during init: the set-up only builds
+the providers). That row's baseline is the same function off; its ratio off / on.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ OWN = ("sluice", "functions")
 SECRET_BUDGET_MS = 100.0
 SECRETS_PATH = "/sluice/bench/"
 REGION = "eu-north-1"
+# the otel extra (pyproject.toml), as a layer would bring it
+OTEL_PACKAGES = ("opentelemetry-api", "opentelemetry-sdk",
+                 "opentelemetry-exporter-otlp-proto-http")
+# on: an endpoint (a collector beside the function, as the ADOT layer's); nothing is sent
+# during init
+OTEL_ON = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 HANDLER = """
 import importlib, json, sys, time
@@ -189,10 +202,28 @@ def _env(environment: dict[str, str], ssm_endpoint: str) -> dict[str, str]:
     }
 
 
+def otel_layer(target: Path) -> Path:
+    """The ``otel`` extra's packages, at this environment's versions, installed for the
+    runtime into ``target``: what a layer would put beside a function."""
+    from importlib.metadata import version
+
+    from tests.deploy.lambda_check import PLATFORM
+
+    wanted = [f"{name}=={version(name)}" for name in OTEL_PACKAGES]
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target",
+                           str(target), *PLATFORM, *wanted],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"installing the otel extra for the runtime failed:\n{done.stderr}")
+    return target
+
+
 def _child(code: str, args: list[str], env: dict[str, str], runtime: Runtime,
-           task: Path) -> dict[str, Any]:
-    """``code`` in a fresh runtime interpreter whose path is ``task`` then the runtime's."""
-    preamble = f"import sys; sys.path[:0] = [{str(task)!r}, {str(runtime.site)!r}]\n"
+           task: Path, layer: Path | None = None) -> dict[str, Any]:
+    """``code`` in a fresh runtime interpreter whose path is ``task``, ``layer`` (when
+    given), then the runtime's."""
+    path = [str(task), *([str(layer)] if layer else []), str(runtime.site)]
+    preamble = f"import sys; sys.path[:0] = {path!r}\n"
     done = subprocess.run([runtime.python, "-I", "-S", "-c", preamble + code, *args], env=env,
                           cwd=task, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
@@ -214,12 +245,32 @@ def measure(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime: R
     libraries: list[str] = []
     for _ in range(repeat):
         probe = _child(HANDLER, [module, attr], env, runtime, task)
+        if any(m.startswith("opentelemetry") for m in probe["added"]):
+            raise RuntimeError(f"{fn.name}: OpenTelemetry imported while off")
         handler_runs.append(probe["seconds"])
         libraries = [m for m in probe["added"]
                      if m.split(".")[0] not in OWN and not m.startswith("__")]
         library_runs.append(
             _child(LIBRARIES, [json.dumps(libraries), parameters], env, runtime, task)["seconds"])
     return median(handler_runs), median(library_runs), libraries
+
+
+def measure_on(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime: Runtime,
+               layer: Path) -> tuple[float, int]:
+    """``fn``'s handler time with OpenTelemetry on, and how many of its modules it added."""
+    module, _, attr = fn.handler.rpartition(".")
+    module = module.replace("/", ".")
+    env = {**_env(fn.environment, ssm_endpoint), **OTEL_ON}
+    _child(HANDLER, [module, attr], env, runtime, task, layer)
+    runs, added = [], 0
+    for _ in range(repeat):
+        probe = _child(HANDLER, [module, attr], env, runtime, task, layer)
+        otel = [m for m in probe["added"] if m.startswith("opentelemetry.sdk")]
+        if not otel:
+            raise RuntimeError(f"{fn.name}: OpenTelemetry on, yet its SDK was not set up")
+        runs.append(probe["seconds"])
+        added = sum(1 for m in probe["added"] if m.startswith("opentelemetry"))
+    return median(runs), added
 
 
 def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) -> Row:
@@ -242,18 +293,22 @@ def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) ->
 def run() -> list[Row]:
     repeat = int(os.environ.get("SLUICE_BENCH_REPEAT", "7"))
     measured: dict[str, tuple[float, float, list[str]]] = {}
+    measured_on: dict[str, tuple[float, int]] = {}
     sizes: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="sluice-coldstart-") as tmp:
         scratch = Path(tmp)
         found = packaged_functions(scratch)
         runtime = Runtime(runtime_python(), runtime_site(scratch / "var-runtime"))
+        layer = otel_layer(scratch / "otel-layer")
         tasks = {}
         for fn in found:
             tasks[fn.name], unpacked = unpack(fn, scratch / "task")
             sizes[fn.name] = unpacked, fn.artifact.stat().st_size
         with scratch_database() as db, ssm_with_secrets(db.conninfo) as ssm_endpoint:
-            for fn in found:
+            for fn in found:  # off and on in turn, so both see the same machine
                 measured[fn.name] = measure(fn, tasks[fn.name], repeat, ssm_endpoint, runtime)
+                measured_on[fn.name] = measure_on(fn, tasks[fn.name], repeat, ssm_endpoint,
+                                                  runtime, layer)
             secrets_row = secret_load(repeat, ssm_endpoint, runtime, tasks[found[0].name])
     http = next((measured[fn.name][0] for fn in found if fn.kind == "http"), None)
     rows = []
@@ -266,5 +321,12 @@ def run() -> list[Row]:
                         higher_is_better=False,
                         note=f"{share}{unpacked / 1e6:.1f} MB unpacked, {zipped / 1e6:.1f} MB "
                              f"zipped; libs: {', '.join(sorted(third_party)) or 'stdlib only'}"))
+    for fn in found:
+        off_s = measured[fn.name][0]
+        on_s, modules = measured_on[fn.name]
+        rows.append(row(f"coldstart {fn.name} otel on", on_s * 1000, off_s * 1000, "ms",
+                        higher_is_better=False,
+                        note=f"+{(on_s - off_s) * 1000:.0f} ms over off; {modules} "
+                             "opentelemetry modules (SDK, OTLP/HTTP exporter) from a layer"))
     rows.append(secrets_row)
     return rows
