@@ -182,6 +182,13 @@ class _Batch:
         return self.remaining_ms() / 1000 < self.margin_s + self.longest_s
 
 
+def carried(attributes: dict[str, Any] | None) -> dict[str, str]:
+    """The producer's trace context a record's message attributes carry (empty: none)."""
+    found = {name: str((attributes or {}).get(name, {}).get("stringValue") or "")
+             for name in ("traceparent", "tracestate")}
+    return {k: v for k, v in found.items() if v} if found["traceparent"] else {}
+
+
 def _unarmed(name: str) -> None:
     return None
 
@@ -351,9 +358,9 @@ class Consumer:
               attributes: dict[str, Any] | None = None) -> AbstractContextManager[trace.Span]:
         """A record's ``process`` span: a child of its producer's span when the message
         carries the producer's context (SQS message attributes), linked to its batch."""
-        carried = {name: str((attributes.get(name) or {}).get("stringValue") or "")
-                   for name in ("traceparent", "tracestate")} if attributes else {}
-        parent = carried if carried.get("traceparent") else None
+        if not trace.enabled():
+            return trace.OFF
+        parent = carried(attributes) or None
         return trace.span(f"process {self.topic}", kind="consumer", parent=parent,
                           links={"batch": trace.carrier()} if parent else None, attributes={
                               "messaging.system": SYSTEM_SQS if inbound.receipt_handle
@@ -391,7 +398,8 @@ class Consumer:
         held back and fails instead: never acknowledged without its copy on the queue."""
         try:
             url = self.sqs.url_from_arn(record.event_source_arn)
-            copy_id = self.sqs.send(url, raw.get("body") or "", key, delay_s=decision.delay_s)
+            copy_id = self.sqs.send(url, raw.get("body") or "", key, delay_s=decision.delay_s,
+                                    trace=carried(raw.get("messageAttributes")))
         except Exception as exc:
             self.services.reporter.error(self._context, exc, during="outage copy",
                                          messageId=record.message_id)
