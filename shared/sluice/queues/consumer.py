@@ -78,6 +78,8 @@ DEADLINE_MARGIN_S = 5.0
 # How long a message waits for a store that is down before it is tried again (SQS's
 # longest delay is 900 s).
 OUTAGE_DELAY_S = 300
+# A batch span links to at most this many of its messages' producers.
+MAX_LINKS = 32
 
 
 class MessageOutcome(Enum):
@@ -451,7 +453,11 @@ class Consumer:
                                      self.margin_s,
                                      [] if self.completions == "batch" else None)
         try:
-            with trace.span(f"receive {topic}", kind="consumer", attributes={
+            # the batch links to each message's producer (up to MAX_LINKS of them)
+            links = {f"message {record.get('messageId')}": carried(
+                record.get("messageAttributes")) for record in
+                (event.get("Records") or ())[:MAX_LINKS]} if trace.enabled() else None
+            with trace.span(f"receive {topic}", kind="consumer", links=links, attributes={
                     "messaging.system": SYSTEM_SQS, "messaging.operation.type": "receive",
                     "messaging.destination.name": topic, "sluice.topic": topic,
                     "messaging.batch.message_count": len(event.get("Records") or ())}) as span:

@@ -1,6 +1,7 @@
 """A topic message carries its producer's trace context in its SQS message attributes,
 outside the signed body (the JavaScript producer's signature stays byte for byte), and
-the consumer's record span is the producer span's child, linked to its batch (moto in
+the consumer's record span is the producer span's child, linked to its batch, which links
+to each message's producer (moto in
 server mode, a local OTLP collector)."""
 
 from __future__ import annotations
@@ -67,5 +68,7 @@ def test_the_context_travels_beside_the_signed_body_and_parents_the_record(
     assert record.attributes["sluice.attempt"] == 1
     assert [(link.span_id, link.attributes["sluice.link"]) for link in record.links] == [
         (batch.span_id, "batch")]
+    assert [(link.span_id, link.attributes["sluice.link"]) for link in batch.links] == [
+        (publish.span_id, f"message {message['MessageId']}")]
     assert batch.attributes["messaging.operation.type"] == "receive"
     assert batch.attributes["messaging.batch.message_count"] == 1
