@@ -53,3 +53,36 @@ def test_emf_names_become_opentelemetry_names() -> None:
 def test_a_stored_carrier_is_read_back_or_ignored(text: str | None,
                                                   carrier: dict[str, str] | None) -> None:
     assert loaded(text) == carrier
+
+
+# A process whose tracer provider was set up before Sluice's (the ADOT layer's wrapper does
+# so before the handler module is imported).
+ADOPTED = """
+import json
+from opentelemetry import trace as api
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sluice.core import trace
+memory = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(memory))
+api.set_tracer_provider(provider)
+assert trace.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+with trace.span("job x", attributes={"sluice.job": "x"}):
+    pass
+print(json.dumps([(s.name, dict(s.attributes)) for s in memory.get_finished_spans()]))
+"""
+
+
+def test_a_tracer_provider_already_set_up_is_the_one_used() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", ADOPTED], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["job x", {"sluice.job": "x"}]]
