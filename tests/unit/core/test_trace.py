@@ -1,11 +1,17 @@
-"""sluice.core.trace's decisions: when telemetry is on, the metric names, the stored carrier."""
+"""sluice.core.trace's decisions: when telemetry is on, the metric names, the stored
+carrier, the tracer provider it uses."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
 from sluice.core import trace
 from sluice.core.trace import OFF, _enabled_by, loaded, metric_name
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(("environ", "by"), [
@@ -76,12 +82,6 @@ print(json.dumps([(s.name, dict(s.attributes)) for s in memory.get_finished_span
 
 
 def test_a_tracer_provider_already_set_up_is_the_one_used() -> None:
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     done = subprocess.run([sys.executable, "-c", ADOPTED], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
