@@ -40,6 +40,10 @@ above: the zips never hold the ``otel`` extra, and no OTLP endpoint is set), and
 own, on the path after the task folder as a Lambda layer's ``/opt/python`` is, and
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (nothing is sent during init: the set-up only builds
 the providers). That row's baseline is the same function off; its ratio off / on.
+With ``SLUICE_BENCH_BEFORE=DIR`` (an osls ``--package`` output of another commit, e.g. the
+one before OpenTelemetry), each function of that package is measured in turn with this
+one's, and a ``before`` row gives this one off against it (ratio before / now): what off
+costs, on the same machine at the same time.
 """
 
 from __future__ import annotations
@@ -129,16 +133,22 @@ class Runtime(NamedTuple):
     site: Path
 
 
+def _reused(out: Path) -> list[Function]:
+    """The functions of an osls ``--package`` output made earlier."""
+    from tests.deploy.conftest import Packaged
+
+    template = json.loads((out / "cloudformation-template-update-stack.json").read_text())
+    return functions(Packaged(out, out, template, {}, ""))
+
+
 def packaged_functions(scratch: Path) -> list[Function]:
     """The deployment's functions as osls packages them (or as ``SLUICE_BENCH_PACKAGE``
     holds them)."""
-    from tests.deploy.conftest import Packaged, copy_project, package
+    from tests.deploy.conftest import copy_project, package
 
     reuse = os.environ.get("SLUICE_BENCH_PACKAGE")
     if reuse:
-        out = Path(reuse)
-        template = json.loads((out / "cloudformation-template-update-stack.json").read_text())
-        return functions(Packaged(out, out, template, {}, ""))
+        return _reused(Path(reuse))
     service = scratch / "service"
     copy_project(service)
     return functions(package(service, scratch / "package"))
@@ -275,6 +285,25 @@ def measure_on(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime
     return median(runs), added
 
 
+def measure_pair(now: Function, now_task: Path, before: Function, before_task: Path,
+                 repeat: int, ssm_endpoint: str, runtime: Runtime) -> tuple[float, float]:
+    """The handler times of the same function from this package and from ``before``'s,
+    alternating run by run (so a busy moment of the machine weighs on both)."""
+    runs: dict[str, list[float]] = {"now": [], "before": []}
+    cases = {"now": (now, now_task), "before": (before, before_task)}
+    for which, (fn, task) in cases.items():  # the page cache, as a warm host has it
+        module, _, attr = fn.handler.rpartition(".")
+        _child(HANDLER, [module.replace("/", "."), attr], _env(fn.environment, ssm_endpoint),
+               runtime, task)
+    for _ in range(repeat):
+        for which, (fn, task) in cases.items():
+            module, _, attr = fn.handler.rpartition(".")
+            runs[which].append(_child(HANDLER, [module.replace("/", "."), attr],
+                                      _env(fn.environment, ssm_endpoint), runtime,
+                                      task)["seconds"])
+    return median(runs["now"]), median(runs["before"])
+
+
 def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) -> Row:
     env = _env({}, ssm_endpoint)
     _child(SECRET_LOAD, [], env, runtime, task)
@@ -296,7 +325,9 @@ def run() -> list[Row]:
     repeat = int(os.environ.get("SLUICE_BENCH_REPEAT", "7"))
     measured: dict[str, tuple[float, float, list[str]]] = {}
     measured_on: dict[str, tuple[float, int]] = {}
+    paired: dict[str, tuple[float, float]] = {}
     sizes: dict[str, tuple[int, int]] = {}
+    before_dir = os.environ.get("SLUICE_BENCH_BEFORE")
     with tempfile.TemporaryDirectory(prefix="sluice-coldstart-") as tmp:
         scratch = Path(tmp)
         found = packaged_functions(scratch)
@@ -306,11 +337,17 @@ def run() -> list[Row]:
         for fn in found:
             tasks[fn.name], unpacked = unpack(fn, scratch / "task")
             sizes[fn.name] = unpacked, fn.artifact.stat().st_size
+        before = {fn.name: fn for fn in _reused(Path(before_dir))} if before_dir else {}
+        before_tasks = {name: unpack(fn, scratch / "before")[0] for name, fn in before.items()}
         with scratch_database() as db, ssm_with_secrets(db.conninfo) as ssm_endpoint:
             for fn in found:  # off and on in turn, so both see the same machine
                 measured[fn.name] = measure(fn, tasks[fn.name], repeat, ssm_endpoint, runtime)
                 measured_on[fn.name] = measure_on(fn, tasks[fn.name], repeat, ssm_endpoint,
                                                   runtime, layer)
+                if fn.name in before:
+                    paired[fn.name] = measure_pair(fn, tasks[fn.name], before[fn.name],
+                                                   before_tasks[fn.name], repeat,
+                                                   ssm_endpoint, runtime)
             secrets_row = secret_load(repeat, ssm_endpoint, runtime, tasks[found[0].name])
     http = next((measured[fn.name][0] for fn in found if fn.kind == "http"), None)
     rows = []
@@ -330,5 +367,12 @@ def run() -> list[Row]:
                         higher_is_better=False,
                         note=f"+{(on_s - off_s) * 1000:.0f} ms over off; {modules} "
                              "opentelemetry modules (SDK, OTLP/HTTP exporter) from a layer"))
+    for fn in found:
+        if fn.name in paired:
+            now_s, before_s = paired[fn.name]
+            rows.append(row(f"coldstart {fn.name} off vs before", now_s * 1000, before_s * 1000,
+                            "ms", higher_is_better=False,
+                            note=f"{(now_s - before_s) * 1000:+.0f} ms; before: the package in "
+                                 "SLUICE_BENCH_BEFORE, runs alternating"))
     rows.append(secrets_row)
     return rows
