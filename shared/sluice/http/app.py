@@ -363,7 +363,9 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
             span.set("sluice.outcome", str(response.status_code))
             response.headers["x-request-id"] = request.state.request_id
             # Every admin action is audited, allowed or not; a preview is not an action.
-            if not getattr(request.state, "preview", False):
+            if getattr(request.state, "preview", False):
+                span.set("sluice.preview", True)
+            else:
                 await _audit(request, str(response.status_code))
             return response
 

@@ -9,16 +9,19 @@ are spans too, and the EMF figures arrive as OpenTelemetry metrics. Both backend
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
 from sluice.core import trace
 from sluice.core.services import Services
+from sluice.core.times import iso_z
 from sluice.delivery import drain
 from sluice.delivery.store import DeliveryStore
 from sluice.http.app import create_app
 from sluice.rss.store import RssStore
+from sluice.store.db import utcnow
 from tests.conftest import CRON_SECRET, admin_token
 from tests.e2e.alerts.test_alerts_e2e import FIRST, rss
 from tests.integration.delivery.helpers import WEBHOOK_SECRET, drain_once, due_now
@@ -81,6 +84,12 @@ def test_one_alert_is_one_trace_from_the_tick_to_the_send_that_went(
         webhook.answers.clear()
         assert drain_once(svc)["recovered"] == 2
         [entry] = [e for e in DeliveryStore(svc.db).list() if e.recipient == webhook.url]
+        # and an operator pauses the receiver (a preview first)
+        until = iso_z(utcnow() + timedelta(hours=1))
+        pause = f"/api/admin/delivery/destinations/{entry.receiver}/pause"
+        for dry_run in (True, False):
+            paused = client.post(pause, headers=ops(), json={"until": until, "dryRun": dry_run})
+            assert paused.status_code == 200, paused.text
         trace.flush()
 
     # THEN the collector holds the story as one trace
@@ -139,6 +148,12 @@ def test_one_alert_is_one_trace_from_the_tick_to_the_send_that_went(
     assert rules_set.kind == "server"
     assert rules_set.attributes["sluice.actor"] == "ops-1"
     assert rules_set.attributes["http.response.status_code"] == 200
+    previewed, pause_span = sorted(collector.named("operator delivery:destination_pause"),
+                                   key=lambda s: s.start_ns)
+    assert previewed.attributes["sluice.preview"] is True
+    assert "sluice.preview" not in pause_span.attributes
+    assert pause_span.attributes["sluice.destination"] == entry.receiver
+    assert pause_span.attributes["sluice.outcome"] == "200"
     # and the drain's figures as metrics, beside EMF
     assert {"sluice.queue_drained.recovered", "sluice.job_duration_ms",
             "sluice.queue_drained.destinations_down"} <= set(collector.metrics)
