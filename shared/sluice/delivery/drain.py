@@ -677,6 +677,8 @@ class _Run:
 def _attempt_span(entry: DeliveryEntry, receiver: str) -> AbstractContextManager[trace.Span]:
     """One send attempt's span: in the trace of the span that enqueued the entry, and
     linked to it and to the drain run that sent it."""
+    if not trace.enabled():
+        return trace.OFF
     enqueued = trace.loaded(entry.trace_context)
     destination = entry.destination or receiver
     return trace.span(f"deliver {destination}", kind="consumer", parent=enqueued,
