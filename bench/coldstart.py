@@ -365,7 +365,7 @@ def run() -> list[Row]:
         on_s, modules = measured_on[fn.name]
         rows.append(row(f"coldstart {fn.name} otel on", on_s * 1000, off_s * 1000, "ms",
                         higher_is_better=False,
-                        note=f"+{(on_s - off_s) * 1000:.0f} ms over off; {modules} "
+                        note=f"{(on_s - off_s) * 1000:+.0f} ms over off; {modules} "
                              "opentelemetry modules (SDK, OTLP/HTTP exporter) from a layer"))
     for fn in found:
         if fn.name in paired:
