@@ -248,11 +248,16 @@ class Destinations:
     def control(self, entry: DeliveryEntry, *, now: datetime | None = None) -> Control | None:
         """What stops ``entry`` now: its destination's or its receiver's pause or disable."""
         now = now or utcnow()
+        found = [Control.from_row(row) for row in self.states(entry)]
+        return next((c for c in found if c.stops(entry, now)), None)
+
+    def states(self, entry: DeliveryEntry) -> list[Row]:
+        """The state rows Sluice holds for ``entry``'s destination and receiver (the rows
+        the claim and ``request_left`` read for it), the destination's first."""
         with self.db.transaction() as tx:
             rows = [tx.fetchone(Q.destination_get, {"key": key})
                     for key in dict.fromkeys((entry.destination, entry.receiver)) if key]
-        found = [Control.from_row(row) for row in rows if row is not None]
-        return next((c for c in found if c.stops(entry, now)), None)
+        return [row for row in rows if row is not None]
 
     def disable(self, key: str, reason: str, *, now: datetime | None = None) -> int:
         """Disable ``key`` (a destination disabled already keeps its first reason): its

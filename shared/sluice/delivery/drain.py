@@ -205,10 +205,7 @@ class Deliverer:
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
                           on_retry=limiter.on_retry)
-        store = DeliveryStore(services.db, policy=Policy(
-            unknown_resends=settings.delivery_unknown_resends,
-            pacing_cap_s=float(settings.delivery_pacing_cap_s),
-            disable_after=timedelta(seconds=settings.destination_disable_after_s)))
+        store = DeliveryStore(services.db, policy=Policy.from_settings(settings))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
