@@ -63,6 +63,7 @@ class Hold_(NamedTuple):
 def _in_flight(w: World) -> DeliveryEntry:
     entry = hook(w)
     [claimed] = w.store.claim(LEASE)  # a sender holds it, its request not left yet
+    assert claimed.id == entry.id
     return claimed
 
 
