@@ -271,6 +271,16 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_job_why(args: argparse.Namespace) -> int:
+    from sluice.jobs.registry import get_job
+    from sluice.jobs.why import job_why
+    from sluice.store.db import utcnow
+
+    services = _services(args, migrate_embedded=True)
+    emit(job_why(services.db, get_job(args.job), utcnow()), lambda body: [body["sentence"]])
+    return 0
+
+
 def _job_lines(row: dict[str, Any]) -> list[str]:
     head = (f"{row['job']:<16} {row['schedule']:<24} {row['state']:<8} last: "
             f"{row['lastOutcome'] or 'never'}"
@@ -340,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", help="list jobs with their schedules and last runs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jobs)
+    why = p.add_subparsers(dest="jobs_command", required=False).add_parser(
+        "why", help="why one job is overdue or not running, in one sentence")
+    why.add_argument("job")
+    why.set_defaults(func=cmd_job_why)
 
     p = sub.add_parser("queues", help="real figures for every queue, outbox and dead-letter list")
     p.add_argument("--json", action="store_true")
