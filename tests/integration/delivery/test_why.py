@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -97,6 +98,28 @@ HOLDS: dict[str, Hold_] = {
     "past its expiry": Hold_(Hold.EXPIRED, _expired_unsent),
     "paused past its expiry": Hold_(Hold.PAUSED, _paused_past_expiry),
 }
+
+
+DOC = Path(__file__).parents[3] / "docs" / "delivery.md"
+HEADER = "| kind | what holds it | until | the policy's next due | the next drain |"
+
+
+def test_the_docs_table_is_the_kinds_and_the_policys_due() -> None:
+    """docs/delivery.md's "Why is this waiting?" table: one row a kind, in ``Hold``'s order,
+    each pending kind beside the next due the policy names it by (``HOLD_OF_DUE``), what
+    fails or rests beside ``never``."""
+    lines = DOC.read_text().splitlines()
+    rows = []
+    for line in lines[lines.index(HEADER) + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows.append((cells[0], cells[3]))
+    due_of = {hold: due.value for due, hold in HOLD_OF_DUE.items()}
+    never = {Hold.DISABLED, Hold.EXPIRED, *HOLD_OF_STATUS.values()} - {Hold.IN_FLIGHT}
+    assert rows == [(hold.value, due_of.get(hold, "never" if hold in never else "—"))
+                    for hold in Hold]
+    assert TABLE[DeliveryOutcome.DISABLE].due is TABLE[DeliveryOutcome.EXPIRED].due is Due.NEVER
 
 
 def test_every_kind_of_hold_is_walked() -> None:
