@@ -472,11 +472,10 @@ class _Run:
         destination or receiver since the claim (settled so, nothing sent), or it is no
         longer this attempt's (stale)."""
         now = utcnow()
-        control = self.destinations.control(entry, now=now)
-        if control is None:
+        stop = self.destinations.stop(entry, now=now)
+        if stop is None:
             return SendOutcome.STALE
-        outcome = self.policy.before_send(disabled=control.disables(entry),
-                                          paused=control.paused(now))
+        outcome, control = stop
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
             return self._apply(entry, outcome, f"not sent: destination {control.key} is "
                                                f"disabled since "

@@ -1,9 +1,10 @@
 """"Why is this waiting?": what holds one delivery entry, and until when, in one sentence.
 
 The answer is read from what the drain reads, and decided by the rules it decides with:
-its destination's and receiver's state rows as ``Control`` reads them (``paused``,
-``disables``: an entry an operator restarted after a disable goes), the order
-``Policy.before_send`` gives a disable and a pause, a failing receiver's next probe (its
+its destination's and receiver's state rows as the drain's last check before a request
+reads them (``destinations.stop_of``: a disable, by ``Control.disables``, so an entry an
+operator restarted after it goes, before a pause, as ``Policy.before_send`` orders them),
+a failing receiver's next probe (its
 probe is the entry due first, as the claim takes it), the receiver's ``ready_at`` (a rate
 slot, or the wait its provider asked for), the entry's own due time (the schedule), its
 expiry (``DeliveryStore.expire``: from its enqueue or last restart, never while paused),
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.core.times import iso_z, iso_z_or_none
 from sluice.delivery.channels import Outbound, build_adapters, deduplicating
-from sluice.delivery.destinations import Control, Destinations, _time_or_none
+from sluice.delivery.destinations import Control, Destinations, Stop, _time_or_none, stop_of
 from sluice.delivery.policy import (
     TABLE,
     DeliveryOutcome,
@@ -110,17 +111,15 @@ def explain(entry: DeliveryEntry, states: list[Row], now: datetime, *, policy: P
         return _in_flight(entry, now, policy)
     if entry.status is not DeliveryStatus.PENDING:
         return _at_rest(entry)
-    controls = [Control.from_row(row) for row in states]
-    paused = [c for c in controls if c.paused(now)]
-    disabled = [c for c in controls if c.disables(entry)]
+    paused = [c for c in map(Control.from_row, states) if c.paused(now)]
     expires_at = (entry.started_at or entry.enqueued_at) + expire
     if not paused and expires_at <= now:  # the drain expires before it does anything else
         return Why(entry.id, status, Hold.EXPIRED, None,
                    f"Not sent within its expiry ({iso_z(expires_at)}): the next drain fails "
                    "it expired, unsent; an operator may redrive it.", expires_at=expires_at)
-    stops = policy.before_send(disabled=bool(disabled), paused=bool(paused))
-    if stops is DeliveryOutcome.DESTINATION_DISABLED:
-        off = disabled[0]
+    stop = stop_of(states, entry, now, policy)
+    if stop is not None and stop.outcome is DeliveryOutcome.DESTINATION_DISABLED:
+        off = stop.control
         return Why(entry.id, status, Hold.DISABLED, None,
                    f"Disabled since {iso_z_or_none(off.disabled_at)}: {off.key} "
                    f"({off.disabled_reason or 'no reason given'}); the next drain fails it "
@@ -136,7 +135,7 @@ def explain(entry: DeliveryEntry, states: list[Row], now: datetime, *, policy: P
                    f"{iso_z(expires_at)}).", expires_at=expires_at)
     expiry = ("nothing expires while paused" if paused
               else f"it expires at {iso_z(expires_at)} unless sent before")
-    timed = _timed(entry, states, paused, now, first_in_line,
+    timed = _timed(entry, states, stop, now, first_in_line,
                    configured is not None and bool(entry.held_by))
     if not timed:
         probe = first_in_line == entry.id and _failing(states, entry)
@@ -160,14 +159,14 @@ def _failing(states: list[Row], entry: DeliveryEntry) -> bool:
             and receiver["disabled_at"] is None)
 
 
-def _timed(entry: DeliveryEntry, states: list[Row], paused: list[Control], now: datetime,
+def _timed(entry: DeliveryEntry, states: list[Row], stop: Stop | None, now: datetime,
            first_in_line: str | None, released: bool) -> list[_Timed]:
     """Every hold that ends at a time, as the claim reads them. A pause's end makes the
     entry due at once (the drain restarts it), so its own due time counts only unpaused;
     one set aside for a channel configured since is due at once too (``released``)."""
     holds: list[_Timed] = []
-    if paused:
-        end = max(paused, key=lambda c: c.paused_until or now)
+    if stop is not None:  # paused: a disable answered before
+        end = stop.control
         assert end.paused_until is not None
         holds.append(_Timed(Hold.PAUSED, end.paused_until, end.key,
                             f"Paused by an operator until {iso_z(end.paused_until)}: nothing "
