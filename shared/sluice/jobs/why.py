@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from sluice.store.db import Database
 
 
+# The answers, in the order they are decided (the first that holds is the answer).
+KINDS = ("disabled", "running", "lease_lapsed", "overdue", "never", "scheduled")
+
+
 def _time(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
@@ -46,7 +50,6 @@ def job_why(db: Database, job: Job, now: datetime) -> dict[str, Any]:
              "state": "alarm" if alarm_at is None or now >= alarm_at else "ok"}
     ran = (f"its last run: {last['outcome']} ({last['trigger']}) at "
            f"{iso_z(_time(last['started_at']) or now)}" if last else "it has never run")
-    kind: str
     until: datetime | None = None
     expires = _time(lease["expires_at"]) if lease else None
     if state["disabled"] is not None:
@@ -88,4 +91,4 @@ def job_why(db: Database, job: Job, now: datetime) -> dict[str, Any]:
             "alarm": alarm}
 
 
-__all__ = ["job_why"]
+__all__ = ["KINDS", "job_why"]

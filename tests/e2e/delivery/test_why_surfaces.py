@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -23,9 +24,10 @@ from sluice.jobs.overdue import DisabledMarks, statuses
 from sluice.jobs.registry import get_job
 from sluice.jobs.runner import run_job
 from sluice.jobs.runs import RunStore
+from sluice.jobs.why import KINDS
 from sluice.ops.destinations import apply, parse_change
 from sluice.store.db import utcnow
-from tests.conftest import BASE_ENV, admin_token, run_cli
+from tests.conftest import BASE_ENV, ROOT, admin_token, run_cli
 
 WEBHOOK = {"SLUICE_WEBHOOK_SIGNING_SECRET": "webhook-secret-for-tests-0123456789"}
 JOB = "delivery-drain"
@@ -88,6 +90,13 @@ def test_the_entry_routes_keep_the_delivery_roles(svc: Services, env: dict[str, 
     assert refused.returncode != 0 and "not_found" in refused.stderr
 
 
+def test_docs_cli_names_the_job_answers_in_their_order() -> None:
+    row = next(line for line in (ROOT / "docs" / "cli.md").read_text().splitlines()
+               if line.startswith("| `sluice jobs why JOB"))
+    named = re.findall(r"`(\w+)`", row)
+    assert [kind for kind in named if kind in KINDS] == list(KINDS)
+
+
 def _job_why(client: TestClient) -> dict[str, Any]:
     response = client.get(f"/api/admin/jobs/{JOB}/why", headers=_headers("ops"))
     assert response.status_code == 200, response.text
@@ -99,10 +108,12 @@ def test_a_jobs_answer_follows_its_state_lease_and_mark(svc: Services,
                                                         env: dict[str, str]) -> None:
     client = TestClient(create_app(svc), raise_server_exceptions=False)
     runs = RunStore(svc.db)
+    seen: list[str] = []
 
     def judged(kind: str) -> dict[str, Any]:
         body = _job_why(client)
         assert body["kind"] == kind, body
+        seen.append(kind)
         assert body["state"] == statuses(svc.db, utcnow(), [get_job(JOB)])[JOB], \
             "the job list's own state"
         return body
@@ -136,6 +147,7 @@ def test_a_jobs_answer_follows_its_state_lease_and_mark(svc: Services,
                                         now=utcnow())
     disabled = judged("disabled")
     assert "moved to the new account" in disabled["sentence"]
+    assert sorted(seen) == sorted(KINDS), "every answer is walked"
 
     cli = run_cli(["jobs", "why", JOB, "--json"], env)
     assert cli.returncode == 0, cli.stderr
