@@ -211,10 +211,7 @@ class Deliverer:
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
                           on_retry=limiter.on_retry)
-        store = DeliveryStore(services.db, policy=Policy(
-            unknown_resends=settings.delivery_unknown_resends,
-            pacing_cap_s=float(settings.delivery_pacing_cap_s),
-            disable_after=timedelta(seconds=settings.destination_disable_after_s)))
+        store = DeliveryStore(services.db, policy=Policy.from_settings(settings))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
@@ -481,11 +478,10 @@ class _Run:
         destination or receiver since the claim (settled so, nothing sent), or it is no
         longer this attempt's (stale)."""
         now = utcnow()
-        control = self.destinations.control(entry, now=now)
-        if control is None:
+        stop = self.destinations.stop(entry, now=now)
+        if stop is None:
             return SendOutcome.STALE
-        outcome = self.policy.before_send(disabled=control.disables(entry),
-                                          paused=control.paused(now))
+        outcome, control = stop
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
             return self._apply(entry, outcome, f"not sent: destination {control.key} is "
                                                f"disabled since "
