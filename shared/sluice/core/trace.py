@@ -117,15 +117,15 @@ class _On:
             attributes["faas.name"] = environ["AWS_LAMBDA_FUNCTION_NAME"]
         resource = Resource.create(attributes)
         self.owned: list[Any] = []  # the providers set up here (flushed, shut down)
-        tracers = trace_api.get_tracer_provider()
-        if isinstance(tracers, trace_api.ProxyTracerProvider):  # nobody set one up
+        # the providers the process already has (the ADOT layer's), else Sluice's own
+        tracers: Any = trace_api.get_tracer_provider()
+        if not isinstance(tracers, TracerProvider):
             tracers = TracerProvider(resource=resource)
             tracers.add_span_processor(
                 BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(environ, "traces"))))
             self.owned.append(tracers)
-        meters = metrics_api.get_meter_provider()
-        if isinstance(meters, metrics_api.NoOpMeterProvider) or type(meters).__name__ == (
-                "_ProxyMeterProvider"):
+        meters: Any = metrics_api.get_meter_provider()
+        if not isinstance(meters, MeterProvider):
             reader = PeriodicExportingMetricReader(
                 OTLPMetricExporter(endpoint=_endpoint(environ, "metrics")))
             meters = MeterProvider(metric_readers=[reader], resource=resource)
