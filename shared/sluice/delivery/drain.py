@@ -163,6 +163,12 @@ class DrainSummary(TypedDict):
     paused: int
 
 
+def receiver_of(entry: DeliveryEntry) -> str:
+    """Where the entry's rates and outages live (its key column; an entry stored before
+    the keys were, its destination, else its channel)."""
+    return entry.receiver or entry.destination or entry.channel
+
+
 def check_enqueue(channel: str, payload: Any) -> None:
     """A channel Sluice has and a payload it can send: ``RequestError`` (400) naming the field."""
     if channel not in channels():
@@ -380,13 +386,21 @@ class _Run:
                     self.exhausted += 1  # nothing more this worker could claim
                 break
             crash_point("delivery.after_claim")
+            # receivers this batch found without a slot: their later entries in it wait
+            # behind the one set aside (a slot that frees meanwhile must not let a later
+            # entry overtake it: the receiver is paced, its entries keep their order)
+            paced: set[str] = set()
             for n, entry in enumerate(claimed):
                 if not self._going() or self._lease_short(entry):
                     for rest in claimed[n:]:
                         self._apply(rest, DeliveryOutcome.NOT_SENT,
                                     "not sent: the run stopped before its turn")
                     return
-                outcome = self._guarded(entry)
+                receiver = receiver_of(entry)
+                outcome = (self._behind(entry, receiver) if receiver in paced
+                           else self._guarded(entry))
+                if outcome is SendOutcome.RATE_LIMITED:
+                    paced.add(receiver)
                 self._count(outcome)
                 if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
                     self.stopped.set()
@@ -459,7 +473,7 @@ class _Run:
             return self._apply(entry, DeliveryOutcome.NO_ADAPTER,
                                f"waiting: no adapter configured for channel {entry.channel!r}",
                                held_by=f"{UNCONFIGURED}{entry.channel}")
-        receiver = entry.receiver or entry.destination or entry.channel
+        receiver = receiver_of(entry)
         if self.deadline is not None:
             with self.lock:
                 known = self.failing.get(receiver)
@@ -472,6 +486,17 @@ class _Run:
                                    f"not sent yet: {receiver} has no rate slot before "
                                    f"{iso_z(slot)}", wait=slot - now, now=now)
         return self._send(adapter, entry, receiver)
+
+    def _behind(self, entry: DeliveryEntry, receiver: str) -> SendOutcome:
+        """An earlier entry of ``receiver`` in this batch found no slot: this one is set
+        aside behind it, unsent (it keeps its place, so the two go in order)."""
+        now = utcnow()
+        with self.lock:
+            slot = self.paced.get(receiver)
+        wait = max(slot - now, timedelta(0)) if slot is not None else timedelta(0)
+        return self._apply(entry, DeliveryOutcome.NO_SLOT,
+                           f"not sent yet: an earlier entry of {receiver} waits for its "
+                           "rate slot", wait=wait, now=now)
 
     def _stopped(self, entry: DeliveryEntry) -> SendOutcome:
         """``request_left`` refused the entry: an operator paused or disabled its
@@ -562,7 +587,7 @@ class _Run:
     def _conclude(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
         """Settle what a send came to, as the policy decides, from what its receiver's
         streak says of whose failure it is."""
-        receiver = entry.receiver or entry.destination or entry.channel
+        receiver = receiver_of(entry)
         streak = Streak(None, None)
         if sent.verdict == "transient":
             streak = self.destinations.streak(receiver)
