@@ -199,7 +199,8 @@ class Simulation:
                                self.world.start + timedelta(days=max(days, HORIZON_DAYS)),
                                self.out.faults)
         self.crashes.on_crash = self._crashed
-        self.crashes.on_point = self._point
+        self.crashes.on_point = self.outages.reached
+        self.crashes.passed = self._passed
         self.crashes.now = clock.now
         self.crashes.target_ok = self._last_request_to
         self.crashes.on_duplicate = self._duplicate
@@ -830,10 +831,9 @@ class Simulation:
             self.judge.late.add((last.channel, last.recipient, last.story))
             self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
 
-    def _point(self, point: str) -> None:
-        """A crash point reached: the outages armed there; right after a drain's claim, an
-        operator action waiting for that claim (``isolation.py``)."""
-        self.outages.reached(point)
+    def _passed(self, point: str) -> None:
+        """A crash point the code goes on from: right after a drain's claim whose run goes
+        on to send, an operator action waiting for that claim (``isolation.py``)."""
         if point == "delivery.after_claim" and self.isolation is not None:
             self.isolation.on_claim(self.charges.claimed)
 

@@ -18,7 +18,7 @@ clear for ``CLEAR`` (``plan``), an app enqueues through ``sluice.enqueue_deliver
 Operator actions land in the middle of a drain run (``TRIGGERS``): between two sends of
 one run (the receivers' request handler calls them), or between a claim and its first send
 (the drain's ``delivery.after_claim`` point calls them, once the claim holds an entry of
-the destination): the group paused right after a claim of its backlog (its claimed entries
+the destination, in a run that goes on from there): the group paused right after a claim of its backlog (its claimed entries
 meet the pause when their request would leave: ``destination paused``), later resumed; a
 chat disabled right after the claim of its first wave (``destination disabled``: its
 entries failed ``destination_disabled``), then enabled mid-run and its entries redriven; a
