@@ -101,12 +101,14 @@ class Isolation:
 
     def on_claim(self, claimed: list[Any]) -> None:
         """A drain claimed ``claimed`` and sends none yet: an operator action whose trigger
-        is the claim of one of these entries' destination lands now."""
+        is the claim of the first entry's destination lands now (the first one's request is
+        the run's next: no send before it takes its rate slot, so it meets the action when
+        its request would leave)."""
         from bench.simulate.operator import match_of
 
         if self.acting:
             return
-        held = {CLAIMED + f"{match[0]}:{match[1]}" for match in map(match_of, claimed)}
+        held = {CLAIMED + f"{match[0]}:{match[1]}" for match in map(match_of, claimed[:1])}
         self._triggered(held, self.sim.clock.now(), "mid-claim")
 
     def _triggered(self, triggers: set[str], now: datetime, where: str) -> None:

@@ -17,7 +17,7 @@ clear for ``CLEAR`` (``plan``), an app enqueues through ``sluice.enqueue_deliver
 
 Operator actions land in the middle of a drain run (``TRIGGERS``): between two sends of
 one run (the receivers' request handler calls them), or between a claim and its first send
-(the drain's ``delivery.after_claim`` point calls them, once the claim holds an entry of
+(the drain's ``delivery.after_claim`` point calls them, once a claim's first entry is of
 the destination, in a run that goes on from there): the group paused right after a claim of its backlog (its claimed entries
 meet the pause when their request would leave: ``destination paused``), later resumed; a
 chat disabled right after the claim of its first wave (``destination disabled``: its
@@ -80,7 +80,7 @@ LAPSED = "telegram:9007"  # its sender dies right after each of five claims
 OOM = "telegram:9001"  # its second wave's first send runs out of memory once
 DISABLED = "telegram:9003"  # the operator disables it before the wave, enables mid-run
 REPLAYED = "telegram:9004"  # delivered in the first wave, replayed mid-run
-CLAIMED = "claim:"  # a trigger naming a destination so: a drain's claim holding its entry
+CLAIMED = "claim:"  # a trigger naming a destination so: a drain's claim led by its entry
 # (action, destination, the request that triggers it, or the claim (``CLAIMED``), not
 # before, fallback after)
 TRIGGERS = (("pause", GROUP, CLAIMED + GROUP, timedelta(minutes=5), timedelta(minutes=8)),
