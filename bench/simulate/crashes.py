@@ -64,6 +64,8 @@ class Crashes:
         self.hit: list[str] = []
         self.on_crash: Callable[[str], None] = lambda point: None
         self.on_point: Callable[[str], None] = lambda point: None  # every point reached
+        # every point the code goes on from (no crash, no error raised there)
+        self.passed: Callable[[str], None] = lambda point: None
         self.targeted: list[tuple[str, str, datetime]] = []  # (point, destination, until)
         self.target_ok: Callable[[str], bool] = lambda destination: False
         self.now: Callable[[], datetime] = lambda: start
@@ -109,6 +111,7 @@ class Crashes:
             if hit is not None:
                 self.targeted.pop(hit)
                 self._crash(name)
+        self.passed(name)
 
     def _crash(self, name: str) -> None:
         self.hit.append(name)

@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.simulate.billing import OUTBOX_SUFFIX, Billing, owed_at
 from bench.simulate.billing import RETRY_AFTER as USAGE_RETRY
-from bench.simulate.charges import Charges
+from bench.simulate.charges import SENT_POINTS, Charges
 from bench.simulate.clock import SimClock, SimulatedWaits
 from bench.simulate.crashes import Crashes, SimCrash
 from bench.simulate.deployment import (
@@ -81,6 +81,7 @@ from bench.simulate.queues import PushQueue
 from bench.simulate.rogue import RETENTION_LIKE, Rogue
 from bench.simulate.rows import Rows
 from bench.simulate.stores import Store, database
+from bench.simulate.streaks import Streaks
 from bench.simulate.world import HORIZON_DAYS, ErasureCall, SimRule, UsageCall, World, generate
 
 # The gated jobs whose check a step (its kind, or the job that ran) may change.
@@ -156,6 +157,7 @@ class Simulation:
                          for story in feed.stories}
         self.network.hook_secret = WEBHOOK_SECRET.encode()  # a plain secret: its UTF-8 bytes
         self.charges = Charges(match_of)  # which entry each delivery crash hit
+        self.streaks = Streaks()  # whose each answered failure is: the entry's or its receiver's
         self.rows = Rows()
         self.drain_crashes: list[datetime] = []  # when a crash ended a drain run
         self.network.poison = self.world.poison
@@ -198,6 +200,7 @@ class Simulation:
                                self.out.faults)
         self.crashes.on_crash = self._crashed
         self.crashes.on_point = self.outages.reached
+        self.crashes.passed = self._passed
         self.crashes.now = clock.now
         self.crashes.target_ok = self._last_request_to
         self.crashes.on_duplicate = self._duplicate
@@ -821,14 +824,23 @@ class Simulation:
                          if last is not None else None)
         if point.startswith("metering."):
             self.billing.crashes += 1
+        if point in SENT_POINTS:
+            self.streaks.undo()
         if point == "delivery.after_send" and self.network.receipts:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
             self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
 
+    def _passed(self, point: str) -> None:
+        """A crash point the code goes on from: right after a drain's claim whose run goes
+        on to send, an operator action waiting for that claim (``isolation.py``)."""
+        if point == "delivery.after_claim" and self.isolation is not None:
+            self.isolation.on_claim(self.charges.claimed)
+
     def _request(self, request: Any) -> None:
         self.last_request = request
         self.pacing.request(request)
+        self.streaks.request(request)
         key = destination_of(request.channel, request.recipient)
         if any(w.start <= request.at < w.end for w in self.pauses.get(key, ())):
             self.judge.fail("pause_kept", request.at,
@@ -922,20 +934,26 @@ class Simulation:
         """``no_attempt_burned`` for deliveries: no entry (as the API lists it) shows more
         attempts than its destination saw requests for its match, plus one while the claim
         of a run that stopped before sending it still holds it (``charges.py``: the lapse
-        gives that attempt back; a stop explains nothing about an entry it did not hold).
-        A wait on a down destination or a rate limit gives its attempt back."""
+        gives that attempt back; a stop explains nothing about an entry it did not hold),
+        less its answered failures that were its receiver's (``streaks.py``: another entry
+        failed there too before any success; the first one's attempt is given back). A wait
+        on a down destination or a rate limit gives its attempt back."""
         from sluice.delivery.store import DeliveryStore
 
         for entry in DeliveryStore(self.services.db).list(limit=500):
             match = match_of(entry)
             crashes = self.charges.forgiven(entry)
             seen = self.pacing.asked[match]
-            if entry.attempts > seen + crashes and match not in self.charged_reported:
+            receivers = self.streaks.uncounted(match)
+            if (entry.attempts > seen - receivers + crashes
+                    and match not in self.charged_reported):
                 self.charged_reported.add(match)
                 self.judge.fail("no_attempt_burned", self.clock.now(),
                                 f"story-{match[2]} -> {match[0]}:{match[1]} shows "
                                 f"{entry.attempts} attempts; its destination saw {seen} "
-                                f"requests for it and {crashes} crash(es) could have charged it")
+                                f"requests for it, {receivers} of them failures that were "
+                                f"its receiver's (another entry failed there too before any "
+                                f"success), and {crashes} crash(es) could have charged it")
 
     def _justified(self, match: Match, entry: Any = None) -> str | None:
         """Why an entry may have failed for good, from what the world and the peers know

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bench.simulate.isolation import (
+    CLAIMED,
     DISABLED,
     DRAIN_EVERY,
     EMAIL,
@@ -48,7 +49,6 @@ class Isolation:
 
     def schedule(self) -> None:
         start = self.plan.start
-        self.sim._schedule(start - timedelta(minutes=2), "iso", ("disable", DISABLED))
         for moment in sorted({m.at for m in self.plan.messages}):
             self.sim._schedule(moment, "iso", ("enqueue", moment))
         for action, target, _, _, fallback in TRIGGERS:
@@ -65,8 +65,6 @@ class Isolation:
         kind, arg = what
         if kind == "enqueue":
             self._enqueue(arg)
-        elif kind == "disable":
-            self._act("disable", arg)
         elif kind == "check":
             self._fair(arg)
         elif kind == "resumed":
@@ -91,13 +89,36 @@ class Isolation:
             self.sim.drain_crashes.append(request.at)
         if to == GROUP:
             self.group_asked.append(request.at)
+        from bench.simulate.operator import destination_of
+
+        key = destination_of(request.channel, request.recipient)
+        if any(k == key and start <= request.at and (end is None or request.at < end)
+               for k, start, end in self.disabled):
+            self.sim.judge.fail("pause_kept", request.at,
+                                f"story-{request.story} -> {to} sent while the operator "
+                                f"had {key} disabled")
+        self._triggered({to}, request.at, "mid-run")
+
+    def on_claim(self, claimed: list[Any]) -> None:
+        """A drain claimed ``claimed`` and sends none yet: an operator action whose trigger
+        is the claim of the first entry's destination lands now (the first one's request is
+        the run's next: no send before it takes its rate slot, so it meets the action when
+        its request would leave)."""
+        from bench.simulate.operator import match_of
+
+        if self.acting:
+            return
+        held = {CLAIMED + f"{match[0]}:{match[1]}" for match in map(match_of, claimed[:1])}
+        self._triggered(held, self.sim.clock.now(), "mid-claim")
+
+    def _triggered(self, triggers: set[str], now: datetime, where: str) -> None:
         for action, (target, trigger, after) in list(self.pending.items()):
-            if trigger == to and request.at >= after:
+            if trigger in triggers and now >= after:
                 del self.pending[action]
                 self.acting = True
                 try:
                     with self.sim.outages.harness():
-                        self._act(action, target, mid_run=True)
+                        self._act(action, target, where=where)
                 finally:
                     self.acting = False
 
@@ -136,14 +157,13 @@ class Isolation:
         self.sim._schedule(due + DRAIN_EVERY + before * interval + SLACK, "iso",
                            ("check", (message.number, due, 0)))
 
-    def _act(self, action: str, target: str, mid_run: bool = False) -> None:
+    def _act(self, action: str, target: str, where: str = "") -> None:
         from bench.simulate.operator import destination_of
         from sluice.core.times import iso_z
         from sluice.ops.destinations import apply, parse_change
 
         sim, now = self.sim, self.sim.clock.now()
         key = destination_of(*target.split(":", 1))
-        where = " mid-run" if mid_run else ""
         if action == "pause":
             until = now + PAUSE_FOR
             apply(sim.services, parse_change("pause", key, {"until": iso_z(until)}))
@@ -166,7 +186,7 @@ class Isolation:
             self._restart(target, "redrive", now)
         elif action == "replay":
             self._restart(target, "replay", now)
-        sim._log(f"operator {action} {key}{where} (isolation)")
+        sim._log(f"operator {action} {key}{' ' + where if where else ''} (isolation)")
 
     def _restart(self, target: str, how: str, now: datetime) -> None:
         """Redrive the failed entries of ``target``, or replay its delivered ones, and owe

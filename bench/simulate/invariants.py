@@ -17,8 +17,10 @@ delivery entries the API lists, the jobs' results), never from Sluice's internal
   (which ``no_attempt_burned`` judges) or the documented policy lets it rest unknown,
   judged from what its destination saw (``may_rest_unknown``: never from the entry's own
   status). No loss is excused by a fault window.
-- ``pause_kept`` (engine): while the operator has a destination paused, no request reaches
-  it; its matches are owed after the pause as after a fault window.
+- ``pause_kept`` (engine; fairness for the isolation world's disable): while the operator
+  has a destination paused or disabled, no request reaches it, even when the pause or
+  disable landed between a drain's claim and its send; its matches are owed after the
+  pause as after a fault window.
 - ``operator_honoured`` (operator): an operator's enable or pause of a destination takes
   effect. A match whose entry a justified disable failed (a refusal to its destination)
   is owed again once the operator enabled the destination and redrove it.

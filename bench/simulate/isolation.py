@@ -15,11 +15,16 @@ clear for ``CLEAR`` (``plan``), an app enqueues through ``sluice.enqueue_deliver
 - four messages to one receiver that answers 500 to the first of them only (a poison
   entry): the three others are the receiver's to take at once.
 
-Operator actions land in the middle of a drain run (the receivers' request handler calls
-them, between two sends of one run; ``TRIGGERS``): the group paused while its backlog is
-being sent, later resumed; a chat the operator disabled before the wave (its entries failed
-``destination_disabled``) enabled and its entries redriven; a chat's delivered window
-replayed. Each falls back to its own moment when no request comes.
+Operator actions land in the middle of a drain run (``TRIGGERS``): between two sends of
+one run (the receivers' request handler calls them), or between a claim and its first send
+(the drain's ``delivery.after_claim`` point calls them, once a claim's first entry is of
+the destination, in a run that goes on from there): the group paused right after a claim of its backlog (its claimed entries
+meet the pause when their request would leave: ``destination paused``), later resumed; a
+chat disabled right after the claim of its first wave (``destination disabled``: its
+entries failed ``destination_disabled``), then enabled mid-run and its entries redriven; a
+chat's delivered window replayed. Each falls back to its own moment when no request or
+claim comes. Nothing reaches a destination while the operator has it paused
+(``pause_kept``, engine) or disabled (``pause_kept``, here).
 
 ``fair_share`` (judged from the receivers' own records): every message to a destination
 whose own state is clear is received within the fairness bound from when it became due (its
@@ -75,8 +80,11 @@ LAPSED = "telegram:9007"  # its sender dies right after each of five claims
 OOM = "telegram:9001"  # its second wave's first send runs out of memory once
 DISABLED = "telegram:9003"  # the operator disables it before the wave, enables mid-run
 REPLAYED = "telegram:9004"  # delivered in the first wave, replayed mid-run
-# (action, destination, the request that triggers it, not before, fallback after)
-TRIGGERS = (("pause", GROUP, GROUP, timedelta(minutes=5), timedelta(minutes=8)),
+CLAIMED = "claim:"  # a trigger naming a destination so: a drain's claim led by its entry
+# (action, destination, the request that triggers it, or the claim (``CLAIMED``), not
+# before, fallback after)
+TRIGGERS = (("pause", GROUP, CLAIMED + GROUP, timedelta(minutes=5), timedelta(minutes=8)),
+            ("disable", DISABLED, CLAIMED + DISABLED, timedelta(0), timedelta(minutes=3)),
             ("enable", DISABLED, "telegram:9001", timedelta(minutes=10),
              timedelta(minutes=14)),
             ("replay", REPLAYED, "telegram:9002", timedelta(minutes=20),

@@ -59,6 +59,9 @@ within its first ``SPAN_DAYS`` (so a short run sees all of it), on purpose:
   out): the tick's global message goes and its first per-build message does not, so the
   tick builds that key inline; a lone story per tenant inside it, each owed to the
   destination of its first rule no earlier refusal still holds disabled by the tick after it (``built_in_its_tick``, engine);
+- an *answered outage* from day 8.2: a destination that answers 500 to every request
+  for an hour under a burst, so two entries are answered a failure there before any
+  success (the receiver is held, the first one's attempt given back: ``streaks.py``);
 - delivery in production shapes (``isolation.py``: a backlog of thousands to one group
   beside quiet destinations, URLs of one host with one gone, poison entries, chunked
   messages, operator actions in the middle of a drain run, a partition of the store) and
@@ -204,6 +207,7 @@ def reach_limits(world: World, seed: int) -> list[tuple[datetime, str]]:
     _client_rule_ids(world, seed)
     _notices(world)
     _sqs_throttled(world, seed)
+    _answered_outage(world, seed)
     isolation.plan(world, seed)  # last: it adds destinations the worlds above do not pick
     missed.plan(world)
     return [*lonely, flap_crash, (store.start + timedelta(seconds=30), "delivery.after_send"),
@@ -269,6 +273,26 @@ def _hooks_apart(world: World, seed: int) -> None:
     _lone(world, down, start + timedelta(minutes=1), rng)
     for n in range(7):
         _lone(world, up, start + timedelta(minutes=15 + 10 * n), rng)
+
+
+def _answered_outage(world: World, seed: int) -> None:
+    """From day 8.2, a destination (a webhook when there is one) that answers 500 to every request for an hour, under a
+    burst: the first entry's failure names it alone, the second's shows the receiver is
+    what fails (held, the first one's attempt given back). The first destination of the
+    world's own clear for the window and two hours around it; from a generator of its own,
+    so the rest is drawn as before."""
+    rng = random.Random(f"limits-answered-{seed}")
+    # a webhook first: its receiver's rate (ten a second) leaves room for the in-process
+    # retries of each 500 within one send
+    for name in sorted(world.destinations, key=lambda n: (not n.startswith("webhook:"), n)):
+        peer = world.destinations[name]
+        start = _at(world, 8.2 + rng.uniform(0, 0.05))
+        if _clear(peer, start - timedelta(hours=2), start + timedelta(hours=3)):
+            _add(peer, world, start, 1.0, "error", "answered_outage")
+            numbers = [max((s.number for f in world.feeds.values() for s in f.stories),
+                           default=0)]
+            _burst(world, start + timedelta(minutes=5), name, numbers, rng)
+            return
 
 
 def _polar_refusal(world: World, seed: int) -> None:

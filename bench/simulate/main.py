@@ -28,6 +28,7 @@ from typing import Any
 from bench.simulate.clock import SimClock
 from bench.simulate.rogue import INJECTIONS
 
+ALSO = 20  # the violations listed after the first, per seed
 HEADER = ["seed", "days", "steps", "runs", "coalesced", "faults", "deliveries", "violations",
           "digest", "wall s"]
 
@@ -288,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         first = out.violations[0]
         print(f"\nseed {out.seed}: VIOLATION {first.invariant} on day {first.day:.2f} "
               f"({first.at:%Y-%m-%d %H:%M:%S}): {first.detail}")
+        for more in out.violations[1:ALSO + 1]:  # --keep-going: the others, briefly
+            print(f"  also {more.invariant} on day {more.day:.2f}: {more.detail}")
         print("the steps that led there:")
         for line in out.trail:
             print(f"  {line}")

@@ -74,7 +74,7 @@ class Request(NamedTuple):
     channel: str
     recipient: str
     story: int
-    answer: str  # up | late | hang | down | ratelimit | refuse
+    answer: str  # up | late | hang | down | ratelimit | refuse | error (a 500) | ...
     retry_after_s: float | None  # what a 429 asked for
     timeout_s: float | None = None  # how long the client waits for the answer
 

@@ -18,6 +18,8 @@ Each peer follows a behaviour that changes over time (``Peer.windows``):
   destination, and the simulated operator enables it once it answers again;
 - ``paused`` (``--limits`` only): the peer is up, and the simulated operator pauses the
   destination in Sluice for the window: nothing may reach it meanwhile (``pause_kept``);
+- ``error`` (destinations, ``--limits`` only: an answered outage): answers 500 to every
+  request, so several entries fail at one receiver before any success;
 - ``hang`` (destinations, ``--limits`` only): accepts the connection and the request, then
   never answers: the caller sees a timeout, as after ``late``, but the message was *not*
   taken (a gateway that stalls before its application): an unknown outcome that did not

@@ -40,8 +40,12 @@ def test_the_reduced_runs_seeds_hold_every_production_shape() -> None:
         assert {m.destination for m in chunked} == set(iso.CHUNKED)
         assert all(len(m.text) > max(TELEGRAM_MAX_TEXT, SLACK_MAX_TEXT) for m in chunked)
         assert {m.key is not None for m in chunked} == {True, False}
-        # operator actions land mid-run, each with its own trigger and a fallback
-        assert {t[0] for t in iso.TRIGGERS} == {"pause", "resume", "enable", "replay"}
+        # operator actions land mid-run, each with its own trigger and a fallback; the
+        # pause and the disable between a claim of the destination's entries and its send
+        assert {t[0] for t in iso.TRIGGERS} == {"pause", "disable", "resume", "enable",
+                                                 "replay"}
+        assert {t[0] for t in iso.TRIGGERS if t[2].startswith(iso.CLAIMED)} == {
+            "pause", "disable"}
         assert len(world.isolation_crashes) == 9
         # a partition later (the store never answers), no unbounded call inside it, and an
         # app's enqueue at each probe; and two days of state-cleanup the platform leaves out
