@@ -115,10 +115,10 @@ def test_logs_and_argument_errors_are_escaped_too(
         logger.info(f"a peer's text {HOSTILE}", extra={"field": HOSTILE})
     [line] = written.getvalue().splitlines()
     assert terminal_controls(line) == [] and json.loads(line)["field"] == HOSTILE, line
-    assert main(["jobs", f"extra{HOSTILE}"]) == 64
+    assert main(["migrate", f"extra{HOSTILE}"]) == 64
     _, err = capfd.readouterr()
     assert terminal_controls(err) == [] and "unrecognized arguments: extra\\x1b[2J" in err
-    assert main(["jobs", f"extra{HOSTILE}", "--json"]) == 64
+    assert main(["migrate", f"extra{HOSTILE}", "--json"]) == 64
     out, err = capfd.readouterr()
     assert terminal_controls(out + err) == []
     assert json.loads(out)["error"]["message"] == f"unrecognized arguments: extra{HOSTILE}"
