@@ -237,18 +237,39 @@ WHERE status = 'pending' AND id IN (
 )
 RETURNING *
 
--- name: request_left
--- The claimed attempt's request is about to leave: from here a lapsed lease is unknown.
--- Not when an operator paused or disabled its destination or receiver meanwhile: nothing
--- leaves for a destination once its pause or disable is answered.
+-- name: requests_left @postgres
+-- The requests of a batch of claimed attempts are about to leave (:entries, a JSON array
+-- of [id, attempts]), in one statement: from here a lapsed lease is unknown. Not for an
+-- entry whose destination or receiver an operator paused or disabled meanwhile: the
+-- state rows are read by this statement, so nothing leaves for a destination once its
+-- pause or disable is answered. The ids marked come back.
 UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
-WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+WHERE id = ANY (ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(CAST(:entries AS jsonb)) e))
+  AND status = 'in_flight'
+  AND attempts = (SELECT CAST(e ->> 1 AS integer)
+                  FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
+                  WHERE e ->> 0 = delivery_queue.id)
   AND NOT EXISTS (
       SELECT 1 FROM delivery_destinations d
       WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
         AND (d.paused_until > :now
              OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
                                                 OR delivery_queue.restarted_at <= d.disabled_at))))
+RETURNING id
+
+-- name: requests_left @sqlite
+UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:entries))
+  AND status = 'in_flight'
+  AND attempts = (SELECT json_extract(value, '$[1]') FROM json_each(:entries)
+                  WHERE json_extract(value, '$[0]') = delivery_queue.id)
+  AND NOT EXISTS (
+      SELECT 1 FROM delivery_destinations d
+      WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
+        AND (d.paused_until > :now
+             OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
+                                                OR delivery_queue.restarted_at <= d.disabled_at))))
+RETURNING id
 
 -- name: hold_unconfigured @postgres
 -- Entries of a channel with no adapter wait out of the claim's index until it has one.
