@@ -123,6 +123,11 @@ _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
 # fewer receivers wait than the claim takes (the store's claim).
 CLAIM_BATCH = 32
 PER_ROUND = 4
+# While a worker's claims come back full and its batch went out within FAST_BATCH_S, its
+# next claim takes twice as many, up to CLAIM_MAX: a long backlog of fast sends shares
+# each commit among more entries; a short backlog, or slow sends, keep the split above.
+CLAIM_MAX = 256
+FAST_BATCH_S = 1.0
 # With nothing to claim while a receiver waits for its next rate slot, the run looks again
 # after at most this long (new entries are claimed meanwhile).
 IDLE_POLL_S = 1.0
@@ -371,10 +376,11 @@ class _Run:
         next run (``leftDue``). With nothing to claim while a receiver's backlog waits only
         for its next rate slot, the run waits for that slot within its budget."""
         summary = self.summary
+        size = self.batch
         while self._going():
             with self.claiming:
                 at = utcnow()
-                claimed = self.store.claim(self.d.lease, limit=self.batch,
+                claimed = self.store.claim(self.d.lease, limit=size,
                                            per_round=PER_ROUND, after=self.after,
                                            channels=sorted(self.d.adapters), now=at)
                 if claimed:
@@ -386,6 +392,7 @@ class _Run:
                     self.exhausted += 1  # nothing more this worker could claim
                 break
             crash_point("delivery.after_claim")
+            began = self.d.clock()
             rest = claimed
             while rest:
                 if not self._going() or self._lease_short(rest[0]):
@@ -398,6 +405,9 @@ class _Run:
                         self.stopped.set()
                 self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+            size = (min(2 * size, CLAIM_MAX)
+                    if len(claimed) >= size and self.d.clock() - began < FAST_BATCH_S
+                    else self.batch)
 
     def _lease_short(self, entry: DeliveryEntry) -> bool:
         """The sends before it in its batch took half its lease (or its whole send's time):

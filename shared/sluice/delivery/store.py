@@ -392,22 +392,38 @@ class DeliveryStore:
     def settle(self, settles: Sequence[Settle]) -> list[bool]:
         """Settle claimed entries as the policy decided, in one transaction (one commit):
         for each, whether it was still ours (each write is guarded by ``in_flight`` and the
-        attempt it claimed, so a stale one changes nothing and the others still settle)."""
+        attempt it claimed, so a stale one changes nothing and the others still settle).
+        The acks of one moment are one statement."""
         if not settles:
             return []
         now = utcnow()
+        acks: dict[datetime, list[Settle]] = {}
+        others: list[Settle] = []
+        for s in settles:
+            if s.decision.status == DeliveryStatus.ACKED:
+                acks.setdefault(s.now or now, []).append(s)
+            else:
+                others.append(s)
+        ours: set[str] = set()
         with self.db.transaction() as tx:
-            last = len(settles) - 1
-            return [tx.execute(*self._settle_write(s, s.now or now), final=n == last) == 1
-                    for n, s in enumerate(settles)]
+            writes = len(acks) + len(others)
+            for at, acked in acks.items():
+                writes -= 1
+                rows = tx.fetchall(Q.ack, {"now": at, "entries": tx.json([
+                    [s.entry.id, s.entry.attempts, s.message_id, s.duration_ms or 0]
+                    for s in acked])}, final=writes == 0)
+                ours.update(row["id"] for row in rows)
+            for s in others:
+                writes -= 1
+                if tx.execute(*self._settle_write(s, s.now or now), final=writes == 0) == 1:
+                    ours.add(s.entry.id)
+        return [s.entry.id in ours for s in settles]
 
     def _settle_write(self, s: Settle, now: datetime) -> tuple[Query, dict[str, Any]]:
-        """The one guarded write that settles ``s.entry`` as its decision says."""
+        """The one guarded write that settles ``s.entry`` as its decision says (not an
+        ack: ``settle`` acks together)."""
         entry, decision, error = s.entry, s.decision, s.error
         guard = {"id": entry.id, "attempts": entry.attempts, "now": now}
-        if decision.status == DeliveryStatus.ACKED:
-            return Q.ack, {**guard, "platform_message_id": s.message_id,
-                           "duration_ms": s.duration_ms or 0}
         if decision.status == DeliveryStatus.FAILED:
             reason = decision.reason or FailureReason.PERMANENT
             if reason is FailureReason.MAX_ATTEMPTS:

@@ -298,11 +298,26 @@ UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now, updated_at = :
 WHERE status = 'pending'
   AND held_by IN (SELECT 'unconfigured:' || value FROM json_each(:channels))
 
--- name: ack
-UPDATE delivery_queue
-SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
+-- name: ack @postgres
+-- Acknowledged, after their sends returned: the entries of :entries (a JSON array of
+-- [id, attempts, platform message id, duration ms]) in one statement, each still the
+-- attempt it claimed. The ids acked come back.
+UPDATE delivery_queue q
+SET status = 'acked', platform_message_id = e ->> 2, duration_ms = CAST(e ->> 3 AS integer),
     lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
-WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
+WHERE q.id = e ->> 0 AND q.status = 'in_flight' AND q.attempts = CAST(e ->> 1 AS integer)
+RETURNING q.id
+
+-- name: ack @sqlite
+UPDATE delivery_queue
+SET status = 'acked', platform_message_id = json_extract(e.value, '$[2]'),
+    duration_ms = json_extract(e.value, '$[3]'), lease_until = NULL, last_error = NULL,
+    held_by = NULL, acked_at = :now, updated_at = :now
+FROM json_each(:entries) AS e
+WHERE delivery_queue.id = json_extract(e.value, '$[0]') AND delivery_queue.status = 'in_flight'
+  AND delivery_queue.attempts = json_extract(e.value, '$[1]')
+RETURNING delivery_queue.id
 
 -- name: nack
 UPDATE delivery_queue
