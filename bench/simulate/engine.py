@@ -817,6 +817,10 @@ class Simulation:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
             self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
+        for match in self.charges.in_round:  # sent (or not yet) in the crashed round
+            self.judge.late.add(match)
+            if self.judge.received[match]:
+                self.judge.unknown_sends[match] += 1
 
     def _request(self, request: Any) -> None:
         self.last_request = request

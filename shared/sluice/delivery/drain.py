@@ -6,12 +6,14 @@ the two, the lease lapses and the next drain sends it: at-least-once, and a
 webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
 The drain fails pending entries past the expiry (reason ``expired``), settles lapsed
-leases, sets aside the entries of channels without an adapter, then claims entries one
-at a time (a probe for each failing destination whose probe is due, then due entries
-that wait on nothing) and sends each, until none is due or the deadline is near (with
-``delivery_drain_concurrency`` above 1, that many workers do so at once); finally it
-prunes settled entries past their retention (their effect records stay). Before each
-request leaves it takes a rate slot and marks the request as leaving. What becomes of
+leases, sets aside the entries of channels without an adapter, then claims batches in
+turns across receivers (a probe for each failing destination whose probe is due, then due
+entries that wait on nothing) and sends each batch a round at a time, until none is due
+or the deadline is near (with ``delivery_drain_concurrency`` above 1, that many workers do
+so at once); finally it prunes settled entries past their retention (their effect records
+stay). A round's entries share no rate key; one statement marks them leaving before any
+request leaves, each takes its rate slot just before its send, and the round's outcomes
+settle in one commit after its last send returned. What becomes of
 the entry after each of these steps (whether the attempt counts, when it is due, who
 sends it again) is the delivery policy's decision (``sluice.delivery.policy``); this
 module finds out what happened and applies the answer.

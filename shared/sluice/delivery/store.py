@@ -3,8 +3,10 @@
 ``enqueue`` writes the entry (``pending``, or ``in_flight`` under a lease for the
 inline path that sends it at once); ``claim`` takes due ``pending`` entries that wait on
 nothing ``in_flight`` under a lease and counts the attempt, and one probe entry for each
-failing destination whose probe is due; ``request_left`` marks the moment the request
-leaves. The sender then settles the entry with ``apply`` and the policy's ``DeliveryDecision``
+failing destination whose probe is due; ``request_left`` (``requests_left`` for a batch,
+one statement) marks the moment the request leaves. ``enqueue_many`` stores a batch in one
+transaction. The sender then settles the entry with ``apply`` (a batch with ``settle``, one
+commit) and the policy's ``DeliveryDecision``
 (``sluice.delivery.policy``: this module decides nothing itself); ``ack``, ``nack``,
 ``fail`` and ``release`` ask the policy for the usual rows. Each settle is one UPDATE
 guarded by ``in_flight`` and the attempt it claimed, so it is whole or nothing, and a
@@ -255,13 +257,13 @@ class DeliveryStore:
         """Store ``items`` (``pending``, due at once, in this order) in one transaction:
         each one as ``enqueue`` stores it, ``(entry, created)`` in the items' order. Every
         item is checked before anything is written: one that is not a delivery raises
-        ``RequestError`` naming its index, and nothing is stored. A key already stored (or
+        ``RequestError`` naming its index (``items[3]``), and nothing is stored. A key already stored (or
         given twice in ``items``) answers that entry with ``created`` False."""
         for n, item in enumerate(items):
             try:
                 _check_new(item)
             except RequestError as exc:
-                raise RequestError(f"item {n}: {exc}", field=f"{n}") from exc
+                raise RequestError(f"items[{n}]: {exc.message}", field=f"items[{n}]") from exc
         now = now or utcnow()
         found: list[tuple[DeliveryEntry, bool]] = []
         if not items:
@@ -278,7 +280,7 @@ class DeliveryStore:
                     raise TransientStoreError(
                         f"delivery key {item.idempotency_key!r} conflicts with an entry that "
                         "is never there when read")
-                found.append((DeliveryEntry.from_row(_typed(row)), False))
+                found.append((DeliveryEntry.from_row(row), False))
         return found
 
     def known_keys(self, keys: list[str]) -> set[str]:

@@ -243,33 +243,30 @@ RETURNING *
 -- entry whose destination or receiver an operator paused or disabled meanwhile: the
 -- state rows are read by this statement, so nothing leaves for a destination once its
 -- pause or disable is answered. The ids marked come back.
-UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
-WHERE id = ANY (ARRAY(SELECT e ->> 0 FROM jsonb_array_elements(CAST(:entries AS jsonb)) e))
-  AND status = 'in_flight'
-  AND attempts = (SELECT CAST(e ->> 1 AS integer)
-                  FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
-                  WHERE e ->> 0 = delivery_queue.id)
+UPDATE delivery_queue q SET request_left_at = :now, unsent_lapses = 0
+FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
+WHERE q.id = e ->> 0 AND q.status = 'in_flight' AND q.attempts = CAST(e ->> 1 AS integer)
   AND NOT EXISTS (
       SELECT 1 FROM delivery_destinations d
-      WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
+      WHERE d.key IN (q.destination, q.receiver)
         AND (d.paused_until > :now
-             OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
-                                                OR delivery_queue.restarted_at <= d.disabled_at))))
-RETURNING id
+             OR (d.disabled_at IS NOT NULL AND (q.restarted_at IS NULL
+                                                OR q.restarted_at <= d.disabled_at))))
+RETURNING q.id
 
 -- name: requests_left @sqlite
 UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
-WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:entries))
-  AND status = 'in_flight'
-  AND attempts = (SELECT json_extract(value, '$[1]') FROM json_each(:entries)
-                  WHERE json_extract(value, '$[0]') = delivery_queue.id)
+FROM json_each(:entries) AS e
+WHERE delivery_queue.id = json_extract(e.value, '$[0]')
+  AND delivery_queue.status = 'in_flight'
+  AND delivery_queue.attempts = json_extract(e.value, '$[1]')
   AND NOT EXISTS (
       SELECT 1 FROM delivery_destinations d
       WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
         AND (d.paused_until > :now
              OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
                                                 OR delivery_queue.restarted_at <= d.disabled_at))))
-RETURNING id
+RETURNING delivery_queue.id
 
 -- name: hold_unconfigured @postgres
 -- Entries of a channel with no adapter wait out of the claim's index until it has one.
