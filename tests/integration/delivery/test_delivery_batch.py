@@ -5,6 +5,7 @@ and a drain whose commits are shared by the batch, not paid per entry."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -91,7 +92,7 @@ def test_one_bad_item_refuses_the_batch_and_stores_nothing(services: Services) -
     ({"channel": "pigeon", "recipient": "C01", "payload": {"text": "x"}}, "items[2].channel"),
     ({"channel": "telegram", "recipient": "not a chat", "payload": {"text": "x"}},
      "items[2].recipient"),
-    ({"channel": "slack", "recipient": "C01", "payload": {"text": ""}}, "items[2].payload"),
+    ({"channel": "slack", "recipient": "C01", "payload": {"text": ""}}, "items[2].payloads"),
     ({"channel": "slack", "recipient": "C01", "payload": {"text": "x"},
       "idempotency_key": "k" * 300}, "items[2].idempotencyKey"),
     ({"channel": "slack", "recipient": "C01"}, "items[2].payload"),
@@ -164,16 +165,29 @@ def test_a_round_settles_in_one_commit_each_entry_guarded(services: Services) ->
     assert store.settle(settles[:1]) == [False], "settled once: never acknowledged twice"
 
 
-def test_a_drain_shares_each_commit_among_a_batch(
-        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+def test_a_drain_marks_and_settles_a_round_once(
+        db_url: str, providers: Providers, make_services: Callable[..., Services],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """32 entries to 32 Slack channels (32 rate keys: one round): one claim, one mark and
+    one settle for the 32, where one entry at a time paid a mark and a settle each."""
     svc = make_services(db_url, **providers.env(), SLUICE_SLACK_CHANNEL_RATE_PER_SECOND="1000")
+    providers.slack.channels.update(f"C{i:02d}" for i in range(32))
     store = DeliveryStore(svc.db)
     store.enqueue_many([NewEntry("slack", f"C{i:02d}", {"text": f"m{i}"}) for i in range(32)])
-    with counting(svc.db) as begun:
-        result = drain_once(svc)
+    calls: Counter[str] = Counter()
+    for name in ("claim", "requests_left", "settle"):
+        original = getattr(DeliveryStore, name)
+
+        def counted(self: DeliveryStore, *args: Any, _name: str = name,
+                    _original: Any = original, **kwargs: Any) -> Any:
+            found = _original(self, *args, **kwargs)
+            if found:
+                calls[_name] += 1
+            return found
+
+        monkeypatch.setattr(DeliveryStore, name, counted)
+    result = drain_once(svc)
     assert result["recovered"] == 32
     assert sorted(m["channel"] for m in providers.slack.messages) == [
         f"C{i:02d}" for i in range(32)], "each sent once"
-    # one claim, one mark and one settle for the 32 (and the run's fixed steps), where one
-    # entry at a time paid two commits each
-    assert begun[0] < 32, begun
+    assert calls == {"claim": 1, "requests_left": 1, "settle": 1}
