@@ -401,10 +401,8 @@ class _Run:
                     self._settle([self._not_sent(entry) for entry in rest])
                     return
                 batch, rest = self._round(rest)
-                for outcome in self._send_round(batch):
+                for outcome in self._send_round(batch):  # (it stops the run on a fatal)
                     self._count(outcome)
-                    if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
-                        self.stopped.set()
                 self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
             size = (min(2 * size, CLAIM_MAX)
