@@ -75,6 +75,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_why(args: argparse.Namespace) -> int:
+    from sluice.delivery.why import why
+
+    emit(why(_services(), args.id).to_json(), lambda body: [body["sentence"]])
+    return EXIT_OK
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     _print(args, {"statuses": _store(_services()).stats()})
     return EXIT_OK
@@ -279,6 +286,8 @@ def register(sub: Any) -> None:
     p.add_argument("--destination", help="a destination's key (sluice delivery destinations)")
     p.add_argument("--limit", type=int, default=100)
     add("show", cmd_show, "show one entry", by=False).add_argument("id")
+    add("why", cmd_why, "what holds one entry, and until when, in one sentence",
+        by=False).add_argument("id")
     add("stats", cmd_stats, "count and oldest entry per status", by=False)
     for name, func, what in (("redrive", cmd_redrive, "failed entries back to pending"),
                              ("purge", cmd_purge, "delete failed entries")):

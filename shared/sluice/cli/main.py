@@ -247,6 +247,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.why:
+        return cmd_job_why(args)
     from sluice.jobs.overdue import statuses
     from sluice.jobs.registry import JOBS
     from sluice.jobs.runs import RunStore
@@ -268,6 +270,20 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             **states[job.name],
         })
     emit(rows, lambda rows: [line for row in rows for line in _job_lines(row)])
+    return 0
+
+
+def cmd_job_why(args: argparse.Namespace) -> int:
+    from sluice.jobs.registry import get_job
+
+    if not args.job:
+        raise RequestError("sluice jobs why JOB: name the job (sluice jobs lists them)",
+                           field="job")
+    from sluice.jobs.why import job_why
+    from sluice.store.db import utcnow
+
+    services = _services(args, migrate_embedded=True)
+    emit(job_why(services.db, get_job(args.job), utcnow()), lambda body: [body["sentence"]])
     return 0
 
 
@@ -340,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", help="list jobs with their schedules and last runs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jobs)
+    # sluice jobs why JOB: why one job is overdue or not running (``jobs`` stays a command)
+    p.add_argument("why", nargs="?", choices=["why"],
+                   help="why JOB is overdue or not running, in one sentence")
+    p.add_argument("job", nargs="?", help="the job `why` asks about")
 
     p = sub.add_parser("queues", help="real figures for every queue, outbox and dead-letter list")
     p.add_argument("--json", action="store_true")

@@ -41,7 +41,7 @@ from sluice.core.errors import RequestError
 from sluice.core.times import iso_z_or_none
 from sluice.delivery.channels import channels, check_recipient
 from sluice.delivery.keys import SMTP_RECEIVER, webhook_receiver
-from sluice.delivery.policy import DELIVERY_POLICY, Policy
+from sluice.delivery.policy import DELIVERY_POLICY, DeliveryOutcome, Policy
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, Row, load_queries, utcnow
 
@@ -134,14 +134,34 @@ class Control(NamedTuple):
         return self.disabled_at is not None and (entry.restarted_at is None
                                                  or entry.restarted_at <= self.disabled_at)
 
-    def stops(self, entry: DeliveryEntry, now: datetime) -> bool:
-        """Whether it stops ``entry`` now: paused, or disabled for it."""
-        return self.paused(now) or self.disables(entry)
-
     @classmethod
     def from_row(cls, row: Row) -> Control:
         return cls(row["key"], _time_or_none(row["paused_until"]),
                    _time_or_none(row["disabled_at"]), row["disabled_reason"])
+
+
+class Stop(NamedTuple):
+    """What stops an entry now, as the policy names it, and the key's state that does."""
+
+    outcome: DeliveryOutcome  # DESTINATION_DISABLED or DESTINATION_PAUSED
+    control: Control
+
+
+def stop_of(states: list[Row], entry: DeliveryEntry, now: datetime,
+            policy: Policy = DELIVERY_POLICY) -> Stop | None:
+    """What of its destination's and receiver's ``states`` stops ``entry`` at ``now``: a
+    disable of it before a pause (``Policy.before_send``), a pause by the one ending last
+    (the entry waits for both); None when neither does. The claim's SQL reads the same."""
+    controls = [Control.from_row(row) for row in states]
+    off = next((c for c in controls if c.disables(entry)), None)
+    paused = max((c for c in controls if c.paused(now)), default=None,
+                 key=lambda c: c.paused_until or now)
+    outcome = policy.before_send(disabled=off is not None, paused=paused is not None)
+    if outcome is None:
+        return None
+    control = off if outcome is DeliveryOutcome.DESTINATION_DISABLED else paused
+    assert control is not None
+    return Stop(outcome, control)
 
 
 class Streak(NamedTuple):
@@ -245,14 +265,18 @@ class Destinations:
 
     # --- what stops sends -------------------------------------------------------------
 
-    def control(self, entry: DeliveryEntry, *, now: datetime | None = None) -> Control | None:
-        """What stops ``entry`` now: its destination's or its receiver's pause or disable."""
-        now = now or utcnow()
+    def stop(self, entry: DeliveryEntry, *, now: datetime | None = None) -> Stop | None:
+        """What stops ``entry`` now: its destination's or its receiver's disable or pause
+        (``stop_of``)."""
+        return stop_of(self.states(entry), entry, now or utcnow(), self.policy)
+
+    def states(self, entry: DeliveryEntry) -> list[Row]:
+        """The state rows Sluice holds for ``entry``'s destination and receiver (the rows
+        the claim and ``request_left`` read for it), the destination's first."""
         with self.db.transaction() as tx:
             rows = [tx.fetchone(Q.destination_get, {"key": key})
                     for key in dict.fromkeys((entry.destination, entry.receiver)) if key]
-        found = [Control.from_row(row) for row in rows if row is not None]
-        return next((c for c in found if c.stops(entry, now)), None)
+        return [row for row in rows if row is not None]
 
     def disable(self, key: str, reason: str, *, now: datetime | None = None) -> int:
         """Disable ``key`` (a destination disabled already keeps its first reason): its
@@ -340,4 +364,5 @@ class Destinations:
                 "failedDisabled": int(failed["n"]) if failed else 0}
 
 
-__all__ = ["Control", "Destinations", "FailingDestination", "Streak", "check_key"]
+__all__ = ["Control", "Destinations", "FailingDestination", "Stop", "Streak", "check_key",
+           "stop_of"]

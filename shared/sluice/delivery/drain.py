@@ -172,6 +172,12 @@ class DrainSummary(TypedDict):
     paused: int
 
 
+def receiver_of(entry: DeliveryEntry) -> str:
+    """Where the entry's rates and outages live (its key column; an entry stored before
+    the keys were, its destination, else its channel)."""
+    return entry.receiver or entry.destination or entry.channel
+
+
 def check_enqueue(channel: str, payload: Any) -> None:
     """A channel Sluice has and a payload it can send: ``RequestError`` (400) naming the field."""
     if channel not in channels():
@@ -220,10 +226,7 @@ class Deliverer:
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
                           on_retry=limiter.on_retry)
-        store = DeliveryStore(services.db, policy=Policy(
-            unknown_resends=settings.delivery_unknown_resends,
-            pacing_cap_s=float(settings.delivery_pacing_cap_s),
-            disable_after=timedelta(seconds=settings.destination_disable_after_s)))
+        store = DeliveryStore(services.db, policy=Policy.from_settings(settings))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
                    send_timeout_s=settings.delivery_send_timeout_s,
@@ -395,13 +398,17 @@ class _Run:
                 break
             crash_point("delivery.after_claim")
             began = self.d.clock()
+            # receivers this batch found without a slot: their later entries in it wait
+            # behind the one set aside (a slot that frees meanwhile must not let a later
+            # entry overtake it: the receiver is paced, its entries keep their order)
+            paced: set[str] = set()
             rest = claimed
             while rest:
                 if not self._going() or self._lease_short(rest[0]):
                     self._settle([self._not_sent(entry) for entry in rest])
                     return
                 batch, rest = self._round(rest)
-                for outcome in self._send_round(batch):  # (it stops the run on a fatal)
+                for outcome in self._send_round(batch, paced):  # (it stops the run on a fatal)
                     self._count(outcome)
                 self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
@@ -460,7 +467,7 @@ class _Run:
 
     def one(self, entry: DeliveryEntry) -> SendOutcome:
         """Send and settle one claimed entry (a round of one)."""
-        [outcome] = self._send_round([entry])
+        [outcome] = self._send_round([entry], set())
         return outcome
 
     def _round(self, entries: list[DeliveryEntry]) -> tuple[list[DeliveryEntry],
@@ -484,7 +491,7 @@ class _Run:
                 now.append(entry)
         return now, later
 
-    def _send_round(self, entries: list[DeliveryEntry]) -> list[SendOutcome]:
+    def _send_round(self, entries: list[DeliveryEntry], paced: set[str]) -> list[SendOutcome]:
         """One round: what can go is marked leaving in one statement (write-ahead: the
         mark commits before any request leaves, and reads its destinations' pause and
         disable), then each is sent, and the round's outcomes settle in one commit after
@@ -492,22 +499,25 @@ class _Run:
         the round decided before it first, as if sent one at a time (its receiver's
         streak reads their outcomes). A crash in the round leaves its marked entries
         in flight: their leases lapse to an unknown outcome, and at most they are sent
-        again."""
+        again. ``paced``: the receivers of the batch that found no slot (their later
+        entries wait behind the one set aside); this round's add to it."""
         decided: list[_Decided] = []
         outcomes: list[SendOutcome] = []
         leaving: list[tuple[DeliveryEntry, ChannelAdapter, str]] = []
         for entry in entries:
             adapter = self.d.adapters.get(entry.channel)
-            receiver = entry.receiver or entry.destination or entry.channel
+            receiver = receiver_of(entry)
             if adapter is None:
                 decided.append(self._decide(
                     entry, DeliveryOutcome.NO_ADAPTER,
                     f"waiting: no adapter configured for channel {entry.channel!r}",
                     held_by=f"{UNCONFIGURED}{entry.channel}"))
                 continue
-            held = self._held(entry, receiver)
+            held = self._held(entry, receiver, paced)
             if held is not None:
                 decided.append(held)
+                if _SEND_OUTCOMES[held.outcome] is SendOutcome.RATE_LIMITED:
+                    paced.add(receiver)
                 continue
             leaving.append((entry, adapter, receiver))
         marked = self.store.requests_left([entry for entry, _, _ in leaving])
@@ -524,7 +534,8 @@ class _Run:
                                                   or self._lease_short(entry)):
                     decided.append(self._not_sent(entry))
                     continue
-                step = self._held(entry, receiver) or self._leave(adapter, entry, receiver)
+                step = (self._held(entry, receiver, paced)
+                        or self._leave(adapter, entry, receiver))
                 if isinstance(step, Sent):
                     if step.verdict != "acked":
                         outcomes += self._settle(decided)
@@ -537,6 +548,8 @@ class _Run:
                         logger.error(f"[delivery] {entry.id} raised while settled: {exc!r}")
                         step = self._conclude(entry, Sent(classify(exc), 0, error=exc))
                 decided.append(step)
+                if _SEND_OUTCOMES[step.outcome] is SendOutcome.RATE_LIMITED:
+                    paced.add(receiver)
                 if step.outcome in (DeliveryOutcome.FATAL, DeliveryOutcome.NOT_SENT):
                     self.stopped.set()  # the run stops: the rest of the round is not sent
         except StoreError:
@@ -550,11 +563,14 @@ class _Run:
             raise
         return outcomes + self._settle(decided)
 
-    def _held(self, entry: DeliveryEntry, receiver: str) -> _Decided | None:
+    def _held(self, entry: DeliveryEntry, receiver: str, paced: set[str]) -> _Decided | None:
         """In a drain, an entry of a receiver this run found failing or without a slot is
-        set aside unsent (None: it may go)."""
+        set aside unsent (None: it may go); one behind an entry of its batch that found no
+        slot waits behind it, in order."""
         if self.deadline is None:
             return None
+        if receiver in paced:
+            return self._behind(entry, receiver)
         with self.lock:
             known = self.failing.get(receiver)
             slot = self.paced.get(receiver)
@@ -567,6 +583,17 @@ class _Run:
                                 f"{iso_z(slot)}", wait=slot - now, now=now)
         return None
 
+    def _behind(self, entry: DeliveryEntry, receiver: str) -> _Decided:
+        """An earlier entry of ``receiver`` in this batch found no slot: this one is set
+        aside behind it, unsent (it keeps its place, so the two go in order)."""
+        now = utcnow()
+        with self.lock:
+            slot = self.paced.get(receiver)
+        wait = max(slot - now, timedelta(0)) if slot is not None else timedelta(0)
+        return self._decide(entry, DeliveryOutcome.NO_SLOT,
+                            f"not sent yet: an earlier entry of {receiver} waits for its "
+                            "rate slot", wait=wait, now=now)
+
     def _not_sent(self, entry: DeliveryEntry) -> _Decided:
         return self._decide(entry, DeliveryOutcome.NOT_SENT,
                             "not sent: the run stopped before its turn")
@@ -576,11 +603,10 @@ class _Run:
         receiver since the claim (settled so, nothing sent), or it is no longer this
         attempt's (None: stale)."""
         now = utcnow()
-        control = self.destinations.control(entry, now=now)
-        if control is None:
+        stop = self.destinations.stop(entry, now=now)
+        if stop is None:
             return None
-        outcome = self.policy.before_send(disabled=control.disables(entry),
-                                          paused=control.paused(now))
+        outcome, control = stop
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
             return self._decide(entry, outcome, f"not sent: destination {control.key} is "
                                                 f"disabled since "
@@ -663,7 +689,7 @@ class _Run:
     def _conclude(self, entry: DeliveryEntry, sent: Sent) -> _Decided:
         """Settle what a send came to, as the policy decides, from what its receiver's
         streak says of whose failure it is."""
-        receiver = entry.receiver or entry.destination or entry.channel
+        receiver = receiver_of(entry)
         streak = Streak(None, None)
         if sent.verdict == "transient":
             streak = self.destinations.streak(receiver)

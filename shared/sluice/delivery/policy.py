@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sluice.delivery.classify import (
     CredentialsRefused,
@@ -31,6 +31,9 @@ from sluice.delivery.classify import (
     over_cap,
 )
 from sluice.delivery.classify import TransientDeliveryError as _Transient
+
+if TYPE_CHECKING:
+    from sluice.core.settings import Settings
 
 
 class DeliveryStatus(StrEnum):
@@ -247,6 +250,14 @@ class Policy:
         self.deduplicating = deduplicating
         self.pacing_cap_s = pacing_cap_s
         self.disable_after = disable_after
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Policy:
+        """The policy a deployment's settings configure (the channels that deduplicate are
+        the channels' to say: ``knowing``)."""
+        return cls(unknown_resends=settings.delivery_unknown_resends,
+                   pacing_cap_s=float(settings.delivery_pacing_cap_s),
+                   disable_after=timedelta(seconds=settings.destination_disable_after_s))
 
     def knowing(self, deduplicating: frozenset[str]) -> Policy:
         """This policy, told which channels' receivers drop a repeat by its key."""

@@ -46,9 +46,10 @@ from sluice.http.params import openapi_query, strict_query
 from sluice.http.served import refuse_taken_routes, served
 from sluice.jobs.handoff import hand_off, hands_off
 from sluice.jobs.overdue import DisabledMarks, statuses
-from sluice.jobs.registry import JOBS, Deadline, Job
+from sluice.jobs.registry import JOBS, Deadline, Job, get_job
 from sluice.jobs.runner import run_job
 from sluice.jobs.runs import RunStore
+from sluice.jobs.why import job_why
 from sluice.store.db import utcnow
 
 # Feature routers, imported when the app is built.
@@ -414,6 +415,13 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
              **states[job.name]}
             for job in JOBS.values()
         ]}
+
+    @app.get("/api/admin/jobs/{name}/why")
+    def job_why_route(request: Request, name: str,
+                      identity: Identity = require("queues")) -> dict[str, Any]:
+        """Why the job is overdue or not running, in one sentence (``kind``, ``until``,
+        ``sentence``), with the state, lease, last run and alarm it is judged from."""
+        return job_why(services.db, get_job(name), utcnow())
 
     own = []
     for target in ROUTERS:

@@ -3,7 +3,8 @@
 Read failed and pending entries, redrive failed ones (back to ``pending``, attempts
 reset) and purge them ("never send this": failed or unknown entries); for an entry
 resting ``unknown`` (sent, no answer), mark it delivered or send it again; replay a
-destination's window (``sluice.delivery.replay``). The destinations:
+destination's window (``sluice.delivery.replay``); say what holds one entry and until when
+(``GET …/entries/{id}/why``, ``sluice.delivery.why``). The destinations:
 ``GET /api/admin/delivery/destinations`` (each with its state, entries waiting, last error
 and success, the rates in force), one of them, and a change of one
 (``POST …/destinations/{key}/pause|resume|disable|enable|rate``, ``"dryRun": true`` for the
@@ -31,6 +32,7 @@ from sluice.delivery.channels import Outbound, channels
 from sluice.delivery.destinations import Destinations, check_key
 from sluice.delivery.replay import AuditRow, Replay, ReplayReport, parse_filter
 from sluice.delivery.store import DeliveryStore, check_status
+from sluice.delivery.why import why
 from sluice.http.app import (
     ADMIN_JWT,
     CRON_BEARER,
@@ -99,6 +101,14 @@ async def enqueue_entry(request: Request,
 def show_entry(request: Request, entry_id: str,
                identity: Identity = require("delivery")) -> dict[str, Any]:
     return _store(request).get(entry_id).to_json()
+
+
+@router.get("/entries/{entry_id}/why", name="delivery:why")
+def why_entry(request: Request, entry_id: str,
+              identity: Identity = require("delivery")) -> dict[str, Any]:
+    """What holds the entry, and until when: ``kind`` (docs/delivery.md, "Why is this
+    waiting?"), ``until``, ``sentence``, the ``key`` that holds it and its ``expiresAt``."""
+    return why(services_of(request), entry_id).to_json()
 
 
 @router.post("/entries/{entry_id}/redrive", name="delivery:redrive")

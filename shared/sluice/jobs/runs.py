@@ -154,6 +154,12 @@ class RunStore:
         with self.db.transaction() as tx:
             return _acquire(tx, job, holder, ttl)
 
+    def lease(self, job: str) -> Row | None:
+        """The lease of ``job`` as stored (``holder``, ``expires_at``), if any: held while a
+        run of it is running, and past its expiry when a run never finished."""
+        with self.db.transaction() as tx:
+            return tx.fetchone(Q.lease_holder, {"job": job})
+
     def release_lease(self, job: str, holder: str) -> None:
         with self.db.transaction() as tx:
             tx.execute(Q.release_lease, {"job": job, "holder": holder})

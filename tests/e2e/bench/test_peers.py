@@ -1,4 +1,4 @@
-"""``python -m bench peers --json`` end to end, reduced (2,000 jobs a side, DBOS 200): every
+"""``python -m bench peers --json`` end to end, reduced (300 jobs a side, DBOS 100): every
 peer runs through its own API on its own fresh database beside Sluice, every side's jobs
 are all counted done in its own tables (a side short of N fails the run), and each row
 carries its ratio. Speed is the benchmark's business: this test asserts no figure of time,
@@ -31,7 +31,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.postgres
 @pytest.mark.timeout(900)
 def test_the_reduced_peers_benchmark_measures_every_peer_beside_sluice() -> None:
-    done = _bench("--n", "2000", "--n-for", "dbos=200", "--json")
+    done = _bench("--n", "300", "--n-for", "dbos=100", "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
     rows = {r["benchmark"]: r for r in json.loads(done.stdout)}
     new_python = sys.version_info >= (3, 12)
@@ -51,7 +51,7 @@ def test_the_reduced_peers_benchmark_measures_every_peer_beside_sluice() -> None
     if not new_python:  # the package needs 3.12: its row says so, the run passes
         assert "not measured: oban needs Python 3.12+" in done.stderr, done.stderr[-3000:]
     # the side-by-side table (stderr with --json) names each side's N
-    dbos = re.findall(r"^dbos +200 ", done.stderr, re.MULTILINE)
+    dbos = re.findall(r"^dbos +100 ", done.stderr, re.MULTILINE)
     assert len(dbos) == (2 if dbos_on_sqlite else 1), done.stderr[-3000:]
 
 

@@ -54,6 +54,7 @@ WALK: list[tuple[tuple[str, ...], list[str], str, set[int]]] = [
      {0}),
     (("delivery", "list"), [], "", {0}),
     (("delivery", "show"), ["{delivery}"], "", {0}),
+    (("delivery", "why"), ["{sent}"], "", {0}),
     (("delivery", "stats"), [], "", {0}),
     (("delivery", "redrive"), ["--all-failed"], "", {0}),
     (("delivery", "purge"), ["--all-failed"], "", {0}),

@@ -199,3 +199,31 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
         assert sorted(r["body"]["text"] for r in receiver.received[sent:]) == [
             "later", "waiting"]
     assert [len(audit(a)) for a in ("pause", "resume", "disable", "enable")] == [1, 1, 1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_entrys_page_says_why_it_waits(served: tuple[str, Services]) -> None:
+    """From the list to one entry's page: the sentence ``sluice delivery why`` prints, what
+    holds it (a link to its destination's entries) and until when."""
+    from sluice.delivery.why import why
+    from sluice.ops.destinations import apply, parse_change
+
+    base, services = served
+    entry, _ = DeliveryStore(services.db).enqueue("webhook", "https://hooks.example:8443/in/w",
+                                                  {"text": "waits"})
+    until = utcnow() + timedelta(hours=2)
+    apply(services, parse_change("pause", DESTINATION, {"until": iso_z(until)}))
+    answer = why(services, entry.id)
+    with logged_in(base, services) as page:
+        page.goto(f"{base}/admin/deliveries")
+        page.get_by_role("link", name=entry.id).click()
+        page.wait_for_url(f"{base}/admin/deliveries/entries/{entry.id}")
+        assert page.locator("#why").inner_text() == answer.sentence
+        assert page.locator("#why").get_attribute("data-kind") == "paused"
+        assert answer.sentence.startswith(f"Paused by an operator until {iso_z(until)}")
+        held = page.get_by_role("link", name=DESTINATION)
+        assert held.get_attribute("href") == "/admin/deliveries?destination=" + \
+            DESTINATION.replace(":", "%3A")
+        _check_accessibility(page, "/admin/deliveries/entries/ID")
+        page.screenshot(path=str(SHOTS / "delivery-entry-why.png"), full_page=True)

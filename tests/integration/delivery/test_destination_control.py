@@ -11,13 +11,20 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.core.times import iso_z
+from sluice.delivery import drain as drain_module
+from sluice.delivery.channels import Outbound
 from sluice.delivery.destinations import Destinations
+from sluice.delivery.drain import Deliverer
 from sluice.delivery.ratelimit import US, DbRates, Limiter, RateStore, RedisRates, read_overrides
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
+from sluice.jobs.registry import Deadline
 from sluice.ops.destinations import apply, parse_change
 from sluice.store.db import Database, utcnow
 from tests.integration.delivery.helpers import Providers, drain_once
@@ -79,6 +86,55 @@ def test_a_pause_sends_and_expires_nothing_until_its_time_then_all_go_once_in_or
     arrived = [int(r["at"] * US) for r in sent]
     assert most_in_any_window(arrived, US) <= 2 + 1
     assert {store.get(e.id).attempts for e in waiting} == {1}
+
+
+class Stalling:
+    """A busy machine's clock: it stalls for a second right after the drain sets an entry
+    aside for a rate slot (the stall the slot frees in)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def utcnow(self) -> datetime:
+        return datetime.fromtimestamp(self.now(), UTC)
+
+
+def test_a_slot_that_frees_mid_batch_lets_no_later_entry_overtake_the_one_set_aside(
+        db_url: str, providers: Providers, make_services: Callable[..., Services],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a webhook host limited to 2 a second, six alerts to it claimed in one batch,
+    # on a machine so busy that its slot frees while the batch is still being worked
+    svc = make_services(db_url, **providers.env(), SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="2",
+                        SLUICE_DELIVERY_RATE_WAIT_SECONDS="0")
+    store = DeliveryStore(svc.db)
+    for n in range(6):
+        store.enqueue("webhook", providers.webhook.url, {"text": f"n{n}"})
+    busy = Stalling()
+    paced = Destinations.paced
+
+    def paced_then_stall(self: Destinations, *args: Any, **kwargs: Any) -> None:
+        paced(self, *args, **kwargs)
+        busy.offset += 1.0
+
+    monkeypatch.setattr(drain_module, "utcnow", busy.utcnow)
+    monkeypatch.setattr(Destinations, "paced", paced_then_stall)
+    limiter = Limiter.from_services(svc, clock=busy.now)
+
+    # WHEN drains run until all are sent
+    with Outbound.open(svc.settings) as client:
+        first = Deliverer.from_services(svc, client, limiter=limiter).drain(Deadline(20))
+        for _ in range(20):
+            if len(providers.webhook.delivered) == 6:
+                break
+            Deliverer.from_services(svc, client, limiter=limiter).drain(Deadline(20))
+
+    # THEN a slot was missed in the first batch, and still every alert went once, in order
+    assert first["rateLimited"] >= 1
+    assert [r["body"]["text"] for r in providers.webhook.received] == [
+        f"n{n}" for n in range(6)]
 
 
 def test_a_paused_and_failing_destination_keeps_its_entries_for_its_probe_after_the_pause(

@@ -731,6 +731,35 @@ async def deliveries_json(request: Request, identity: Identity) -> dict[str, Any
                                    destination)
 
 
+def delivery_entry_model(services: Services, entry_id: str) -> dict[str, Any]:
+    """One entry and what holds it (``sluice.delivery.why``: the API's and the CLI's answer)."""
+    from sluice.delivery.store import DeliveryStore
+    from sluice.delivery.why import why
+
+    answer = why(services, entry_id)
+    entry = DeliveryStore(services.db).get(entry_id)
+    return {"generatedAt": iso_z(utcnow()), "entry": entry.to_json(), "why": answer.to_json()}
+
+
+@router.get("/admin/deliveries/entries/{entry_id}", name="console:deliveries.entry",
+            include_in_schema=False)
+@_guarded("delivery")
+async def delivery_entry_page(request: Request, identity: Identity, entry_id: str) -> Response:
+    _params(request, ())
+    data = await run_in_threadpool(delivery_entry_model, _services(request), entry_id)
+    return _page(request, "delivery_entry.html", identity=identity,
+                 title=f"Delivery {entry_id}", data=data, refresh=True)
+
+
+@router.get("/api/admin/console/deliveries/entries/{entry_id}",
+            name="console:deliveries.entry.json")
+@_twin("delivery")
+async def delivery_entry_json(request: Request, identity: Identity,
+                              entry_id: str) -> dict[str, Any]:
+    _params(request, ())
+    return await run_in_threadpool(delivery_entry_model, _services(request), entry_id)
+
+
 # A destination's change from the console is the API's change of the same action.
 ACTION_OF["console:destinations.change"] = \
     lambda request: f"delivery:destination_{request.path_params.get('action')}"
