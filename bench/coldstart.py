@@ -33,6 +33,17 @@ A function row's ratio is libraries / handler (>1 would mean faster than its own
 libraries); the target is a ratio of at least 1/1.15 = 0.87, and the note gives each
 function's time as a share of the HTTP function's and its zip's size, unpacked and zipped.
 The secret row's ratio is budget / measured (at least 1 meets the budget).
+
+Each function is measured twice: with OpenTelemetry off, as deployed by default (the rows
+above: the zips never hold the ``otel`` extra, and no OTLP endpoint is set), and on (its
+``otel on`` row): the extra's packages installed for the runtime into a folder of their
+own, on the path after the task folder as a Lambda layer's ``/opt/python`` is, and
+``OTEL_EXPORTER_OTLP_ENDPOINT`` set (nothing is sent during init: the set-up only builds
+the providers). That row's baseline is the same function off; its ratio off / on.
+With ``SLUICE_BENCH_BEFORE=DIR`` (an osls ``--package`` output of another commit, e.g. the
+one before OpenTelemetry), each function of that package is measured in turn with this
+one's, and a ``before`` row gives this one off against it (ratio before / now): what off
+costs, on the same machine at the same time.
 """
 
 from __future__ import annotations
@@ -56,6 +67,12 @@ OWN = ("sluice", "functions")
 SECRET_BUDGET_MS = 100.0
 SECRETS_PATH = "/sluice/bench/"
 REGION = "eu-north-1"
+# the otel extra (pyproject.toml), as a layer would bring it
+OTEL_PACKAGES = ("opentelemetry-api", "opentelemetry-sdk",
+                 "opentelemetry-exporter-otlp-proto-http")
+# on: an endpoint (a collector beside the function, as the ADOT layer's); nothing is sent
+# during init
+OTEL_ON = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 HANDLER = """
 import importlib, json, sys, time
@@ -116,16 +133,22 @@ class Runtime(NamedTuple):
     site: Path
 
 
+def _reused(out: Path) -> list[Function]:
+    """The functions of an osls ``--package`` output made earlier."""
+    from tests.deploy.conftest import Packaged
+
+    template = json.loads((out / "cloudformation-template-update-stack.json").read_text())
+    return functions(Packaged(out, out, template, {}, ""))
+
+
 def packaged_functions(scratch: Path) -> list[Function]:
     """The deployment's functions as osls packages them (or as ``SLUICE_BENCH_PACKAGE``
     holds them)."""
-    from tests.deploy.conftest import Packaged, copy_project, package
+    from tests.deploy.conftest import copy_project, package
 
     reuse = os.environ.get("SLUICE_BENCH_PACKAGE")
     if reuse:
-        out = Path(reuse)
-        template = json.loads((out / "cloudformation-template-update-stack.json").read_text())
-        return functions(Packaged(out, out, template, {}, ""))
+        return _reused(Path(reuse))
     service = scratch / "service"
     copy_project(service)
     return functions(package(service, scratch / "package"))
@@ -189,10 +212,28 @@ def _env(environment: dict[str, str], ssm_endpoint: str) -> dict[str, str]:
     }
 
 
+def otel_layer(target: Path) -> Path:
+    """The ``otel`` extra's packages, at this environment's versions, installed for the
+    runtime into ``target``: what a layer would put beside a function."""
+    from importlib.metadata import version
+
+    from tests.deploy.lambda_check import PLATFORM
+
+    wanted = [f"{name}=={version(name)}" for name in OTEL_PACKAGES]
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target",
+                           str(target), *PLATFORM, *wanted],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"installing the otel extra for the runtime failed:\n{done.stderr}")
+    return target
+
+
 def _child(code: str, args: list[str], env: dict[str, str], runtime: Runtime,
-           task: Path) -> dict[str, Any]:
-    """``code`` in a fresh runtime interpreter whose path is ``task`` then the runtime's."""
-    preamble = f"import sys; sys.path[:0] = [{str(task)!r}, {str(runtime.site)!r}]\n"
+           task: Path, layer: Path | None = None) -> dict[str, Any]:
+    """``code`` in a fresh runtime interpreter whose path is ``task``, ``layer`` (when
+    given), then the runtime's."""
+    path = [str(task), *([str(layer)] if layer else []), str(runtime.site)]
+    preamble = f"import sys; sys.path[:0] = {path!r}\n"
     done = subprocess.run([runtime.python, "-I", "-S", "-c", preamble + code, *args], env=env,
                           cwd=task, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
@@ -214,12 +255,53 @@ def measure(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime: R
     libraries: list[str] = []
     for _ in range(repeat):
         probe = _child(HANDLER, [module, attr], env, runtime, task)
+        # (FastAPI imports OpenTelemetry's API by itself: the HTTP function loads that)
+        if any(m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))
+               for m in probe["added"]):
+            raise RuntimeError(f"{fn.name}: OpenTelemetry set up while off")
         handler_runs.append(probe["seconds"])
         libraries = [m for m in probe["added"]
                      if m.split(".")[0] not in OWN and not m.startswith("__")]
         library_runs.append(
             _child(LIBRARIES, [json.dumps(libraries), parameters], env, runtime, task)["seconds"])
     return median(handler_runs), median(library_runs), libraries
+
+
+def measure_on(fn: Function, task: Path, repeat: int, ssm_endpoint: str, runtime: Runtime,
+               layer: Path) -> tuple[float, int]:
+    """``fn``'s handler time with OpenTelemetry on, and how many of its modules it added."""
+    module, _, attr = fn.handler.rpartition(".")
+    module = module.replace("/", ".")
+    env = {**_env(fn.environment, ssm_endpoint), **OTEL_ON}
+    _child(HANDLER, [module, attr], env, runtime, task, layer)
+    runs, added = [], 0
+    for _ in range(repeat):
+        probe = _child(HANDLER, [module, attr], env, runtime, task, layer)
+        otel = [m for m in probe["added"] if m.startswith("opentelemetry.sdk")]
+        if not otel:
+            raise RuntimeError(f"{fn.name}: OpenTelemetry on, yet its SDK was not set up")
+        runs.append(probe["seconds"])
+        added = sum(1 for m in probe["added"] if m.startswith("opentelemetry"))
+    return median(runs), added
+
+
+def measure_pair(now: Function, now_task: Path, before: Function, before_task: Path,
+                 repeat: int, ssm_endpoint: str, runtime: Runtime) -> tuple[float, float]:
+    """The handler times of the same function from this package and from ``before``'s,
+    alternating run by run (so a busy moment of the machine weighs on both)."""
+    runs: dict[str, list[float]] = {"now": [], "before": []}
+    cases = {"now": (now, now_task), "before": (before, before_task)}
+    for which, (fn, task) in cases.items():  # the page cache, as a warm host has it
+        module, _, attr = fn.handler.rpartition(".")
+        _child(HANDLER, [module.replace("/", "."), attr], _env(fn.environment, ssm_endpoint),
+               runtime, task)
+    for _ in range(repeat):
+        for which, (fn, task) in cases.items():
+            module, _, attr = fn.handler.rpartition(".")
+            runs[which].append(_child(HANDLER, [module.replace("/", "."), attr],
+                                      _env(fn.environment, ssm_endpoint), runtime,
+                                      task)["seconds"])
+    return median(runs["now"]), median(runs["before"])
 
 
 def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) -> Row:
@@ -242,18 +324,30 @@ def secret_load(repeat: int, ssm_endpoint: str, runtime: Runtime, task: Path) ->
 def run() -> list[Row]:
     repeat = int(os.environ.get("SLUICE_BENCH_REPEAT", "7"))
     measured: dict[str, tuple[float, float, list[str]]] = {}
+    measured_on: dict[str, tuple[float, int]] = {}
+    paired: dict[str, tuple[float, float]] = {}
     sizes: dict[str, tuple[int, int]] = {}
+    before_dir = os.environ.get("SLUICE_BENCH_BEFORE")
     with tempfile.TemporaryDirectory(prefix="sluice-coldstart-") as tmp:
         scratch = Path(tmp)
         found = packaged_functions(scratch)
         runtime = Runtime(runtime_python(), runtime_site(scratch / "var-runtime"))
+        layer = otel_layer(scratch / "otel-layer")
         tasks = {}
         for fn in found:
             tasks[fn.name], unpacked = unpack(fn, scratch / "task")
             sizes[fn.name] = unpacked, fn.artifact.stat().st_size
+        before = {fn.name: fn for fn in _reused(Path(before_dir))} if before_dir else {}
+        before_tasks = {name: unpack(fn, scratch / "before")[0] for name, fn in before.items()}
         with scratch_database() as db, ssm_with_secrets(db.conninfo) as ssm_endpoint:
-            for fn in found:
+            for fn in found:  # off and on in turn, so both see the same machine
                 measured[fn.name] = measure(fn, tasks[fn.name], repeat, ssm_endpoint, runtime)
+                measured_on[fn.name] = measure_on(fn, tasks[fn.name], repeat, ssm_endpoint,
+                                                  runtime, layer)
+                if fn.name in before:
+                    paired[fn.name] = measure_pair(fn, tasks[fn.name], before[fn.name],
+                                                   before_tasks[fn.name], repeat,
+                                                   ssm_endpoint, runtime)
             secrets_row = secret_load(repeat, ssm_endpoint, runtime, tasks[found[0].name])
     http = next((measured[fn.name][0] for fn in found if fn.kind == "http"), None)
     rows = []
@@ -266,5 +360,19 @@ def run() -> list[Row]:
                         higher_is_better=False,
                         note=f"{share}{unpacked / 1e6:.1f} MB unpacked, {zipped / 1e6:.1f} MB "
                              f"zipped; libs: {', '.join(sorted(third_party)) or 'stdlib only'}"))
+    for fn in found:
+        off_s = measured[fn.name][0]
+        on_s, modules = measured_on[fn.name]
+        rows.append(row(f"coldstart {fn.name} otel on", on_s * 1000, off_s * 1000, "ms",
+                        higher_is_better=False,
+                        note=f"{(on_s - off_s) * 1000:+.0f} ms over off; {modules} "
+                             "opentelemetry modules (SDK, OTLP/HTTP exporter) from a layer"))
+    for fn in found:
+        if fn.name in paired:
+            now_s, before_s = paired[fn.name]
+            rows.append(row(f"coldstart {fn.name} off vs before", now_s * 1000, before_s * 1000,
+                            "ms", higher_is_better=False,
+                            note=f"{(now_s - before_s) * 1000:+.0f} ms; before: the package in "
+                                 "SLUICE_BENCH_BEFORE, runs alternating"))
     rows.append(secrets_row)
     return rows

@@ -1,5 +1,6 @@
-"""Every handler path in serverless.yml imports in a fresh interpreter, and only the HTTP
-function loads the HTTP stack (checked from ``sys.modules`` after the import)."""
+"""Every handler path in serverless.yml imports in a fresh interpreter, only the HTTP
+function loads the HTTP stack, and none loads OpenTelemetry without an OTLP endpoint
+(checked from ``sys.modules`` after the import; the otel extra is installed here)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ import importlib, json, sys
 module, attr = sys.argv[1], sys.argv[2]
 handler = getattr(importlib.import_module(module), attr)
 print(json.dumps({"callable": callable(handler),
-                  "loaded": sorted({m.split(".")[0] for m in sys.modules})}))
+                  "loaded": sorted({m.split(".")[0] for m in sys.modules}),
+                  "otel": sorted(m for m in sys.modules if m.startswith(
+                      ("opentelemetry.sdk", "opentelemetry.exporter")))}))
 """
 
 
@@ -50,7 +53,7 @@ def test_handler_imports_and_stays_lean(name: str, tmp_path: Path) -> None:
     fn = FUNCTIONS[name]
     module, _, attr = fn["handler"].rpartition(".")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLUICE_", "CRON_", "AWS_", "POLAR_", "SENTRY_"))}
+           if not k.startswith(("SLUICE_", "CRON_", "AWS_", "POLAR_", "SENTRY_", "OTEL_"))}
     env.update({
         "SLUICE_STAGE": "test",
         "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path}/sluice.db",
@@ -72,6 +75,11 @@ def test_handler_imports_and_stays_lean(name: str, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{name}: {fn['handler']} does not import:\n{done.stderr}"
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     assert probe["callable"], f"{name}: {fn['handler']} is not callable"
+    # FastAPI loads OpenTelemetry's API by itself where it is installed; Sluice's own set-up
+    # (the SDK, the exporter) is only loaded when on
+    assert probe["otel"] == [], f"{name} sets up OpenTelemetry while off"
+    if not _is_http(fn):
+        assert "opentelemetry" not in probe["loaded"], f"{name} imports OpenTelemetry while off"
     leaked = sorted(set(HTTP_STACK) & set(probe["loaded"]))
     if _is_http(fn):
         assert {"fastapi", "mangum"} <= set(probe["loaded"])

@@ -20,7 +20,10 @@ from tests.deploy.conftest import PREFIX, Packaged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-HTTP_STACK = ("fastapi/", "starlette/", "pydantic/", "pydantic_core/", "mangum/")
+# opentelemetry/: OpenTelemetry's API, FastAPI's dependency; the otel extra (the SDK, the
+# exporter) is in no zip: it comes as a layer (docs/observability.md)
+HTTP_STACK = ("fastapi/", "starlette/", "pydantic/", "pydantic_core/", "mangum/",
+              "opentelemetry/")
 
 
 def topics() -> tuple[str, ...]:
@@ -206,6 +209,8 @@ def test_each_package_holds_what_its_function_needs(packaged: Packaged) -> None:
         for prefix in HTTP_STACK:
             assert any(n.startswith(prefix) for n in names) == http, f"{logical_id}: {prefix}"
         assert ("sluice/http/app.py" in names) == http, logical_id
+        assert not any(n.startswith(("opentelemetry/sdk/", "opentelemetry/exporter/"))
+                       for n in names), logical_id
 
 
 def test_the_http_function_may_invoke_exactly_the_job_functions(packaged: Packaged) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.alerts.effects import PRODUCER, TOUCH_EVERY, touch_effects
 from sluice.alerts.rules import Matcher, Rule, RulesStore, story_text
+from sluice.core import trace
 from sluice.core.after import run_after_response
 from sluice.core.errors import SluiceError
 from sluice.core.observe import logger
@@ -94,11 +95,23 @@ class Outcome(NamedTuple):
 
 def evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
              stories: Sequence[Prepared], *, deliveries: DeliveryStore | None = None,
-             ) -> Outcome:
+             parent: trace.Carrier | None = None) -> Outcome:
     """Test every enabled rule against every story; enqueue the matches not yet stored (a
     match already on the queue is skipped with one read, and the unique key still guards
-    a race between the read and the insert)."""
-    deliveries = deliveries or DeliveryStore(services.db)
+    a race between the read and the insert). The span ``alerts match``, a child of
+    ``parent`` (a sweep's worker thread has no current span of its own)."""
+    with trace.span("alerts match", parent=parent, attributes={
+            "sluice.scope_id": scope_id, "sluice.rules": len(rules),
+            "sluice.stories": len(stories)}) as span:
+        outcome = _evaluate(services, scope_id, rules, stories,
+                            deliveries or DeliveryStore(services.db))
+        span.set("sluice.matched", outcome.matched)
+        span.set("sluice.enqueued", outcome.enqueued)
+        return outcome
+
+
+def _evaluate(services: Services, scope_id: str, rules: Sequence[Rule],
+              stories: Sequence[Prepared], deliveries: DeliveryStore) -> Outcome:
     evaluations = 0
     matches: list[tuple[Rule, Story, str]] = []
     for rule in rules:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from sluice.alerts.effects import prune_effects
 from sluice.alerts.evaluate import Prepared, evaluate, prepare
 from sluice.alerts.rules import RulesStore
+from sluice.core import trace
 from sluice.core.observe import logger
 from sluice.delivery.store import DeliveryStore
 from sluice.rss.catalog import peek_scope
@@ -60,6 +61,7 @@ def run_alert_sweep(services: Services, deadline: Deadline, *,
                            "failed": 0, "skippedDeadline": 0, "evaluations": 0,
                            "enqueued": 0}
     counts_lock = threading.Lock()
+    sweeping = trace.carrier() or None  # the workers' spans join the tick's trace
 
     def one(scope_id: str) -> None:
         try:
@@ -74,7 +76,7 @@ def run_alert_sweep(services: Services, deadline: Deadline, *,
                     result["skippedNoFeedCache"] += 1
                 return
             outcome = evaluate(services, scope_id, rules, shared.stories(build),
-                               deliveries=deliveries)
+                               deliveries=deliveries, parent=sweeping)
             with counts_lock:
                 result["evaluated"] += 1
                 result["evaluations"] += outcome.evaluations

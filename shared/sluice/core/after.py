@@ -21,6 +21,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from sluice.core import trace
+
 if TYPE_CHECKING:
     from sluice.core.observe import Reporter
 
@@ -62,7 +64,20 @@ def run_after_response(work: Work, on_error: OnError, *,
     task = guarded(work, on_error, reporter)
     pending = collector.get()
     if pending is not None:
-        pending.append(task)
+        pending.append(_traced(task, trace.carrier()))
         return True
     task()
     return False
+
+
+def _traced(task: Callable[[], None], deferred_by: trace.Carrier) -> Callable[[], None]:
+    """``task`` as a span in the trace of the span that deferred it (the request's, a
+    job's): what it does (an alert's enqueue) belongs to that story."""
+    if not deferred_by:  # telemetry off, or nothing to join
+        return task
+
+    def run() -> None:
+        with trace.span("after response", parent=deferred_by):
+            task()
+
+    return run

@@ -1,5 +1,5 @@
-"""Reports: structured logs (Powertools Logger), metrics (Powertools Metrics, EMF)
-and, when ``SENTRY_DSN`` is set, Sentry errors and cron check-ins.
+"""Reports: structured logs (Powertools Logger), metrics (Powertools Metrics, EMF; the
+same figures as OpenTelemetry metrics when ``sluice.core.trace`` is on) and, when ``SENTRY_DSN`` is set, Sentry errors and cron check-ins.
 
 Logs and metric blobs go to stderr outside Lambda so that ``sluice run --json``
 keeps stdout for the result alone; Lambda ships both streams to CloudWatch.
@@ -16,6 +16,8 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+
+from sluice.core import trace
 
 SERVICE = "sluice"
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
@@ -90,6 +92,7 @@ class Reporter:
         for key, dim in dimensions.items():
             metrics.add_dimension(name=key, value=dim)
         self.flush()
+        trace.record(name, value, unit, dimensions)
 
     def metrics(self, values: dict[str, float], unit: str = "Count", **dimensions: str) -> None:
         """Several metrics in one blob (one EMF record), sharing ``dimensions``."""
@@ -98,6 +101,8 @@ class Reporter:
         for key, dim in dimensions.items():
             metrics.add_dimension(name=key, value=dim)
         self.flush()
+        for name, value in values.items():
+            trace.record(name, value, unit, dimensions)
 
     def checkin(self, job: str, status: str, *, check_in_id: str | None = None,
                 duration_s: float | None = None,

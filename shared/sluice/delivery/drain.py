@@ -50,16 +50,19 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
+from sluice.core import trace
 from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError, StoreError
 from sluice.core.observe import Reporter, logger
 from sluice.core.services import Services
 from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
 from sluice.core.times import iso_z, iso_z_or_none
+from sluice.core.trace import SYSTEM_SLUICE
 from sluice.delivery.channels import (
     ChannelAdapter,
     Outbound,
@@ -534,19 +537,21 @@ class _Run:
                                                   or self._lease_short(entry)):
                     decided.append(self._not_sent(entry))
                     continue
-                step = (self._held(entry, receiver, paced)
-                        or self._leave(adapter, entry, receiver))
-                if isinstance(step, Sent):
-                    if step.verdict != "acked":
-                        outcomes += self._settle(decided)
-                        decided = []
-                    try:
-                        step = self._conclude(entry, step)
-                    except StoreError:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - one entry's own failure
-                        logger.error(f"[delivery] {entry.id} raised while settled: {exc!r}")
-                        step = self._conclude(entry, Sent(classify(exc), 0, error=exc))
+                step = self._held(entry, receiver, paced) or self._slot(entry, receiver)
+                if step is None:
+                    with _attempt_span(entry, receiver) as span:
+                        sent = self._sent(adapter, entry)
+                        if sent.verdict != "acked":
+                            outcomes += self._settle(decided)
+                            decided = []
+                        try:
+                            step = self._conclude(entry, sent)
+                        except StoreError:
+                            raise
+                        except Exception as exc:  # noqa: BLE001 - one entry's own failure
+                            logger.error(f"[delivery] {entry.id} raised while settled: {exc!r}")
+                            step = self._conclude(entry, Sent(classify(exc), 0, error=exc))
+                        span.set("sluice.outcome", step.outcome.value)  # the policy's row
                 decided.append(step)
                 if _SEND_OUTCOMES[step.outcome] is SendOutcome.RATE_LIMITED:
                     paced.add(receiver)
@@ -639,10 +644,9 @@ class _Run:
                 f"delivery destination {key} disabled: {reason}", destination=key),
                 destination=key, entry=entry.id)
 
-    def _leave(self, adapter: ChannelAdapter, entry: DeliveryEntry,
-               receiver: str) -> Sent | _Decided:
-        """Take the entry's rate slot and send it (marked leaving already): what the send
-        came to, or the entry set aside unsent (no slot, or the limiter failed)."""
+    def _slot(self, entry: DeliveryEntry, receiver: str) -> _Decided | None:
+        """Take the entry's rate slot (marked leaving already): None when it may go now,
+        else the entry set aside unsent (no slot, or the limiter failed)."""
         limiter = self.d.limiter
         if limiter is not None:
             # a run never sleeps for one receiver's slot while others may have work: no
@@ -664,6 +668,10 @@ class _Run:
                 return self._decide(entry, DeliveryOutcome.NO_SLOT,
                                     f"not sent yet: {entry.channel} rate limit",
                                     wait=timedelta(seconds=wait_s), now=at)
+        return None
+
+    def _sent(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
+        """Send the entry: what the send came to."""
         deadline = self.deadline
         try:
             return self.d._send(adapter, entry, None if deadline is None
@@ -803,6 +811,24 @@ class _Run:
                 self.summary[key] += 1  # type: ignore[literal-required]
 
 
+def _attempt_span(entry: DeliveryEntry, receiver: str) -> AbstractContextManager[trace.Span]:
+    """One send attempt's span: in the trace of the span that enqueued the entry, and
+    linked to it and to the drain run that sent it."""
+    if not trace.enabled():
+        return trace.OFF
+    enqueued = trace.loaded(entry.trace_context)
+    destination = entry.destination or receiver
+    return trace.span(f"deliver {destination}", kind="consumer", parent=enqueued,
+                      links={"enqueue": enqueued, "drain": trace.carrier()} if enqueued else None,
+                      attributes={"messaging.system": SYSTEM_SLUICE,
+                                  "messaging.operation.type": "process",
+                                  "messaging.operation.name": "deliver",
+                                  "messaging.destination.name": destination,
+                                  "messaging.message.id": entry.id, "sluice.entry_id": entry.id,
+                                  "sluice.destination": destination, "sluice.receiver": receiver,
+                                  "sluice.channel": entry.channel, "sluice.attempt": entry.attempts})
+
+
 def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
     """The ``queue_drained`` log record and metrics, after every drain."""
     logger.info("queue_drained", extra={"event": "queue_drained", "summary": dict(summary)})
@@ -818,9 +844,12 @@ def report_drained(summary: DrainSummary, reporter: Reporter) -> None:
 
 def run_delivery_drain(ctx: JobContext) -> dict[str, Any]:
     settings = ctx.services.settings
-    with Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client:
+    with (trace.span("drain delivery", attributes={"sluice.job": "delivery-drain"}) as span,
+          Outbound.open(settings, deadline_s=ctx.deadline.remaining()) as client):
         deliverer = Deliverer.from_services(ctx.services, client, deadline=ctx.deadline)
         summary = deliverer.drain(ctx.deadline, ctx.progress)
+        for key in ("recovered", "failed", "unknown", "rateLimited", "leftDue"):
+            span.set(f"sluice.drain.{key}", summary[key])
     report_drained(summary, ctx.services.reporter)
     pruned = deliverer.store.prune(utcnow() - timedelta(days=settings.delivery_retention_days))
     if pruned:

@@ -27,8 +27,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from sluice.core import trace
 from sluice.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from sluice.core.times import iso_z_or_none
+from sluice.core.trace import SYSTEM_SLUICE
 from sluice.delivery.keys import keys_for
 from sluice.delivery.policy import (
     DEFAULT_SCHEDULE,
@@ -100,6 +102,7 @@ class DeliveryEntry(NamedTuple):
     destination: str | None = None  # <channel>:<recipient>, decided at its enqueue (keys_for)
     receiver: str | None = None  # where its rates and outages live, decided with it
     restarted_at: datetime | None = None  # an operator's last redrive, send again or replay
+    trace_context: str | None = None  # the enqueue span's (sluice.core.trace.stored)
 
     @classmethod
     def from_row(cls, row: Row) -> DeliveryEntry:
@@ -184,9 +187,11 @@ def _check_new(item: NewEntry) -> None:
         raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
 
 
-def _new_entry(item: NewEntry, now: datetime, lease: timedelta | None) -> DeliveryEntry:
+def _new_entry(item: NewEntry, now: datetime, lease: timedelta | None,
+               trace_context: str | None) -> DeliveryEntry:
     """The entry as stored: ``in_flight`` under ``lease`` (attempt 1), else ``pending``
-    and due at ``now``; its destination and receiver decided here, once."""
+    and due at ``now``; its destination and receiver decided here, once; ``trace_context``
+    the enqueue span's."""
     keys = keys_for(item.channel, item.recipient)
     lease_until = now + lease if lease is not None else None
     status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
@@ -194,7 +199,7 @@ def _new_entry(item: NewEntry, now: datetime, lease: timedelta | None) -> Delive
         str(uuid.uuid4()), item.channel, item.recipient, item.subject_user_id,
         dict(item.payload), item.idempotency_key, status, 1 if lease else 0,
         lease_until or now, lease_until, None, None, None, now, now, None, None,
-        destination=keys.destination, receiver=keys.receiver)
+        destination=keys.destination, receiver=keys.receiver, trace_context=trace_context)
 
 
 def _insert_params(tx: Tx, entry: DeliveryEntry) -> dict[str, Any]:
@@ -203,7 +208,8 @@ def _insert_params(tx: Tx, entry: DeliveryEntry) -> dict[str, Any]:
             "idempotency_key": entry.idempotency_key, "status": entry.status.value,
             "attempts": entry.attempts, "next_attempt_at": entry.next_attempt_at,
             "lease_until": entry.lease_until, "now": entry.enqueued_at,
-            "destination": entry.destination, "receiver": entry.receiver}
+            "destination": entry.destination, "receiver": entry.receiver,
+            "trace_context": entry.trace_context}
 
 
 class DeliveryStore:
@@ -230,9 +236,26 @@ class DeliveryStore:
         """
         item = NewEntry(channel, recipient, payload, idempotency_key, subject_user_id)
         _check_new(item)
+        keys = keys_for(channel, recipient)
+        with trace.span(f"enqueue {keys.destination}", kind="producer", attributes={
+                "messaging.system": SYSTEM_SLUICE, "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.destination.name": keys.destination,
+                "sluice.destination": keys.destination, "sluice.receiver": keys.receiver,
+                "sluice.channel": channel, "sluice.idempotency_key": idempotency_key}) as span:
+            entry, created = self._enqueue(item, lease, now, effect)
+            span.set("messaging.message.id", entry.id)
+            span.set("sluice.entry_id", entry.id)
+            span.set("sluice.outcome", "enqueued" if created else "duplicate")
+            return entry, created
+
+    def _enqueue(self, item: NewEntry, lease: timedelta | None, now: datetime | None,
+                 effect: Effect | None) -> tuple[DeliveryEntry, bool]:
         now = now or utcnow()
+        trace_context = trace.stored()  # inside the enqueue span: every attempt links to it
+        idempotency_key = item.idempotency_key
         for _ in range(3):
-            entry = _new_entry(item, now, lease)
+            entry = _new_entry(item, now, lease, trace_context)
             with self.db.transaction() as tx:
                 created = tx.execute(Q.insert_entry, _insert_params(tx, entry),
                                      final=effect is None) == 1
@@ -257,8 +280,9 @@ class DeliveryStore:
         """Store ``items`` (``pending``, due at once, in this order) in one transaction:
         each one as ``enqueue`` stores it, ``(entry, created)`` in the items' order. Every
         item is checked before anything is written: one that is not a delivery raises
-        ``RequestError`` naming its index (``items[3]``), and nothing is stored. A key already stored (or
-        given twice in ``items``) answers that entry with ``created`` False."""
+        ``RequestError`` naming its index (``items[3]``), and nothing is stored. A key already
+        stored (or given twice in ``items``) answers that entry with ``created`` False. One
+        producer span for the batch: every entry's attempts link to it."""
         for n, item in enumerate(items):
             try:
                 _check_new(item)
@@ -268,10 +292,15 @@ class DeliveryStore:
         found: list[tuple[DeliveryEntry, bool]] = []
         if not items:
             return found
-        with self.db.transaction() as tx:
+        with trace.span("enqueue batch", kind="producer", attributes={
+                "messaging.system": SYSTEM_SLUICE, "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.batch.message_count": len(items)}) as span, \
+                self.db.transaction() as tx:
+            trace_context = trace.stored()
             for n, item in enumerate(items):
                 # one microsecond apart: the claim takes them in the order given
-                entry = _new_entry(item, now + timedelta(microseconds=n), None)
+                entry = _new_entry(item, now + timedelta(microseconds=n), None, trace_context)
                 if tx.execute(Q.insert_entry, _insert_params(tx, entry)) == 1:
                     found.append((entry, True))
                     continue
@@ -281,6 +310,7 @@ class DeliveryStore:
                         f"delivery key {item.idempotency_key!r} conflicts with an entry that "
                         "is never there when read")
                 found.append((DeliveryEntry.from_row(row), False))
+            span.set("sluice.outcome", f"{sum(created for _, created in found)} enqueued")
         return found
 
     def known_keys(self, keys: list[str]) -> set[str]:

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from sluice.core import trace
 from sluice.core.auth import (
     SESSION_COOKIE,
     Identity,
@@ -338,17 +339,36 @@ def create_app(services: Services, *, push: bool = False) -> FastAPI:
                                     or (given if given and _REQUEST_ID.match(given) else None)
                                     or str(uuid.uuid4()))
         audited = is_audited(request)
-        try:
+        if not audited:
             response = await call_next(request)
-        except Exception:
-            if audited:
+            response.headers["x-request-id"] = request.state.request_id
+            return response
+        # An operator's action is a span: what it does (a redrive, a replay's enqueues)
+        # happens inside it.
+        with trace.span("operator action", kind="server", attributes={
+                "http.request.method": request.method, "url.path": request.url.path,
+                "faas.invocation_id": request.state.request_id}) as span:
+            try:
+                response = await call_next(request)
+            except Exception:
                 await _audit(request, "500")
-            raise
-        response.headers["x-request-id"] = request.state.request_id
-        # Every admin action is audited, allowed or not; a preview is not an action.
-        if audited and not getattr(request.state, "preview", False):
-            await _audit(request, str(response.status_code))
-        return response
+                raise
+            finally:
+                action = action_name(request)
+                span.rename(f"operator {action}")
+                span.set("sluice.action", action)
+                span.set("sluice.actor", getattr(request.state, "actor", None))
+                span.set("sluice.destination", request.path_params.get("key"))
+                span.set("sluice.entry_id", request.path_params.get("entry_id"))
+            span.set("http.response.status_code", response.status_code)
+            span.set("sluice.outcome", str(response.status_code))
+            response.headers["x-request-id"] = request.state.request_id
+            # Every admin action is audited, allowed or not; a preview is not an action.
+            if getattr(request.state, "preview", False):
+                span.set("sluice.preview", True)
+            else:
+                await _audit(request, str(response.status_code))
+            return response
 
     async def _audit(request: Request, outcome: str) -> None:
         """Settle the row written before the action, or record a refused request."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from sluice.core import trace
 from sluice.core.errors import SluiceError
 from sluice.core.observe import logger
 from sluice.core.services import Services
@@ -73,7 +74,25 @@ def run_job(
     progress: Callable[[str], None] | None = None,
     deadline_clock: Callable[[], float] = time.monotonic,
 ) -> RunOutcome:
+    """Run ``job`` once (see the module), as the span ``job <name>``; what the span
+    buffered is exported before the answer (a Lambda may be frozen right after it)."""
     request_id = request_id or str(uuid.uuid4())
+    try:
+        with trace.span(f"job {job.name}", attributes={
+                "sluice.job": job.name, "sluice.trigger": trigger,
+                "faas.invocation_id": request_id}) as span:
+            outcome = _run(job, services, trigger, request_id, lambda_remaining_ms, params,
+                           progress, deadline_clock)
+            span.set("sluice.outcome", outcome.outcome)
+            return outcome
+    finally:
+        trace.flush()
+
+
+def _run(job: Job, services: Services, trigger: Trigger, request_id: str,
+         lambda_remaining_ms: Callable[[], int] | None, params: Mapping[str, str] | None,
+         progress: Callable[[str], None] | None, deadline_clock: Callable[[], float],
+         ) -> RunOutcome:
     reporter = services.reporter
     runs = RunStore(services.db)
     holder = lease_holder_id()

@@ -37,10 +37,14 @@ def cold_start() -> Iterator[None]:
 with cold_start():
     import os
 
+    from sluice.core import trace
     from sluice.core.secrets import load_secrets
     from sluice.core.shutdown import install, register_extension
 
     load_secrets()
+    # OpenTelemetry set up during init when an OTLP endpoint is configured; otherwise
+    # nothing of it is imported (docs/observability.md)
+    trace.configure()
     install()  # SIGTERM before Lambda stops the environment cuts retry waits short
     # ...and Lambda sends that SIGTERM only to a function with an extension registered.
     register_extension(os.environ.get("AWS_LAMBDA_RUNTIME_API"))

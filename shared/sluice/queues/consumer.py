@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -38,10 +39,12 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from sluice.core import trace
 from sluice.core.crash import ENV as CRASH_ENV
 from sluice.core.crash import crash_point
 from sluice.core.errors import RequestError, SluiceError, TransientStoreError
 from sluice.core.observe import logger
+from sluice.core.trace import SYSTEM_SLUICE, SYSTEM_SQS
 from sluice.core.validate import check_depth
 from sluice.queues.deadletters import LocalDeadLetters, Quarantine
 from sluice.queues.keys import IDEMPOTENCY_ATTRIBUTE, completed_keys, dedupe_key, idempotency_key
@@ -75,6 +78,8 @@ DEADLINE_MARGIN_S = 5.0
 # How long a message waits for a store that is down before it is tried again (SQS's
 # longest delay is 900 s).
 OUTAGE_DELAY_S = 300
+# A batch span links to at most this many of its messages' producers.
+MAX_LINKS = 32
 
 
 class MessageOutcome(Enum):
@@ -177,6 +182,13 @@ class _Batch:
         if self.remaining_ms is None:
             return False
         return self.remaining_ms() / 1000 < self.margin_s + self.longest_s
+
+
+def carried(attributes: dict[str, Any] | None) -> dict[str, str]:
+    """The producer's trace context a record's message attributes carry (empty: none)."""
+    found = {name: str((attributes or {}).get(name, {}).get("stringValue") or "")
+             for name in ("traceparent", "tracestate")}
+    return {k: v for k, v in found.items() if v} if found["traceparent"] else {}
 
 
 def _unarmed(name: str) -> None:
@@ -334,6 +346,35 @@ class Consumer:
             int((raw.get("attributes") or {}).get("ApproximateReceiveCount") or 1),
             attribute.get("stringValue"), None, raw.get("receiptHandle"))
         started = self.clock() if timed is not None else 0.0
+        with self._span(inbound, raw.get("messageAttributes")) as span:
+            decision = self._handled(record, raw, inbound, batch, timed, started)
+            span.set("sluice.outcome", decision.outcome.value)
+        if decision.outcome is MessageOutcome.WAITING:
+            self._wait_for_store(record, raw, attribute.get("stringValue"), decision)
+            return
+        if decision.outcome is MessageOutcome.RETRY:
+            self._hold_back(record, decision.delay_s)
+            raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
+
+    def _span(self, inbound: InboundMessage,
+              attributes: dict[str, Any] | None = None) -> AbstractContextManager[trace.Span]:
+        """A record's ``process`` span: a child of its producer's span when the message
+        carries the producer's context (SQS message attributes), linked to its batch."""
+        if not trace.enabled():
+            return trace.OFF
+        parent = carried(attributes) or None
+        return trace.span(f"process {self.topic}", kind="consumer", parent=parent,
+                          links={"batch": trace.carrier()} if parent else None, attributes={
+                              "messaging.system": SYSTEM_SQS if inbound.receipt_handle
+                              else SYSTEM_SLUICE,
+                              "messaging.operation.type": "process",
+                              "messaging.destination.name": self.topic,
+                              "messaging.message.id": inbound.message_id,
+                              "sluice.topic": self.topic, "sluice.attempt": inbound.delivery_count})
+
+    def _handled(self, record: SQSRecord, raw: dict[str, Any], inbound: InboundMessage,
+                 batch: _Batch | None, timed: _Batch | None, started: float) -> Decision:
+        message_id = inbound.message_id
         try:
             decision = self.handle(raw.get("body") or "", inbound,
                                    batch.parsed.get(message_id) if batch else None)
@@ -350,12 +391,7 @@ class Consumer:
         finally:
             if timed is not None:
                 timed.longest_s = max(timed.longest_s, self.clock() - started)
-        if decision.outcome is MessageOutcome.WAITING:
-            self._wait_for_store(record, raw, attribute.get("stringValue"), decision)
-            return
-        if decision.outcome is MessageOutcome.RETRY:
-            self._hold_back(record, decision.delay_s)
-            raise RetryLater(f"retry in {decision.delay_s}s: {decision.reason}")
+        return decision
 
     def _wait_for_store(self, record: SQSRecord, raw: dict[str, Any], key: str | None,
                         decision: Decision) -> None:
@@ -364,7 +400,8 @@ class Consumer:
         held back and fails instead: never acknowledged without its copy on the queue."""
         try:
             url = self.sqs.url_from_arn(record.event_source_arn)
-            copy_id = self.sqs.send(url, raw.get("body") or "", key, delay_s=decision.delay_s)
+            copy_id = self.sqs.send(url, raw.get("body") or "", key, delay_s=decision.delay_s,
+                                    trace=carried(raw.get("messageAttributes")))
         except Exception as exc:
             self.services.reporter.error(self._context, exc, during="outage copy",
                                          messageId=record.message_id)
@@ -416,15 +453,27 @@ class Consumer:
                                      self.margin_s,
                                      [] if self.completions == "batch" else None)
         try:
-            result: dict[str, Any] = process_partial_response(
-                event=event, record_handler=self._record, processor=self._processor,
-                context=context)  # type: ignore[assignment]
+            # the batch links to each message's producer (up to MAX_LINKS of them)
+            links = {f"message {record.get('messageId')}": carried(
+                record.get("messageAttributes")) for record in
+                (event.get("Records") or ())[:MAX_LINKS]} if trace.enabled() else None
+            with trace.span(f"receive {topic}", kind="consumer", links=links, attributes={
+                    "messaging.system": SYSTEM_SQS, "messaging.operation.type": "receive",
+                    "messaging.destination.name": topic, "sluice.topic": topic,
+                    "messaging.batch.message_count": len(event.get("Records") or ())}) as span:
+                try:
+                    result: dict[str, Any] = process_partial_response(
+                        event=event, record_handler=self._record, processor=self._processor,
+                        context=context)  # type: ignore[assignment]
+                finally:
+                    self._batch = None
+                    if batch.pending:
+                        self._complete_batch(batch.pending)
+                span.set("sluice.failed", len(result.get("batchItemFailures") or ()))
+            self.crash_point("consumer.before_response")
+            return result
         finally:
-            self._batch = None
-            if batch.pending:
-                self._complete_batch(batch.pending)
-        self.crash_point("consumer.before_response")
-        return result
+            trace.flush()
 
     def _complete_batch(self, done: list[tuple[str, str, str]]) -> None:
         """The batch's completions, in one write. If it fails the invocation fails and the
@@ -443,7 +492,10 @@ class Consumer:
         decision = Decision(MessageOutcome.RETRY)
         parsed = parse(body, self.topic)
         for attempt in range(1, self.max_attempts + 1):
-            decision = self.handle(body, InboundMessage(message_id, self.topic, attempt), parsed)
+            inbound = InboundMessage(message_id, self.topic, attempt)
+            with self._span(inbound) as span:
+                decision = self.handle(body, inbound, parsed)
+                span.set("sluice.outcome", decision.outcome.value)
             if decision.outcome is not MessageOutcome.RETRY:
                 break
             logger.warning(f"[{self._context}] retrying in process",

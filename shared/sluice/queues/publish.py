@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
+from sluice.core import trace
 from sluice.core.errors import Conflict, TransientStoreError
 from sluice.core.observe import logger
 from sluice.core.settings import Settings
 from sluice.core.times import iso_z
+from sluice.core.trace import SYSTEM_SLUICE, SYSTEM_SQS
 from sluice.queues.keys import idempotency_key
 from sluice.queues.signing import Signer
 from sluice.queues.sqs import Sqs
@@ -110,8 +112,22 @@ class Publisher:
         topic = check_topic(str(message.get("topic")), publishing=True)
         key = idempotency_key(message)
         body = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        with trace.span(f"publish {topic}", kind="producer", attributes={
+                "messaging.system": SYSTEM_SQS if self.mode == "sqs" else SYSTEM_SLUICE,
+                "messaging.operation.type": "send", "messaging.operation.name": "publish",
+                "messaging.destination.name": topic, "sluice.topic": topic,
+                "sluice.idempotency_key": key}) as span:
+            published = self._send(topic, key, body, message)
+            span.set("messaging.message.id", published.message_id)
+            span.set("sluice.outcome", published.outcome)
+            return published
+
+    def _send(self, topic: str, key: str, body: str, message: dict[str, Any]) -> Published:
         if self.mode == "sqs":
-            message_id = self.sqs.send(self.sqs.topic_url(topic), body, key)
+            # the context travels in the message's attributes: the signed body is the
+            # producers' own, byte for byte (tests/js_signing.js)
+            message_id = self.sqs.send(self.sqs.topic_url(topic), body, key,
+                                       trace=trace.carrier())
             logger.info(f"[queues:{topic}] published", extra={"messageId": message_id,
                                                               "idempotencyKey": key})
             return Published(topic, message_id, key, "sqs", True, message)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,10 +83,15 @@ class Sqs:
     def url_from_arn(self, arn: str) -> str:
         return self.url(arn.rsplit(":", 1)[-1])
 
-    def send(self, url: str, body: str, key: str | None = None, *, delay_s: int = 0) -> str:
-        """``delay_s``: the message becomes visible that much later (SQS: 0-900 s)."""
+    def send(self, url: str, body: str, key: str | None = None, *, delay_s: int = 0,
+             trace: Mapping[str, str] | None = None) -> str:
+        """``delay_s``: the message becomes visible that much later (SQS: 0-900 s).
+        ``trace``: the producer's trace context (``traceparent``, ``tracestate``), sent as
+        message attributes beside the key, outside the signed body."""
         attributes = ({IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": key}}
                       if key else {})
+        for name, value in (trace or {}).items():
+            attributes[name] = {"DataType": "String", "StringValue": value}
         extra = {"DelaySeconds": delay_s} if delay_s else {}
         with _unanswered():
             sent = self.client.send_message(QueueUrl=url, MessageBody=body,

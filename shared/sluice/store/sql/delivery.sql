@@ -9,12 +9,14 @@
 -- One autocommit statement: the row is what the caller passed, so nothing is read back.
 -- Only the idempotency key may conflict (no row inserted: the caller reads that entry);
 -- an id collision is an error, never a silent no-op. destination and receiver are decided
--- here, once (shared/sluice/delivery/keys.py).
+-- here, once (shared/sluice/delivery/keys.py); trace_context is the enqueue span's.
 INSERT INTO delivery_queue
     (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
-     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver)
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver,
+     trace_context)
 VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key, :status,
-        :attempts, :next_attempt_at, :lease_until, :now, :now, :destination, :receiver)
+        :attempts, :next_attempt_at, :lease_until, :now, :now, :destination, :receiver,
+        :trace_context)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
 -- name: get_entry
