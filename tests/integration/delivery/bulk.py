@@ -26,7 +26,8 @@ def insert_failed(db: Database, recipients: Iterable[tuple[str, str]], *,
                      "subject_user_id": None, "payload": {"text": f"bulk {i}"},
                      "idempotency_key": None, "status": "failed", "attempts": 1,
                      "next_attempt_at": at, "lease_until": None, "now": at,
-                     "destination": keys.destination, "receiver": keys.receiver})
+                     "destination": keys.destination, "receiver": keys.receiver,
+                     "trace_context": None})
     with db.transaction() as tx:
         tx.executemany(Q.insert_entry, [{**row, "payload": tx.json(row["payload"])}
                                         for row in rows])
