@@ -202,6 +202,22 @@ def _new_entry(item: NewEntry, now: datetime, lease: timedelta | None,
         destination=keys.destination, receiver=keys.receiver, trace_context=trace_context)
 
 
+def _json_values(entry: DeliveryEntry) -> dict[str, Any]:
+    """``insert_entries``'s values of one entry: ``_insert_params`` as JSON, its times in
+    UTC at a fixed width (microseconds always written)."""
+    def at(moment: datetime | None) -> str | None:
+        return None if moment is None else moment.astimezone(UTC).isoformat(
+            timespec="microseconds")
+
+    return {"id": entry.id, "channel": entry.channel, "recipient": entry.recipient,
+            "subject_user_id": entry.subject_user_id, "payload": entry.payload,
+            "idempotency_key": entry.idempotency_key, "status": entry.status.value,
+            "attempts": entry.attempts, "next_attempt_at": at(entry.next_attempt_at),
+            "lease_until": at(entry.lease_until), "now": at(entry.enqueued_at),
+            "destination": entry.destination, "receiver": entry.receiver,
+            "trace_context": entry.trace_context}
+
+
 def _insert_params(tx: Tx, entry: DeliveryEntry) -> dict[str, Any]:
     return {"id": entry.id, "channel": entry.channel, "recipient": entry.recipient,
             "subject_user_id": entry.subject_user_id, "payload": tx.json(entry.payload),
@@ -282,7 +298,8 @@ class DeliveryStore:
         item is checked before anything is written: one that is not a delivery raises
         ``RequestError`` naming its index (``items[3]``), and nothing is stored. A key already
         stored (or given twice in ``items``) answers that entry with ``created`` False. One
-        producer span for the batch: every entry's attempts link to it."""
+        producer span for the batch: every entry's attempts link to it. The inserts are one
+        statement (``insert_entries``)."""
         for n, item in enumerate(items):
             try:
                 _check_new(item)
@@ -298,10 +315,13 @@ class DeliveryStore:
                 "messaging.batch.message_count": len(items)}) as span, \
                 self.db.transaction() as tx:
             trace_context = trace.stored()
-            for n, item in enumerate(items):
-                # one microsecond apart: the claim takes them in the order given
-                entry = _new_entry(item, now + timedelta(microseconds=n), None, trace_context)
-                if tx.execute(Q.insert_entry, _insert_params(tx, entry)) == 1:
+            # one microsecond apart: the claim takes them in the order given
+            entries = [_new_entry(item, now + timedelta(microseconds=n), None, trace_context)
+                       for n, item in enumerate(items)]
+            inserted = {row["id"] for row in tx.fetchall(Q.insert_entries, {
+                "entries": tx.json([_json_values(e) for e in entries])})}
+            for entry, item in zip(entries, items, strict=True):
+                if entry.id in inserted:
                     found.append((entry, True))
                     continue
                 row = tx.fetchone(Q.get_by_key, {"key": item.idempotency_key})

@@ -19,6 +19,47 @@ VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key,
         :trace_context)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
+-- name: insert_entries @postgres
+-- A batch of new pending entries in one statement (:entries, a JSON array of insert_entry's
+-- values by name, times as ISO text): as insert_entry, only the idempotency key may
+-- conflict (a key stored already, or given twice: that row is not inserted). The ids
+-- inserted come back.
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver,
+     trace_context)
+SELECT e.id, e.channel, e.recipient, e.subject_user_id, e.payload, e.idempotency_key,
+       e.status, e.attempts, e.next_attempt_at, e.lease_until, e.now, e.now, e.destination,
+       e.receiver, e.trace_context
+FROM jsonb_to_recordset(CAST(:entries AS jsonb)) AS e(
+    id text, channel text, recipient text, subject_user_id text, payload jsonb,
+    idempotency_key text, status text, attempts integer, next_attempt_at timestamptz,
+    lease_until timestamptz, now timestamptz, destination text, receiver text,
+    trace_context text)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: insert_entries @sqlite
+-- (WHERE true: SQLite reads an upsert after INSERT ... SELECT only behind a WHERE.) The
+-- times come as the store writes them (fixed width, so text order is time order).
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver,
+     trace_context)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.channel'),
+       json_extract(value, '$.recipient'), json_extract(value, '$.subject_user_id'),
+       json_extract(value, '$.payload'), json_extract(value, '$.idempotency_key'),
+       json_extract(value, '$.status'), json_extract(value, '$.attempts'),
+       replace(json_extract(value, '$.next_attempt_at'), 'T', ' '),
+       replace(json_extract(value, '$.lease_until'), 'T', ' '),
+       replace(json_extract(value, '$.now'), 'T', ' '),
+       replace(json_extract(value, '$.now'), 'T', ' '),
+       json_extract(value, '$.destination'), json_extract(value, '$.receiver'),
+       json_extract(value, '$.trace_context')
+FROM json_each(:entries) WHERE true
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id
+
 -- name: get_entry
 SELECT * FROM delivery_queue WHERE id = :id
 
