@@ -12,7 +12,7 @@ named crash points (``crashes.py``), invariants checked after every step
 (``invariants.py``, ``billing.py``). ``firing.py`` decides which scheduled firings can do
 something, ``engine.py`` runs one seed, ``main.py`` prints the table. ``--limits`` adds
 the worlds of ``limits.py``, delivery in production shapes (``isolation.py``, judged by
-``fairness.py``) and missed runs (``missed.py``); ``charges.py`` names the entry a crash
-hit; ``--coverage`` measures what the worlds execute (``reach.py``) and which delivery
+``fairness.py``) and missed runs (``missed.py``); ``charges.py`` names the entries a
+stopped drain run left claimed, and the one a crash hit; ``--coverage`` measures what the worlds execute (``reach.py``) and which delivery
 policy rows they reach (``rows.py``). See docs/reliability.md.
 """

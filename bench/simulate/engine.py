@@ -689,8 +689,12 @@ class Simulation:
             self.billing.flush_started()
         worked = True  # the run may have written something
         self.running = name
+        stopped = False  # the run ended before its end (a crash, an error)
+        if name == "delivery-drain":
+            self.charges.begin()
         try:
             outcome = run_job(job, self.services, "schedule", lambda_remaining_ms=remaining_ms)
+            stopped = outcome.outcome == "error"
             if outcome.outcome == "skipped":
                 self._skip_honest(name, now, job.timeout_s)
             if outcome.outcome in ("ok", "failures", "skipped"):  # a run it recorded
@@ -702,9 +706,13 @@ class Simulation:
         except SimCrash as crash:
             summary = f"{name}: crashed at {crash.point}"
             firing.again = True
+            stopped = True
             self.invoked.setdefault(name, []).append(now)  # begun: its run is recorded
         finally:
             self.running = None
+        if name == "delivery-drain" and stopped:
+            with self.outages.harness():
+                self.charges.stopped(self._entry)
         if name in ("erasure-purge", "ledger-redrive") and worked:
             self.erasures.touch()
         if name == "ledger-redrive" and summary.startswith(f"{name}: ok"):
@@ -867,6 +875,16 @@ class Simulation:
             self._schedule(due, "owed", (match, published, delayed,
                                          self.judge.redrives[match]))
 
+    def _entry(self, entry_id: str) -> Any:
+        """The delivery entry as the store has it now (None: gone)."""
+        from sluice.core.errors import NotFound
+        from sluice.delivery.store import DeliveryStore
+
+        try:
+            return DeliveryStore(self.services.db).get(entry_id)
+        except NotFound:
+            return None
+
     def _charged(self, match: Match) -> bool:
         """Whether something outside the entry's destination charged its attempts: a
         timeout after the message arrived, or a crash that hit this entry (``charges.py``;
@@ -906,10 +924,10 @@ class Simulation:
 
     def _check_attempts(self) -> None:
         """``no_attempt_burned`` for deliveries: no entry (as the API lists it) shows more
-        attempts than its destination saw requests for its match, plus one while a run
-        that died right after claiming it still holds it (``charges.py``: the lapse gives
-        that attempt back; a crash of another entry explains nothing about this one). A
-        wait on a down destination or a rate limit gives its attempt back."""
+        attempts than its destination saw requests for its match, plus one while the claim
+        of a run that stopped before sending it still holds it (``charges.py``: the lapse
+        gives that attempt back; a stop explains nothing about an entry it did not hold).
+        A wait on a down destination or a rate limit gives its attempt back."""
         from sluice.delivery.store import DeliveryStore
 
         for entry in DeliveryStore(self.services.db).list(limit=500):

@@ -222,9 +222,10 @@ class Isolation:
                for w in sim.world.outages.windows):
             return  # a store outage in between: the bound is not the drain's to keep
         crashed = sum(1 for at in sim.drain_crashes if due <= at <= now)
-        if crashed > extended:  # each crashed run: one drain interval more; its entry: a lease
-            wait = (crashed - extended) * DRAIN_EVERY + (LEASE if sim.charges.hits[match] else
-                                                         timedelta(0))
+        if crashed > extended:  # each crashed run: one drain interval more; a claim it held
+            # the entry in: a lease
+            wait = (crashed - extended) * DRAIN_EVERY + (
+                LEASE if sim.charges.held[match] or sim.charges.hits[match] else timedelta(0))
             sim._schedule(now + wait, "iso", ("check", (number, due, crashed)))
             return
         key = rate_key(message.destination)[0]

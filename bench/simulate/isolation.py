@@ -25,9 +25,10 @@ replayed. Each falls back to its own moment when no request comes.
 whose own state is clear is received within the fairness bound from when it became due (its
 enqueue, or the operator's resume, redrive or replay): one drain interval, plus its own rate
 spacing for each message due before it to the same rate key, plus ``SLACK`` for the run's
-own waits. A crash of a drain run in between adds one drain interval (the entries that run
-had not sent wait for the next), and a crash that hit the entry itself its lease; a store
-outage in between excuses the check. ``resumed``: after a resume (or a pause's end) the
+own waits. A crash of a drain run in between adds one drain interval (what that run had not
+claimed waits for the next), and its lease for an entry the run held claimed unsent or had
+just sent (``charges.py``: its claim waits for the lapse); a store outage in between excuses
+the check. ``resumed``: after a resume (or a pause's end) the
 group's backlog is asked again within the bound. Chunks: a chunked message's receiver
 has every part of it (``chunks_whole``).
 """

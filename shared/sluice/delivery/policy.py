@@ -343,12 +343,16 @@ class Policy:
         return DeliveryOutcome.TRANSIENT if attempts < self.schedule.max_attempts else DeliveryOutcome.LAST_ATTEMPT
 
     def after_lapse(self, channel: str, attempts: int, unknown_sends: int,
-                    request_left: bool, unsent_lapses: int = 0) -> DeliveryOutcome:
+                    request_left: bool, unsent_lapses: int = 0,
+                    its_turn: bool = True) -> DeliveryOutcome:
         """The row for a lease that lapsed; ``unsent_lapses`` counts those before it that
-        lapsed in a row before their request left (an entry that kills its sender before
-        the send must not stall the queue: the limit ends it, not sent)."""
+        lapsed in a row at its turn before its request left (an entry that kills its sender
+        before the send must not stall the queue: the limit ends it, not sent). An entry its
+        sender never reached (``its_turn`` False: another of its claim came first) did not
+        kill it: the lapse is not counted against it."""
         if not request_left:
-            return (DeliveryOutcome.LAPSED_UNSENT if unsent_lapses + 1 < self.schedule.max_attempts
+            return (DeliveryOutcome.LAPSED_UNSENT
+                    if not its_turn or unsent_lapses + 1 < self.schedule.max_attempts
                     else DeliveryOutcome.LAPSED_UNSENT_LIMIT)
         return (DeliveryOutcome.LAPSED_SENT if self.may_resend(channel, attempts, unknown_sends)
                 else DeliveryOutcome.LAPSED_SENT_RESTS)

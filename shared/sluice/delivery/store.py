@@ -539,24 +539,31 @@ class DeliveryStore:
         """Lapsed leases, as the policy decides them: a send whose request had left may have
         happened (the unknown rule: ``pending`` when it may be sent again, else ``unknown``);
         one whose request never left gives its attempt back (``failed``, ``lease_lost``, at
-        the limit of such lapses in a row). ``(pending, unknown, failed)``."""
+        the limit of such lapses in a row at its turn: the first entry its claim still held;
+        the sender never reached the others). Each claim is read whole.
+        ``(pending, unknown, failed)``."""
         now = now or utcnow()
         pending = unknown = failed = 0
         with self.db.transaction() as tx:
             for row in tx.fetchall(Q.expired_leases, {"now": now, "limit": limit}):
                 left = row["request_left_at"] is not None
+                its_turn = bool(row["its_turn"])
                 outcome = self.policy.after_lapse(row["channel"], row["attempts"],
                                                   row["unknown_sends"], request_left=left,
-                                                  unsent_lapses=row["unsent_lapses"])
+                                                  unsent_lapses=row["unsent_lapses"],
+                                                  its_turn=its_turn)
                 decision = self.policy.decide(outcome, attempts=row["attempts"])
+                given_back = decision.attempt is Attempt.GIVEN_BACK
                 error = (f"lease expired during attempt {row['attempts']}: the sender died or "
                          "timed out before settling (the send may have happened)" if left else
                          f"lease expired before attempt {row['attempts']} was sent: not sent "
-                         f"({row['unsent_lapses'] + 1} in a row)")
+                         f"({row['unsent_lapses'] + 1} in a row)" if its_turn else
+                         f"lease expired before attempt {row['attempts']} was sent: its sender "
+                         "stopped before reaching it (another entry of its claim came first)")
                 result = tx.fetchone(Q.recover_lease, {
                     "id": row["id"], "now": now, "error": error, "status": decision.status,
                     "unknown": int(decision.unknown),
-                    "given_back": int(decision.attempt is Attempt.GIVEN_BACK),
+                    "given_back": int(given_back), "lapse": int(given_back and its_turn),
                     "reason": decision.reason.value if decision.reason else None,
                     "failed_at": now if decision.status == DeliveryStatus.FAILED else None,
                     "next_attempt_at": now + decision.delay})

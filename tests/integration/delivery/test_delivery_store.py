@@ -219,6 +219,51 @@ def test_a_lease_that_lapses_before_its_request_left_gives_the_attempt_back(
     assert back.failure_reason == "lease_lost" and "not sent (5 in a row)" in back.last_error
 
 
+def test_a_sender_dying_holding_a_claim_counts_the_lapse_against_its_first_entry_only(
+        store: DeliveryStore) -> None:
+    # GIVEN a claim of three entries (three chats), and senders that die holding it before
+    # any request leaves, five times in a row (an entry that kills its sender, sent first)
+    now = utcnow()
+    entries = [store.enqueue("telegram", chat, {"text": chat},
+                             now=now - timedelta(minutes=3 - n))[0]
+               for n, chat in enumerate(("1001", "1002", "1003"))]
+    for n in range(1, 6):
+        claimed = store.claim(LEASE, limit=3, now=now)
+        assert [e.id for e in claimed] == [e.id for e in entries]
+        now += LEASE + timedelta(seconds=1)
+        # THEN every attempt is given back, and only the first, whose turn it was, counts
+        # the lapse: it fails unsent at the fifth, the two it never reached wait for the next
+        assert store.recover(now=now) == ((3, 0, 0) if n < 5 else (2, 0, 1))
+    first, *rest = (store.get(e.id) for e in entries)
+    assert (first.status, first.failure_reason) == (DeliveryStatus.FAILED, "lease_lost")
+    assert [(e.status, e.attempts, e.unsent_lapses) for e in rest] == [
+        (DeliveryStatus.PENDING, 0, 0)] * 2
+    # AND a sender dying after the first of the rest was sent counts no lapse against the
+    # one after it (the request that left is an unknown outcome, the other never reached)
+    sent, after = store.claim(LEASE, limit=3, now=now)
+    assert store.request_left(sent, now=now)
+    assert store.recover(now=now + LEASE + timedelta(seconds=1)) == (2, 0, 0)
+    assert [store.get(e.id).unsent_lapses for e in (sent, after)] == [0, 0]
+
+
+def test_lapsed_claims_are_recovered_whole_and_each_counts_its_own_first_entry(
+        store: DeliveryStore) -> None:
+    # GIVEN two claims of two entries each (two workers, or two runs), both lapsed
+    now = utcnow()
+    entries = [store.enqueue("telegram", chat, {"text": chat},
+                             now=now - timedelta(minutes=4 - n))[0]
+               for n, chat in enumerate(("1001", "1002", "1003", "1004"))]
+    first = store.claim(LEASE, limit=2, now=now)
+    second = store.claim(LEASE, limit=2, now=now + timedelta(seconds=1))
+    assert [e.id for e in first + second] == [e.id for e in entries]
+    # WHEN recovery reads a page smaller than the first claim
+    later = now + LEASE + timedelta(seconds=2)
+    assert store.recover(now=later, limit=1) == (2, 0, 0), "the first claim, whole"
+    assert store.recover(now=later, limit=1) == (2, 0, 0), "then the second"
+    # THEN each claim's first entry counts one lapse, and only it
+    assert [store.get(e.id).unsent_lapses for e in entries] == [1, 0, 1, 0]
+
+
 def test_prune_deletes_old_settled_entries_only(store: DeliveryStore) -> None:
     old = utcnow() - timedelta(days=10)
     store.enqueue("slack", "C1", {"text": "old"}, now=old)

@@ -413,20 +413,35 @@ WHERE status = 'pending' AND COALESCE(started_at, enqueued_at) < :before
 RETURNING receiver
 
 -- name: expired_leases
-SELECT id, attempts, channel, unknown_sends, request_left_at, unsent_lapses FROM delivery_queue
-WHERE status = 'in_flight' AND next_attempt_at < :now
-ORDER BY next_attempt_at, id
-LIMIT :limit
+-- Lapsed leases, a claim whole (its entries share its lease end, next_attempt_at while in
+-- flight): every claim that ends among the first :limit lapsed entries. its_turn: no entry
+-- of its claim still held comes before it in the order the drain sends a claim (enqueued_at,
+-- id), so the sender reached it; those after it it never reached.
+SELECT q.id, q.attempts, q.channel, q.unknown_sends, q.request_left_at, q.unsent_lapses,
+       NOT EXISTS (
+           SELECT 1 FROM delivery_queue p
+           WHERE p.status = 'in_flight' AND p.next_attempt_at = q.next_attempt_at
+             AND (p.enqueued_at < q.enqueued_at
+                  OR (p.enqueued_at = q.enqueued_at AND p.id < q.id))) AS its_turn
+FROM delivery_queue q
+WHERE q.status = 'in_flight' AND q.next_attempt_at < :now
+  AND q.next_attempt_at <= (
+      SELECT max(page.next_attempt_at) FROM (
+          SELECT next_attempt_at FROM delivery_queue
+          WHERE status = 'in_flight' AND next_attempt_at < :now
+          ORDER BY next_attempt_at LIMIT :limit) page)
+ORDER BY q.next_attempt_at, q.enqueued_at, q.id
 
 -- name: recover_lease
 -- A lapsed lease whose request had left is a send that never reported back (the process
 -- died or timed out): an unknown outcome, counted (:unknown 1); :status is pending when it
 -- may be sent again, else unknown, so an entry that kills its sender every time cannot
 -- loop. One whose request never left gives its attempt back (:given_back 1) and counts
--- an unsent lapse; the policy fails the entry (:status failed, :reason) at the limit.
+-- an unsent lapse when its turn had come (:lapse 1); the policy fails the entry (:status
+-- failed, :reason) at the limit.
 UPDATE delivery_queue
 SET status = :status, unknown_sends = unknown_sends + :unknown,
-    attempts = attempts - :given_back, unsent_lapses = unsent_lapses + :given_back,
+    attempts = attempts - :given_back, unsent_lapses = unsent_lapses + :lapse,
     next_attempt_at = :next_attempt_at, failure_reason = :reason,
     failed_at = :failed_at,
     lease_until = NULL, request_left_at = NULL, last_error = :error, updated_at = :now
