@@ -21,6 +21,13 @@ The claims are observed, not guessed: ``DeliveryStore.claim`` is wrapped while t
 simulation runs, and the running drain's last answer kept (``begin`` forgets the last
 run's). The inline send (``delivery.after_enqueue``) is not simulated: a crash there would
 name no entry, so it forgives nothing.
+
+The drain marks a round of entries leaving in one statement and settles them together
+after their sends (``DeliveryStore.requests_left``, ``DeliveryStore.settle``, both
+wrapped too): a crash inside a round leaves every entry marked and not yet settled in
+flight, its outcome unknown. Each is named by that crash too: one sent already may come
+again (``in_round``: the engine counts it an unknown send), and one not yet sent has its
+attempt counted with no request seen, forgiven for good (``left_marked``).
 """
 
 from __future__ import annotations
@@ -45,10 +52,14 @@ class Charges:
         self.held: Counter[Match] = Counter()  # match -> stopped runs that held its entry
         # entry id -> (attempts, lease end) as a stopped run's claim left it, unsent
         self.unsent: dict[str, tuple[int, datetime | None]] = {}
+        self.marked: dict[str, Any] = {}  # entry id -> entry: marked leaving, not settled
+        self.left_marked: Counter[str] = Counter()  # entry id -> crashes inside its round
+        self.in_round: list[Match] = []  # the matches the last crash left marked leaving
 
     def begin(self) -> None:
         """A drain run begins: it holds nothing yet."""
         self.claimed = []
+        self.marked = {}
 
     def hit(self, point: str, last_request: Match | None) -> None:
         """A crash at ``point``: the entry it names."""
@@ -57,6 +68,15 @@ class Charges:
                 self.hits[self.match_of(entry)] += 1
         elif point in SENT_POINTS and last_request is not None:
             self.hits[last_request] += 1
+        self.in_round = []
+        if point in SENT_POINTS:
+            for entry in self.marked.values():
+                match = self.match_of(entry)
+                if match != last_request:
+                    self.hits[match] += 1
+                    self.left_marked[entry.id] += 1
+                    self.in_round.append(match)
+        self.marked = {}
 
     def stopped(self, current: Callable[[str], Any]) -> None:
         """The running drain stopped (a crash, a job error, the store failing): each entry
@@ -72,11 +92,13 @@ class Charges:
     def forgiven(self, entry: Any) -> int:
         """The attempts a stop explains on ``entry`` now: one, while it is still in flight
         under the claim of the run that stopped holding it, no request left (its lapse
-        gives the attempt back)."""
+        gives the attempt back); and one for each crash that left it marked leaving in a
+        round, unsettled (its attempt counts, whether or not its request left)."""
+        marked = self.left_marked.get(entry.id, 0)
         if self._unsent(entry, self.unsent.get(entry.id)):
-            return 1
+            return 1 + marked
         self.unsent.pop(entry.id, None)
-        return 0
+        return marked
 
     @staticmethod
     def _unsent(entry: Any, claimed: tuple[int, datetime | None] | None) -> bool:
@@ -91,15 +113,31 @@ class Charges:
     def installed(self) -> Iterator[None]:
         from sluice.delivery.store import DeliveryStore
 
-        original = DeliveryStore.claim
+        original, marking, settling = (DeliveryStore.claim, DeliveryStore.requests_left,
+                                       DeliveryStore.settle)
         charges = self
 
         def claim(store: DeliveryStore, *args: Any, **kwargs: Any) -> list[Any]:
             charges.claimed = original(store, *args, **kwargs)
             return charges.claimed
 
+        def requests_left(store: DeliveryStore, entries: Any, **kwargs: Any) -> set[str]:
+            marked = marking(store, entries, **kwargs)
+            charges.marked.update((e.id, e) for e in entries if e.id in marked)
+            return marked
+
+        def settle(store: DeliveryStore, settles: Any) -> list[bool]:
+            done = settling(store, settles)
+            for s in settles:
+                charges.marked.pop(s.entry.id, None)
+            return done
+
         DeliveryStore.claim = claim  # type: ignore[method-assign]
+        DeliveryStore.requests_left = requests_left  # type: ignore[method-assign]
+        DeliveryStore.settle = settle  # type: ignore[method-assign]
         try:
             yield
         finally:
             DeliveryStore.claim = original  # type: ignore[method-assign]
+            DeliveryStore.requests_left = marking  # type: ignore[method-assign]
+            DeliveryStore.settle = settling  # type: ignore[method-assign]

@@ -830,6 +830,10 @@ class Simulation:
             last = self.network.receipts[-1]
             self.judge.late.add((last.channel, last.recipient, last.story))
             self.judge.unknown_sends[(last.channel, last.recipient, last.story)] += 1
+        for match in self.charges.in_round:  # sent (or not yet) in the crashed round
+            self.judge.late.add(match)
+            if self.judge.received[match]:
+                self.judge.unknown_sends[match] += 1
 
     def _passed(self, point: str) -> None:
         """A crash point the code goes on from: right after a drain's claim whose run goes

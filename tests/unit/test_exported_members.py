@@ -16,7 +16,7 @@ SLUICE = [
     "ConfigurationError", "DeliveryEntry", "DeliveryStatus", "ErasureRequest",
     "PermanentStoreError", "Published", "RequestError", "Services", "Settings", "Signer",
     "SluiceError", "TransientStoreError", "UsageEntry", "canonical", "connect",
-    "enqueue_delivery", "publish", "record_usage", "request_erasure", "verify_webhook",
+    "enqueue_deliveries", "enqueue_delivery", "publish", "record_usage", "request_erasure", "verify_webhook",
 ]
 EXTEND = [
     "NO_PROGRESS", "SURFACE_ROLES", "Answer", "Channel", "ChannelAdapter", "Deadline",

@@ -6,12 +6,14 @@ the two, the lease lapses and the next drain sends it: at-least-once, and a
 webhook receiver can drop the duplicate by its ``Idempotency-Key``.
 
 The drain fails pending entries past the expiry (reason ``expired``), settles lapsed
-leases, sets aside the entries of channels without an adapter, then claims entries one
-at a time (a probe for each failing destination whose probe is due, then due entries
-that wait on nothing) and sends each, until none is due or the deadline is near (with
-``delivery_drain_concurrency`` above 1, that many workers do so at once); finally it
-prunes settled entries past their retention (their effect records stay). Before each
-request leaves it takes a rate slot and marks the request as leaving. What becomes of
+leases, sets aside the entries of channels without an adapter, then claims batches in
+turns across receivers (a probe for each failing destination whose probe is due, then due
+entries that wait on nothing) and sends each batch a round at a time, until none is due
+or the deadline is near (with ``delivery_drain_concurrency`` above 1, that many workers do
+so at once); finally it prunes settled entries past their retention (their effect records
+stay). A round's entries share no rate key; one statement marks them leaving before any
+request leaves, each takes its rate slot just before its send, and the round's outcomes
+settle in one commit after its last send returned. What becomes of
 the entry after each of these steps (whether the attempt counts, when it is due, who
 sends it again) is the delivery policy's decision (``sluice.delivery.policy``); this
 module finds out what happened and applies the answer.
@@ -43,6 +45,7 @@ disabled, with why: a ``410 Gone``, a chat gone, or failing past
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import time
@@ -75,13 +78,10 @@ from sluice.delivery.payload import parse
 from sluice.delivery.policy import DeliveryOutcome, Policy, pacing_s
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.retry import DEFAULT_POLICY, Retrier, RetryPolicy
-from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore
+from sluice.delivery.store import UNCONFIGURED, DeliveryEntry, DeliveryStore, Settle
 from sluice.jobs.registry import Deadline, JobContext
 from sluice.store.db import utcnow
 
-# The policy row the last settle of this context applied (each worker has its own copy).
-_APPLIED: contextvars.ContextVar[DeliveryOutcome | None] = contextvars.ContextVar(
-    "delivery_applied", default=None)
 # The sleep of in-process retries in a drain run (tests replace it: no real waiting);
 # it ends at once on shutdown.
 SLEEP: Callable[[float], None] = sleep_with_abort
@@ -128,6 +128,11 @@ _COUNTED = {SendOutcome.ACKED: "recovered", SendOutcome.FAILED: "failed",
 # fewer receivers wait than the claim takes (the store's claim).
 CLAIM_BATCH = 32
 PER_ROUND = 4
+# While a worker's claims come back full and its batch went out within FAST_BATCH_S, its
+# next claim takes twice as many, up to CLAIM_MAX: a long backlog of fast sends shares
+# each commit among more entries; a short backlog, or slow sends, keep the split above.
+CLAIM_MAX = 256
+FAST_BATCH_S = 1.0
 # With nothing to claim while a receiver waits for its next rate slot, the run looks again
 # after at most this long (new entries are claimed meanwhile).
 IDLE_POLL_S = 1.0
@@ -140,6 +145,13 @@ class Sent(NamedTuple):
     duration_ms: int
     message_id: str | None = None
     error: BaseException | None = None
+
+
+class _Decided(NamedTuple):
+    """What the policy decided for one entry of a round, settled with the round."""
+
+    settle: Settle
+    outcome: DeliveryOutcome
 
 
 class DrainSummary(TypedDict):
@@ -366,17 +378,19 @@ class _Run:
                 and self.deadline.remaining() > self.d.send_timeout_s)
 
     def _work(self) -> None:
-        """Claim a batch in turns across receivers, send and settle each entry, and again,
+        """Claim a batch in turns across receivers, send and settle it a round at a time
+        (``_send_round``), and again,
         until none is due, the deadline nears (a whole send, its timeout, must still fit)
         or the run must stop: this run's own stop, or the process's shutdown (SIGTERM,
         Ctrl-C), after which nothing more is claimed or sent and what is due waits for the
         next run (``leftDue``). With nothing to claim while a receiver's backlog waits only
         for its next rate slot, the run waits for that slot within its budget."""
         summary = self.summary
+        size = self.batch
         while self._going():
             with self.claiming:
                 at = utcnow()
-                claimed = self.store.claim(self.d.lease, limit=self.batch,
+                claimed = self.store.claim(self.d.lease, limit=size,
                                            per_round=PER_ROUND, after=self.after,
                                            channels=sorted(self.d.adapters), now=at)
                 if claimed:
@@ -388,26 +402,24 @@ class _Run:
                     self.exhausted += 1  # nothing more this worker could claim
                 break
             crash_point("delivery.after_claim")
+            began = self.d.clock()
             # receivers this batch found without a slot: their later entries in it wait
             # behind the one set aside (a slot that frees meanwhile must not let a later
             # entry overtake it: the receiver is paced, its entries keep their order)
             paced: set[str] = set()
-            for n, entry in enumerate(claimed):
-                if not self._going() or self._lease_short(entry):
-                    for rest in claimed[n:]:
-                        self._apply(rest, DeliveryOutcome.NOT_SENT,
-                                    "not sent: the run stopped before its turn")
+            rest = claimed
+            while rest:
+                if not self._going() or self._lease_short(rest[0]):
+                    self._settle([self._not_sent(entry) for entry in rest])
                     return
-                receiver = receiver_of(entry)
-                outcome = (self._behind(entry, receiver) if receiver in paced
-                           else self._guarded(entry))
-                if outcome is SendOutcome.RATE_LIMITED:
-                    paced.add(receiver)
-                self._count(outcome)
-                if outcome in (SendOutcome.FATAL, SendOutcome.NOT_SENT):
-                    self.stopped.set()
+                batch, rest = self._round(rest)
+                for outcome in self._send_round(batch, paced):  # (it stops the run on a fatal)
+                    self._count(outcome)
                 self.progress(f"delivery-drain: {summary['recovered']} delivered, "
                               f"{summary['failed'] + summary['skippedMaxRetries']} failed")
+            size = (min(2 * size, CLAIM_MAX)
+                    if len(claimed) >= size and self.d.clock() - began < FAST_BATCH_S
+                    else self.batch)
 
     def _lease_short(self, entry: DeliveryEntry) -> bool:
         """The sends before it in its batch took half its lease (or its whole send's time):
@@ -432,15 +444,6 @@ class _Run:
             return False
         self.d.idle(min(max(wait, 0.01), IDLE_POLL_S))
         return not SHUTDOWN.is_set()
-
-    def _guarded(self, entry: DeliveryEntry) -> SendOutcome:
-        try:
-            return self.one(entry)
-        except StoreError:
-            raise  # the store's trouble is no entry's: the run stops, the lease lapses
-        except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
-            logger.error(f"[delivery] {entry.id} raised while being sent: {exc!r}")
-            return self._conclude(entry, Sent(classify(exc), 0, error=exc))
 
     def _in_parallel(self, workers: int) -> None:
         """``workers`` threads each running ``_work``: the waits on the network, the store
@@ -468,56 +471,158 @@ class _Run:
             raise raised[0]
 
     def one(self, entry: DeliveryEntry) -> SendOutcome:
-        """Send and settle one claimed entry, each step as the policy decides; an entry of
-        a receiver this run found failing or without a slot is set aside unsent."""
-        adapter = self.d.adapters.get(entry.channel)
-        if adapter is None:
-            return self._apply(entry, DeliveryOutcome.NO_ADAPTER,
-                               f"waiting: no adapter configured for channel {entry.channel!r}",
-                               held_by=f"{UNCONFIGURED}{entry.channel}")
-        receiver = receiver_of(entry)
-        if self.deadline is not None:
-            with self.lock:
-                known = self.failing.get(receiver)
-                slot = self.paced.get(receiver)
-            if known is not None:
-                return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
-            now = utcnow()
-            if slot is not None and slot > now:
-                return self._apply(entry, DeliveryOutcome.NO_SLOT,
-                                   f"not sent yet: {receiver} has no rate slot before "
-                                   f"{iso_z(slot)}", wait=slot - now, now=now)
-        return self._send(adapter, entry, receiver)
+        """Send and settle one claimed entry (a round of one)."""
+        [outcome] = self._send_round([entry], set())
+        return outcome
 
-    def _behind(self, entry: DeliveryEntry, receiver: str) -> SendOutcome:
+    def _round(self, entries: list[DeliveryEntry]) -> tuple[list[DeliveryEntry],
+                                                           list[DeliveryEntry]]:
+        """The entries of a batch that go out in one round, and the rest: no two of a
+        round share a rate key, so each key's sends stay one at a time, each taking its
+        slot just before it leaves (the rates' spacing); entries without rates all go."""
+        limiter = self.d.limiter
+        if limiter is None:
+            return entries, []
+        taken: set[str] = set()
+        now: list[DeliveryEntry] = []
+        later: list[DeliveryEntry] = []
+        for entry in entries:
+            keys = ({rate.key for rate in limiter.rates(entry)}
+                    if entry.channel in self.d.adapters else set())
+            if keys & taken:
+                later.append(entry)
+            else:
+                taken |= keys
+                now.append(entry)
+        return now, later
+
+    def _send_round(self, entries: list[DeliveryEntry], paced: set[str]) -> list[SendOutcome]:
+        """One round: what can go is marked leaving in one statement (write-ahead: the
+        mark commits before any request leaves, and reads its destinations' pause and
+        disable), then each is sent, and the round's outcomes settle in one commit after
+        the last send returned (none before its own send returned). A failure settles what
+        the round decided before it first, as if sent one at a time (its receiver's
+        streak reads their outcomes). A crash in the round leaves its marked entries
+        in flight: their leases lapse to an unknown outcome, and at most they are sent
+        again. ``paced``: the receivers of the batch that found no slot (their later
+        entries wait behind the one set aside); this round's add to it."""
+        decided: list[_Decided] = []
+        outcomes: list[SendOutcome] = []
+        leaving: list[tuple[DeliveryEntry, ChannelAdapter, str]] = []
+        for entry in entries:
+            adapter = self.d.adapters.get(entry.channel)
+            receiver = receiver_of(entry)
+            if adapter is None:
+                decided.append(self._decide(
+                    entry, DeliveryOutcome.NO_ADAPTER,
+                    f"waiting: no adapter configured for channel {entry.channel!r}",
+                    held_by=f"{UNCONFIGURED}{entry.channel}"))
+                continue
+            held = self._held(entry, receiver, paced)
+            if held is not None:
+                decided.append(held)
+                if _SEND_OUTCOMES[held.outcome] is SendOutcome.RATE_LIMITED:
+                    paced.add(receiver)
+                continue
+            leaving.append((entry, adapter, receiver))
+        marked = self.store.requests_left([entry for entry, _, _ in leaving])
+        try:
+            for n, (entry, adapter, receiver) in enumerate(leaving):
+                if entry.id not in marked:
+                    stopped = self._stopped(entry)
+                    if stopped is None:
+                        outcomes.append(SendOutcome.STALE)
+                    else:
+                        decided.append(stopped)
+                    continue
+                if self.deadline is not None and (not self._going()
+                                                  or self._lease_short(entry)):
+                    decided.append(self._not_sent(entry))
+                    continue
+                step = self._held(entry, receiver, paced) or self._slot(entry, receiver)
+                if step is None:
+                    with _attempt_span(entry, receiver) as span:
+                        sent = self._sent(adapter, entry)
+                        if sent.verdict != "acked":
+                            outcomes += self._settle(decided)
+                            decided = []
+                        try:
+                            step = self._conclude(entry, sent)
+                        except StoreError:
+                            raise
+                        except Exception as exc:  # noqa: BLE001 - one entry's own failure
+                            logger.error(f"[delivery] {entry.id} raised while settled: {exc!r}")
+                            step = self._conclude(entry, Sent(classify(exc), 0, error=exc))
+                        span.set("sluice.outcome", step.outcome.value)  # the policy's row
+                decided.append(step)
+                if _SEND_OUTCOMES[step.outcome] is SendOutcome.RATE_LIMITED:
+                    paced.add(receiver)
+                if step.outcome in (DeliveryOutcome.FATAL, DeliveryOutcome.NOT_SENT):
+                    self.stopped.set()  # the run stops: the rest of the round is not sent
+        except StoreError:
+            # the store failed: what the round decided, and its marked entries not yet
+            # sent (given back), settle if the store answers; else their leases lapse
+            done = {d.settle.entry.id for d in decided}
+            unsent = [self._not_sent(entry) for entry, _, _ in leaving[n + 1:]
+                      if entry.id in marked and entry.id not in done]
+            with contextlib.suppress(StoreError):
+                self._settle(decided + unsent)
+            raise
+        return outcomes + self._settle(decided)
+
+    def _held(self, entry: DeliveryEntry, receiver: str, paced: set[str]) -> _Decided | None:
+        """In a drain, an entry of a receiver this run found failing or without a slot is
+        set aside unsent (None: it may go); one behind an entry of its batch that found no
+        slot waits behind it, in order."""
+        if self.deadline is None:
+            return None
+        if receiver in paced:
+            return self._behind(entry, receiver)
+        with self.lock:
+            known = self.failing.get(receiver)
+            slot = self.paced.get(receiver)
+        if known is not None:
+            return self._wait(entry, DeliveryOutcome.DESTINATION_HELD, known)
+        now = utcnow()
+        if slot is not None and slot > now:
+            return self._decide(entry, DeliveryOutcome.NO_SLOT,
+                                f"not sent yet: {receiver} has no rate slot before "
+                                f"{iso_z(slot)}", wait=slot - now, now=now)
+        return None
+
+    def _behind(self, entry: DeliveryEntry, receiver: str) -> _Decided:
         """An earlier entry of ``receiver`` in this batch found no slot: this one is set
         aside behind it, unsent (it keeps its place, so the two go in order)."""
         now = utcnow()
         with self.lock:
             slot = self.paced.get(receiver)
         wait = max(slot - now, timedelta(0)) if slot is not None else timedelta(0)
-        return self._apply(entry, DeliveryOutcome.NO_SLOT,
-                           f"not sent yet: an earlier entry of {receiver} waits for its "
-                           "rate slot", wait=wait, now=now)
+        return self._decide(entry, DeliveryOutcome.NO_SLOT,
+                            f"not sent yet: an earlier entry of {receiver} waits for its "
+                            "rate slot", wait=wait, now=now)
 
-    def _stopped(self, entry: DeliveryEntry) -> SendOutcome:
-        """``request_left`` refused the entry: an operator paused or disabled its
-        destination or receiver since the claim (settled so, nothing sent), or it is no
-        longer this attempt's (stale)."""
+    def _not_sent(self, entry: DeliveryEntry) -> _Decided:
+        return self._decide(entry, DeliveryOutcome.NOT_SENT,
+                            "not sent: the run stopped before its turn")
+
+    def _stopped(self, entry: DeliveryEntry) -> _Decided | None:
+        """The mark refused the entry: an operator paused or disabled its destination or
+        receiver since the claim (settled so, nothing sent), or it is no longer this
+        attempt's (None: stale)."""
         now = utcnow()
         stop = self.destinations.stop(entry, now=now)
         if stop is None:
-            return SendOutcome.STALE
+            return None
         outcome, control = stop
         if outcome is DeliveryOutcome.DESTINATION_DISABLED:
-            return self._apply(entry, outcome, f"not sent: destination {control.key} is "
-                                               f"disabled since "
-                                               f"{iso_z_or_none(control.disabled_at)}: "
-                                               f"{control.disabled_reason}")
+            return self._decide(entry, outcome, f"not sent: destination {control.key} is "
+                                                f"disabled since "
+                                                f"{iso_z_or_none(control.disabled_at)}: "
+                                                f"{control.disabled_reason}")
         assert control.paused_until is not None
-        return self._apply(entry, DeliveryOutcome.DESTINATION_PAUSED,
-                           f"waiting: destination {control.key} is paused until "
-                           f"{iso_z(control.paused_until)}", wait=control.paused_until - now)
+        return self._decide(entry, DeliveryOutcome.DESTINATION_PAUSED,
+                            f"waiting: destination {control.key} is paused until "
+                            f"{iso_z(control.paused_until)}", wait=control.paused_until - now)
 
     def _disable(self, entry: DeliveryEntry, key: str, outcome: DeliveryOutcome,
                  error: str | None, since: datetime | None) -> None:
@@ -541,7 +646,9 @@ class _Run:
                 f"delivery destination {key} disabled: {reason}", destination=key),
                 destination=key, entry=entry.id)
 
-    def _send(self, adapter: ChannelAdapter, entry: DeliveryEntry, receiver: str) -> SendOutcome:
+    def _slot(self, entry: DeliveryEntry, receiver: str) -> _Decided | None:
+        """Take the entry's rate slot (marked leaving already): None when it may go now,
+        else the entry set aside unsent (no slot, or the limiter failed)."""
         limiter = self.d.limiter
         if limiter is not None:
             # a run never sleeps for one receiver's slot while others may have work: no
@@ -556,23 +663,26 @@ class _Run:
                     self.summary["notSentError"] = describe(exc)
                 logger.warning(f"[delivery] {entry.id} not sent: the rate limiter failed "
                                f"({describe(exc)}); back with its attempt, the run stops")
-                return self._apply(entry, DeliveryOutcome.NOT_SENT,
-                                   f"not sent: the rate limits' store failed ({describe(exc)})")
+                return self._decide(entry, DeliveryOutcome.NOT_SENT,
+                                    f"not sent: the rate limits' store failed ({describe(exc)})")
             if wait_s > 0:
                 at = self._paced(receiver, wait_s)
-                return self._apply(entry, DeliveryOutcome.NO_SLOT,
-                                   f"not sent yet: {entry.channel} rate limit",
-                                   wait=timedelta(seconds=wait_s), now=at)
-        if not self.store.request_left(entry):
-            return self._stopped(entry)
+                return self._decide(entry, DeliveryOutcome.NO_SLOT,
+                                    f"not sent yet: {entry.channel} rate limit",
+                                    wait=timedelta(seconds=wait_s), now=at)
+        return None
+
+    def _sent(self, adapter: ChannelAdapter, entry: DeliveryEntry) -> Sent:
+        """Send the entry: what the send came to."""
         deadline = self.deadline
-        with _attempt_span(entry, receiver) as span:
-            settled = self._conclude(entry, self.d._send(
-                adapter, entry, None if deadline is None
-                else lambda: deadline.remaining() - self.d.send_timeout_s))
-            applied = _APPLIED.get()
-            span.set("sluice.outcome", applied.value if applied is not None else settled.value)
-        return settled
+        try:
+            return self.d._send(adapter, entry, None if deadline is None
+                                else lambda: deadline.remaining() - self.d.send_timeout_s)
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever one entry raises is its own failure
+            logger.error(f"[delivery] {entry.id} raised while being sent: {exc!r}")
+            return Sent(classify(exc), 0, error=exc)
 
     def _paced(self, receiver: str, wait_s: float) -> datetime:
         """Nothing of ``receiver`` is claimed for ``wait_s`` from now; that now, for the
@@ -586,7 +696,7 @@ class _Run:
         self.destinations.paced(receiver, until, now=now)
         return now
 
-    def _conclude(self, entry: DeliveryEntry, sent: Sent) -> SendOutcome:
+    def _conclude(self, entry: DeliveryEntry, sent: Sent) -> _Decided:
         """Settle what a send came to, as the policy decides, from what its receiver's
         streak says of whose failure it is."""
         receiver = receiver_of(entry)
@@ -605,11 +715,11 @@ class _Run:
         error = describe(sent.error) if sent.error is not None else None
         if outcome is DeliveryOutcome.DESTINATION_GONE:
             self._disable(entry, entry.destination or receiver, outcome, error, None)
-            return self._apply(entry, outcome, f"destination disabled: {error}",
+            return self._decide(entry, outcome, f"destination disabled: {error}",
                                duration_ms=sent.duration_ms)
         if outcome is DeliveryOutcome.DESTINATION_STALE:
             self._disable(entry, receiver, outcome, error, known.down_since if known else None)
-            return self._apply(entry, outcome, f"destination disabled: {error}",
+            return self._decide(entry, outcome, f"destination disabled: {error}",
                                duration_ms=sent.duration_ms)
         if outcome is DeliveryOutcome.FATAL:
             with self.lock:
@@ -617,7 +727,7 @@ class _Run:
                 self.summary["fatalError"] = error or "fatal"
             if self.d.reporter is not None and sent.error is not None:
                 self.d.reporter.error("delivery-drain", sent.error, entry=entry.id)
-            return self._apply(entry, outcome, f"not sent: the sender stopped: {error}")
+            return self._decide(entry, outcome, f"not sent: the sender stopped: {error}")
         if outcome in (DeliveryOutcome.DESTINATION_FAILING, DeliveryOutcome.PACING_PAST_CAP):
             assert error is not None and sent.error is not None
             asked = retry_after_s(sent.error) if outcome is DeliveryOutcome.DESTINATION_FAILING else None
@@ -636,14 +746,14 @@ class _Run:
             assert sent.error is not None
             wait_s = retry_after_s(sent.error) or 0.0
             at = self._paced(receiver, wait_s)
-            return self._apply(entry, outcome, error, wait=timedelta(seconds=wait_s), now=at)
+            return self._decide(entry, outcome, error, wait=timedelta(seconds=wait_s), now=at)
         if outcome is DeliveryOutcome.PACING:
             assert sent.error is not None
             wait_s = pacing_s(sent.error) or 0.0
             if self.d.limiter is not None:
                 self.d.limiter.slow_down(entry, wait_s)
             at = self._paced(receiver, wait_s)  # a probe's next one waits for it too
-            return self._apply(entry, outcome, f"not sent: {error} (rate limited; "
+            return self._decide(entry, outcome, f"not sent: {error} (rate limited; "
                                "no attempt counted)", wait=timedelta(seconds=wait_s), now=at)
         if outcome is DeliveryOutcome.ACKED:
             with self.lock:
@@ -660,35 +770,41 @@ class _Run:
                        DeliveryOutcome.UNKNOWN, DeliveryOutcome.UNKNOWN_RESTS):
             logger.warning(f"[delivery] {entry.channel} {entry.id} attempt {entry.attempts} "
                            f"failed: {error}", extra={"outcome": outcome.value})
-        settled = self._apply(entry, outcome, error, duration_ms=sent.duration_ms,
-                              message_id=sent.message_id)
-        if settled is SendOutcome.STALE and outcome is DeliveryOutcome.ACKED:
-            logger.warning(f"[delivery] {entry.id} was sent but its lease had lapsed; "
-                           "another attempt may send it again")
-        return settled
+        return self._decide(entry, outcome, error, duration_ms=sent.duration_ms,
+                            message_id=sent.message_id)
 
     def _wait(self, entry: DeliveryEntry, outcome: DeliveryOutcome,
-              destination: FailingDestination) -> SendOutcome:
+              destination: FailingDestination) -> _Decided:
         """Set aside for its failing receiver: due again at the receiver's next probe, so
         the entry just tried goes behind those that waited (the probes go round them)."""
         with self.lock:
             self.summary["outages"]["count"] += 1
-        return self._apply(
+        return self._decide(
             entry, outcome, f"waiting: {destination.key} is failing since "
                             f"{destination.down_since.isoformat()} ({destination.failures} "
                             f"in a row; last: {destination.last_error})",
             wait=max(destination.next_probe_at - utcnow(), timedelta(0)))
 
-    def _apply(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
-               wait: timedelta | None = None, held_by: str | None = None,
-               duration_ms: int | None = None, message_id: str | None = None,
-               now: datetime | None = None) -> SendOutcome:
-        _APPLIED.set(outcome)  # the policy row a send came to, for its attempt's span
+    def _decide(self, entry: DeliveryEntry, outcome: DeliveryOutcome, error: str | None, *,
+                wait: timedelta | None = None, held_by: str | None = None,
+                duration_ms: int | None = None, message_id: str | None = None,
+                now: datetime | None = None) -> _Decided:
+        """The policy's decision for ``outcome``, to be settled with its round."""
         decision = self.policy.decide(outcome, attempts=entry.attempts, wait=wait)
-        if not self.store.apply(entry, decision, error, duration_ms=duration_ms,
-                                message_id=message_id, held_by=held_by, now=now):
-            return SendOutcome.STALE
-        return _SEND_OUTCOMES[outcome]
+        return _Decided(Settle(entry, decision, error, duration_ms=duration_ms,
+                               message_id=message_id, held_by=held_by, now=now), outcome)
+
+    def _settle(self, decided: list[_Decided]) -> list[SendOutcome]:
+        """Settle what a round decided, in one commit: each entry's outcome, or ``STALE``
+        when it was no longer ours (its lease lapsed)."""
+        settled = self.store.settle([d.settle for d in decided])
+        outcomes = []
+        for d, ours in zip(decided, settled, strict=True):
+            if not ours and d.outcome is DeliveryOutcome.ACKED:
+                logger.warning(f"[delivery] {d.settle.entry.id} was sent but its lease had "
+                               "lapsed; another attempt may send it again")
+            outcomes.append(_SEND_OUTCOMES[d.outcome] if ours else SendOutcome.STALE)
+        return outcomes
 
     def _count(self, outcome: SendOutcome) -> None:
         key = _COUNTED.get(outcome)

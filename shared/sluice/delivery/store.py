@@ -3,8 +3,10 @@
 ``enqueue`` writes the entry (``pending``, or ``in_flight`` under a lease for the
 inline path that sends it at once); ``claim`` takes due ``pending`` entries that wait on
 nothing ``in_flight`` under a lease and counts the attempt, and one probe entry for each
-failing destination whose probe is due; ``request_left`` marks the moment the request
-leaves. The sender then settles the entry with ``apply`` and the policy's ``DeliveryDecision``
+failing destination whose probe is due; ``request_left`` (``requests_left`` for a batch,
+one statement) marks the moment the request leaves. ``enqueue_many`` stores a batch in one
+transaction. The sender then settles the entry with ``apply`` (a batch with ``settle``, one
+commit) and the policy's ``DeliveryDecision``
 (``sluice.delivery.policy``: this module decides nothing itself); ``ack``, ``nack``,
 ``fail`` and ``release`` ask the policy for the usual rows. Each settle is one UPDATE
 guarded by ``in_flight`` and the attempt it claimed, so it is whole or nothing, and a
@@ -29,7 +31,7 @@ from sluice.core import trace
 from sluice.core.errors import Conflict, NotFound, RequestError, TransientStoreError
 from sluice.core.times import iso_z_or_none
 from sluice.core.trace import SYSTEM_SLUICE
-from sluice.delivery.keys import Keys, keys_for
+from sluice.delivery.keys import keys_for
 from sluice.delivery.policy import (
     DEFAULT_SCHEDULE,
     OPERATOR_FROM,
@@ -153,6 +155,79 @@ class Effect(NamedTuple):
     subject: str | None = None
 
 
+class NewEntry(NamedTuple):
+    """One delivery a producer stores (``DeliveryStore.enqueue_many``)."""
+
+    channel: str
+    recipient: str
+    payload: dict[str, Any]
+    idempotency_key: str | None = None
+    subject_user_id: str | None = None
+
+
+class Settle(NamedTuple):
+    """What one claimed entry comes to, as the policy decided (``DeliveryStore.settle``)."""
+
+    entry: DeliveryEntry
+    decision: DeliveryDecision
+    error: str | None = None
+    duration_ms: int | None = None
+    message_id: str | None = None
+    held_by: str | None = None
+    now: datetime | None = None
+
+
+def _check_new(item: NewEntry) -> None:
+    if not item.channel or not item.recipient:
+        raise RequestError("a delivery needs a channel and a recipient")
+    if not isinstance(item.payload, dict):
+        raise RequestError("a delivery payload must be a JSON object")
+    key = item.idempotency_key
+    if key is not None and not 0 < len(key) <= MAX_KEY_LENGTH:
+        raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
+
+
+def _new_entry(item: NewEntry, now: datetime, lease: timedelta | None,
+               trace_context: str | None) -> DeliveryEntry:
+    """The entry as stored: ``in_flight`` under ``lease`` (attempt 1), else ``pending``
+    and due at ``now``; its destination and receiver decided here, once; ``trace_context``
+    the enqueue span's."""
+    keys = keys_for(item.channel, item.recipient)
+    lease_until = now + lease if lease is not None else None
+    status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
+    return DeliveryEntry(
+        str(uuid.uuid4()), item.channel, item.recipient, item.subject_user_id,
+        dict(item.payload), item.idempotency_key, status, 1 if lease else 0,
+        lease_until or now, lease_until, None, None, None, now, now, None, None,
+        destination=keys.destination, receiver=keys.receiver, trace_context=trace_context)
+
+
+def _json_values(entry: DeliveryEntry) -> dict[str, Any]:
+    """``insert_entries``'s values of one entry: ``_insert_params`` as JSON, its times in
+    UTC at a fixed width (microseconds always written)."""
+    def at(moment: datetime | None) -> str | None:
+        return None if moment is None else moment.astimezone(UTC).isoformat(
+            timespec="microseconds")
+
+    return {"id": entry.id, "channel": entry.channel, "recipient": entry.recipient,
+            "subject_user_id": entry.subject_user_id, "payload": entry.payload,
+            "idempotency_key": entry.idempotency_key, "status": entry.status.value,
+            "attempts": entry.attempts, "next_attempt_at": at(entry.next_attempt_at),
+            "lease_until": at(entry.lease_until), "now": at(entry.enqueued_at),
+            "destination": entry.destination, "receiver": entry.receiver,
+            "trace_context": entry.trace_context}
+
+
+def _insert_params(tx: Tx, entry: DeliveryEntry) -> dict[str, Any]:
+    return {"id": entry.id, "channel": entry.channel, "recipient": entry.recipient,
+            "subject_user_id": entry.subject_user_id, "payload": tx.json(entry.payload),
+            "idempotency_key": entry.idempotency_key, "status": entry.status.value,
+            "attempts": entry.attempts, "next_attempt_at": entry.next_attempt_at,
+            "lease_until": entry.lease_until, "now": entry.enqueued_at,
+            "destination": entry.destination, "receiver": entry.receiver,
+            "trace_context": entry.trace_context}
+
+
 class DeliveryStore:
     def __init__(self, db: Database, schedule: RetrySchedule = DEFAULT_SCHEDULE, *,
                  unknown_resends: int = 1, policy: Policy | None = None) -> None:
@@ -175,12 +250,8 @@ class DeliveryStore:
         already stored returns that entry with ``created`` False, whatever its state.
         With ``effect`` (and a key) the effect record is written in the same transaction.
         """
-        if not channel or not recipient:
-            raise RequestError("a delivery needs a channel and a recipient")
-        if not isinstance(payload, dict):
-            raise RequestError("a delivery payload must be a JSON object")
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
-            raise RequestError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters")
+        item = NewEntry(channel, recipient, payload, idempotency_key, subject_user_id)
+        _check_new(item)
         keys = keys_for(channel, recipient)
         with trace.span(f"enqueue {keys.destination}", kind="producer", attributes={
                 "messaging.system": SYSTEM_SLUICE, "messaging.operation.type": "send",
@@ -188,45 +259,29 @@ class DeliveryStore:
                 "messaging.destination.name": keys.destination,
                 "sluice.destination": keys.destination, "sluice.receiver": keys.receiver,
                 "sluice.channel": channel, "sluice.idempotency_key": idempotency_key}) as span:
-            entry, created = self._enqueue(channel, recipient, payload, keys, idempotency_key,
-                                           subject_user_id, lease, now, effect)
+            entry, created = self._enqueue(item, lease, now, effect)
             span.set("messaging.message.id", entry.id)
             span.set("sluice.entry_id", entry.id)
             span.set("sluice.outcome", "enqueued" if created else "duplicate")
             return entry, created
 
-    def _enqueue(self, channel: str, recipient: str, payload: dict[str, Any], keys: Keys,
-                 idempotency_key: str | None, subject_user_id: str | None,
-                 lease: timedelta | None, now: datetime | None,
+    def _enqueue(self, item: NewEntry, lease: timedelta | None, now: datetime | None,
                  effect: Effect | None) -> tuple[DeliveryEntry, bool]:
         now = now or utcnow()
         trace_context = trace.stored()  # inside the enqueue span: every attempt links to it
-        lease_until = now + lease if lease is not None else None
-        status = DeliveryStatus.IN_FLIGHT if lease else DeliveryStatus.PENDING
-        attempts = 1 if lease else 0
+        idempotency_key = item.idempotency_key
         for _ in range(3):
-            entry_id = str(uuid.uuid4())
+            entry = _new_entry(item, now, lease, trace_context)
             with self.db.transaction() as tx:
-                created = tx.execute(Q.insert_entry, {
-                    "id": entry_id, "channel": channel, "recipient": recipient,
-                    "subject_user_id": subject_user_id, "payload": tx.json(payload),
-                    "idempotency_key": idempotency_key, "status": status.value,
-                    "attempts": attempts, "next_attempt_at": lease_until or now,
-                    "lease_until": lease_until, "now": now,
-                    "destination": keys.destination, "receiver": keys.receiver,
-                    "trace_context": trace_context,
-                }, final=effect is None) == 1
+                created = tx.execute(Q.insert_entry, _insert_params(tx, entry),
+                                     final=effect is None) == 1
                 if effect is not None and idempotency_key is not None:
                     tx.execute(Q.record_effect, {
                         "key": idempotency_key, "producer": effect.producer,
                         "scope_id": effect.scope_id, "subject": effect.subject,
-                        "entry_id": entry_id if created else None, "now": now}, final=True)
+                        "entry_id": entry.id if created else None, "now": now}, final=True)
             if created:  # the stored row is exactly these values: nothing to read back
-                return DeliveryEntry(
-                    entry_id, channel, recipient, subject_user_id, dict(payload),
-                    idempotency_key, status, attempts, lease_until or now, lease_until,
-                    None, None, None, now, now, None, None, destination=keys.destination,
-                    receiver=keys.receiver, trace_context=trace_context), True
+                return entry, True
             # Only the key conflicts (see insert_entry): that entry is the answer.
             with self.db.transaction() as tx:
                 row = tx.fetchone(Q.get_by_key, {"key": idempotency_key}, final=True)
@@ -235,6 +290,48 @@ class DeliveryStore:
             # Purged between the two statements: store this one after all.
         raise TransientStoreError(f"delivery key {idempotency_key!r} conflicts with an entry "
                                   "that is never there when read")
+
+    def enqueue_many(self, items: Sequence[NewEntry], *,
+                     now: datetime | None = None) -> list[tuple[DeliveryEntry, bool]]:
+        """Store ``items`` (``pending``, due at once, in this order) in one transaction:
+        each one as ``enqueue`` stores it, ``(entry, created)`` in the items' order. Every
+        item is checked before anything is written: one that is not a delivery raises
+        ``RequestError`` naming its index (``items[3]``), and nothing is stored. A key already
+        stored (or given twice in ``items``) answers that entry with ``created`` False. One
+        producer span for the batch: every entry's attempts link to it. The inserts are one
+        statement (``insert_entries``)."""
+        for n, item in enumerate(items):
+            try:
+                _check_new(item)
+            except RequestError as exc:
+                raise RequestError(f"items[{n}]: {exc.message}", field=f"items[{n}]") from exc
+        now = now or utcnow()
+        found: list[tuple[DeliveryEntry, bool]] = []
+        if not items:
+            return found
+        with trace.span("enqueue batch", kind="producer", attributes={
+                "messaging.system": SYSTEM_SLUICE, "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.batch.message_count": len(items)}) as span, \
+                self.db.transaction() as tx:
+            trace_context = trace.stored()
+            # one microsecond apart: the claim takes them in the order given
+            entries = [_new_entry(item, now + timedelta(microseconds=n), None, trace_context)
+                       for n, item in enumerate(items)]
+            inserted = {row["id"] for row in tx.fetchall(Q.insert_entries, {
+                "entries": tx.json([_json_values(e) for e in entries])})}
+            for entry, item in zip(entries, items, strict=True):
+                if entry.id in inserted:
+                    found.append((entry, True))
+                    continue
+                row = tx.fetchone(Q.get_by_key, {"key": item.idempotency_key})
+                if row is None:
+                    raise TransientStoreError(
+                        f"delivery key {item.idempotency_key!r} conflicts with an entry that "
+                        "is never there when read")
+                found.append((DeliveryEntry.from_row(row), False))
+            span.set("sluice.outcome", f"{sum(created for _, created in found)} enqueued")
+        return found
 
     def known_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` are already stored (one read transaction): lets a caller that
@@ -310,7 +407,20 @@ class DeliveryStore:
         """The claimed attempt's request is leaving (a lapsed lease from here on is an
         unknown outcome); False when the entry is no longer this attempt's, or its
         destination or receiver was paused or disabled since it was claimed: do not send."""
-        return self._settle(Q.request_left, entry, now)
+        return entry.id in self.requests_left([entry], now=now)
+
+    def requests_left(self, entries: Sequence[DeliveryEntry], *,
+                      now: datetime | None = None) -> set[str]:
+        """``request_left`` for a batch, in one statement and one commit: the ids of those
+        whose request may leave now (each still this attempt's, its destination and
+        receiver neither paused nor disabled, read by the same statement)."""
+        if not entries:
+            return set()
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(Q.requests_left, {
+                "now": now or utcnow(),
+                "entries": tx.json([[e.id, e.attempts] for e in entries])}, final=True)
+        return {row["id"] for row in rows}
 
     def hold_unconfigured(self, configured: Sequence[str], *,
                           now: datetime | None = None) -> Counter[str]:
@@ -327,31 +437,65 @@ class DeliveryStore:
               duration_ms: int | None = None, message_id: str | None = None,
               held_by: str | None = None, now: datetime | None = None) -> bool:
         """Settle a claimed entry as the policy decided; False when it was not ours."""
-        now = now or utcnow()
-        if decision.status == DeliveryStatus.ACKED:
-            return self._settle(Q.ack, entry, now, platform_message_id=message_id,
-                                duration_ms=duration_ms or 0)
+        [settled] = self.settle([Settle(entry, decision, error, duration_ms=duration_ms,
+                                        message_id=message_id, held_by=held_by, now=now)])
+        return settled
+
+    def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        """Settle claimed entries as the policy decided, in one transaction (one commit):
+        for each, whether it was still ours (each write is guarded by ``in_flight`` and the
+        attempt it claimed, so a stale one changes nothing and the others still settle).
+        The acks of one moment are one statement."""
+        if not settles:
+            return []
+        now = utcnow()
+        acks: dict[datetime, list[Settle]] = {}
+        others: list[Settle] = []
+        for s in settles:
+            if s.decision.status == DeliveryStatus.ACKED:
+                acks.setdefault(s.now or now, []).append(s)
+            else:
+                others.append(s)
+        ours: set[str] = set()
+        with self.db.transaction() as tx:
+            writes = len(acks) + len(others)
+            for at, acked in acks.items():
+                writes -= 1
+                rows = tx.fetchall(Q.ack, {"now": at, "entries": tx.json([
+                    [s.entry.id, s.entry.attempts, s.message_id, s.duration_ms or 0]
+                    for s in acked])}, final=writes == 0)
+                ours.update(row["id"] for row in rows)
+            for s in others:
+                writes -= 1
+                if tx.execute(*self._settle_write(s, s.now or now), final=writes == 0) == 1:
+                    ours.add(s.entry.id)
+        return [s.entry.id in ours for s in settles]
+
+    def _settle_write(self, s: Settle, now: datetime) -> tuple[Query, dict[str, Any]]:
+        """The one guarded write that settles ``s.entry`` as its decision says (not an
+        ack: ``settle`` acks together)."""
+        entry, decision, error = s.entry, s.decision, s.error
+        guard = {"id": entry.id, "attempts": entry.attempts, "now": now}
         if decision.status == DeliveryStatus.FAILED:
             reason = decision.reason or FailureReason.PERMANENT
             if reason is FailureReason.MAX_ATTEMPTS:
                 error = f"gave up after {entry.attempts} attempts; last error: {error}"
             query = Q.fail_given_back if decision.attempt is Attempt.GIVEN_BACK else Q.fail
-            return self._settle(query, entry, now, error=error, duration_ms=duration_ms,
-                                reason=reason.value)
+            return query, {**guard, "error": error, "duration_ms": s.duration_ms,
+                           "reason": reason.value}
         due = now + decision.delay
         if decision.due is Due.SLOT:
             # its receiver is paced until the slot (the claim reads ``ready_at``): the entry
             # keeps its place among the receiver's entries, so they go in enqueue order
             due = min(due, entry.enqueued_at)
         if decision.attempt is Attempt.GIVEN_BACK:
-            return self._settle(Q.release, entry, now, error=error, next_attempt_at=due,
-                                held_by=held_by)
+            return Q.release, {**guard, "error": error, "next_attempt_at": due,
+                               "held_by": s.held_by}
         if decision.unknown:
-            return self._settle(Q.nack_unknown, entry, now, error=error,
-                                duration_ms=duration_ms, status=decision.status,
-                                next_attempt_at=due)
-        return self._settle(Q.nack, entry, now, error=error, duration_ms=duration_ms,
-                            next_attempt_at=due)
+            return Q.nack_unknown, {**guard, "error": error, "duration_ms": s.duration_ms,
+                                    "status": decision.status, "next_attempt_at": due}
+        return Q.nack, {**guard, "error": error, "duration_ms": s.duration_ms,
+                        "next_attempt_at": due}
 
     def ack(self, entry: DeliveryEntry, platform_message_id: str | None, duration_ms: int,
             *, now: datetime | None = None) -> bool:
@@ -388,13 +532,6 @@ class DeliveryStore:
         assert decision.attempt is Attempt.GIVEN_BACK, outcome
         return self.apply(entry, decision._replace(delay=delay), why, held_by=held_by,
                           now=now)
-
-    def _settle(self, query: Any, entry: DeliveryEntry, now: datetime | None,
-                **params: Any) -> bool:
-        with self.db.transaction() as tx:
-            changed = tx.execute(query, {"id": entry.id, "attempts": entry.attempts,
-                                         "now": now or utcnow(), **params}, final=True)
-        return changed == 1
 
     # --- housekeeping --------------------------------------------------------------
 
@@ -611,4 +748,5 @@ class DeliveryStore:
 
 
 __all__ = ["DEFAULT_SCHEDULE", "UNCONFIGURED", "DeliveryEntry", "DeliveryStatus", "DeliveryStore",
-           "Effect", "FailureReason", "RetrySchedule", "check_limit", "check_status"]
+           "Effect", "FailureReason", "NewEntry", "RetrySchedule", "Settle", "check_limit",
+           "check_status"]

@@ -23,6 +23,7 @@ from sluice.delivery.store import DeliveryEntry, DeliveryStatus
 from sluice.erasure.requests import ErasureRequest
 from sluice.public.app import (
     connect,
+    enqueue_deliveries,
     enqueue_delivery,
     publish,
     record_usage,
@@ -47,6 +48,7 @@ __all__ = [
     "UsageEntry",
     "canonical",
     "connect",
+    "enqueue_deliveries",
     "enqueue_delivery",
     "publish",
     "record_usage",

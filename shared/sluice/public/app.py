@@ -13,17 +13,17 @@ A call whose pack the deployment leaves out (``PACKS``) is a ``ConfigurationErro
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from sluice.billing import usage
 from sluice.billing.usage import Recorded, UsageEntry
-from sluice.core.errors import ConfigurationError
+from sluice.core.errors import ConfigurationError, RequestError
 from sluice.core.extensions import require_pack
 from sluice.core.services import Services
 from sluice.core.settings import Settings
-from sluice.delivery.store import DeliveryEntry, DeliveryStore
+from sluice.delivery.store import DeliveryEntry, DeliveryStore, NewEntry
 from sluice.erasure.requests import ErasureRequest, ErasureStore
 from sluice.ops.door import admit
 from sluice.queues.publish import Published
@@ -86,6 +86,51 @@ def enqueue_delivery(services: Services, channel: str, recipient: str,
             idempotency_key=checked["idempotencyKey"],
             subject_user_id=checked["subjectUserId"])
     return entry
+
+
+def enqueue_deliveries(services: Services, items: Sequence[Mapping[str, Any]]
+                       ) -> list[DeliveryEntry]:
+    """Store many messages for delivery-drain in one commit, in order: each item holds
+    ``enqueue_delivery``'s arguments by name (``channel``, ``recipient``, ``payload``,
+    ``idempotency_key``, ``subject_user_id``) and is checked exactly as one call checks
+    them. The first item refused is a ``RequestError`` naming its index and field
+    (``items[3].recipient``), and nothing is stored. An item whose ``idempotency_key`` is
+    stored already answers that entry and stores nothing."""
+    require_pack("delivery", "sluice.enqueue_deliveries")
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+        raise RequestError("items must be a list of deliveries", field="items")
+    if len(items) > MAX_ENQUEUE:
+        raise RequestError(f"items must be at most {MAX_ENQUEUE} deliveries, got {len(items)}",
+                           field="items")
+    new: list[NewEntry] = []
+    for n, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise RequestError(f"items[{n}] must be a mapping of enqueue_delivery's "
+                               "arguments", field=f"items[{n}]")
+        unknown = sorted(set(item) - set(_ENQUEUE_ARGS))
+        if unknown:
+            raise RequestError(f"items[{n}]: unknown argument(s): {', '.join(unknown)}; "
+                               f"accepted: {', '.join(_ENQUEUE_ARGS)}",
+                               field=f"items[{n}].{unknown[0]}")
+        try:
+            checked = admit("enqueue_delivery", {
+                contract: item.get(argument) for argument, contract in _ENQUEUE_ARGS.items()},
+                services.settings)
+        except RequestError as exc:
+            field = exc.context.get("field")
+            raise RequestError(f"items[{n}]: {exc.message}",
+                               **{**exc.context, "field": f"items[{n}].{field}"}) from exc
+        new.append(NewEntry(checked["channel"], checked["recipient"], checked["payload"],
+                            checked["idempotencyKey"], checked["subjectUserId"]))
+    with request_path(services):
+        stored = DeliveryStore(services.db).enqueue_many(new)
+    return [entry for entry, _created in stored]
+
+
+# enqueue_delivery's arguments, by their Python names, and their contract names (the door's)
+_ENQUEUE_ARGS = {"channel": "channel", "recipient": "recipient", "payload": "payload",
+                 "idempotency_key": "idempotencyKey", "subject_user_id": "subjectUserId"}
+MAX_ENQUEUE = 1000  # items of one enqueue_deliveries call: one transaction, bounded
 
 
 def record_usage(services: Services, entry: UsageEntry) -> Recorded:

@@ -232,3 +232,37 @@ def test_sigterm_during_a_send_in_flight_ends_the_run_within_lambdas_window(
                               "AND outcome = 'running'")
     assert not running, "the run is recorded as ended"
     assert not leases, "its lease released: the next run starts at once"
+
+
+def test_killed_inside_a_round_its_marked_entries_are_unknown_then_sent_never_acked_twice(
+        env: dict[str, str]) -> None:
+    """Three webhook receivers (three rate keys: one round): the drain marks the three
+    leaving in one statement, sends the first and dies before the round's settle. All
+    three are in flight with their requests marked left (write-ahead: an unknown outcome,
+    never "not sent"); the next drain resends each once (the receivers deduplicate) and
+    acks each once; nothing is lost."""
+    with WebhookReceiver(SECRET) as a, WebhookReceiver(SECRET) as b, \
+            WebhookReceiver(SECRET) as c:
+        hooks = [a, b, c]
+        ids = [str(_json(run_cli(["delivery", "enqueue", "webhook", hook.url, "--text",
+                                  f"m{n}", "--key", f"round:{n}", "--json"], env))["id"])
+               for n, hook in enumerate(hooks)]
+        crashed = run_cli(["run", "delivery-drain", "--json"],
+                          {**env, "SLUICE_CRASH_AT": "delivery.after_send@1"})
+        assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+        assert sum(len(h.received) for h in hooks) == 1, "killed after the round's first send"
+        store = _store(env)
+        stranded = [store.get(entry_id) for entry_id in ids]
+        assert all(e.status is DeliveryStatus.IN_FLIGHT and e.attempts == 1
+                   and e.request_left_at is not None for e in stranded), stranded
+
+        time.sleep(LEASE_S + 0.2)
+        result = _json(run_cli(["run", "delivery-drain", "--json"], env))
+
+        assert result["recovered"] == 3 and result["failed"] == 0
+        done = [store.get(entry_id) for entry_id in ids]
+        assert all(e.status is DeliveryStatus.ACKED and e.unknown_sends == 1 for e in done)
+        assert sorted(len(h.received) for h in hooks) == [1, 1, 2], "at most the round again"
+        assert [list(h.delivered) for h in hooks] == [[f"round:{n}"] for n in range(3)]
+        again = _json(run_cli(["run", "delivery-drain", "--json"], env))
+        assert again["recovered"] == 0, "each acknowledged once"

@@ -64,3 +64,19 @@ def test_a_crash_after_a_send_names_the_match_whose_request_just_left() -> None:
     charges.stopped({"a": sent}.get)
     assert dict(charges.hits) == {("telegram", "1001", 7): 1}
     assert charges.forgiven(sent) == 0  # its request left: it counts
+
+
+def test_a_crash_inside_a_round_forgives_every_entry_it_left_marked_and_unsettled() -> None:
+    charges = Charges(match_of)
+    sent, marked, settled = (_entry("a", 1, DeliveryStatus.IN_FLIGHT, 1),
+                             _entry("b", 2, DeliveryStatus.IN_FLIGHT, 1),
+                             _entry("c", 3, DeliveryStatus.IN_FLIGHT, 1))
+    charges.marked = {e.id: e for e in (sent, marked)}  # c was settled before the crash
+    charges.hit("delivery.after_send", match_of(sent))
+    assert charges.hits[match_of(sent)] == 1 and charges.hits[match_of(marked)] == 1
+    assert not charges.hits[match_of(settled)]
+    assert charges.in_round == [match_of(marked)]
+    # b's attempt was counted with no request seen: forgiven after its lapse too
+    assert charges.forgiven(marked._replace(status=DeliveryStatus.PENDING)) == 1
+    assert charges.forgiven(settled) == 0
+    assert charges.marked == {}, "a crash ends the round"

@@ -19,6 +19,47 @@ VALUES (:id, :channel, :recipient, :subject_user_id, :payload, :idempotency_key,
         :trace_context)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
+-- name: insert_entries @postgres
+-- A batch of new pending entries in one statement (:entries, a JSON array of insert_entry's
+-- values by name, times as ISO text): as insert_entry, only the idempotency key may
+-- conflict (a key stored already, or given twice: that row is not inserted). The ids
+-- inserted come back.
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver,
+     trace_context)
+SELECT e.id, e.channel, e.recipient, e.subject_user_id, e.payload, e.idempotency_key,
+       e.status, e.attempts, e.next_attempt_at, e.lease_until, e.now, e.now, e.destination,
+       e.receiver, e.trace_context
+FROM jsonb_to_recordset(CAST(:entries AS jsonb)) AS e(
+    id text, channel text, recipient text, subject_user_id text, payload jsonb,
+    idempotency_key text, status text, attempts integer, next_attempt_at timestamptz,
+    lease_until timestamptz, now timestamptz, destination text, receiver text,
+    trace_context text)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: insert_entries @sqlite
+-- (WHERE true: SQLite reads an upsert after INSERT ... SELECT only behind a WHERE.) The
+-- times come as the store writes them (fixed width, so text order is time order).
+INSERT INTO delivery_queue
+    (id, channel, recipient, subject_user_id, payload, idempotency_key, status, attempts,
+     next_attempt_at, lease_until, enqueued_at, updated_at, destination, receiver,
+     trace_context)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.channel'),
+       json_extract(value, '$.recipient'), json_extract(value, '$.subject_user_id'),
+       json_extract(value, '$.payload'), json_extract(value, '$.idempotency_key'),
+       json_extract(value, '$.status'), json_extract(value, '$.attempts'),
+       replace(json_extract(value, '$.next_attempt_at'), 'T', ' '),
+       replace(json_extract(value, '$.lease_until'), 'T', ' '),
+       replace(json_extract(value, '$.now'), 'T', ' '),
+       replace(json_extract(value, '$.now'), 'T', ' '),
+       json_extract(value, '$.destination'), json_extract(value, '$.receiver'),
+       json_extract(value, '$.trace_context')
+FROM json_each(:entries) WHERE true
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id
+
 -- name: get_entry
 SELECT * FROM delivery_queue WHERE id = :id
 
@@ -239,18 +280,36 @@ WHERE status = 'pending' AND id IN (
 )
 RETURNING *
 
--- name: request_left
--- The claimed attempt's request is about to leave: from here a lapsed lease is unknown.
--- Not when an operator paused or disabled its destination or receiver meanwhile: nothing
--- leaves for a destination once its pause or disable is answered.
+-- name: requests_left @postgres
+-- The requests of a batch of claimed attempts are about to leave (:entries, a JSON array
+-- of [id, attempts]), in one statement: from here a lapsed lease is unknown. Not for an
+-- entry whose destination or receiver an operator paused or disabled meanwhile: the
+-- state rows are read by this statement, so nothing leaves for a destination once its
+-- pause or disable is answered. The ids marked come back.
+UPDATE delivery_queue q SET request_left_at = :now, unsent_lapses = 0
+FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
+WHERE q.id = e ->> 0 AND q.status = 'in_flight' AND q.attempts = CAST(e ->> 1 AS integer)
+  AND NOT EXISTS (
+      SELECT 1 FROM delivery_destinations d
+      WHERE d.key IN (q.destination, q.receiver)
+        AND (d.paused_until > :now
+             OR (d.disabled_at IS NOT NULL AND (q.restarted_at IS NULL
+                                                OR q.restarted_at <= d.disabled_at))))
+RETURNING q.id
+
+-- name: requests_left @sqlite
 UPDATE delivery_queue SET request_left_at = :now, unsent_lapses = 0
-WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+FROM json_each(:entries) AS e
+WHERE delivery_queue.id = json_extract(e.value, '$[0]')
+  AND delivery_queue.status = 'in_flight'
+  AND delivery_queue.attempts = json_extract(e.value, '$[1]')
   AND NOT EXISTS (
       SELECT 1 FROM delivery_destinations d
       WHERE d.key IN (delivery_queue.destination, delivery_queue.receiver)
         AND (d.paused_until > :now
              OR (d.disabled_at IS NOT NULL AND (delivery_queue.restarted_at IS NULL
                                                 OR delivery_queue.restarted_at <= d.disabled_at))))
+RETURNING delivery_queue.id
 
 -- name: hold_unconfigured @postgres
 -- Entries of a channel with no adapter wait out of the claim's index until it has one.
@@ -279,11 +338,26 @@ UPDATE delivery_queue SET held_by = NULL, next_attempt_at = :now, updated_at = :
 WHERE status = 'pending'
   AND held_by IN (SELECT 'unconfigured:' || value FROM json_each(:channels))
 
--- name: ack
-UPDATE delivery_queue
-SET status = 'acked', platform_message_id = :platform_message_id, duration_ms = :duration_ms,
+-- name: ack @postgres
+-- Acknowledged, after their sends returned: the entries of :entries (a JSON array of
+-- [id, attempts, platform message id, duration ms]) in one statement, each still the
+-- attempt it claimed. The ids acked come back.
+UPDATE delivery_queue q
+SET status = 'acked', platform_message_id = e ->> 2, duration_ms = CAST(e ->> 3 AS integer),
     lease_until = NULL, last_error = NULL, held_by = NULL, acked_at = :now, updated_at = :now
-WHERE id = :id AND status = 'in_flight' AND attempts = :attempts
+FROM jsonb_array_elements(CAST(:entries AS jsonb)) e
+WHERE q.id = e ->> 0 AND q.status = 'in_flight' AND q.attempts = CAST(e ->> 1 AS integer)
+RETURNING q.id
+
+-- name: ack @sqlite
+UPDATE delivery_queue
+SET status = 'acked', platform_message_id = json_extract(e.value, '$[2]'),
+    duration_ms = json_extract(e.value, '$[3]'), lease_until = NULL, last_error = NULL,
+    held_by = NULL, acked_at = :now, updated_at = :now
+FROM json_each(:entries) AS e
+WHERE delivery_queue.id = json_extract(e.value, '$[0]') AND delivery_queue.status = 'in_flight'
+  AND delivery_queue.attempts = json_extract(e.value, '$[1]')
+RETURNING delivery_queue.id
 
 -- name: nack
 UPDATE delivery_queue
