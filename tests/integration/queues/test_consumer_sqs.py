@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -390,9 +390,9 @@ def test_the_copy_keeps_the_body_and_key_of_the_original(
     real_send = Sqs.send
 
     def recording(self: Sqs, url: str, body: str, key: str | None = None, *,
-                  delay_s: int = 0) -> str:
+                  delay_s: int = 0, trace: Mapping[str, str] | None = None) -> str:
         sent.append((url, body, key, delay_s))
-        return real_send(self, url, body, key, delay_s=delay_s)
+        return real_send(self, url, body, key, delay_s=delay_s, trace=trace)
 
     def handler(message: dict[str, Any], inbound: InboundMessage) -> None:
         raise TransientStoreError("redis: connection refused")
