@@ -148,6 +148,8 @@ def test_pause_resume_disable_and_enable_a_destination_from_the_console(
         assert row.locator("[data-state]").inner_text() == "ok"
         _check_accessibility(page, "/admin/deliveries")
         page.get_by_label(f"Pause {key}").click()
+        page.wait_for_url(re.compile(r"/admin/deliveries/destinations/pause\?"))
+        page.wait_for_selector("h1")
         _check_accessibility(page, "/admin/deliveries/destinations/pause")
 
         # Pause for an hour: the preview says what waits; nothing goes out meanwhile
