@@ -56,8 +56,7 @@ def test_one_alert_is_one_trace_from_the_tick_to_the_send_that_went(
         # GIVEN a tenant whose rule matches one story of its feed, and a receiver that is down
         svc = make_services(db_url, **FEED_ENV, SLUICE_WEBHOOK_SIGNING_SECRET=WEBHOOK_SECRET,
                             SLUICE_RSS_SCOPE_MIN_INTERVAL_SECONDS="0",
-                            SLUICE_DELIVERY_OUTAGE_THRESHOLD="1",
-                            SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="10000")
+                            SLUICE_DELIVERY_OUTAGE_THRESHOLD="1")
         client = TestClient(create_app(svc), raise_server_exceptions=False)
         store = RssStore(svc.db)
         source = store.add_source(feeds.add_rss("/wire", items=1)).id
