@@ -38,15 +38,6 @@ APP_SERVICE = "exampleapp"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".serverless", "*.egg-info", "build")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The deployment tests share one worker: each package above is made once per run, not
-    once per worker (``--dist loadgroup``)."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group("deploy"))
-
-
 def ensure_node_modules() -> Path:
     """``npm ci`` from the lock file when ``node_modules`` lacks osls; loud if npm is absent.
     Both test workers may get here on a fresh checkout: a file lock lets one install while
