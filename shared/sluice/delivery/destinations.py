@@ -42,7 +42,7 @@ from sluice.core.times import iso_z_or_none
 from sluice.delivery.channels import channels, check_recipient
 from sluice.delivery.keys import SMTP_RECEIVER, webhook_receiver
 from sluice.delivery.policy import DELIVERY_POLICY, DeliveryOutcome, Policy
-from sluice.delivery.store import DeliveryEntry
+from sluice.delivery.store import DeliveryEntry, queue_turn
 from sluice.store.db import Database, Row, load_queries, utcnow
 
 Q = load_queries("delivery")
@@ -284,6 +284,7 @@ class Destinations:
         untouched. How many entries failed so."""
         now = now or utcnow()
         with self.db.transaction() as tx:
+            queue_turn(tx)
             tx.execute(Q.destination_disable, {"key": key, "now": now, "reason": reason[:500]})
             return tx.execute(Q.fail_destination, {"key": key, "now": now, "disabled_at": now,
                                                    "reason": reason[:500]}, final=True)
@@ -294,6 +295,7 @@ class Destinations:
         now = now or utcnow()
         failed: dict[str, int] = {}
         with self.db.transaction() as tx:
+            queue_turn(tx)
             for row in tx.fetchall(Q.disabled_with_pending):
                 n = tx.execute(Q.fail_destination, {
                     "key": row["key"], "now": now, "disabled_at": row["disabled_at"],
@@ -323,6 +325,7 @@ class Destinations:
         from now. How many pending entries it released (0 when it was not paused)."""
         now = now or utcnow()
         with self.db.transaction() as tx:
+            queue_turn(tx)
             if tx.fetchone(Q.destination_resume, {"key": key, "now": now}) is None:
                 return 0
             return tx.execute(Q.restart_expiry, {"key": key, "now": now}, final=True)
@@ -346,6 +349,7 @@ class Destinations:
         now = now or utcnow()
         released = 0
         with self.db.transaction() as tx:
+            queue_turn(tx)
             lapsed = tx.fetchall(Q.pauses_lapsed, {"now": now})
             for row in lapsed:
                 tx.execute(Q.destination_resume, {"key": row["key"], "now": now})

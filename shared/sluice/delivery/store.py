@@ -75,6 +75,13 @@ def _typed(row: Row) -> Row:
 iso = iso_z_or_none
 
 
+def queue_turn(tx: Tx) -> None:
+    """This transaction's turn at the queue: first in every transaction that changes many
+    queued entries at once (``queue_turn`` in delivery.sql says why), so concurrent drains
+    never deadlock on the entries they reach for."""
+    tx.write(Q.queue_turn)
+
+
 class DeliveryEntry(NamedTuple):
     id: str
     channel: str
@@ -391,6 +398,7 @@ class DeliveryStore:
         taken: a backlog that cannot go now stays where it is."""
         now = now or utcnow()
         with self.db.transaction() as tx:
+            queue_turn(tx)
             claimed = tx.fetchall(Q.claim, {
                 "now": now, "lease_until": now + lease, "limit": limit,
                 "per_round": per_round or limit, "after": after,
@@ -428,6 +436,7 @@ class DeliveryStore:
         those of channels that have one now are due at once. The entries newly set aside,
         per channel."""
         with self.db.transaction() as tx:
+            queue_turn(tx)
             params = {"now": now or utcnow(), "channels": tx.json(list(configured))}
             tx.execute(Q.unhold_configured, params)
             rows = tx.fetchall(Q.hold_unconfigured, params, final=True)
@@ -545,6 +554,7 @@ class DeliveryStore:
         now = now or utcnow()
         pending = unknown = failed = 0
         with self.db.transaction() as tx:
+            queue_turn(tx)
             for row in tx.fetchall(Q.expired_leases, {"now": now, "limit": limit}):
                 left = row["request_left_at"] is not None
                 its_turn = bool(row["its_turn"])
@@ -590,6 +600,7 @@ class DeliveryStore:
         now = now or utcnow()
         assert self.policy.decide(DeliveryOutcome.EXPIRED).reason is FailureReason.EXPIRED
         with self.db.transaction() as tx:
+            queue_turn(tx)
             rows = tx.fetchall(Q.expire, {"now": now, "before": now - older_than,
                                           "expire_s": str(int(older_than.total_seconds()))},
                                final=True)

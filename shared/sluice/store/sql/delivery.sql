@@ -120,6 +120,18 @@ WHERE idempotency_key IN (
       AND (CAST(:channel AS text) IS NULL OR channel = :channel)
 )
 
+-- name: queue_turn @postgres
+-- First in every transaction that changes many queued entries at once (a claim, the
+-- lapsed leases' recovery, the expiry, setting aside, a disable's or a pause's end): they
+-- take the queue one at a time, each statement reading it as the last one left it. Two
+-- such statements never lock the same entries in different orders (a deadlock, one of
+-- them aborted), and a claim never reaches for entries another claim just took.
+SELECT pg_advisory_xact_lock(hashtextextended('sluice.delivery_queue', 0))
+
+-- name: queue_turn @sqlite
+-- A writing transaction has the whole database to itself already.
+SELECT 1
+
 -- name: claim @postgres
 -- One statement: due pending entries whose destination and receiver let them go now
 -- (not paused; not disabled unless an operator restarted the entry since; the receiver's
@@ -136,16 +148,17 @@ WHERE idempotency_key IN (
 -- claimed, so a backlog that waits costs one probe a claim.
 WITH RECURSIVE ahead(receiver) AS (
     SELECT (SELECT min(receiver) FROM delivery_queue
-            WHERE status = 'pending' AND receiver > :after)
+            WHERE status = 'pending' AND held_by IS NULL AND receiver > :after)
   UNION ALL
     SELECT (SELECT min(q.receiver) FROM delivery_queue q
-            WHERE q.status = 'pending' AND q.receiver > a.receiver)
+            WHERE q.status = 'pending' AND q.held_by IS NULL AND q.receiver > a.receiver)
     FROM ahead a WHERE a.receiver IS NOT NULL
 ), behind(receiver) AS (
-    SELECT (SELECT min(receiver) FROM delivery_queue WHERE status = 'pending')
+    SELECT (SELECT min(receiver) FROM delivery_queue
+            WHERE status = 'pending' AND held_by IS NULL)
   UNION ALL
     SELECT (SELECT min(q.receiver) FROM delivery_queue q
-            WHERE q.status = 'pending' AND q.receiver > b.receiver)
+            WHERE q.status = 'pending' AND q.held_by IS NULL AND q.receiver > b.receiver)
     FROM behind b WHERE b.receiver <= :after
 ), walk AS (
     SELECT receiver, 0 AS lap FROM ahead WHERE receiver IS NOT NULL
@@ -155,7 +168,8 @@ WITH RECURSIVE ahead(receiver) AS (
     SELECT w.receiver, w.lap, e.ids,
            r.down_since IS NOT NULL OR r.ready_at > :paced_since AS slow
     FROM walk w
-    LEFT JOIN delivery_destinations r ON r.key = w.receiver
+    LEFT JOIN LATERAL (  -- OFFSET 0: looked up a receiver at a time, as the walk comes
+        SELECT * FROM delivery_destinations d WHERE d.key = w.receiver OFFSET 0) r ON true
     CROSS JOIN LATERAL (
         SELECT array_agg(s.id ORDER BY s.next_attempt_at, s.enqueued_at, s.id) AS ids
         FROM (
@@ -180,8 +194,7 @@ WITH RECURSIVE ahead(receiver) AS (
             (r.paused_until IS NULL OR r.paused_until <= :now)
         AND (r.ready_at IS NULL OR r.ready_at <= :now)
         AND (r.down_since IS NULL OR r.next_probe_at <= :now)))
-    ORDER BY w.lap, w.receiver
-    LIMIT :limit
+    LIMIT :limit  -- in the walk's order, which every step above keeps: the walk stops here
 ), turns AS (
     SELECT w.receiver, w.lap, t.id, t.turn,
            CASE WHEN w.slow THEN 1
@@ -193,11 +206,11 @@ WITH RECURSIVE ahead(receiver) AS (
 UPDATE delivery_queue
 SET status = 'in_flight', attempts = attempts + 1, lease_until = :lease_until,
     next_attempt_at = :lease_until, request_left_at = NULL, updated_at = :now
-WHERE status = 'pending' AND id IN (
+WHERE status = 'pending' AND id = ANY (ARRAY(  -- = ANY (ARRAY(...)): by primary key
     SELECT id FROM turns WHERE turn <= share
     ORDER BY turn, lap, receiver
     LIMIT :limit
-)
+))
 RETURNING *
 
 -- name: probing @sqlite
@@ -215,16 +228,17 @@ WHERE down_since IS NOT NULL AND key IN (SELECT jsonb_array_elements_text(CAST(:
 -- a correlated subquery's JSON array, and their turns are numbered within the receiver.
 WITH RECURSIVE ahead(receiver) AS (
     SELECT (SELECT min(receiver) FROM delivery_queue
-            WHERE status = 'pending' AND receiver > :after)
+            WHERE status = 'pending' AND held_by IS NULL AND receiver > :after)
   UNION ALL
     SELECT (SELECT min(q.receiver) FROM delivery_queue q
-            WHERE q.status = 'pending' AND q.receiver > a.receiver)
+            WHERE q.status = 'pending' AND q.held_by IS NULL AND q.receiver > a.receiver)
     FROM ahead a WHERE a.receiver IS NOT NULL
 ), behind(receiver) AS (
-    SELECT (SELECT min(receiver) FROM delivery_queue WHERE status = 'pending')
+    SELECT (SELECT min(receiver) FROM delivery_queue
+            WHERE status = 'pending' AND held_by IS NULL)
   UNION ALL
     SELECT (SELECT min(q.receiver) FROM delivery_queue q
-            WHERE q.status = 'pending' AND q.receiver > b.receiver)
+            WHERE q.status = 'pending' AND q.held_by IS NULL AND q.receiver > b.receiver)
     FROM behind b WHERE b.receiver <= :after
 ), walk AS (
     SELECT receiver, 0 AS lap FROM ahead WHERE receiver IS NOT NULL
@@ -257,8 +271,7 @@ WITH RECURSIVE ahead(receiver) AS (
             AND (r.down_since IS NULL OR r.next_probe_at <= :now))
     )
     WHERE ids <> '[]'
-    ORDER BY lap, receiver
-    LIMIT :limit
+    LIMIT :limit  -- in the walk's order: the walk stops here
 ), turns AS (
     SELECT w.receiver, w.lap, q.id,
            row_number() OVER (PARTITION BY w.receiver
