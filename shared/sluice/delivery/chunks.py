@@ -12,18 +12,18 @@ store refused (``OutcomeUnknown``).
 Each chunk takes its own rate slot: the send's first chunk uses the slot the drain took
 before the send, every later one takes another (waiting for it in process up to
 ``SLUICE_DELIVERY_RATE_WAIT_SECONDS`` beyond the interval of the entry's narrowest rate,
-which the chunk before it just used). No slot in time ends the send with ``NoRateSlot``:
-the entry is set aside until the slot, its attempt given back, and resumes there.
+which the chunk before it just used), as an in-process retry does
+(``Limiter.further``). No slot in time ends the send with ``NoRateSlot``: the entry is set
+aside until the slot, its attempt given back, and resumes there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 
 from sluice.core.crash import crash_point
 from sluice.core.errors import StoreError
-from sluice.delivery.classify import NoRateSlot, OutcomeUnknown
+from sluice.delivery.classify import OutcomeUnknown
 from sluice.delivery.ratelimit import Limiter
 from sluice.delivery.store import DeliveryEntry
 from sluice.store.db import Database, load_queries, utcnow
@@ -52,27 +52,20 @@ class ChunkLog:
 
 
 class SendProgress:
-    """One send of one entry: its recorded chunks, a slot per further chunk, each acceptance
-    recorded. ``time_left()`` bounds a slot's wait (the run's time less one send)."""
+    """One send of one entry: its recorded chunks, a slot per further chunk (the limiter's,
+    within the send's ``Limiter.sending``), each acceptance recorded."""
 
-    def __init__(self, log: ChunkLog, entry: DeliveryEntry, limiter: Limiter | None,
-                 time_left: Callable[[], float] | None = None) -> None:
+    def __init__(self, log: ChunkLog, entry: DeliveryEntry, limiter: Limiter | None) -> None:
         self.log = log
         self.entry = entry
         self.limiter = limiter
-        self.time_left = time_left
 
     def done(self) -> dict[int, str | None]:
         return self.log.accepted(self.entry.id)
 
     def slot(self) -> None:
-        if self.limiter is None:
-            return
-        left = self.time_left() if self.time_left is not None else None
-        wait_s = self.limiter.acquire(self.entry, time_left_s=left, chunk=True)
-        if wait_s > 0:
-            raise NoRateSlot(f"not sent yet: {self.entry.channel} rate limit (next chunk)",
-                             retry_after_s=wait_s)
+        if self.limiter is not None:
+            self.limiter.further("next chunk")
 
     def took(self, chunk: int, message_id: str | None) -> None:
         try:

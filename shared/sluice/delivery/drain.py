@@ -228,7 +228,8 @@ class Deliverer:
         retrier = Retrier(policy, sleep=sleep or SLEEP,
                           remaining=deadline.remaining if deadline else None,
                           reserve_s=settings.delivery_send_timeout_s,
-                          on_retry=limiter.on_retry)
+                          on_retry=limiter.on_retry,
+                          before_retry=lambda: limiter.further("retry"))
         store = DeliveryStore(services.db, policy=Policy.from_settings(settings))
         return cls(store, build_adapters(settings, client, retrier),
                    lease=timedelta(seconds=settings.delivery_lease_s),
@@ -265,10 +266,11 @@ class Deliverer:
               time_left: Callable[[], float] | None = None) -> Sent:
         started = self.clock()
         # a message in chunks resumes after those accepted, each further chunk with its slot
-        progress = SendProgress(self.chunks, entry, self.limiter, time_left)
+        progress = SendProgress(self.chunks, entry, self.limiter)
         try:
             if self.limiter is not None:
-                with self.limiter.sending(entry):
+                # every request after the send's first (a chunk, a retry) takes a slot
+                with self.limiter.sending(entry, time_left):
                     message_id = adapter.send(entry, progress)
             else:
                 message_id = adapter.send(entry, progress)

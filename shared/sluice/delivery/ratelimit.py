@@ -18,7 +18,10 @@ Redis when configured (one Lua script), else in ``delivery_rate_limits`` (one
 transaction, rows locked in key order). A 429 that names its wait and is retried in
 process (``on_retry``) holds the entry's narrowest key (the chat, the channel, the host)
 for every sender until the retry, whose slot it keeps; one that outlasts the in-process
-retries moves that key to at least then (``slow_down``). What becomes of the entry (a
+retries moves that key to at least then (``slow_down``). Every other request of a send
+after its first, a further chunk or an in-process retry, takes its own slot before it
+leaves (``further``), after the retry's backoff: a receiver that fails every request
+still gets them at its rate. What becomes of the entry (a
 slot missing, a pacing answer, one past the cap) is the policy's
 (``sluice.delivery.policy``); this module only holds the rates.
 
@@ -42,6 +45,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from sluice.core.times import iso_z_or_none
+from sluice.delivery.classify import NoRateSlot
 from sluice.delivery.keys import webhook_receiver
 from sluice.delivery.policy import pacing_s
 from sluice.delivery.store import DeliveryEntry
@@ -272,7 +276,8 @@ class DbRates:
 
 
 class Limiter:
-    """The drain's seam: ``acquire`` before each send, ``slow_down`` on a rate limit."""
+    """The drain's seam: ``acquire`` before each send, ``further`` before each request
+    after a send's first, ``slow_down`` on a rate limit."""
 
     def __init__(self, store: RateStore, settings: Settings, *,
                  clock: Callable[[], float] = time.time,
@@ -359,13 +364,37 @@ class Limiter:
         self.slowed += 1
 
     @contextmanager
-    def sending(self, entry: DeliveryEntry) -> Iterator[None]:
-        """While ``entry`` is being sent by this thread (its in-process retries included)."""
+    def sending(self, entry: DeliveryEntry,
+                time_left: Callable[[], float] | None = None) -> Iterator[None]:
+        """While ``entry`` is being sent by this thread (its in-process retries included);
+        ``time_left()`` bounds a further request's wait for its slot (``further``)."""
         self._local.entry = entry
+        self._local.time_left = time_left
+        self._local.kept = False
         try:
             yield
         finally:
             self._local.entry = None
+            self._local.time_left = None
+            self._local.kept = False
+
+    def further(self, what: str) -> None:
+        """A request of the send being made (``sending``) after its first (a further
+        chunk, a retry) takes its own slot before it leaves, waiting for it like a ``chunk``
+        within the send's time left; none in time ends the send with ``NoRateSlot``. A
+        retry after a 429 that named its wait goes in the slot ``on_retry`` kept for it."""
+        entry = getattr(self._local, "entry", None)
+        if entry is None:
+            return
+        if self._local.kept:
+            self._local.kept = False
+            return
+        time_left = self._local.time_left
+        wait_s = self.acquire(entry, time_left_s=time_left() if time_left else None,
+                              chunk=True)
+        if wait_s > 0:
+            raise NoRateSlot(f"not sent yet: {entry.channel} rate limit ({what})",
+                             retry_after_s=wait_s)
 
     def on_retry(self, error: BaseException, attempt: int, wait_s: float) -> None:
         """The send being made (``sending``) is about to wait ``wait_s`` in process and try
@@ -376,6 +405,7 @@ class Limiter:
         asked = pacing_s(error)
         if entry is not None and asked is not None and asked > 0:
             self.slow_down(entry, wait_s, keep_first=True)
+            self._local.kept = True
 
 
 __all__ = ["DbRates", "Limit", "Limiter", "Override", "Rate", "RateStore", "RedisRates",

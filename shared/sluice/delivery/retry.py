@@ -14,7 +14,8 @@ queue's schedule (5 s / 25 s / 2 min / 10 min, across runs). The wait ends at on
 shutdown (``sluice.core.shutdown``: Ctrl-C in ``sluice dev``, SIGTERM on Lambda, which
 sends it because each function registers an internal extension at init), and a wait is not started once
 shutdown has begun; the last attempt's error then goes back to the caller as if the
-retries had run out. ``sleep``,
+retries had run out. After the wait, right before its request, a retry runs
+``before_retry`` (the drain's: a rate slot, ``Limiter.further``). ``sleep``,
 the abort event and the deadline's clock are injected, so tests never wait.
 """
 
@@ -77,8 +78,11 @@ class Retrier:
                  should_retry: Callable[[BaseException], bool] = transient,
                  retry_after: Callable[[BaseException], float | None] = retry_after_s,
                  on_retry: Callable[[BaseException, int, float], None] | None = None,
+                 before_retry: Callable[[], None] | None = None,
                  rng: Callable[[], float] = random.random) -> None:
-        """``remaining()`` is the run's time left; a wait must leave ``reserve_s`` (one send)."""
+        """``remaining()`` is the run's time left; a wait must leave ``reserve_s`` (one send).
+        ``on_retry`` hears of each retry before its wait; ``before_retry`` runs after the
+        wait, right before the retry's request (an error it raises ends the call)."""
         self.policy = policy
         self.abort = abort
         self.sleep = sleep or (lambda seconds: sleep_with_abort(seconds, abort))
@@ -87,6 +91,7 @@ class Retrier:
         self.should_retry = should_retry
         self.retry_after = retry_after
         self.on_retry = on_retry
+        self.before_retry = before_retry
         self.rng = rng
 
     def _wait(self, state: RetryCallState) -> float:
@@ -121,7 +126,12 @@ class Retrier:
             if self.on_retry is not None:
                 self.on_retry(error, state.attempt_number, state.upcoming_sleep)
 
+        def before(state: RetryCallState) -> None:
+            if state.attempt_number > 1 and self.before_retry is not None:
+                self.before_retry()
+
         retrying = Retrying(
+            before=before,
             stop=stop_any(stop_after_attempt(self.policy.attempts), _StopBeforeLongWait(self)),
             wait=self._wait,
             retry=retry_if_exception(self.should_retry),

@@ -16,7 +16,7 @@ import pytest
 from sluice.core.services import Services
 from sluice.core.settings import Settings
 from sluice.delivery.channels import Outbound
-from sluice.delivery.classify import TransientDeliveryError
+from sluice.delivery.classify import NoRateSlot, TransientDeliveryError
 from sluice.delivery.drain import Deliverer, SendOutcome
 from sluice.delivery.ratelimit import US, DbRates, Limiter, Rate, RateStore, RedisRates, rates_for
 from sluice.delivery.store import DeliveryEntry, DeliveryStatus, DeliveryStore
@@ -323,3 +323,69 @@ def test_a_run_waiting_for_a_slot_goes_on_though_its_wait_ends_a_moment_early(
     assert result["recovered"] >= 3, result
     assert len(providers.telegram.messages) == result["recovered"]
     assert {e.attempts for e in store.list(status=DeliveryStatus.PENDING)} == {0}
+
+
+def test_an_in_process_retry_takes_a_rate_slot_like_any_other_request(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    """Found by the simulator: a channel answering 500 to every request got a send and its
+    two retries within one second, against its limit of one a second."""
+    # GIVEN a webhook host allowed one request a second that answers 500 twice, then 200
+    svc = make_services(db_url, **providers.env(), SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="1")
+    providers.webhook.answers += [500, 500]
+    sent, _ = DeliveryStore(svc.db).enqueue("webhook", providers.webhook.url, {"text": "one"})
+
+    # WHEN a drain sends it, retrying in process (its backoff recorded, not slept)
+    result = drain_once(svc)
+
+    # THEN it is delivered by its third request, each retry after a slot of its own
+    assert result["recovered"] == 1, result
+    assert DeliveryStore(svc.db).get(sent.id).attempts == 1
+    arrivals = [int(r["at"] * US) for r in providers.webhook.received]
+    assert len(arrivals) == 3
+    assert most_in_any_window(arrivals, US) <= 1 + 1, "the rate's bound: its limit, plus one"
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) > US // 2, "no burst"
+
+
+def test_a_retry_without_a_slot_in_the_runs_time_goes_back_like_a_chunk_without_one(
+        db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
+    # GIVEN a host allowed one request a second that answers 500, and a run with half a
+    # second left past one send's timeout (5 s)
+    svc = make_services(db_url, **providers.env(), SLUICE_WEBHOOK_HOST_RATE_PER_SECOND="1")
+    providers.webhook.answers.append(500)
+    store = DeliveryStore(svc.db)
+    sent, _ = store.enqueue("webhook", providers.webhook.url, {"text": "one"})
+
+    # WHEN the run sends it: its retry's slot is a second away
+    with Outbound.open(svc.settings, deadline_s=20) as client:
+        deadline = Deadline(5.5)
+        deliverer = Deliverer.from_services(svc, client, deadline=deadline)
+        deliverer.idle = lambda seconds: None
+        result = deliverer.drain(deadline)
+
+    # THEN the retry never left: the entry is back, its attempt given back, until the slot
+    assert len(providers.webhook.received) == 1
+    assert result["rateLimited"] == 1 and result["recovered"] == 0, result
+    stored = store.get(sent.id)
+    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
+    assert "rate limit (retry)" in (stored.last_error or "")
+
+
+def test_a_retry_after_a_named_429_goes_in_the_slot_kept_for_it(
+        db_url: str, make_services: Callable[..., Services]) -> None:
+    clock = SharedClock()
+    settings = Settings.from_env({"SLUICE_DELIVERY_RATE_HEADROOM": "0"})
+    rates = DbRates(make_services(db_url).db)
+    retrying = Limiter(rates, settings, clock=clock.now, sleep=clock.sleep)
+    other = Limiter(rates, settings, clock=clock.now, sleep=clock.sleep)
+    other.max_wait_s = 0.0  # report the wait instead of sleeping it
+    chat = entry("slack", "C1")
+    assert retrying.acquire(chat) == 0.0
+    refused = TransientDeliveryError("slack answered 429", retry_after_s=2, status=429)
+    with retrying.sending(chat, lambda: 0.0):
+        retrying.on_retry(refused, 1, 2.0)
+        clock.sleep(2.0)
+        retrying.further("retry")  # the kept slot: nothing taken, no wait
+        assert clock.now() == 1_800_000_002.0
+        assert other.acquire(chat) == pytest.approx(1.0), "the kept slot is the retry's"
+        with pytest.raises(NoRateSlot):  # the next retry takes its own, and has no time
+            retrying.further("retry")
