@@ -38,7 +38,7 @@ from tenacity.stop import stop_base
 from sluice.core.errors import ShutdownRequested
 from sluice.core.observe import logger
 from sluice.core.shutdown import SHUTDOWN, sleep_with_abort
-from sluice.delivery.classify import over_cap, retry_after_s
+from sluice.delivery.classify import NoRateSlot, over_cap, retry_after_s
 from sluice.delivery.policy import retry_in_process as transient
 
 T = TypeVar("T")
@@ -128,7 +128,12 @@ class Retrier:
 
         def before(state: RetryCallState) -> None:
             if state.attempt_number > 1 and self.before_retry is not None:
-                self.before_retry()
+                try:
+                    self.before_retry()
+                except NoRateSlot:
+                    # no slot for the retry in time: the retry is not made, and the send
+                    # ends with the answer it had (a failing receiver's schedule holds)
+                    raise last[0] from None
 
         retrying = Retrying(
             before=before,

@@ -346,7 +346,7 @@ def test_an_in_process_retry_takes_a_rate_slot_like_any_other_request(
     assert min(b - a for a, b in itertools.pairwise(arrivals)) > US // 2, "no burst"
 
 
-def test_a_retry_without_a_slot_in_the_runs_time_goes_back_like_a_chunk_without_one(
+def test_a_retry_without_a_slot_in_the_runs_time_is_not_made_and_the_send_ends_with_its_answer(
         db_url: str, providers: Providers, make_services: Callable[..., Services]) -> None:
     # GIVEN a host allowed one request a second that answers 500, and a run with half a
     # second left past one send's timeout (5 s)
@@ -362,12 +362,15 @@ def test_a_retry_without_a_slot_in_the_runs_time_goes_back_like_a_chunk_without_
         deliverer.idle = lambda seconds: None
         result = deliverer.drain(deadline)
 
-    # THEN the retry never left: the entry is back, its attempt given back, until the slot
+    # THEN the retry never left, and the send ended with the 500 it had: the entry's own
+    # transient failure, counted and scheduled (a retry that could not be made does not
+    # turn an answered failure into a wait for a slot, so a failing receiver's schedule holds)
     assert len(providers.webhook.received) == 1
-    assert result["rateLimited"] == 1 and result["recovered"] == 0, result
+    assert result["recovered"] == 0 and result["rateLimited"] == 0, result
     stored = store.get(sent.id)
-    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 0
-    assert "rate limit (retry)" in (stored.last_error or "")
+    assert stored.status is DeliveryStatus.PENDING and stored.attempts == 1
+    assert "500" in (stored.last_error or "")
+    assert stored.next_attempt_at is not None and stored.next_attempt_at > utcnow()
 
 
 def test_a_retry_after_a_named_429_goes_in_the_slot_kept_for_it(
