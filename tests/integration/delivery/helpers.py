@@ -75,3 +75,10 @@ def due_now(services: Services) -> None:
                    {"now": utcnow() - timedelta(seconds=1)})
         tx.execute("UPDATE delivery_destinations SET next_probe_at = :now, ready_at = NULL",
                    {"now": utcnow() - timedelta(seconds=1)})
+        # the rates' own clock (the slots already taken) travels too: a slot counted in
+        # real time would hold a request the travelled clock says may go
+        tx.execute("DELETE FROM delivery_rate_limits")
+    if services.settings.redis_configured:
+        services.redis.eval("for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+                            "redis.call('DEL', k) end return 0", [],
+                            [services.redis.key("delivery:rate:") + "*"])
