@@ -94,7 +94,7 @@ def pg_template() -> Iterator[str]:
 # still the template's.
 _SCHEMA = """
 SELECT md5(concat_ws('|',
-  (SELECT string_agg(n.nspname || '.' || c.relname || ':' || c.relkind, ',' ORDER BY 1)
+  (SELECT string_agg(n.nspname || '.' || c.relname || ':' || c.relkind::text, ',' ORDER BY 1)
    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
    WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')),
   (SELECT string_agg(table_schema || '.' || table_name || '.' || column_name || ':'
