@@ -19,7 +19,6 @@ what one claim costs, on both stores.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import pytest
 from sluice.delivery.policy import DeliveryOutcome
 from sluice.delivery.store import PACED_WINDOW, DeliveryStore, NewEntry, Q, Settle
 from sluice.store.db import Database, open_database, utcnow
+from tests.store_work import sqlite_steps
 
 LEASE = timedelta(minutes=10)
 
@@ -186,21 +186,10 @@ def _postgres_rows_read(db: Database) -> int:
 
 
 def _sqlite_steps(db: Database) -> int:
-    conn = sqlite3.connect(db.path)  # type: ignore[attr-defined]
-    try:
-        steps = [0]
-
-        def count() -> int:
-            steps[0] += 1
-            return 0
-
-        conn.set_progress_handler(count, 100)
-        found = conn.execute(Q.claim.for_dialect("sqlite"), _claim_params()).fetchall()
-        conn.rollback()
-    finally:
-        conn.close()
+    steps, found = sqlite_steps(db.path, Q.claim.for_dialect("sqlite"),  # type: ignore[attr-defined]
+                                _claim_params(), every=100)
     assert len(found) == 256
-    return steps[0]
+    return steps
 
 
 @pytest.mark.timeout(300)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sluice.jobs.runs import Q
 from sluice.store.db import Database, utcnow
+from tests.store_work import sqlite_steps as steps_of
 
 JOBS = ["metering-flush", "history-sample"]
 SCHEDULED_INDEX = "job_runs_scheduled_idx"
@@ -37,22 +38,14 @@ def sqlite_steps(db: Database) -> tuple[int, str]:
     """The virtual-machine steps of the newest-scheduled-run lookup, and its plan."""
     sql = Q.last_scheduled_runs.for_dialect("sqlite")
     params = {"jobs": json.dumps(JOBS), "now": utcnow()}
+    steps, found = steps_of(db.path, sql, params)  # type: ignore[attr-defined]
     conn = sqlite3.connect(db.path)  # type: ignore[attr-defined]
     try:
-        steps = [0]
-
-        def count() -> int:
-            steps[0] += 1
-            return 0
-
-        conn.set_progress_handler(count, 1)
-        found = conn.execute(sql, params).fetchall()
-        conn.set_progress_handler(None, 1)
         plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
         conn.close()
     assert [r[0] for r in found] == ["metering-flush"]
-    return steps[0], plan
+    return steps, plan
 
 
 def postgres_rows_read(db: Database) -> tuple[int, str]:
